@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh machine and run it: lint, types, tests.
+# Usage: bash scripts/test.sh [extra pytest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# torch pinned to the CPU build for tests only (constraints/ci.txt); users install '.[torch]' unpinned.
+.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev]'
+
+# Browser tests drive Debian's chromium (never a downloaded browser).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    echo "installing chromium (Debian) for the browser tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "warning: /usr/bin/chromium missing and not root: browser tests will be skipped" >&2
+  fi
+fi
+
+.venv/bin/ruff check workbench backends widgets tests benchmarks
+.venv/bin/ruff format --check workbench backends widgets tests benchmarks
+.venv/bin/mypy
+
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$status"

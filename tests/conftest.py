@@ -1,0 +1,34 @@
+"""Shared fixtures: the repo root and a runner for the real ``workbench`` console script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKBENCH = Path(sys.executable).parent / "workbench"
+
+
+def run_cli(
+    *args: str, check: bool = False, timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed console script with this checkout first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("WORKBENCH_DEBUG", None)
+    proc = subprocess.run(
+        [str(WORKBENCH), *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd or ROOT
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"workbench {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def workbench_cli():
+    if not WORKBENCH.exists():
+        pytest.fail(f"console script {WORKBENCH} missing: install the project with `pip install -e .`")
+    return run_cli

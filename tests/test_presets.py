@@ -1,0 +1,124 @@
+"""Every preset loads, round-trips and carries its source; the catalog's lookups and errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench import catalog
+from workbench.hardware import ClusterSpec, DeviceSpec, DType
+from workbench.model import ModelSpec
+
+REQUIRED_DEVICES = [
+    "a100-sxm4-40gb",
+    "a100-sxm4-80gb",
+    "h100-sxm5-80gb",
+    "h100-sxm5-96gb",
+    "h800-sxm5-80gb",
+    "h200-sxm-141gb",
+    "b200-sxm-180gb",
+    "gb200",
+    "gb300",
+    "mi300x",
+]
+REQUIRED_CLUSTERS = [
+    "dgx-a100",
+    "dgx-h100",
+    "dgx-h200",
+    "dgx-b200",
+    "gb200-nvl72",
+    "gb300-nvl72",
+    "hgx-h800",
+    "meta-grand-teton-h100",
+]
+REQUIRED_MODELS = [
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "qwen2.5-72b",
+    "qwen3-30b-a3b",
+    "deepseek-v3",
+    "gpt3-175b",
+    "megatron-gpt-1.7b",
+    "megatron-gpt-1t",
+]
+
+
+def test_required_presets_exist() -> None:
+    assert set(REQUIRED_DEVICES) <= set(catalog.preset_names("device"))
+    assert set(REQUIRED_CLUSTERS) <= set(catalog.preset_names("cluster"))
+    assert set(REQUIRED_MODELS) <= set(catalog.preset_names("model"))
+
+
+@pytest.mark.parametrize("name", catalog.preset_names("device"))
+def test_device_round_trip(name: str) -> None:
+    dev = catalog.load_device(name)
+    assert dev.id == name and dev.source
+    again = DeviceSpec(**{f.name: getattr(dev, f.name) for f in dataclasses.fields(dev)})
+    assert again == dev
+    assert dev.peak(DType.BF16) >= 100e12  # every preset is a datacenter accelerator with >100 TFLOP/s bf16
+    assert 16 * 2**30 <= dev.hbm_bytes <= 300 * 2**30
+
+
+@pytest.mark.parametrize("name", catalog.preset_names("cluster"))
+def test_cluster_round_trip(name: str) -> None:
+    cluster = catalog.load_cluster(name, num_nodes=4)
+    assert cluster.id == name and cluster.num_nodes == 4 and cluster.source
+    again = ClusterSpec(**{f.name: getattr(cluster, f.name) for f in dataclasses.fields(cluster)})
+    assert again == cluster
+    assert cluster.levels[-1].span is None
+    # Outer levels are never faster than inner ones.
+    speeds = [lv.bytes_per_s for lv in cluster.levels]
+    assert speeds == sorted(speeds, reverse=True)
+
+
+@pytest.mark.parametrize("name", catalog.preset_names("model"))
+def test_model_round_trip(name: str) -> None:
+    path = catalog.resolve("model", name)
+    from_path = catalog.load_model(path)
+    from_dict = ModelSpec.from_hf_config(json.loads(path.read_text()), name=name)
+    assert from_path == from_dict
+    assert ModelSpec(**from_path.to_dict()) == from_path
+    assert catalog.model_metadata(name).get("source")
+
+
+def test_nvlink_domain_spans_72_on_nvl72() -> None:
+    c = catalog.load_cluster("gb200-nvl72", num_nodes=18)
+    assert c.devices_per_node == 4 and c.num_devices == 72
+    assert c.level_for_group(72).name == c.levels[0].name
+    assert c.level_for_group(73) is c.levels[-1]
+
+
+def test_unknown_name_suggests_close_ones() -> None:
+    with pytest.raises(ValueError, match="did you mean llama-3.1-70b"):
+        catalog.load_model("llama-3.1-70")
+    with pytest.raises(ValueError, match="unknown cluster"):
+        catalog.load_cluster("no-such-cluster")
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        catalog.load_model(tmp_path / "nope.json")
+
+
+def test_bad_device_toml_names_file_and_key(tmp_path: Path) -> None:
+    src = catalog.resolve("device", "h100-sxm5-80gb").read_text()
+    bad = tmp_path / "dev.toml"
+    bad.write_text(src.replace("hbm_bandwidth_TBps", "hbm_bandwith_TBps"))
+    with pytest.raises(ValueError, match=r"dev\.toml.*hbm_bandwith_TBps"):
+        catalog.load_device(bad)
+    bad.write_text(src.replace("bf16 = 989.4", "bf16 = -1"))
+    with pytest.raises(ValueError, match=r"dev\.toml.*bf16"):
+        catalog.load_device(bad)
+    bad.write_text("id = [")
+    with pytest.raises(ValueError, match=r"dev\.toml: not valid TOML"):
+        catalog.load_device(bad)
