@@ -22,8 +22,8 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
-.venv/bin/ruff check workbench backends widgets tests benchmarks
-.venv/bin/ruff format --check workbench backends widgets tests benchmarks
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy
 
 set +e

@@ -149,6 +149,14 @@ def _level_from_toml(data: Any, origin: str) -> NetworkLevel:
         raise ValueError(f"{origin}: {exc}") from None
 
 
+def _device_ref(ref: str, cluster_path: Path) -> str | Path:
+    """A cluster's ``device``: a preset id, or a TOML path, relative paths taken from the cluster file's folder."""
+    if not ref.endswith(".toml"):
+        return ref
+    local = cluster_path.parent / ref
+    return local if local.is_file() else Path(ref)
+
+
 def load_cluster(name_or_path: str | Path, num_nodes: int | None = None) -> ClusterSpec:
     """A cluster preset id (``dgx-h100``) or a cluster TOML path, with ``num_nodes`` nodes (default: the
     preset's ``default_num_nodes``). The device is looked up by the preset's ``device`` id."""
@@ -164,7 +172,7 @@ def load_cluster(name_or_path: str | Path, num_nodes: int | None = None) -> Clus
         return ClusterSpec(
             id=top.get("id", str),
             name=top.get("name", str),
-            device=load_device(top.get("device", str)),
+            device=load_device(_device_ref(top.get("device", str), path)),
             devices_per_node=top.get("devices_per_node", int),
             num_nodes=num_nodes if num_nodes is not None else top.get("default_num_nodes", int, 1),
             levels=tuple(_level_from_toml(lv, f"{origin} levels[{i}]") for i, lv in enumerate(levels)),

@@ -13,7 +13,16 @@ import sys
 
 import click
 
-COMMAND_MODULES: tuple[str, ...] = ("workbench.cli.catalog_cmds",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "workbench.cli.catalog_cmds",
+    "workbench.cli.schedule_cmd",
+    "workbench.cli.estimate_cmd",
+    "workbench.cli.validate_cmd",
+    "workbench.cli.app_cmd",
+    "workbench.cli.profile_cmd",
+    "workbench.cli.run_cmd",
+    "workbench.cli.plan_cmd",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

@@ -1,0 +1,1 @@
+"""Backends: implementations of ``workbench.estimate.Backend``; only these modules import torch."""

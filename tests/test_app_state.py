@@ -1,0 +1,120 @@
+"""State and Store of the app, in process: set parameters, assert on specs, choices, estimates and tables."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("panel")
+
+from widgets.app import choices  # noqa: E402
+from widgets.app.state import UPLOADED, WorkbenchState  # noqa: E402
+from widgets.app.store import WorkbenchStore  # noqa: E402
+from workbench.plan import ParallelPlan  # noqa: E402
+
+
+@pytest.fixture
+def store() -> WorkbenchStore:
+    return WorkbenchStore(WorkbenchState())
+
+
+def test_divisors_and_nearest() -> None:
+    assert choices.divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert choices.nearest(5, [1, 2, 4, 8]) == 4  # |5-4| < |5-8|
+    assert choices.nearest(3, [2, 4]) == 2  # tie goes to the smaller
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        choices.divisors(0)
+
+
+def test_default_state_is_llama70b_on_8_dgx_h100(store: WorkbenchStore) -> None:
+    cluster, model = store.cluster_spec(), store.model_spec()
+    assert cluster.num_devices == 64 and cluster.devices_per_node == 8
+    # DGX H100 preset: NVLink 450 GB/s and 3 us, InfiniBand 50 GB/s and 10 us per device (profiles/clusters).
+    assert cluster.levels[0].bytes_per_s == pytest.approx(450e9)
+    assert cluster.levels[0].latency_s == pytest.approx(3e-6)
+    assert cluster.levels[-1].bytes_per_s == pytest.approx(50e9)
+    assert model.num_layers == 80 and model.num_attention_heads == 64  # Meta's config.json for 3.1 70B
+    assert store.violations == [] and store.error == ""
+    assert store.estimate is not None and store.estimate.plan.num_devices == 64
+
+
+def test_only_valid_degrees_are_offered(store: WorkbenchStore) -> None:
+    s = store.state
+    # 64 devices, 64 query heads, 8 KV heads: tp must divide 64 and 64, and tp | 8 or 8 | tp.
+    assert s.param.tp.objects == [1, 2, 4, 8, 16, 32, 64]
+    # tp=8 leaves 8 devices; pp must divide 8 and the 80 layers.
+    assert s.tp == 8 and s.param.pp.objects == [1, 2, 4, 8]
+    assert s.dp == 64 // (s.tp * s.pp * s.cp)
+    s.num_nodes = 2  # 16 devices: pp=8 still fits with tp=8? 16/8 = 2 -> pp in {1, 2}
+    assert s.param.pp.objects == [1, 2] and s.pp == 2 and s.dp == 1
+    assert store.estimate is not None and store.estimate.plan.num_devices == 16
+
+
+def test_micro_batch_choices_follow_the_batch(store: WorkbenchStore) -> None:
+    s = store.state
+    s.num_nodes = 16  # 128 devices, tp=8, pp=8 -> dp=2
+    assert s.dp == 2
+    s.global_batch_size = 24  # 24 / dp = 12 sequences per replica
+    assert s.param.micro_batch_size.objects == [1, 2, 3, 4, 6, 12]
+
+
+def test_violation_is_a_sentence_next_to_its_control(store: WorkbenchStore) -> None:
+    s = store.state
+    s.param.update(tp=8, pp=8)
+    s.global_batch_size = 3  # dp=1, m=3 < pp=8: 1F1B needs m >= pp
+    assert store.estimate is None
+    grouped = choices.violations_by_control(store.violations)
+    assert "schedule" in grouped and "1f1b needs at least pp=8 micro-batches" in grouped["schedule"][0]
+    assert "1f1b" in store.disabled_schedules and "gpipe" not in store.disabled_schedules
+    s.schedule = "gpipe"
+    assert store.violations == [] and store.estimate is not None
+
+
+def test_v_schedule_sets_two_virtual_stages(store: WorkbenchStore) -> None:
+    store.state.schedule = "zbv"
+    assert store.state.vpp == 2 and store.state.param.vpp.objects == [2]
+    assert store.estimate is not None and store.estimate.plan.vpp == 2
+
+
+def test_cluster_preset_fills_the_fields_and_edits_are_marked(store: WorkbenchStore) -> None:
+    s = store.state
+    s.cluster_preset = "gb200-nvl72"
+    assert s.devices_per_node == 4 and s.scale_up_span == 72  # NVL72: 4 GPUs per tray, 72 in one NVLink domain
+    s.scale_out_bandwidth_GBps = 25.0
+    cluster = store.cluster_spec()
+    assert cluster.levels[-1].bytes_per_s == pytest.approx(25e9) and cluster.name.endswith("(edited)")
+
+
+def test_model_fields_and_uploaded_config(store: WorkbenchStore) -> None:
+    s = store.state
+    s.num_layers = 40
+    assert store.model_spec().num_layers == 40 and store.model_spec().name.endswith("(edited)")
+    gpt2 = {"architectures": ["GPT2LMHeadModel"], "n_embd": 768, "n_head": 12, "n_layer": 12,
+            "n_positions": 1024, "vocab_size": 50257}
+    store.upload_config(gpt2)
+    assert s.model_preset == UPLOADED and s.num_layers == 12 and s.hidden_size == 768
+    with pytest.raises(ValueError, match="architectures"):
+        store.upload_config({"architectures": ["Nope"]})
+
+
+def test_backend_choices_come_from_the_registry(store: WorkbenchStore) -> None:
+    from workbench.registry import backend_names
+
+    assert store.state.param.backend.objects == backend_names()
+    for name, reason in store.backend_reasons.items():
+        assert name in backend_names() and reason
+
+
+def test_load_plan_sets_the_controls(store: WorkbenchStore) -> None:
+    store.load_plan(ParallelPlan(dp=4, tp=4, pp=4, micro_batch_size=2, zero_stage=3, schedule="gpipe"))
+    plan = store.plan()
+    assert (plan.tp, plan.pp, plan.dp, plan.micro_batch_size, plan.zero_stage) == (4, 4, 4, 2, 3)
+    assert store.estimate is not None and store.estimate.plan == plan
+
+
+def test_two_stores_share_nothing() -> None:
+    a, b = WorkbenchStore(), WorkbenchStore()
+    a.state.num_nodes = 2
+    a.state.model_preset = "llama-3.1-8b"
+    assert b.state.num_nodes == 8 and b.state.model_preset == "llama-3.1-70b"
+    assert a.state.param.pp.objects != b.state.param.pp.objects or a.state.pp != b.state.pp
+    assert b.estimate is not None and b.estimate.cluster.num_devices == 64

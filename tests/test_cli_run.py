@@ -1,0 +1,112 @@
+"""``workbench run`` through the real console script: JSON output, measured estimate, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from workbench.catalog import load_model
+from workbench.cli.run_cmd import shrink_model
+
+TINY_HF = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 128,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "intermediate_size": 256,
+    "vocab_size": 512,
+    "tie_word_embeddings": False,
+}
+
+
+@pytest.fixture()
+def tiny_config(tmp_path: Path) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY_HF))
+    return path
+
+
+def test_run_json_gives_measured_estimate_and_matching_loss(tiny_config: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    proc = run_cli(
+        "run",
+        "--model",
+        str(tiny_config),
+        "--layers",
+        "2",
+        "--hidden",
+        "64",
+        "--seq-len",
+        "16",
+        "--global-batch",
+        "4",
+        "--pp",
+        "2",
+        "--steps",
+        "3",
+        "--json",
+        "--trace",
+        str(trace),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["measured"]["measured"] is True and out["measured"]["backend"] == "real-run"
+    assert out["timeline_problems"] == []
+    for got, ref in zip(out["losses"], out["reference_losses"], strict=True):
+        assert abs(got - ref) <= 1e-4 * abs(ref)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("ph") == "X" and e["name"][1:2] in "FB") == 2 * 2 * 4
+
+
+def test_too_few_layers_is_one_line_error(tiny_config: Path) -> None:
+    proc = run_cli(
+        "run",
+        "--model",
+        str(tiny_config),
+        "--layers",
+        "1",
+        "--seq-len",
+        "16",
+        "--global-batch",
+        "4",
+        "--pp",
+        "2",
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_existing_trace_file_is_not_overwritten(tiny_config: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text("keep")
+    proc = run_cli(
+        "run",
+        "--model",
+        str(tiny_config),
+        "--seq-len",
+        "16",
+        "--global-batch",
+        "4",
+        "--trace",
+        str(trace),
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "--force" in proc.stderr
+    assert trace.read_text() == "keep"
+
+
+def test_shrink_keeps_head_dim_and_gqa_ratio() -> None:
+    base = load_model("llama-3.1-8b")  # 32 heads of 128, 8 kv heads, ffn 14336, hidden 4096
+    small = shrink_model(base, num_layers=2, hidden_size=512, vocab_size=1000)
+    assert (small.num_layers, small.hidden_size, small.vocab_size) == (2, 512, 1000)
+    assert (small.head_dim, small.num_attention_heads, small.num_key_value_heads) == (128, 4, 1)
+    assert small.ffn_hidden_size == 14336 * 512 // 4096
+    with pytest.raises(ValueError, match="--hidden"):
+        shrink_model(base, hidden_size=100)

@@ -1,0 +1,101 @@
+"""The JupyterLab launcher entry: the jupyter-server-proxy entry point resolves, its command starts the app
+under the Lab prefix, and (slow) a real Jupyter server lists the tile and proxies the app."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+SERVER_NAME = "parallelism-workbench"
+
+
+def _entry() -> dict:
+    eps = {ep.name: ep for ep in entry_points(group="jupyter_serverproxy_servers")}
+    assert SERVER_NAME in eps, f"entry point missing; reinstall with pip install -e . (have {sorted(eps)})"
+    return eps[SERVER_NAME].load()()
+
+
+def _free_port() -> int:
+    from widgets.app.server import free_port
+
+    return free_port("127.0.0.1")
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+           "JUPYTER_DATA_DIR": str(tmp_path / "data"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    env.pop("WORKBENCH_DEBUG", None)
+    return env
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def test_entry_point_resolves_to_the_documented_server() -> None:
+    entry = _entry()
+    assert entry["launcher_entry"]["title"] == "Parallelism Workbench"
+    assert entry["absolute_url"] is True and entry["new_browser_tab"] is False
+    assert entry["timeout"] >= 60  # a cold start of Python + Panel; the proxy's default (5 s) is too short
+    cmd = entry["command"]
+    assert cmd[cmd.index("--port") + 1] == "{port}"
+    assert cmd[cmd.index("--prefix") + 1] == "{base_url}parallelism-workbench"
+    assert cmd[cmd.index("--address") + 1] == "127.0.0.1"
+    icon = entry["launcher_entry"].get("icon_path")
+    assert icon is None or Path(icon).is_file()
+
+
+def test_entry_point_command_starts_the_app_under_the_prefix(tmp_path: Path) -> None:
+    from widgets.app.server import wait_for_http
+
+    port, base_url = _free_port(), "/user/someone/"
+    cmd = [part.format(port=port, base_url=base_url) for part in _entry()["command"]]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        page = wait_for_http(f"http://127.0.0.1:{port}{base_url}{SERVER_NAME}/", 60)
+        assert "<title>Parallelism Workbench</title>" in page
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.slow
+def test_jupyter_server_lists_the_tile_and_proxies_the_app(tmp_path: Path) -> None:
+    """A real Jupyter server with jupyter-server-proxy: the launcher list and the proxied page."""
+    pytest.importorskip("jupyter_server_proxy")
+    from widgets.app.server import wait_for_http
+
+    port, token = _free_port(), "workbench-test-token"
+    cmd = [sys.executable, "-m", "jupyter_server", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
+           "--ServerApp.port_retries=0", "--allow-root"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{base}/api/status?token={token}", 60)
+        info = _get(f"{base}/server-proxy/servers-info", token)
+        assert '"Parallelism Workbench"' in info and SERVER_NAME in info
+        page = _get(f"{base}/{SERVER_NAME}/", token, timeout=90)
+        assert "<title>Parallelism Workbench</title>" in page
+    finally:
+        _stop(proc)
+
+
+def _get(url: str, token: str, timeout: float = 30) -> str:
+    req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (local test server)
+        return resp.read().decode("utf-8", "replace")

@@ -1,0 +1,101 @@
+"""Memory formulas: Megatron bytes per parameter, Korthikanti Table 2, shard invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.analytic import stage_layout
+from workbench.analytic_memory import stage_param_counts
+from workbench.catalog import load_model
+from workbench.memory import activation_parts, layer_activation_bytes, model_state_bytes
+from workbench.model import ModelSpec
+from workbench.plan import ParallelPlan
+
+GPT22B = ModelSpec(
+    name="gpt-22b",
+    num_layers=48,
+    hidden_size=6144,
+    num_attention_heads=64,
+    num_key_value_heads=64,
+    head_dim=96,
+    ffn_hidden_size=24576,
+    vocab_size=51200,
+    gated_mlp=False,
+    attention="mha",
+    norm="layernorm",
+    linear_bias=True,
+)
+
+
+def test_megatron_18_bytes_per_parameter() -> None:
+    s = model_state_bytes(num_params=1.0, dp=8, zero_stage=0)
+    assert sum(s) == pytest.approx(18.0)
+    d = model_state_bytes(num_params=1.0, dp=8, zero_stage=1)  # distributed optimizer
+    assert sum(d) == pytest.approx(6 + 12 / 8)
+    z3 = model_state_bytes(num_params=1.0, dp=8, zero_stage=3)
+    assert sum(z3) == pytest.approx(18 / 8)
+
+
+@pytest.mark.parametrize(
+    ("t", "sp", "rc", "per_sbh"),
+    [
+        (1, False, 0, lambda a, s, h, t: 34 + 5 * a * s / h),
+        (8, False, 0, lambda a, s, h, t: 10 + 24 / t + 5 * a * s / (h * t)),
+        (8, True, 0, lambda a, s, h, t: (34 + 5 * a * s / h) / t),
+        (8, True, 1, lambda a, s, h, t: 34 / t),
+        (8, False, 1, lambda a, s, h, t: 10 + 24 / t),
+        (8, False, 2, lambda a, s, h, t: 2),
+        (8, True, 2, lambda a, s, h, t: 2 / t),
+    ],
+)
+def test_korthikanti_table2(t: int, sp: bool, rc: int, per_sbh) -> None:  # type: ignore[no-untyped-def]
+    """Korthikanti et al. 2022 Table 2 (bytes = s b h x the factor), GPT with dropout, unfused attention."""
+    s, b, h, a = 2048, 4, 6144, 64
+    parts = activation_parts(GPT22B, flash=False, dropout=True)
+    got = layer_activation_bytes(parts, tokens=s * b, seq_len=s, tp=t, sequence_parallel=sp, recompute=rc)
+    assert got == pytest.approx(s * b * h * per_sbh(a, s, h, t), rel=1e-12)
+
+
+def test_flash_attention_has_no_s2_term() -> None:
+    parts = activation_parts(GPT22B, flash=True, dropout=True)
+    assert parts.scores_per_key == 0.0
+    a = [
+        layer_activation_bytes(parts, tokens=s, seq_len=s, tp=1, sequence_parallel=False, recompute=0) / s
+        for s in (1024, 8192)
+    ]
+    assert a[0] == pytest.approx(a[1])
+
+
+def test_vectorised_recompute_codes() -> None:
+    parts = activation_parts(GPT22B, flash=False, dropout=True)
+    rc = np.array([0, 1, 2])
+    got = layer_activation_bytes(parts, tokens=8192, seq_len=2048, tp=8, sequence_parallel=True, recompute=rc)
+    assert got.shape == (3,) and got[0] > got[1] > got[2]
+
+
+@pytest.mark.parametrize(
+    ("name", "plan"),
+    [
+        ("llama-3.1-8b", ParallelPlan(tp=4, pp=4, dp=1)),
+        ("mixtral-8x7b", ParallelPlan(tp=2, pp=4, dp=4, ep=8)),
+        ("mixtral-8x7b", ParallelPlan(tp=2, pp=2, dp=1)),
+    ],
+)
+def test_shards_add_up_to_the_model(name: str, plan: ParallelPlan) -> None:
+    model = load_model(name)
+    layout = stage_layout(model, plan.pp * plan.vpp)
+    dense, expert = stage_param_counts(model, plan, layout)
+    etp = 1 if plan.ep > 1 else plan.tp
+    total = dense.sum() * plan.tp + expert.sum() * plan.ep * etp
+    tied_copy = model.embedding_parameters() if model.tied_embeddings else 0
+    assert total == pytest.approx(model.total_parameters() + tied_copy, rel=1e-12)
+
+
+def test_per_op_sac_keeps_between_full_and_megatron_selective() -> None:
+    parts = activation_parts(load_model("llama-3.1-8b"), flash=True, dropout=False)
+    kw = dict(tokens=8192, seq_len=8192, tp=1, sequence_parallel=False)
+    full = layer_activation_bytes(parts, recompute=2, **kw)  # type: ignore[arg-type]
+    op = layer_activation_bytes(parts, recompute=1, selective_op=True, **kw)  # type: ignore[arg-type]
+    megatron = layer_activation_bytes(parts, recompute=1, **kw)  # type: ignore[arg-type]
+    assert full < op < megatron

@@ -1,0 +1,141 @@
+"""Real torchrun runs of a tiny model: loss equals a single-process reference, the timeline is the schedule's.
+
+The two CI runs: a 2-process pipeline (pp=2, 1f1b, m=8) and a 4-process pp=2 x dp=2 run, 3 steps each.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from backends.real_run import RunResult, bubble_fraction, local_cluster, real_run, to_estimate
+from backends.real_schedule import Recorder
+from workbench.estimate import TIMELINE_COLUMNS
+from workbench.hardware import DType
+from workbench.model import ModelSpec
+from workbench.plan import ParallelPlan, Workload
+from workbench.schedules import build_schedule
+
+TINY = ModelSpec(
+    name="tiny",
+    num_layers=4,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    ffn_hidden_size=128,
+    vocab_size=256,
+)
+STEPS = 3
+
+
+def _reference(workload: Workload) -> list[float]:
+    import torch
+
+    from backends.real_stages import full_reference_losses
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return full_reference_losses(TINY, workload, {"seed": 0, "lr": 1e-3, "steps": STEPS})
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check_loss(run: RunResult, workload: Workload) -> None:
+    ref = _reference(workload)
+    got = run.losses()
+    assert len(got) == STEPS
+    for a, b in zip(got, ref, strict=True):
+        assert abs(a - b) <= 1e-4 * abs(b), (got, ref)
+
+
+def _check_timeline(run: RunResult, plan: ParallelPlan, m: int) -> None:
+    ours = build_schedule(plan.schedule, pp=plan.pp, num_microbatches=m).as_text()
+    assert len(run.ranks) == plan.num_devices
+    for r in run.ranks:
+        expected = ours[r["coords"]["pp"]]
+        assert r["expected_order"] == expected
+        for step in r["steps"]:
+            done = [f"{a[0]}{a[1]}{a[2]}" for a in step["actions"] if a[1] in "FBIW"]
+            assert done == expected, f"rank {r['rank']} step {step['step']}"
+            starts = [a[3] for a in step["actions"]]
+            assert starts == sorted(starts) and all(a[4] >= a[3] >= 0 for a in step["actions"])
+
+
+@pytest.fixture(scope="module")
+def pp2_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, ParallelPlan, Workload]:
+    workload = Workload(seq_len=32, global_batch_size=8, dtype=DType.FP32)
+    plan = ParallelPlan(pp=2, schedule="1f1b", micro_batch_size=1)
+    run = real_run(
+        TINY,
+        workload,
+        plan,
+        steps=STEPS,
+        check_loss=False,
+        timeout_s=120,
+        run_dir=tmp_path_factory.mktemp("pp2"),
+    )
+    return run, plan, workload
+
+
+def test_pp2_1f1b_loss_matches_single_process(pp2_run: tuple[RunResult, ParallelPlan, Workload]) -> None:
+    run, _, workload = pp2_run
+    _check_loss(run, workload)
+    assert run.wall_s < 60
+
+
+def test_pp2_1f1b_timeline_is_complete_and_ordered(pp2_run: tuple[RunResult, ParallelPlan, Workload]) -> None:
+    run, plan, _ = pp2_run
+    _check_timeline(run, plan, m=8)
+    assert run.timeline_problems() == []
+
+
+def test_pp2_measured_estimate(pp2_run: tuple[RunResult, ParallelPlan, Workload]) -> None:
+    run, plan, workload = pp2_run
+    est = to_estimate(run, TINY, local_cluster(plan.num_devices), workload, plan)
+    assert est.measured and est.backend == "real-run"
+    assert tuple(est.timeline.columns) == TIMELINE_COLUMNS
+    assert sorted(set(est.timeline["rank"].to_list())) == [0, 1]
+    assert est.step_time_s == pytest.approx(statistics.median(run.step_times_s()))
+    assert est.tokens_per_s == pytest.approx(workload.tokens_per_step / est.step_time_s)
+    assert 0.0 <= est.bubble_fraction < 1.0
+    assert est.memory.height == 2 and (est.memory["parameters_bytes"] > 0).all()
+    # stage 0 holds the embedding (256 x 64) and blocks 0-1; stage 1 blocks 2-3 and the head (64 + 64 x 256)
+    block = 2 * 64 + 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128
+    params = est.memory.sort("rank")["parameters_bytes"].to_list()
+    assert params == [4.0 * (256 * 64 + 2 * block), 4.0 * (2 * block + 64 + 64 * 256)]
+
+
+def test_bubble_fraction_closed_form() -> None:
+    # two ranks, each busy 2 s of a 4 s makespan -> idle share (2*4 - 4) / (2*4) = 0.5
+    rows = [
+        {"rank": 0, "op": "F", "start_s": 0.0, "end_s": 1.0},
+        {"rank": 0, "op": "B", "start_s": 2.0, "end_s": 3.0},
+        {"rank": 1, "op": "F", "start_s": 1.0, "end_s": 2.0},
+        {"rank": 1, "op": "B", "start_s": 3.0, "end_s": 4.0},
+        {"rank": 1, "op": "wait", "start_s": 0.0, "end_s": 1.0},
+    ]
+    assert bubble_fraction(rows, pp=2) == pytest.approx(0.5)
+
+
+def test_recorder_labels_waits_with_the_next_compute_action() -> None:
+    rec = Recorder()
+    rec.start(10.0)
+    rec.add(1, "F", 3, 10.5, 11.0)
+    rec.add(-1, "wait", -1, 10.1, 10.5)
+    rec.add(-1, "wait", -1, 11.0, 11.2)
+    rows = rec.take()
+    assert rows[0] == [1, "wait", 3, pytest.approx(0.1), pytest.approx(0.5)]
+    assert rows[2][:3] == [-1, "wait", -1]
+
+
+def test_unsupported_plans_are_refused() -> None:
+    workload = Workload(seq_len=16, global_batch_size=4, dtype=DType.FP32)
+    with pytest.raises(ValueError, match="cp=1"):
+        real_run(TINY, workload, ParallelPlan(cp=2))
+    with pytest.raises(ValueError, match="not divisible"):
+        real_run(TINY, workload, ParallelPlan(dp=3))
+    with pytest.raises(ValueError, match="steps must be"):
+        real_run(TINY, workload, ParallelPlan(), steps=1, warmup_steps=1)

@@ -1,0 +1,84 @@
+"""``workbench.validate`` on a small file of the public schema."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from workbench.calibration import load_calibration
+from workbench.validate import row_case, validate_rows
+
+BASE = {
+    "id": "X-001",
+    "source_key": "X",
+    "source": "",
+    "confidence": "high",
+    "notes": "",
+    "model_name": "gpt",
+    "num_layers": "24",
+    "hidden_size": "2048",
+    "num_attention_heads": "16",
+    "num_key_value_heads": "",
+    "ffn_hidden_size": "",
+    "vocab_size": "",
+    "seq_len": "2048",
+    "gated_mlp": "false",
+    "num_experts": "",
+    "experts_per_token": "",
+    "moe_ffn_hidden_size": "",
+    "num_shared_experts": "",
+    "attention": "mha",
+    "device": "a100-sxm4-80gb",
+    "num_devices": "8",
+    "devices_per_node": "8",
+    "cluster": "dgx-a100",
+    "tp": "2",
+    "pp": "2",
+    "dp": "2",
+    "cp": "",
+    "ep": "",
+    "vpp": "",
+    "sequence_parallel": "",
+    "micro_batch_size": "1",
+    "global_batch_size": "16",
+    "recompute": "",
+    "zero_stage": "1",
+    "schedule": "",
+    "dtype": "bf16",
+    "framework": "",
+    "measured_tflops_per_device": "",
+    "measured_mfu": "",
+    "measured_hfu": "",
+    "measured_tokens_per_s_per_device": "",
+    "measured_step_time_s": "1.0",
+    "measured_peak_memory_GiB": "20",
+    "flops_definition": "",
+}
+
+
+def test_defaults_are_listed() -> None:
+    case = row_case(BASE)
+    assert {"ffn_hidden_size", "vocab_size", "schedule", "recompute", "sequence_parallel"} <= set(
+        case.assumed
+    )
+    assert case.model.ffn_hidden_size == 4 * 2048 and case.plan.schedule == "1f1b"
+
+
+def test_rows_skipped_with_reason_and_mape(tmp_path: Path) -> None:
+    other = {**BASE, "id": "X-002", "tp": "", "pp": "", "dp": ""}
+    path = tmp_path / "v.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(BASE))
+        w.writeheader()
+        w.writerows([BASE, other])
+    from workbench.validate import read_rows
+
+    result = validate_rows(read_rows(path), calibration=load_calibration())
+    assert [s["id"] for s in result["skipped"]] == ["X-002"] and "plan" in result["skipped"][0]["reason"]
+    row = result["rows"][0]
+    assert row["metric"] == "measured_step_time_s" and row["measured"] == 1.0
+    assert row["ape"] == pytest.approx(abs(row["predicted"] - 1.0))
+    assert result["mape"] == pytest.approx(row["ape"]) and set(result["mape_by_source"]) == {"X"}
+    assert result["memory_mape"] == pytest.approx(abs(row["predicted_memory_GiB"] - 20) / 20)

@@ -1,0 +1,118 @@
+"""Tables of the HTML report as plain rows of display strings (ms, GiB, TFLOP/s, %): inputs, plans, search.
+
+The template escapes every cell; nothing here builds HTML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from widgets.plots._style import GIB, MS_PER_S
+from widgets.plots.search import PLAN_FIELDS, feasible_mask
+
+if TYPE_CHECKING:
+    from workbench.estimate import Estimate
+
+
+def input_blocks(estimate: Estimate) -> list[dict[str, Any]]:
+    """Model, cluster and workload as (caption, rows of (key, value)) blocks."""
+    m, c, w = estimate.model, estimate.cluster, estimate.workload
+    model_rows = [
+        ("name", m.name),
+        ("parameters", f"{m.total_parameters() / 1e9:,.2f} B"),
+        ("active parameters", f"{m.active_parameters() / 1e9:,.2f} B"),
+        ("layers", m.num_layers),
+        ("hidden size", m.hidden_size),
+        ("attention heads (kv)", f"{m.num_attention_heads} ({m.num_key_value_heads})"),
+        ("vocabulary", f"{m.vocab_size:,}"),
+    ]
+    if m.num_experts:
+        model_rows.append(("experts (top-k)", f"{m.num_experts} ({m.experts_per_token})"))
+    dev = c.device
+    cluster_rows = [
+        ("cluster", f"{c.name} ({c.id})"),
+        ("devices", f"{c.num_nodes} nodes x {c.devices_per_node}"),
+        ("device", dev.name),
+        ("HBM", f"{dev.hbm_bytes / GIB:,.1f} GiB"),
+        *((f"peak {k}", f"{v / 1e12:,.0f} TFLOP/s") for k, v in dev.peak_flop_per_s.items()),
+        *(
+            (f"link: {lvl.name}", f"{lvl.bytes_per_s / 1e9:,.0f} GB/s, {lvl.latency_s * 1e6:,.1f} µs")
+            for lvl in c.levels
+        ),
+    ]
+    workload_rows = [
+        ("sequence length", f"{w.seq_len:,}"),
+        ("global batch", f"{w.global_batch_size:,} sequences"),
+        ("tokens per step", f"{w.tokens_per_step:,}"),
+        ("precision", str(w.dtype)),
+        ("optimizer", str(w.optimizer)),
+    ]
+    return [
+        {"caption": "Model", "rows": model_rows},
+        {"caption": "Cluster", "rows": cluster_rows},
+        {"caption": "Workload", "rows": workload_rows},
+    ]
+
+
+def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
+    """One row per estimate: step time, throughput, MFU, TFLOP/s per device, peak memory, fits, bubble."""
+    header = [
+        "#",
+        "plan",
+        "backend",
+        "step (ms)",
+        "tokens/s",
+        "MFU",
+        "TFLOP/s per device",
+        "peak memory (GiB)",
+        "fits",
+        "bubble",
+    ]
+    numeric = [True, False, False, True, True, True, True, True, False, True]
+    rows, classes = [], []
+    for i, e in enumerate(estimates):
+        rows.append(
+            [
+                str(i),
+                e.plan.describe(),
+                e.backend + (" (measured)" if e.measured else ""),
+                f"{e.step_time_s * MS_PER_S:,.1f}",
+                f"{e.tokens_per_s:,.0f}",
+                f"{e.mfu * 100:.1f} %",
+                f"{e.model_flop_per_s_per_device / 1e12:,.0f}",
+                f"{e.peak_memory_bytes / GIB:,.1f}",
+                "yes" if e.fits else "no",
+                f"{e.bubble_fraction * 100:.1f} %",
+            ]
+        )
+        classes.append(" ".join(c for c, on in (("chosen", i == chosen), ("nofit", not e.fits)) if on))
+    return {"header": header, "rows": rows, "numeric": numeric, "classes": classes}
+
+
+def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
+    """The first ``max_rows`` plans of a search frame with its display columns."""
+    head = frame.head(max_rows)
+    ok = feasible_mask(head)
+    plan_cols = [c for c in ("plan", *PLAN_FIELDS) if c in head.columns]
+    plan_cols = ["plan"] if "plan" in plan_cols else plan_cols
+    header = ["#", *plan_cols, "tokens/s", "MFU", "peak memory (GiB)", "fits", "rejected"]
+    numeric = [True, *(False for _ in plan_cols), True, True, True, False, False]
+    rows = []
+    for i, row in enumerate(head.iter_rows(named=True)):
+        mfu = row.get("mfu")
+        rows.append(
+            [
+                str(i),
+                *(str(row[c]) for c in plan_cols),
+                f"{row['tokens_per_s']:,.0f}",
+                f"{mfu * 100:.1f} %" if mfu is not None else "",
+                f"{row['peak_memory_bytes'] / GIB:,.1f}",
+                "yes" if row["fits"] else "no",
+                str(row.get("rejected_reason") or ""),
+            ]
+        )
+    classes = ["" if good else "nofit" for good in ok]
+    return {"header": header, "rows": rows, "numeric": numeric, "classes": classes}

@@ -1,0 +1,83 @@
+"""The Jinja2 template of the HTML report (kept in a module so it ships with the package).
+
+Rendered with autoescape on: every user string (model names, notes, the command) is escaped. Only the
+bokeh resources, script and divs are marked safe; they come from ``bokeh.embed``.
+"""
+
+REPORT_TEMPLATE = """{% macro table(t) %}
+<table>
+<tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in t.rows %}<tr class="{{ t.classes[loop.index0] }}">{% for cell in row %}<td{% if t.numeric[loop.index0] %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}</tr>
+{% endfor %}
+</table>
+{% endmacro %}
+<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{ title }}</title>
+<link rel="icon" href="data:,">
+<style>
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.2rem auto; max-width: 1260px;
+       color: #1a1a1a; padding: 0 0.8rem; }
+h1 { font-size: 1.45rem; } h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #ccc; }
+h3 { font-size: 1.05rem; }
+table { border-collapse: collapse; font-size: 0.86rem; margin: 0.4rem 0 1rem; }
+th, td { border: 1px solid #d0d0d0; padding: 0.2rem 0.5rem; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.chosen { background: #fff3d6; } tr.nofit td { color: #a33; }
+.inputs { display: flex; flex-wrap: wrap; gap: 1.2rem; }
+pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-wrap; }
+.note { color: #555; font-size: 0.9rem; } .figure { margin: 0.8rem 0 1.4rem; }
+</style>
+{{ bokeh_css | safe }}
+{{ bokeh_js | safe }}
+</head>
+<body>
+<h1>{{ title }}</h1>
+<p class="note">Written by the parallelism planning workbench{% if version %} {{ version }}{% endif %}.
+Times in ms, memory in GiB (2<sup>30</sup> bytes), throughput in tokens/s over the whole cluster.
+Open offline: everything is inside this file.</p>
+
+<h2>Inputs</h2>
+<div class="inputs">
+{% for block in inputs %}
+<table><caption><strong>{{ block.caption }}</strong></caption>
+{% for key, value in block.rows %}<tr><th>{{ key }}</th><td>{{ value }}</td></tr>
+{% endfor %}</table>
+{% endfor %}
+</div>
+
+<h2>Ranked plans</h2>
+{{ table(plans) }}
+{% if search_table %}
+<h3>Search: the first {{ search_table.rows | length }} of {{ search_total }} plans</h3>
+{{ table(search_table) }}
+{% endif %}
+
+{% if validation %}
+<h2>Backend accuracy</h2>
+<table><tr><th>backend</th><th>validation error (mean absolute percentage error)</th></tr>
+{% for name, text in validation %}<tr><td>{{ name }}</td><td>{{ text }}</td></tr>{% endfor %}
+</table>
+{% endif %}
+
+{% for section in sections %}
+<h2>{{ section.heading }}</h2>
+{% for fig in section.figures %}<div class="figure">{{ divs[fig] | safe }}</div>
+{% endfor %}
+{% endfor %}
+
+{% if notes %}
+<h2>Notes</h2>
+<ul>{% for note in notes %}<li>{{ note }}</li>{% endfor %}</ul>
+{% endif %}
+
+<h2>Reproduce</h2>
+<p>Run this command to write this report again:</p>
+<pre>{{ command }}</pre>
+{{ bokeh_script | safe }}
+</body>
+</html>
+"""

@@ -1,0 +1,29 @@
+"""The interactive workbench in Panel, in four roles (Panel's own guidance):
+
+- ``state.WorkbenchState``: the user's choices, parameters only;
+- ``store.WorkbenchStore``: calls the core and the backends, holds the Estimate and the tables;
+- ``views`` / ``compare_search``: presentation (controls built from the State, figures from ``widgets.plots``);
+- ``app.WorkbenchApp`` / ``app.build_app``: composition, one per session; ``server`` serves it.
+
+``launcher.setup_workbench_proxy`` is the JupyterLab launcher entry (jupyter-server-proxy); it is loaded by
+the Jupyter server at start-up, so this package imports Panel only when one of the names below is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "WorkbenchApp": "widgets.app.app",
+    "build_app": "widgets.app.app",
+    "WorkbenchState": "widgets.app.state",
+    "WorkbenchStore": "widgets.app.store",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'widgets.app' has no attribute {name!r}")

@@ -1,0 +1,124 @@
+"""The Panel app: composer on the left, tabs Plan / Search / Compare on the right, and a report download.
+
+``build_app()`` makes a new State, Store and views on every call; ``serve_app`` hands that function to
+Panel's server, which calls it once per browser session, so no two users share anything.
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+
+import panel as pn
+
+from widgets.app.compare_search import CompareView, SearchView
+from widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
+from widgets.app.store import WorkbenchStore
+from widgets.app.views import Composer, PlanView
+
+TITLE = "Parallelism Workbench"
+PLAN_TAB, SEARCH_TAB, COMPARE_TAB = 0, 1, 2
+
+
+def cli_command(state: WorkbenchState) -> str:
+    """The ``workbench estimate`` command line that reproduces the current choices (shown in the report)."""
+    s = state
+    args = [
+        "workbench",
+        "estimate",
+        "--model",
+        s.model_preset if s.model_preset != UPLOADED else "config.json",
+        "--cluster",
+        s.cluster_preset if s.cluster_preset != CUSTOM else "custom.toml",
+        "--nodes",
+        str(s.num_nodes),
+        "--seq-len",
+        str(s.seq_len),
+        "--global-batch",
+        str(s.global_batch_size),
+        "--dtype",
+        s.dtype,
+        "--tp",
+        str(s.tp),
+        "--pp",
+        str(s.pp),
+        "--cp",
+        str(s.cp),
+        "--ep",
+        str(s.ep),
+        "--vpp",
+        str(s.vpp),
+        "--micro-batch",
+        str(s.micro_batch_size),
+        "--zero",
+        str(s.zero_stage),
+        "--recompute",
+        s.recompute,
+        "--schedule",
+        s.schedule,
+        "--backend",
+        s.backend,
+        "--sequence-parallel" if s.sequence_parallel else "--no-sequence-parallel",
+    ]
+    return shlex.join(args)
+
+
+def report_html(store: WorkbenchStore) -> str:
+    """The HTML of ``widgets.report`` (the CLI's report) for the current estimate and search results."""
+    from widgets.report import render_report
+
+    if store.estimate is None:
+        raise ValueError("no valid plan to report: fix the plan first")
+    return render_report(
+        estimates=[store.estimate], command=cli_command(store.state), search_results=store.search_results
+    )
+
+
+class WorkbenchApp:
+    """One session's State, Store and views, composed. ``panel()`` gives the page."""
+
+    def __init__(self, state: WorkbenchState | None = None, store: WorkbenchStore | None = None) -> None:
+        self.store = store or WorkbenchStore(state or WorkbenchState())
+        self.state = self.store.state
+        self.composer = Composer(store=self.store)
+        self.plan_view = PlanView(store=self.store)
+        self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
+        self.search_view = SearchView(store=self.store, on_load=self._show_plan)
+        self.compare_view = CompareView(store=self.store)
+        self.tabs.extend(
+            [
+                ("Plan", self.plan_view.panel()),
+                ("Search", self.search_view.panel()),
+                ("Compare", self.compare_view.panel()),
+            ]
+        )
+        self.download = pn.widgets.FileDownload(
+            callback=self._report_file,
+            filename="workbench-report.html",
+            label="Download report",
+            color="success",
+            embed=False,
+            css_classes=["wb-download"],
+        )
+
+    def _show_plan(self) -> None:
+        self.tabs.active = PLAN_TAB
+
+    def _report_file(self) -> io.BytesIO:
+        return io.BytesIO(report_html(self.store).encode("utf-8"))
+
+    def panel(self) -> pn.viewable.Viewable:
+        header = pn.Row(
+            pn.pane.Markdown(f"## {TITLE}"), pn.Spacer(), self.download, sizing_mode="stretch_width"
+        )
+        return pn.Column(
+            header,
+            pn.Row(self.composer.panel(), self.tabs, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width",
+        )
+
+
+def build_app() -> pn.viewable.Viewable:
+    """A fresh app for one session (the function Panel's server calls per browser tab)."""
+    pn.extension("tabulator")
+    return WorkbenchApp().panel()

@@ -1,0 +1,196 @@
+"""Views of the Search and Compare tabs.
+
+Search: the planner runs in a worker thread (the page stays live) with a progress bar; the scatter is
+``widgets.plots.search_figure`` and a click on a table row loads that plan into the Plan tab.
+Compare: plan A (pinned) and plan B (the current plan, priced by the chosen backend) side by side, drawn
+by the same builders as the Plan tab, with their x and y ranges made equal so the pictures compare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import panel as pn
+import param
+from bokeh.models import DataRange1d, Range1d
+
+from widgets.app.store import WorkbenchStore
+from widgets.app.views import GIB, summary_markdown
+from widgets.plots import (
+    estimate_memory_figure,
+    estimate_timeline_figure,
+    estimates_breakdown_figure,
+    search_figure,
+)
+
+TABLE_COLUMNS = (
+    "rank", "plan", "num_nodes", "tokens_per_s", "mfu", "step_time_s", "peak_memory_bytes", "fits", "bottleneck",
+    "tier", "rejected_reason",
+)
+"""Columns shown in the search table when present (units converted in ``display_frame``)."""
+
+
+def display_frame(frame: Any, max_rows: int = 500) -> Any:
+    """The first ``max_rows`` plans as a pandas frame for Tabulator, SI columns shown in display units."""
+    import polars as pl
+
+    cols = [c for c in TABLE_COLUMNS if c in frame.columns]
+    out = frame.head(max_rows).select(cols)
+    conversions = {
+        "step_time_s": ("step time (ms)", 1e3),
+        "peak_memory_bytes": ("peak memory (GiB)", 1 / GIB),
+        "mfu": ("MFU (%)", 100.0),
+        "tokens_per_s": ("tokens/s", 1.0),
+    }
+    for col, (label, factor) in conversions.items():
+        if col in out.columns:
+            out = out.with_columns((pl.col(col) * factor).round(2).alias(label)).drop(col)
+    import pandas as pd
+
+    return pd.DataFrame(out.to_dict(as_series=False))  # polars' to_pandas needs pyarrow
+
+
+class SearchView(param.Parameterized):
+    """Run button, progress, scatter and ranked table; ``on_load`` is called after a plan is loaded."""
+
+    store = param.ClassSelector(class_=WorkbenchStore)
+
+    def __init__(self, on_load: Callable[[], None] | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self._on_load = on_load
+        self.button = pn.widgets.Button(label="Run search", color="primary", css_classes=["wb-search"])
+        self.button.on_click(self._run)
+        self.progress = pn.indicators.Progress(value=0, max=100, width=300, visible=False)
+        self.status = pn.pane.Markdown(
+            "Search every plan of this model, cluster and workload; click a row to load it into the Plan tab."
+        )
+        self.scatter = pn.pane.Bokeh(None, visible=False)
+        self.table = pn.widgets.Tabulator(
+            None,
+            disabled=True,
+            selectable=1,
+            pagination="remote",
+            page_size=15,
+            visible=False,
+            sizing_mode="stretch_width",
+        )
+        self.table.on_click(self._row_clicked)
+        self.store.param.watch(self._show_progress, "search_progress")
+        self.store.param.watch(self.update, "search_results")
+
+    async def _run(self, _: Any = None) -> None:
+        self.button.disabled, self.progress.visible = True, True
+        self.status.object = "Searching…"
+        try:
+            frame = await asyncio.to_thread(self.store.search)
+            self.status.object = f"{frame.height:,} plans ranked, best first."
+        except (ValueError, RuntimeError) as exc:
+            self.status.object = f"Search failed: {exc}"
+        finally:
+            self.button.disabled, self.progress.visible = False, False
+
+    def _show_progress(self, *_: Any) -> None:
+        self.progress.value = int(round(self.store.search_progress * 100))
+
+    def update(self, *_: Any) -> None:
+        frame = self.store.search_results
+        if frame is None or frame.height == 0:
+            return
+        self.scatter.param.update(object=search_figure(frame), visible=True)
+        self.table.param.update(value=display_frame(frame), visible=True)
+
+    def _row_clicked(self, event: Any) -> None:
+        self.load_row(int(event.row))
+
+    def load_row(self, index: int) -> None:
+        """Load row ``index`` of the search results into the plan controls."""
+        self.store.load_plan(self.store.search_results.row(index, named=True))
+        if self._on_load:
+            self._on_load()
+
+    def panel(self) -> pn.Column:
+        return pn.Column(
+            pn.Row(self.button, self.progress),
+            self.status,
+            self.scatter,
+            self.table,
+            sizing_mode="stretch_width",
+        )
+
+
+def shared_ranges(figs: list[Any]) -> None:
+    """Give the figures the same numeric x and y extents, covering all of them (same axes side by side).
+
+    Ranges without numeric start and end (categorical or automatic) are left alone; an axis drawn reversed
+    (start > end, e.g. lanes top-down) stays reversed.
+    """
+    for attr in ("x_range", "y_range"):
+        ranges = [getattr(f, attr) for f in figs]
+        if not all(
+            isinstance(r, Range1d | DataRange1d)
+            and isinstance(r.start, int | float)
+            and isinstance(r.end, int | float)
+            for r in ranges
+        ):
+            continue
+        lo, hi = min(min(r.start, r.end) for r in ranges), max(max(r.start, r.end) for r in ranges)
+        for r in ranges:
+            r.start, r.end = (hi, lo) if r.start > r.end else (lo, hi)
+
+
+class CompareView(param.Parameterized):
+    """Plan A (pinned) beside plan B (current plan, ``store.compare_backend``)."""
+
+    store = param.ClassSelector(class_=WorkbenchStore)
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.pin_button = pn.widgets.Button(label="Pin current plan as A", css_classes=["wb-pin"])
+        self.pin_button.on_click(lambda _: self.store.pin())
+        self.backend = pn.widgets.Select.from_param(
+            self.store.param.compare_backend,
+            label="Backend of B",
+            width=240,
+            disabled_options=list(self.store.backend_reasons),
+        )
+        self.sides = pn.Row()
+        self.breakdown = pn.pane.Bokeh(None, visible=False)
+        self.message = pn.pane.Markdown("")
+        self.store.param.watch(self.update, ["pinned", "estimate", "compare_backend"])
+        self.update()
+
+    def update(self, *_: Any) -> None:
+        if self.store.pinned is None:
+            self.message.object = "Pin a plan as A, then change the plan or B's backend to compare."
+            self.sides.objects, self.breakdown.visible = [], False
+            return
+        try:
+            b = self.store.compare()
+        except (ValueError, RuntimeError) as exc:
+            self.message.object, b = f"Plan B not priced: {exc}", None
+        a = self.store.pinned
+        if b is None:
+            self.message.object = self.message.object or "Plan B is not valid: fix the plan in the Plan tab."
+            self.sides.objects, self.breakdown.visible = [], False
+            return
+        self.message.object = ""
+        timelines = [estimate_timeline_figure(e, width=560) for e in (a, b)]
+        memories = [estimate_memory_figure(e, width=560) for e in (a, b)]
+        shared_ranges(timelines)
+        shared_ranges(memories)
+        self.sides.objects = [
+            pn.Column(
+                pn.pane.Markdown(
+                    f"### A\n{summary_markdown(e_)}" if i == 0 else f"### B\n{summary_markdown(e_)}"
+                ),
+                pn.pane.Bokeh(t),
+                pn.pane.Bokeh(m),
+            )
+            for i, (e_, t, m) in enumerate(zip((a, b), timelines, memories, strict=True))
+        ]
+        self.breakdown.param.update(object=estimates_breakdown_figure([a, b]), visible=True)
+
+    def panel(self) -> pn.Column:
+        return pn.Column(pn.Row(self.pin_button, self.backend), self.message, self.sides, self.breakdown)

@@ -1,0 +1,119 @@
+"""Serving the app with Panel's server (the machinery behind ``panel serve``).
+
+``run`` blocks (the ``workbench app`` command); ``start_in_thread`` returns a served app in a daemon thread
+for tests and notebooks, stopped with ``.stop()``. Both listen on ``address`` only (default 127.0.0.1) and
+call ``widgets.app.app.build_app`` once per browser session.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+import panel as pn
+
+from widgets.app.app import TITLE, build_app
+
+
+def normalise_prefix(prefix: str) -> str:
+    """``/a/b`` form of a URL prefix ('' for none): one leading slash, no trailing one."""
+    parts = [p for p in prefix.split("/") if p]
+    return "/" + "/".join(parts) if parts else ""
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``address`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
+
+
+def websocket_origins(address: str, port: int, extra: list[str] | None = None) -> list[str]:
+    """Hosts allowed to open the session websocket: this address (and localhost) on ``port``, plus ``extra``."""
+    hosts = {address, "localhost", "127.0.0.1"} if address in ("127.0.0.1", "localhost") else {address}
+    return sorted(f"{h}:{port}" for h in hosts) + list(extra or [])
+
+
+def url_of(address: str, port: int, prefix: str = "") -> str:
+    return f"http://{address}:{port}{normalise_prefix(prefix)}/"
+
+
+def _serve_kwargs(port: int, address: str, prefix: str, extra_origins: list[str] | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "port": port,
+        "address": address,
+        "title": TITLE,
+        "show": False,
+        "verbose": False,
+        "websocket_origin": websocket_origins(address, port, extra_origins),
+    }
+    if prefix:
+        kwargs["prefix"] = normalise_prefix(prefix)
+    return kwargs
+
+
+def run(
+    *,
+    port: int,
+    address: str,
+    show: bool = False,
+    prefix: str = "",
+    extra_origins: list[str] | None = None,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve until interrupted (port 0: a free port); ``announce`` receives the app's URL once it is bound.
+
+    Raises OSError when the port is taken.
+    """
+    from panel.io.server import get_server
+
+    port = port or free_port(address)
+    server = get_server(build_app, start=False, **_serve_kwargs(port, address, prefix, extra_origins))
+    server.start()
+    announce(url_of(address, port, prefix))
+    if show:
+        server.io_loop.add_callback(server.show, normalise_prefix(prefix) + "/")
+    try:
+        server.io_loop.start()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+class ThreadedApp:
+    """A served app in a daemon thread: ``url``, ``port`` and ``stop()``; use as a context manager."""
+
+    def __init__(
+        self, *, port: int = 0, address: str = "127.0.0.1", prefix: str = "", timeout_s: float = 30.0
+    ):
+        self.address, self.prefix = address, prefix
+        self.port = port or free_port(address)
+        self.url = url_of(address, self.port, prefix)
+        self.thread = pn.serve(build_app, threaded=True, **_serve_kwargs(self.port, address, prefix, None))
+        wait_for_http(self.url, timeout_s)
+
+    def stop(self) -> None:
+        self.thread.stop()
+
+    def __enter__(self) -> ThreadedApp:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def wait_for_http(url: str, timeout_s: float) -> str:
+    """GET ``url`` until it answers 200 (returns the body) or ``timeout_s`` passes (TimeoutError)."""
+    deadline, last = time.monotonic() + timeout_s, ""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 (a local URL we built)
+                return resp.read().decode("utf-8", "replace")
+        except OSError as exc:
+            last = str(exc)
+            time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s ({last})")

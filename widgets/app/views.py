@@ -1,0 +1,281 @@
+"""Views: presentation of a ``WorkbenchState`` and a ``WorkbenchStore`` as Panel components.
+
+Controls are built from the State's parameters (``from_param``); figures come from ``widgets.plots`` (the
+same builders as the HTML report), and a view only swaps a pane's object when the Store's result changes.
+Every number shown carries its unit; conversions from SI happen here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import panel as pn
+import param
+from panel.io.document import hold
+
+from widgets.app.choices import violations_by_control
+from widgets.app.state import WorkbenchState
+from widgets.app.store import WorkbenchStore
+from widgets.plots import (
+    estimate_memory_figure,
+    estimate_timeline_figure,
+    estimates_breakdown_figure,
+    placement_figure,
+)
+
+MS_PER_S, GIB = 1e3, 2**30
+LABELS: dict[str, str] = {
+    "cluster_preset": "Cluster preset",
+    "device": "Device",
+    "num_nodes": "Nodes",
+    "devices_per_node": "Devices per node",
+    "scale_up_span": "Scale-up domain (devices)",
+    "scale_up_bandwidth_GBps": "Scale-up bandwidth (GB/s per device)",
+    "scale_up_latency_us": "Scale-up latency (µs)",
+    "scale_out_bandwidth_GBps": "Scale-out bandwidth (GB/s per device)",
+    "scale_out_latency_us": "Scale-out latency (µs)",
+    "model_preset": "Model",
+    "num_layers": "Layers",
+    "hidden_size": "Hidden size",
+    "num_attention_heads": "Attention heads",
+    "num_key_value_heads": "KV heads",
+    "ffn_hidden_size": "FFN hidden size",
+    "vocab_size": "Vocabulary",
+    "seq_len": "Sequence length (tokens)",
+    "global_batch_size": "Global batch (sequences)",
+    "dtype": "Precision",
+    "dp": "dp (derived)",
+    "tp": "tp",
+    "pp": "pp",
+    "cp": "cp",
+    "ep": "ep",
+    "vpp": "vpp (virtual stages)",
+    "micro_batch_size": "Micro-batch (sequences)",
+    "zero_stage": "ZeRO stage",
+    "sequence_parallel": "Sequence parallel",
+    "recompute": "Recompute",
+    "schedule": "Pipeline schedule",
+    "backend": "Backend",
+}
+CLUSTER_CONTROLS = (
+    "cluster_preset",
+    "device",
+    "num_nodes",
+    "devices_per_node",
+    "scale_up_span",
+    "scale_up_bandwidth_GBps",
+    "scale_up_latency_us",
+    "scale_out_bandwidth_GBps",
+    "scale_out_latency_us",
+)
+MODEL_CONTROLS = (
+    "model_preset",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "ffn_hidden_size",
+    "vocab_size",
+)
+WORKLOAD_CONTROLS = ("seq_len", "global_batch_size", "dtype")
+PLAN_CONTROLS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "micro_batch_size",
+    "zero_stage",
+    "sequence_parallel",
+    "recompute",
+    "schedule",
+)
+WIDTH = 260
+
+
+def control(state: WorkbenchState, name: str) -> pn.widgets.Widget:
+    """The widget of one State parameter, labelled with its unit; css class ``wb-<name>`` for tests."""
+    p = state.param[name]
+    kwargs: dict[str, Any] = {"label": LABELS.get(name, name), "width": WIDTH, "css_classes": [f"wb-{name}"]}
+    if isinstance(p, param.Integer) and not p.constant:
+        return pn.widgets.IntInput.from_param(p, **kwargs)
+    if isinstance(p, param.Number) and not isinstance(p, param.Integer):
+        return pn.widgets.FloatInput.from_param(p, **kwargs)
+    if isinstance(p, param.Integer):
+        return pn.widgets.IntInput.from_param(p, disabled=True, **kwargs)
+    if isinstance(p, param.Boolean):
+        return pn.widgets.Checkbox.from_param(p, **kwargs)
+    return pn.widgets.Select.from_param(p, **kwargs)
+
+
+class Composer(param.Parameterized):
+    """The controls for cluster, model, workload, plan and backend, with each violation under its control."""
+
+    store = param.ClassSelector(class_=WorkbenchStore)
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        state = self.store.state
+        self.widgets = {
+            n: control(state, n)
+            for n in (*CLUSTER_CONTROLS, *MODEL_CONTROLS, *WORKLOAD_CONTROLS, *PLAN_CONTROLS, "backend")
+        }
+        self.notes = {
+            n: pn.pane.Alert("", alert_type="danger", visible=False, width=WIDTH, margin=(0, 10))
+            for n in (*PLAN_CONTROLS, "num_nodes", "backend", "model_preset")
+        }
+        self.upload = pn.widgets.FileInput(accept=".json", width=WIDTH, css_classes=["wb-upload"])
+        self.upload.param.watch(self._on_upload, "value")
+        self.error = pn.pane.Alert("", alert_type="warning", visible=False, width=WIDTH)
+        self.store.param.watch(
+            self._show_problems, ["violations", "error", "disabled_schedules", "backend_reasons"]
+        )
+        self._show_problems()
+
+    def _on_upload(self, event: param.parameterized.Event) -> None:
+        note = self.notes["model_preset"]
+        try:
+            self.store.upload_config(json.loads(event.new.decode("utf-8")))
+            note.visible = False
+        except (ValueError, UnicodeDecodeError) as exc:
+            note.object, note.visible = f"config.json not used: {exc}", True
+
+    def _show_problems(self, *_: Any) -> None:
+        grouped = violations_by_control(self.store.violations)
+        for name in PLAN_CONTROLS + ("num_nodes",):
+            text = " ".join(grouped.get(name, []))
+            self.notes[name].param.update(object=text, visible=bool(text))
+        reasons = self.store.backend_reasons
+        self.widgets["backend"].disabled_options = _others(reasons, self.store.state.backend)
+        backend_text = " ".join(f"{n}: {r}." for n, r in reasons.items())
+        self.notes["backend"].param.update(
+            object=f"Unavailable here — {backend_text}", visible=bool(reasons), alert_type="secondary"
+        )
+        # Panel refuses to disable the current value; its violation is shown next to the control instead.
+        self.widgets["schedule"].disabled_options = _others(self.store.disabled_schedules, self.store.state.schedule)
+        self.error.param.update(object=self.store.error, visible=bool(self.store.error))
+
+    def _section(self, title: str, names: tuple[str, ...], extra: tuple = ()) -> pn.Card:
+        rows: list[Any] = []
+        for n in names:
+            rows.append(self.widgets[n])
+            if n in self.notes:
+                rows.append(self.notes[n])
+        return pn.Card(*rows, *extra, title=title, width=WIDTH + 30, collapsed=False)
+
+    def panel(self) -> pn.Column:
+        return pn.Column(
+            self.error,
+            self._section("Cluster", CLUSTER_CONTROLS),
+            self._section(
+                "Model",
+                MODEL_CONTROLS[:1],
+                (
+                    pn.pane.Markdown("or upload a `config.json`:"),
+                    self.upload,
+                    *[self.widgets[n] for n in MODEL_CONTROLS[1:]],
+                ),
+            ),
+            self._section("Workload", WORKLOAD_CONTROLS),
+            self._section("Plan", PLAN_CONTROLS),
+            self._section("Backend", ("backend",)),
+            width=WIDTH + 40,
+        )
+
+
+def _others(names: dict[str, str], current: str) -> list[str]:
+    return [n for n in names if n != current]
+
+
+def summary_markdown(estimate: Any) -> str:
+    """The headline numbers of an Estimate as a Markdown table, each with its unit."""
+    if estimate is None:
+        return "No estimate: fix the plan (see the notes next to the controls)."
+    e = estimate
+    fits = "fits" if e.fits else "**does not fit**"
+    rows = [
+        ("Step time", f"{e.step_time_s * MS_PER_S:,.1f} ms"),
+        ("Throughput", f"{e.tokens_per_s:,.0f} tokens/s"),
+        ("MFU", f"{e.mfu * 100:.1f} %"),
+        ("Model TFLOP/s per device", f"{e.model_flop_per_s_per_device / 1e12:,.1f} TFLOP/s"),
+        (
+            "Peak memory per device",
+            f"{e.peak_memory_bytes / GIB:,.1f} GiB of {e.memory_capacity_bytes / GIB:,.1f} GiB ({fits})",
+        ),
+        ("Pipeline bubble", f"{e.bubble_fraction * 100:.1f} % of the step"),
+        ("Backend", f"{e.backend}{' (measured)' if e.measured else ''}"),
+    ]
+    table = "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    notes = "".join(f"\n- {n}" for n in e.notes)
+    return f"**{e.model.name}** on **{e.cluster.name}** · `{e.plan.describe()}`\n\n{table}\n{notes}"
+
+
+class PlanView(param.Parameterized):
+    """Summary, timeline, memory, breakdown and placement of the Store's estimate.
+
+    Figures are rebuilt only when their input changed (the placement depends on the plan and the cluster
+    alone), and the swap happens under one document hold with the model graph frozen, so the browser gets a
+    single patch per change.
+    """
+
+    store = param.ClassSelector(class_=WorkbenchStore)
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.summary = pn.pane.Markdown("", sizing_mode="stretch_width", css_classes=["wb-summary"])
+        self.timeline = pn.pane.Bokeh(None, css_classes=["wb-timeline"])
+        self.memory = pn.pane.Bokeh(None, css_classes=["wb-memory"])
+        self.breakdown = pn.pane.Bokeh(None)
+        self.placement = pn.pane.Bokeh(None)
+        self._shown: Any = None
+        self._placement_key: Any = None
+        self.store.param.watch(self.update, "estimate")
+        self.update()
+
+    def update(self, *_: Any) -> None:
+        e = self.store.estimate
+        if e is self._shown and e is not None:
+            return
+        self._shown = e
+        with frozen(self.timeline, self.memory, self.breakdown, self.placement):
+            self.summary.object = summary_markdown(e)
+            if e is None:
+                for pane in (self.timeline, self.memory, self.breakdown, self.placement):
+                    pane.visible = False
+                return
+            self.timeline.param.update(
+                object=_named(estimate_timeline_figure(e), "plan-timeline"), visible=True
+            )
+            self.memory.param.update(object=_named(estimate_memory_figure(e), "plan-memory"), visible=True)
+            self.breakdown.param.update(object=estimates_breakdown_figure([e]), visible=True)
+            if (e.plan, e.cluster) != self._placement_key:
+                self._placement_key = (e.plan, e.cluster)
+                self.placement.object = placement_figure(e.plan, e.cluster)
+            self.placement.visible = True
+
+    def panel(self) -> pn.Column:
+        return pn.Column(self.summary, self.timeline, pn.Row(self.memory, self.breakdown), self.placement)
+
+
+@contextmanager
+def frozen(*viewables: Any) -> Iterator[None]:
+    """Hold the session's events and freeze the model graph of every document showing ``viewables``.
+
+    Replacing a figure re-walks the whole document's model graph once per changed model (and Panel's inline
+    stylesheet patching in notebooks changes each new model again); frozen, the walk happens once on exit.
+    """
+    docs = {m.document for v in viewables for m, _ in v._models.values() if m.document is not None}
+    with ExitStack() as stack:
+        for doc in docs:
+            stack.enter_context(doc.models.freeze())
+        stack.enter_context(hold())
+        yield
+
+
+def _named(fig: Any, name: str) -> Any:
+    fig.name = name
+    return fig

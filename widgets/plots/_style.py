@@ -1,0 +1,87 @@
+"""Shared look of the figures: a colour-blind-safe palette, display units and small helpers.
+
+Colours are the Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Design"; also Wong, Nature Methods
+8:441, 2011), distinguishable under the common colour-vision deficiencies. Display-unit conversions live
+here and only here: the core speaks seconds and bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+OKABE_ITO: dict[str, str] = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+GREY = "#999999"
+"""Neutral grey for idle, infeasible and unused things."""
+
+OP_COLORS: dict[str, str] = {
+    "F": OKABE_ITO["blue"],
+    "B": OKABE_ITO["vermillion"],
+    "I": OKABE_ITO["orange"],
+    "W": OKABE_ITO["bluish_green"],
+}
+"""Compute ops of the timeline: forward, full backward, input-gradient backward, weight-gradient backward."""
+COMM_COLOR = OKABE_ITO["reddish_purple"]
+"""Any timeline op that is not F/B/I/W (communication and waits) is drawn on the rank's comm lane."""
+OP_NAMES: dict[str, str] = {
+    "F": "forward",
+    "B": "backward",
+    "I": "backward (inputs)",
+    "W": "backward (weights)",
+}
+
+MEMORY_COLORS: dict[str, str] = {
+    "parameters_bytes": OKABE_ITO["blue"],
+    "gradients_bytes": OKABE_ITO["sky_blue"],
+    "optimizer_states_bytes": OKABE_ITO["bluish_green"],
+    "activations_bytes": OKABE_ITO["vermillion"],
+    "buffers_bytes": OKABE_ITO["orange"],
+    "other_bytes": OKABE_ITO["reddish_purple"],
+}
+
+CATEGORY_PALETTE: tuple[str, ...] = tuple(
+    OKABE_ITO[k]
+    for k in ("blue", "orange", "bluish_green", "vermillion", "sky_blue", "reddish_purple", "yellow", "black")
+)
+"""Up to eight categories (pp degree, tp degree, pipeline stage) in the Okabe-Ito order."""
+
+GIB = 2**30
+"""Bytes per GiB (1024^3)."""
+MS_PER_S = 1e3
+
+PLOT_WIDTH_PX = 1200
+"""Default figure width: fits a 1366 px wide screen with margins."""
+
+
+def category_colors(num: int) -> list[str]:
+    """``num`` distinct colours: Okabe-Ito up to 8, else the colour-blind-safe Cividis ramp."""
+    if num <= len(CATEGORY_PALETTE):
+        return list(CATEGORY_PALETTE[:num])
+    from bokeh.palettes import cividis
+
+    return list(cividis(num))
+
+
+def op_color(op: str) -> str:
+    return OP_COLORS.get(op, COMM_COLOR)
+
+
+def is_compute_op(op: str) -> bool:
+    return op in OP_COLORS
+
+
+def label_ticks(
+    values: Sequence[int], labels: Sequence[str], max_ticks: int = 32
+) -> tuple[list[int], dict[int, str]]:
+    """Tick positions (every k-th value so at most ``max_ticks`` show) and their label overrides."""
+    step = max(1, -(-len(values) // max_ticks))
+    ticks = list(values)[::step]
+    return ticks, {int(v): lab for v, lab in zip(values, labels, strict=True)}

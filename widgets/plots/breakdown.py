@@ -1,0 +1,115 @@
+"""Step-time breakdown: compute, exposed communication by kind, bubble and optimizer, one bar per plan."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.plotting import figure
+
+from widgets.plots._style import GREY, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
+
+if TYPE_CHECKING:
+    from workbench.estimate import Estimate, StepBreakdown
+
+BREAKDOWN_PARTS: tuple[tuple[str, str, str], ...] = (
+    ("compute_s", "compute", OKABE_ITO["blue"]),
+    ("exposed_tp_comm_s", "TP comm", OKABE_ITO["orange"]),
+    ("exposed_cp_comm_s", "CP comm", OKABE_ITO["yellow"]),
+    ("exposed_ep_comm_s", "EP comm", OKABE_ITO["reddish_purple"]),
+    ("exposed_pp_comm_s", "PP comm", OKABE_ITO["sky_blue"]),
+    ("exposed_dp_comm_s", "DP comm", OKABE_ITO["bluish_green"]),
+    ("bubble_s", "bubble", GREY),
+    ("optimizer_s", "optimizer", OKABE_ITO["black"]),
+)
+"""(StepBreakdown field, label, colour), in stacking order."""
+
+
+def breakdown_figure(
+    breakdowns: Sequence[StepBreakdown],
+    labels: Sequence[str],
+    *,
+    title: str = "Where the step time goes",
+    width: int = PLOT_WIDTH_PX,
+) -> figure:
+    """Horizontal stacked bars in ms, one per breakdown (renderer ``parts``: one row per plan and part).
+
+    Hover gives the part in ms and its share of that plan's step. ValueError if the lengths differ or
+    nothing is given.
+    """
+    if not breakdowns or len(breakdowns) != len(labels):
+        raise ValueError(
+            f"breakdown_figure: need one label per breakdown, got {len(breakdowns)} breakdowns "
+            f"and {len(labels)} labels (at least one)"
+        )
+    height = 120 + 34 * len(labels)
+    fig = figure(
+        y_range=list(reversed(labels)),  # type: ignore[arg-type]
+        width=width,
+        height=min(height, 600),
+        title=title,
+        x_axis_label="ms per optimizer step",
+        tools="save,reset",
+    )
+    fig.hbar(
+        y="plan",
+        left="left",
+        right="right",
+        height=0.7,
+        source=ColumnDataSource(_stack(breakdowns, labels)),
+        fill_color="color",
+        line_color="white",
+        legend_field="part",
+        name="parts",
+    )
+    fig.add_tools(
+        HoverTool(
+            renderers=[fig.renderers[0]],  # type: ignore[list-item]
+            tooltips=[
+                ("plan", "@plan"),
+                ("part", "@part"),
+                ("time", "@ms{0,0.000} ms"),
+                ("share of step", "@share{0.0 %}"),
+                ("step", "@total_ms{0,0.000} ms"),
+            ],
+        )
+    )
+    fig.x_range.start = 0  # type: ignore[attr-defined]
+    fig.legend.orientation = "horizontal"
+    fig.add_layout(fig.legend[0], "above")
+    fig.toolbar.logo = None
+    return fig
+
+
+def _stack(breakdowns: Sequence[StepBreakdown], labels: Sequence[str]) -> dict[str, list]:
+    """One row per (plan, part): its left and right edge in ms, stacked in ``BREAKDOWN_PARTS`` order."""
+    cols: dict[str, list] = {
+        k: [] for k in ("plan", "part", "color", "left", "right", "ms", "share", "total_ms")
+    }
+    for b, label in zip(breakdowns, labels, strict=True):
+        left = 0.0
+        for field, part, color in BREAKDOWN_PARTS:
+            ms = getattr(b, field) * MS_PER_S
+            for key, value in (
+                ("plan", label),
+                ("part", part),
+                ("color", color),
+                ("left", left),
+                ("right", left + ms),
+                ("ms", ms),
+                ("total_ms", b.total_s * MS_PER_S),
+                ("share", getattr(b, field) / b.total_s if b.total_s > 0 else 0.0),
+            ):
+                cols[key].append(value)
+            left += ms
+    return cols
+
+
+def estimates_breakdown_figure(estimates: Sequence[Estimate], **kwargs: Any) -> figure:
+    """``breakdown_figure`` of Estimates, labelled ``#i plan`` (backend added when backends differ)."""
+    several = len({e.backend for e in estimates}) > 1
+    labels = [
+        f"#{i} {e.plan.describe()}" + (f" [{e.backend}]" if several else "") for i, e in enumerate(estimates)
+    ]
+    return breakdown_figure([e.breakdown for e in estimates], labels, **kwargs)

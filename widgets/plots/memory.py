@@ -1,0 +1,223 @@
+"""Memory pictures: the per-rank stacked bars against the device capacity, and live activations over time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models.annotations import Span
+from bokeh.plotting import figure
+
+from widgets.plots._style import GIB, MEMORY_COLORS, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX, category_colors
+from workbench.estimate import MEMORY_COLUMNS
+
+if TYPE_CHECKING:
+    from workbench.estimate import Estimate
+
+MEMORY_LABELS: dict[str, str] = {
+    "parameters_bytes": "parameters",
+    "gradients_bytes": "gradients",
+    "optimizer_states_bytes": "optimizer states",
+    "activations_bytes": "activations",
+    "buffers_bytes": "buffers",
+    "other_bytes": "other",
+}
+
+
+def memory_figure(
+    memory: pl.DataFrame,
+    *,
+    capacity_bytes: float,
+    title: str = "Memory per pipeline rank",
+    width: int = PLOT_WIDTH_PX,
+) -> figure:
+    """Stacked bars of ``MEMORY_COLUMNS`` per rank (GiB), the capacity as a dashed line (Span ``capacity``)
+    and an ``x`` marker (renderer ``over_capacity``) on every rank whose total exceeds it.
+
+    ``memory`` follows ``workbench.estimate`` (rank, MEMORY_COLUMNS in bytes, total_bytes).
+    ValueError if a column is missing.
+    """
+    missing = [c for c in ("rank", *MEMORY_COLUMNS) if c not in memory.columns]
+    if missing:
+        raise ValueError(f"memory_figure: memory table lacks column(s) {', '.join(missing)}")
+    memory = memory.sort("rank")
+    totals = memory.select(pl.sum_horizontal(*MEMORY_COLUMNS)).to_series().to_numpy()
+    ranks = [str(r) for r in memory["rank"].to_list()]
+    fig = figure(
+        x_range=ranks,  # type: ignore[arg-type]
+        width=width,
+        height=360,
+        tools="save,reset",
+        title=_title(title, totals, capacity_bytes),
+        x_axis_label="pipeline rank",
+        y_axis_label="GiB",
+    )
+    fig.vbar(
+        x="rank",
+        bottom="bottom",
+        top="top",
+        width=0.8,
+        source=ColumnDataSource(_stack(memory, ranks, totals)),
+        fill_color="color",
+        line_color="white",
+        legend_field="part",
+        name="bars",
+    )
+    fig.add_layout(
+        Span(
+            location=capacity_bytes / GIB,
+            dimension="width",
+            line_color="black",
+            line_dash="dashed",
+            line_width=2,
+            name="capacity",
+        )
+    )
+    idx = np.nonzero(totals > capacity_bytes)[0]
+    legend = {"legend_label": "over capacity"} if len(idx) else {}
+    fig.scatter(
+        x=[ranks[i] for i in idx],
+        y=(totals[idx] / GIB) * 1.03,
+        marker="x",
+        size=12,
+        line_width=3,
+        color=OKABE_ITO["vermillion"],
+        name="over_capacity",
+        **legend,  # type: ignore[arg-type]
+    )
+    fig.add_tools(
+        HoverTool(
+            renderers=[fig.renderers[0]],  # type: ignore[list-item]
+            tooltips=[
+                ("rank", "@rank"),
+                ("part", "@part"),
+                ("this part", "@gib{0,0.00} GiB"),
+                ("rank total", "@total{0,0.00} GiB"),
+                ("capacity", f"{capacity_bytes / GIB:,.2f} GiB"),
+            ],
+        )
+    )
+    fig.y_range.start = 0  # type: ignore[attr-defined]
+    fig.y_range.end = max(capacity_bytes, float(totals.max(initial=0.0))) / GIB * 1.12  # type: ignore[attr-defined]
+    _legend_outside(fig)
+    fig.xaxis.major_label_orientation = 0.0 if len(ranks) <= 32 else 1.2
+    return fig
+
+
+def _stack(memory: pl.DataFrame, ranks: list[str], totals: np.ndarray) -> dict[str, object]:
+    """One row per (rank, part): bottom and top of its segment in GiB, parts in ``MEMORY_COLUMNS`` order."""
+    values = np.stack([memory[c].to_numpy() / GIB for c in MEMORY_COLUMNS])  # parts x ranks
+    tops = values.cumsum(axis=0)
+    num_parts = len(MEMORY_COLUMNS)
+    return {
+        "rank": ranks * num_parts,
+        "bottom": (tops - values).ravel(),
+        "top": tops.ravel(),
+        "gib": values.ravel(),
+        "total": np.tile(totals / GIB, num_parts),
+        "part": [MEMORY_LABELS[c] for c in MEMORY_COLUMNS for _ in ranks],
+        "color": [MEMORY_COLORS[c] for c in MEMORY_COLUMNS for _ in ranks],
+    }
+
+
+def _title(title: str, totals: np.ndarray, capacity_bytes: float) -> str:
+    peak = float(totals.max(initial=0.0))
+    num_over = int((totals > capacity_bytes).sum())
+    verdict = f"{num_over} rank(s) over capacity" if num_over else "fits"
+    return f"{title} · peak {peak / GIB:.1f} GiB of {capacity_bytes / GIB:.1f} GiB ({verdict})"
+
+
+def _legend_outside(fig: figure) -> None:
+    fig.legend.orientation = "horizontal"
+    fig.legend.background_fill_alpha = 0.8
+    fig.add_layout(fig.legend[0], "above")
+    fig.toolbar.logo = None
+
+
+def estimate_memory_figure(estimate: Estimate, **kwargs: Any) -> figure:
+    """``memory_figure`` of an Estimate with its device capacity."""
+    return memory_figure(estimate.memory, capacity_bytes=estimate.memory_capacity_bytes, **kwargs)
+
+
+def activation_figure(
+    activation_timeline: pl.DataFrame,
+    *,
+    capacity_bytes: float | None = None,
+    max_points_per_rank: int = 400,
+    width: int = PLOT_WIDTH_PX,
+    title: str = "Live activation memory per pipeline rank",
+) -> figure:
+    """One step line per rank of activation GiB against time (ms), renderer ``activations``.
+
+    ``activation_timeline`` has rank, time_s, activation_bytes (a step function: a value holds until the
+    rank's next row). Ranks with more than ``max_points_per_rank`` rows are reduced to that many time bins
+    keeping each bin's maximum, so peaks survive. ``capacity_bytes`` is not drawn (it would flatten the
+    lines) but is given in the title.
+    """
+    frame = activation_timeline.sort(["rank", "time_s"], maintain_order=True)
+    ranks = frame["rank"].unique(maintain_order=True).to_list()
+    colors = category_colors(len(ranks))
+    xs, ys = [], []
+    for rank in ranks:
+        part = frame.filter(pl.col("rank") == rank)
+        x, y = _reduce(part["time_s"].to_numpy(), part["activation_bytes"].to_numpy(), max_points_per_rank)
+        xs.append((x * MS_PER_S).astype(np.float32))
+        ys.append((y / GIB).astype(np.float32))
+    peak = max((float(y.max(initial=0.0)) for y in ys), default=0.0)
+    suffix = f" · capacity {capacity_bytes / GIB:.1f} GiB" if capacity_bytes else ""
+    fig = figure(
+        width=width,
+        height=320,
+        title=f"{title} · peak {peak:.2f} GiB{suffix}",
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+        x_axis_label="time from step start (ms)",
+        y_axis_label="activations (GiB)",
+    )
+    source = ColumnDataSource(
+        {
+            "xs": xs,
+            "ys": ys,
+            "rank": [str(r) for r in ranks],
+            "color": colors,
+            "peak": [float(y.max(initial=0.0)) for y in ys],
+        }
+    )
+    lines = fig.multi_line(
+        xs="xs", ys="ys", line_color="color", line_width=1.5, source=source, name="activations"
+    )
+    fig.add_tools(
+        HoverTool(
+            renderers=[lines],
+            tooltips=[
+                ("rank", "@rank"),
+                ("time", "$x{0,0.00} ms"),
+                ("activations", "$y{0,0.00} GiB"),
+                ("rank peak", "@peak{0,0.00} GiB"),
+            ],
+        )
+    )
+    fig.toolbar.logo = None
+    return fig
+
+
+def _reduce(time_s: np.ndarray, values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step-function points; beyond ``max_points`` the maximum per time bin (peaks kept)."""
+    if len(time_s) <= max_points:
+        return np.repeat(time_s, 2)[1:], np.repeat(values, 2)[:-1]
+    edges = np.linspace(time_s[0], time_s[-1], max_points + 1)
+    bins = np.clip(np.searchsorted(edges, time_s, side="right") - 1, 0, max_points - 1)
+    peak = np.full(max_points, -np.inf)
+    np.maximum.at(peak, bins, values)
+    filled = np.maximum.accumulate(np.where(np.isfinite(peak), np.arange(max_points), 0))
+    return edges[:-1], peak[filled]
+
+
+def estimate_activation_figure(estimate: Estimate, **kwargs: Any) -> figure | None:
+    """``activation_figure`` of an Estimate, or None when the backend gave no activation timeline."""
+    if estimate.activation_timeline is None or estimate.activation_timeline.height == 0:
+        return None
+    return activation_figure(
+        estimate.activation_timeline, capacity_bytes=estimate.memory_capacity_bytes, **kwargs
+    )

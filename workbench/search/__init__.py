@@ -1,0 +1,16 @@
+"""The planner: enumerate every parallel plan, screen them in closed form, refine the best, explain.
+
+``search(model, cluster, workload, constraints)`` returns a ``SearchResult`` (frames documented in
+:mod:`workbench.search.result`). Modules: ``space`` (constraints and the plan space), ``grid`` (chunks of plan
+columns and rule checks), ``peak_memory`` and ``screen`` (closed-form memory and step time on arrays),
+``rank`` (objectives, top-k, Pareto), ``run`` (the chunked screen), ``refine`` (full backend, explanations),
+``planner`` (``search``).
+"""
+
+from workbench.search.grid import REASONS
+from workbench.search.planner import search
+from workbench.search.rank import DEFAULT_TOKEN_BUDGET, OBJECTIVES
+from workbench.search.result import SearchResult
+from workbench.search.space import Constraints
+
+__all__ = ["DEFAULT_TOKEN_BUDGET", "OBJECTIVES", "REASONS", "Constraints", "SearchResult", "search"]

@@ -1,0 +1,72 @@
+"""Objectives, best-k selection and the Pareto frontier of throughput against peak memory per device.
+
+Objectives (all computed from the screened step time):
+
+- ``throughput``: tokens per second over the cluster (higher is better);
+- ``time``: seconds to train a token budget, ``budget / tokens_per_s`` (lower is better);
+- ``cost``: device-hours to train the budget, ``time * num_devices / 3600`` (lower is better): on one
+  cluster size it ranks like throughput, across node counts it favours the most efficient size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+OBJECTIVES: dict[str, tuple[str, bool]] = {
+    "throughput": ("tokens_per_s", True),
+    "time": ("time_to_train_s", False),
+    "cost": ("device_hours", False),
+}
+"""Objective name -> (result column, higher is better)."""
+
+DEFAULT_TOKEN_BUDGET = 1e12
+"""Tokens of the training run the ``time`` and ``cost`` objectives price (1 T tokens; Llama 2 trained on 2 T,
+Llama 3 on 15 T)."""
+
+
+def check_objective(objective: str) -> None:
+    """Raise ValueError for an unknown objective name, listing the valid ones."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+
+
+def objective_columns(
+    tokens_per_s: np.ndarray, num_devices: np.ndarray | int, token_budget: float
+) -> dict[str, np.ndarray]:
+    """time_to_train_s and device_hours of a run of ``token_budget`` tokens at ``tokens_per_s``."""
+    time_s = token_budget / tokens_per_s
+    return {"time_to_train_s": time_s, "device_hours": time_s * num_devices / 3600.0}
+
+
+def score(columns: dict[str, np.ndarray], objective: str) -> np.ndarray:
+    """Higher-is-better score of every row for ``objective`` (negated where lower is better)."""
+    check_objective(objective)
+    name, higher = OBJECTIVES[objective]
+    values = np.asarray(columns[name], dtype=np.float64)
+    return values if higher else -values
+
+
+def best_indices(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest ``values``, largest first (ties: lower index first)."""
+    if k <= 0 or len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    part = np.argpartition(-values, k - 1)[:k] if len(values) > k else np.arange(len(values))
+    order = np.lexsort((part, -values[part]))
+    return part[order]
+
+
+def pareto_mask(throughput: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    """True for the plans no other plan beats on both axes: higher ``throughput`` and lower ``memory``.
+
+    Sort by memory (ties: higher throughput first) and keep each plan whose throughput exceeds every plan
+    with less memory; O(n log n). Exact duplicates keep one copy.
+    """
+    n = len(throughput)
+    mask = np.zeros(n, dtype=bool)
+    if n == 0:
+        return mask
+    order = np.lexsort((-throughput, memory))
+    t = throughput[order]
+    best_before = np.maximum.accumulate(np.concatenate(([-np.inf], t[:-1])))
+    mask[order[t > best_before]] = True
+    return mask

@@ -1,0 +1,175 @@
+"""``search``: screen every plan of one or more cluster sizes in chunks, keep the best, refine the top K.
+
+Per chunk of plans (bounded memory, ``grid.DEFAULT_CHUNK`` plans at a time): the rule checks of
+``grid.rule_reasons``; the closed-form peak memory of the plans that pass (``screen.screen_memory``); the
+closed-form step time of those that fit (``screen.screen_time``); then the chunk's best ``keep`` plans by the
+objective, its Pareto frontier and its closest memory misses join running pools that never exceed a few
+hundred rows. The pools become the frames of ``SearchResult``; the top K go through the full backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from workbench.search import grid, rank, screen
+from workbench.search.space import Constraints, PlanSpace, build_space
+
+if TYPE_CHECKING:
+    from workbench.calibration import Calibration
+    from workbench.hardware import ClusterSpec
+    from workbench.model import ModelSpec
+    from workbench.plan import Workload
+
+Progress = Callable[[int, int], None]
+"""Called with (plans screened so far, plans in the whole search)."""
+
+Pool = dict[str, np.ndarray]
+
+NUM_MISSES = 5
+
+
+@dataclass(kw_only=True)
+class _Pools:
+    """Running best plans, frontier and misses over all chunks (numpy columns)."""
+
+    best: list[Pool] = field(default_factory=list)
+    frontier: list[Pool] = field(default_factory=list)
+    misses: list[Pool] = field(default_factory=list)
+    rejections: dict[str, int] = field(default_factory=lambda: {k: 0 for k, _ in grid.REASONS})
+    num_plans: int = 0
+    num_feasible: int = 0
+    num_costed: int = 0
+
+
+def _take(cols: Pool, idx: np.ndarray) -> Pool:
+    return {k: v[idx] for k, v in cols.items()}
+
+
+def _concat(pools: list[Pool]) -> Pool:
+    if not pools:
+        return {}
+    return {k: np.concatenate([p[k] for p in pools]) for k in pools[0]}
+
+
+def _compact(pools: _Pools, objective: str, keep: int) -> None:
+    best = _concat(pools.best)
+    pools.best = [_take(best, rank.best_indices(rank.score(best, objective), keep))] if best else []
+    front = _concat(pools.frontier)
+    if front:
+        pools.frontier = [_take(front, rank.pareto_mask(front["tokens_per_s"], front["peak_memory_bytes"]))]
+    miss = _concat(pools.misses)
+    if miss:
+        pools.misses = [_take(miss, rank.best_indices(-miss["memory_frac"], NUM_MISSES))]
+
+
+def _screen_chunk(
+    ctx: screen.ScreenContext,
+    space: PlanSpace,
+    cols: Pool,
+    pools: _Pools,
+    objective: str,
+    keep: int,
+    token_budget: float,
+    headroom_frac: float,
+) -> None:
+    reasons = grid.rule_reasons(cols, ctx.model, ctx.workload, ctx.schedule_names)
+    per_row = len(space.zero_stage) * len(space.recompute_code)
+    for i, (key, _) in enumerate(grid.REASONS[: grid.MEMORY_REASON]):
+        pools.rejections[key] += per_row * int(np.count_nonzero(reasons == i))
+    valid = grid.expand(space, _take(cols, np.flatnonzero(reasons < 0)))
+    mem = screen.screen_memory(ctx, valid)
+    valid.update(mem)
+    limit = ctx.capacity_bytes * (1.0 - headroom_frac)
+    fits = valid["peak_memory_bytes"] <= limit
+    pools.rejections["memory"] += int(np.count_nonzero(~fits))
+    if not fits.all():
+        miss = _take(valid, np.flatnonzero(~fits))
+        pools.misses.append(_take(miss, rank.best_indices(-miss["memory_frac"], NUM_MISSES)))
+    ok = _take(valid, np.flatnonzero(fits))
+    pools.num_costed += len(fits)
+    pools.num_feasible += len(ok["tp"])
+    if not len(ok["tp"]):
+        return
+    ok.update(screen.screen_time(ctx, ok))
+    ok.update(rank.objective_columns(ok["tokens_per_s"], ok["num_devices"], token_budget))
+    pools.best.append(_take(ok, rank.best_indices(rank.score(ok, objective), keep)))
+    pools.frontier.append(
+        _take(ok, np.flatnonzero(rank.pareto_mask(ok["tokens_per_s"], ok["peak_memory_bytes"])))
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScreenOutcome:
+    """What the screen of all cluster sizes found (numpy columns; see ``result.SearchResult`` for frames)."""
+
+    best: Pool
+    frontier: Pool
+    misses: Pool
+    rejections: dict[str, int]
+    num_plans: int
+    num_costed: int
+    num_feasible: int
+    screen_s: float
+    clusters: tuple[ClusterSpec, ...]
+    schedule_names: tuple[str, ...]
+
+
+def screen_all(
+    model: ModelSpec,
+    clusters: Sequence[ClusterSpec],
+    workload: Workload,
+    constraints: Constraints,
+    *,
+    calibration: Calibration,
+    objective: str = "throughput",
+    keep: int = 200,
+    token_budget: float = rank.DEFAULT_TOKEN_BUDGET,
+    chunk_plans: int = grid.DEFAULT_CHUNK,
+    progress: Progress | None = None,
+) -> ScreenOutcome:
+    """Screen every plan of ``model`` on each of ``clusters`` (one per node count) under ``constraints``.
+
+    Returns the ``keep`` best feasible plans by ``objective``, the Pareto frontier (tokens/s against peak
+    memory per device), the closest memory misses and the rejection counts. Memory stays bounded by
+    ``chunk_plans`` plans of numpy columns plus the pools.
+    """
+    rank.check_objective(objective)
+    start = time.perf_counter()
+    pools = _Pools()
+    spaces = [
+        (c, build_space(model, c, constraints))
+        for c in clusters
+        if constraints.max_devices is None or c.num_devices <= constraints.max_devices
+    ]
+    total = sum(s.size for _, s in spaces)
+    names: tuple[str, ...] = spaces[0][1].schedule_names if spaces else ()
+    for cluster, space in spaces:
+        ctx = screen.ScreenContext.build(model, cluster, workload, calibration, space)
+        for lo, hi in grid.chunk_bounds(space, chunk_plans):
+            cols = grid.rule_columns(space, lo, hi, workload.global_batch_size)
+            cols["num_devices"] = np.full(len(cols["tp"]), cluster.num_devices, dtype=np.int64)
+            cols["num_nodes"] = np.full(len(cols["tp"]), cluster.num_nodes, dtype=np.int64)
+            _screen_chunk(
+                ctx, space, cols, pools, objective, keep, token_budget, constraints.memory_headroom_frac
+            )
+            pools.num_plans += (hi - lo) * space.inner_size
+            _compact(pools, objective, keep)
+            if progress is not None:
+                progress(pools.num_plans, total)
+    return ScreenOutcome(
+        best=_concat(pools.best),
+        frontier=_concat(pools.frontier),
+        misses=_concat(pools.misses),
+        rejections=pools.rejections,
+        num_plans=pools.num_plans,
+        num_costed=pools.num_costed,
+        num_feasible=pools.num_feasible,
+        screen_s=time.perf_counter() - start,
+        clusters=tuple(c for c, _ in spaces),
+        schedule_names=names,
+    )

@@ -1,0 +1,218 @@
+"""What the planner may choose: ``Constraints`` and the candidate values of every plan axis.
+
+A plan of N devices is a layout row times ep, micro_batch_size, zero_stage and recompute (``PlanSpace``).
+Layout rows combine:
+
+- (tp, sequence_parallel): sequence parallelism only with tp > 1 (it shards along tp);
+- cp;
+- (pp, vpp, schedule): pp = 1 has one row (vpp = 1, no schedule); a schedule that needs an exact vpp
+  (``workbench.schedules.required_vpp``) gets only that one;
+
+keeping those whose tp * cp * pp divides N; dp is the quotient (so dp*tp*pp*cp = N). Every other rule (divisibility, schedule rules, memory) is a
+rejection counted by ``workbench.search.grid``, not an exclusion from the space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from workbench.plan import Recompute
+from workbench.schedules import SCHEDULE_NAMES, required_vpp
+
+if TYPE_CHECKING:
+    from workbench.hardware import ClusterSpec
+    from workbench.model import ModelSpec
+
+AXES: tuple[str, ...] = ("tp", "cp", "pp", "ep", "vpp", "micro_batch_size")
+"""Axes whose degrees ``Constraints.fixed`` and ``Constraints.maximum`` may name."""
+
+RECOMPUTE_CODES: tuple[str, ...] = tuple(r.value for r in Recompute)
+"""Integer code i of the ``recompute`` column means ``RECOMPUTE_CODES[i]`` (none, selective, full)."""
+
+NO_SCHEDULE = "1f1b"
+"""Schedule name stored for pp = 1 plans (``ParallelPlan`` ignores it there)."""
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of ``n`` in increasing order."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Constraints:
+    """Limits on the plans a search considers. Unset limits leave the axis free."""
+
+    max_devices: int | None = None
+    """Largest device count to use; node counts above it are skipped. None: no limit."""
+    memory_headroom_frac: float = 0.0
+    """Share of the device memory kept free: a plan fits if peak <= capacity * (1 - headroom). 0..1."""
+    fixed: dict[str, int] = field(default_factory=dict)
+    """Axis -> the only allowed degree, e.g. ``{"tp": 8}``. Axes: see ``AXES``."""
+    maximum: dict[str, int] = field(default_factory=dict)
+    """Axis -> largest allowed degree, e.g. ``{"tp": 8}``. Default for tp: the span of the cluster's
+    innermost network level (the NVLink domain); vpp: 8."""
+    micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    """Candidate micro-batch sizes (sequences)."""
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = RECOMPUTE_CODES
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    """Allowed values when tp > 1 (tp = 1 always runs without)."""
+    schedules: tuple[str, ...] = tuple(s for s in SCHEDULE_NAMES if s not in ("v-half", "v-min"))
+    """Allowed pipeline schedules (pp > 1). By default every built-in one except the memory-capped V-Half
+    and V-Min, whose bubble the closed-form screen can only roughly price (``workbench.search.bubble``)."""
+
+    def __post_init__(self) -> None:
+        if self.max_devices is not None and self.max_devices < 1:
+            raise ValueError(f"Constraints: max_devices must be >= 1, got {self.max_devices!r}")
+        if not 0.0 <= self.memory_headroom_frac < 1.0:
+            raise ValueError(
+                f"Constraints: memory_headroom_frac must be in [0, 1), got {self.memory_headroom_frac!r}"
+            )
+        for name in ("fixed", "maximum"):
+            for axis, value in getattr(self, name).items():
+                if axis not in AXES:
+                    raise ValueError(
+                        f"Constraints: {name} names unknown axis {axis!r}; allowed: {', '.join(AXES)}"
+                    )
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ValueError(f"Constraints: {name}[{axis}] must be an integer >= 1, got {value!r}")
+        self._check_choices()
+
+    def _check_choices(self) -> None:
+        bad = [s for s in self.schedules if s not in SCHEDULE_NAMES]
+        if bad or not self.schedules:
+            raise ValueError(
+                f"Constraints: schedules {bad or '()'} unknown; allowed: {', '.join(SCHEDULE_NAMES)}"
+            )
+        bad_rc = [r for r in self.recompute if r not in RECOMPUTE_CODES]
+        if bad_rc or not self.recompute:
+            raise ValueError(
+                f"Constraints: recompute {bad_rc} unknown; allowed: {', '.join(RECOMPUTE_CODES)}"
+            )
+        if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
+            raise ValueError(f"Constraints: zero_stages must be among 0, 1, 2, 3, got {self.zero_stages!r}")
+        if not self.micro_batch_sizes or any(int(b) != b or b < 1 for b in self.micro_batch_sizes):
+            raise ValueError(
+                f"Constraints: micro_batch_sizes must be integers >= 1, got {self.micro_batch_sizes!r}"
+            )
+        if not self.sequence_parallel:
+            raise ValueError("Constraints: sequence_parallel needs at least one allowed value")
+
+    def allowed(self, axis: str, candidates: list[int], default_max: int | None = None) -> list[int]:
+        """``candidates`` limited by ``fixed[axis]`` and ``maximum[axis]`` (or ``default_max``)."""
+        if axis in self.fixed:
+            return [c for c in candidates if c == self.fixed[axis]]
+        cap = self.maximum.get(axis, default_max)
+        return [c for c in candidates if cap is None or c <= cap]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanSpace:
+    """The plan space of one cluster size: a layout table times four independent axes.
+
+    ``layout`` rows are the (tp, sequence_parallel, cp, pp, vpp, schedule) combinations whose degrees fit the
+    device count (tp * cp * pp divides it; dp is the quotient). Every plan is one layout row combined with
+    one value of each of ep, micro_batch_size, zero_stage and recompute_code (C order, recompute fastest).
+    """
+
+    num_devices: int
+    layout: dict[str, np.ndarray]
+    """Columns tp, cp, pp, dp, vpp (int64), sequence_parallel (bool), schedule_code (int16: index into
+    ``schedule_names``)."""
+    ep: np.ndarray
+    micro_batch_size: np.ndarray
+    zero_stage: np.ndarray
+    recompute_code: np.ndarray
+    """Index into ``RECOMPUTE_CODES``."""
+    schedule_names: tuple[str, ...]
+
+    @property
+    def inner_shape(self) -> tuple[int, ...]:
+        """Values per inner axis: ep, micro_batch_size, zero_stage, recompute_code."""
+        return (len(self.ep), len(self.micro_batch_size), len(self.zero_stage), len(self.recompute_code))
+
+    @property
+    def inner_size(self) -> int:
+        return int(np.prod(self.inner_shape, dtype=np.int64))
+
+    @property
+    def size(self) -> int:
+        return len(self.layout["tp"]) * self.inner_size
+
+
+def _pipeline_table(
+    model: ModelSpec, pps: list[int], vpps: list[int], schedules: tuple[str, ...]
+) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    rows: list[tuple[int, int, int]] = []
+    names = (NO_SCHEDULE, *[s for s in schedules if s != NO_SCHEDULE])
+    for pp in pps:
+        if pp == 1:
+            rows.append((1, 1, 0))
+            continue
+        for code, name in enumerate(names):
+            if name not in schedules:
+                continue
+            fixed = required_vpp(name)
+            for vpp in [fixed] if fixed is not None else vpps:
+                rows.append((pp, vpp, code))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    return {"pp": arr[:, 0], "vpp": arr[:, 1], "schedule_code": arr[:, 2].astype(np.int16)}, names
+
+
+def _layout(tensor: list[tuple[int, bool]], cps: list[int], pipeline: dict[str, np.ndarray], n: int) -> dict:
+    t_idx, c_idx, p_idx = (
+        a.ravel()
+        for a in np.meshgrid(
+            np.arange(len(tensor)), np.arange(len(cps)), np.arange(len(pipeline["pp"])), indexing="ij"
+        )
+    )
+    tp = np.array([t[0] for t in tensor], dtype=np.int64).reshape(-1)[t_idx]
+    sp = np.array([t[1] for t in tensor], dtype=bool).reshape(-1)[t_idx]
+    cp = np.array(cps, dtype=np.int64).reshape(-1)[c_idx]
+    pp = pipeline["pp"][p_idx]
+    keep = n % (tp * cp * pp) == 0
+    cols = {
+        "tp": tp,
+        "sequence_parallel": sp,
+        "cp": cp,
+        "pp": pp,
+        "vpp": pipeline["vpp"][p_idx],
+        "schedule_code": pipeline["schedule_code"][p_idx],
+    }
+    cols = {k: v[keep] for k, v in cols.items()}
+    cols["dp"] = n // (cols["tp"] * cols["cp"] * cols["pp"])
+    return cols
+
+
+def build_space(model: ModelSpec, cluster: ClusterSpec, constraints: Constraints) -> PlanSpace:
+    """The plan space of ``model`` on ``cluster`` under ``constraints``.
+
+    tp, cp and pp range over the divisors of the device count whose product divides it (dp takes the rest);
+    tp is capped by default at the span of the innermost network level; ep ranges over the divisors of the
+    routed experts (1 for a dense model); vpp over 1..maximum (8 by default); the rest over the constraint's
+    lists.
+    """
+    n = cluster.num_devices
+    c = constraints
+    tps = c.allowed("tp", divisors(n), default_max=cluster.levels[0].span or n)
+    sp_values = sorted(set(c.sequence_parallel))
+    tensor = [(tp, sp) for tp in tps for sp in ([False] if tp == 1 else sp_values)]
+    vpps = c.allowed("vpp", list(range(1, 65)), default_max=8)
+    pipeline, names = _pipeline_table(model, c.allowed("pp", divisors(n)), vpps, c.schedules)
+    eps = c.allowed("ep", divisors(model.num_experts) if model.is_moe else [1])
+    mbs = sorted(
+        set(c.micro_batch_sizes) | ({c.fixed["micro_batch_size"]} if "micro_batch_size" in c.fixed else set())
+    )
+    return PlanSpace(
+        num_devices=n,
+        layout=_layout(tensor, c.allowed("cp", divisors(n)), pipeline, n),
+        ep=np.array(eps, dtype=np.int64),
+        micro_batch_size=np.array(c.allowed("micro_batch_size", mbs), dtype=np.int64),
+        zero_stage=np.array(sorted(set(c.zero_stages)), dtype=np.int64),
+        recompute_code=np.array(sorted(RECOMPUTE_CODES.index(r) for r in set(c.recompute)), dtype=np.int64),
+        schedule_names=names,
+    )
