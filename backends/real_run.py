@@ -2,18 +2,9 @@
 
 ``RealRunBackend(steps=3).estimate(model, cluster, workload, plan)`` writes ``config.json`` (and the schedule's
 CSV) into a run folder, starts ``plan.num_devices`` workers with ``backends.launch.run_torchrun`` (gloo on CPU,
-NCCL when CUDA is present), reads the per-rank results (``backends.run_worker``) and assembles:
-
-- ``step_time_s``: median over the steps after ``warmup_steps`` of the slowest rank's step (barrier to end of
-  the optimizer step); the spread (min..max) is in the notes;
-- ``timeline``: the actions of the median step on the ranks with dp = tp = 0 (``rank`` is the pipeline rank;
-  ops F, B, I, W and ``wait``; seconds from the step's barrier);
-- ``bubble_fraction``: idle share of pp x makespan over the compute actions (GPipe's convention, the
-  simulator's ``bubble_fraction_of_step``);
-- ``memory``: parameters, gradients and optimizer states counted from the live tensors; activations_bytes is
-  the measured peak (CUDA allocator; on CPU the RSS high-water mark minus the RSS before the model was built)
-  minus those three, so it also holds allocator and framework overhead;
-- MFU from ``model.model_flop_per_token`` (PaLM's definition) over ``cluster.device.peak(workload.dtype)``.
+NCCL when CUDA is present), reads the per-rank results (``backends.run_worker``) into a ``RunResult`` and
+turns it into the measured Estimate with ``backends.real_estimate.to_estimate`` (what each number is: see
+that module).
 
 The model is the one given (shrink it first: ``workbench run --layers/--hidden``); the run is in fp32.
 """
@@ -22,63 +13,24 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from backends.launch import LaunchConfig, run_torchrun
-from workbench.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Estimate, StepBreakdown
+from backends.real_estimate import (
+    COMPUTE_OPS,
+    RunResult,
+    bubble_fraction,
+    memory_rows,
+    timeline_rows,
+    to_estimate,
+)
+from workbench.estimate import Estimate
 from workbench.hardware import ClusterSpec, DType
 from workbench.model import ModelSpec
 from workbench.plan import ParallelPlan, Workload
 from workbench.schedules import Schedule, build_schedule, write_schedule_csv
-
-COMPUTE_OPS = ("F", "B", "I", "W")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunResult:
-    """What a real run produced: the per-rank results (``rank<k>.json``) and where they are."""
-
-    run_dir: Path
-    ranks: list[dict[str, Any]]
-    """Per global rank: coords, stages, expected_order, steps (step_time_s, actions, loss), memory."""
-    schedule: Schedule
-    warmup_steps: int
-    wall_s: float
-    reference_losses: list[float] | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def losses(self) -> list[float]:
-        """Per step, the training loss averaged over data-parallel replicas (from the last-stage ranks)."""
-        last = self.schedule.stage_to_rank[self.schedule.num_stages - 1]
-        rows = [r for r in self.ranks if r["coords"].get("pp", 0) == last and r["coords"].get("tp", 0) == 0]
-        return [statistics.fmean(r["steps"][i]["loss"] for r in rows) for i in range(len(rows[0]["steps"]))]
-
-    def step_times_s(self) -> list[float]:
-        """Per measured step (after warm-up), the slowest rank's step time."""
-        num = len(self.ranks[0]["steps"])
-        return [max(r["steps"][i]["step_time_s"] for r in self.ranks) for i in range(self.warmup_steps, num)]
-
-    def median_step(self) -> int:
-        """Index of the measured step whose time is the median (the lower one for an even count)."""
-        times = self.step_times_s()
-        order = sorted(range(len(times)), key=times.__getitem__)
-        return self.warmup_steps + order[(len(order) - 1) // 2]
-
-    def timeline_problems(self) -> list[str]:
-        """Every rank and step whose compute actions are not exactly its schedule's, once each, in order."""
-        problems = []
-        for r in self.ranks:
-            for s in r["steps"]:
-                got = [f"{a[0]}{a[1]}{a[2]}" for a in s["actions"] if a[1] in COMPUTE_OPS]
-                if got != r["expected_order"]:
-                    problems.append(
-                        f"rank {r['rank']} step {s['step']}: ran {got}, expected {r['expected_order']}"
-                    )
-        return problems
 
 
 def device_kind() -> str:
@@ -216,147 +168,22 @@ def real_run(
     )
 
 
-def _pipeline_ranks(run: RunResult) -> list[dict[str, Any]]:
-    rows = [r for r in run.ranks if r["coords"].get("dp", 0) == 0 and r["coords"].get("tp", 0) == 0]
-    return sorted(rows, key=lambda r: r["coords"].get("pp", 0))
-
-
-def timeline_rows(run: RunResult, step: int) -> list[dict[str, Any]]:
-    """Rows (TIMELINE_COLUMNS) of ``step`` on the dp = tp = 0 ranks; ``rank`` is the pipeline rank."""
-    out = []
-    for r in _pipeline_ranks(run):
-        pp_rank = r["coords"].get("pp", 0)
-        for stage, op, mb, start, end in r["steps"][step]["actions"]:
-            chunk = run.schedule.chunk_of_stage(stage) if stage >= 0 else -1
-            out.append(
-                {
-                    "rank": pp_rank,
-                    "stage": stage,
-                    "chunk": chunk,
-                    "microbatch": mb,
-                    "op": op,
-                    "start_s": start,
-                    "end_s": end,
-                }
-            )
-    return out
-
-
-def bubble_fraction(rows: list[dict[str, Any]], pp: int) -> float:
-    """Idle share of pp x makespan over compute actions (GPipe, arXiv:1811.06965; the simulator's convention 1)."""
-    compute = [r for r in rows if r["op"] in COMPUTE_OPS]
-    if not compute:
-        return 0.0
-    makespan = max(r["end_s"] for r in compute) - min(r["start_s"] for r in compute)
-    busy = sum(r["end_s"] - r["start_s"] for r in compute)
-    return max(0.0, (pp * makespan - busy) / (pp * makespan)) if makespan > 0 else 0.0
-
-
-def memory_rows(run: RunResult) -> list[dict[str, Any]]:
-    """One row per pipeline rank: the largest of its dp/tp ranks' counted and measured bytes."""
-    by_pp: dict[int, dict[str, Any]] = {}
-    for r in run.ranks:
-        mem = r["memory"]
-        counted = mem["parameters_bytes"] + mem["gradients_bytes"] + mem["optimizer_states_bytes"]
-        row = {
-            "rank": r["coords"].get("pp", 0),
-            "parameters_bytes": float(mem["parameters_bytes"]),
-            "gradients_bytes": float(mem["gradients_bytes"]),
-            "optimizer_states_bytes": float(mem["optimizer_states_bytes"]),
-            "activations_bytes": float(max(0, mem["peak_bytes"] - counted)),
-            "buffers_bytes": 0.0,
-            "other_bytes": 0.0,
-        }
-        row["total_bytes"] = sum(row[c] for c in MEMORY_COLUMNS)
-        if row["rank"] not in by_pp or row["total_bytes"] > by_pp[row["rank"]]["total_bytes"]:
-            by_pp[row["rank"]] = row
-    return [by_pp[k] for k in sorted(by_pp)]
-
-
-def to_estimate(
-    run: RunResult, model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan
-) -> Estimate:
-    """The measured ``Estimate`` of a run (see the module docstring for what each number is)."""
-    import polars as pl
-
-    times = run.step_times_s()
-    step_s = statistics.median(times)
-    step = run.median_step()
-    rows = timeline_rows(run, step)
-    timeline = pl.DataFrame(
-        rows,
-        schema={
-            "rank": pl.Int64,
-            "stage": pl.Int64,
-            "chunk": pl.Int64,
-            "microbatch": pl.Int64,
-            "op": pl.Utf8,
-            "start_s": pl.Float64,
-            "end_s": pl.Float64,
-        },
-    ).select(TIMELINE_COLUMNS)
-    bubble = bubble_fraction(rows, plan.pp)
-    optimizer_s = max(r["steps"][step]["optimizer_s"] for r in run.ranks)
-    waits_s = max(
-        (
-            sum(x["end_s"] - x["start_s"] for x in rows if x["op"] == "wait" and x["rank"] == k)
-            for k in range(plan.pp)
-        ),
-        default=0.0,
-    )
-    compute_s = max(0.0, step_s - optimizer_s - bubble * step_s)
-    tokens = workload.tokens_per_step
-    flop_per_s = model.model_flop_per_token(workload.seq_len) * tokens / step_s / plan.num_devices
-    notes = _notes(run, times, waits_s)
-    peak, inv_peak = _peak(cluster, workload)
-    if peak is None:
-        notes.append(f"MFU not computed: device {cluster.device.id!r} has no {workload.dtype} peak")
-    return Estimate(
-        backend="real-run",
-        model=model,
-        cluster=cluster,
-        workload=workload,
-        plan=plan,
-        step_time_s=step_s,
-        tokens_per_s=tokens / step_s,
-        mfu=inv_peak * flop_per_s,
-        hfu=inv_peak * flop_per_s,
-        model_flop_per_s_per_device=flop_per_s,
-        bubble_fraction=bubble,
-        breakdown=StepBreakdown(compute_s=compute_s, bubble_s=bubble * step_s, optimizer_s=optimizer_s),
-        memory=pl.DataFrame(memory_rows(run)),
-        memory_capacity_bytes=cluster.device.hbm_bytes,
-        timeline=timeline,
-        measured=True,
-        notes=tuple(notes),
-    )
-
-
-def _peak(cluster: ClusterSpec, workload: Workload) -> tuple[float | None, float]:
-    peak = cluster.device.peak_flop_per_s.get(DType(workload.dtype))
-    return peak, (1.0 / peak if peak else 0.0)
-
-
-def _notes(run: RunResult, times: list[float], waits_s: float) -> list[str]:
-    ranks = run.ranks[0]
-    notes = [
-        f"measured on {ranks['device']} with torch {ranks['torch_version']}, schedule run by "
-        f"{ranks['schedule_class']}; step time: median of {len(times)} steps after {run.warmup_steps} warm-up "
-        f"(min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms); run folder {run.run_dir}",
-        f"time blocked on pipeline neighbours (wait) on the worst rank: {waits_s * 1e3:.1f} ms per step",
-        "activations_bytes = measured peak - parameters - gradients - optimizer states "
-        f"({run.ranks[0]['memory']['peak_kind']}; includes allocator and framework overhead)",
-    ]
-    if run.reference_losses is not None:
-        got = run.losses()
-        err = max(abs(a - b) / abs(b) for a, b in zip(got, run.reference_losses, strict=True))
-        notes.append(
-            f"loss vs single-process reference: max relative difference {err:.2e} over {len(got)} steps"
-        )
-    problems = run.timeline_problems()
-    if problems:
-        notes.append(f"timeline differs from the schedule on {len(problems)} rank-steps: {problems[0]}")
-    return notes
+__all__ = [
+    "COMPUTE_OPS",
+    "LOOPBACK_BYTES_PER_S",
+    "LOOPBACK_LATENCY_S",
+    "RealRunBackend",
+    "RunResult",
+    "bubble_fraction",
+    "check_plan",
+    "device_kind",
+    "local_cluster",
+    "memory_rows",
+    "real_run",
+    "timeline_rows",
+    "to_estimate",
+    "write_config",
+]
 
 
 class RealRunBackend:

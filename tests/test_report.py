@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import polars as pl
 import pytest
@@ -162,3 +163,54 @@ def test_cli_estimate_writes_a_report(tmp_path, workbench_cli):
     assert len(again.stderr.strip().splitlines()) == 1
     bad = workbench_cli(*args, "--report", str(tmp_path / "x.html"), "--plan-index", "3")
     assert bad.returncode != 0 and "--plan-index" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _predicted_and_measured():
+    """GPipe p=4, m=8 simulated with F = 2 ms ("predicted", backend named EVIL) and F = 3 ms ("measured")."""
+    plan = ParallelPlan(pp=4, schedule="gpipe")
+    predicted = renamed(sample_estimate(plan=plan, num_microbatches=8, forward_s=2e-3), EVIL)
+    measured = renamed(sample_estimate(plan=plan, num_microbatches=8, forward_s=3e-3), EVIL)
+    return replace(predicted, backend=EVIL), replace(measured, backend="real-run", measured=True)
+
+
+def _gpipe_step_ms(forward_s: float, pp: int = 4, m: int = 8) -> tuple[float, float]:
+    """(step time ms, bubble fraction) of the sample GPipe estimate in closed form: makespan
+    (m + p - 1)(F + B) + 2 (p - 1) c with B = 2F, c = F/20, plus the sample's TP (F), DP (2F) and
+    optimizer (F) terms; bubble = 1 - per-rank busy m (F + B) / makespan (GPipe, arXiv:1811.06965)."""
+    makespan_s = (m + pp - 1) * 3 * forward_s + 2 * (pp - 1) * forward_s / 20
+    return (makespan_s + 4 * forward_s) * 1e3, 1 - m * 3 * forward_s / makespan_s
+
+
+def test_report_overlays_predicted_and_measured_with_a_table(tmp_path):
+    predicted, measured = _predicted_and_measured()
+    out = write_report(
+        tmp_path / "run.html",
+        estimates=[measured, predicted],
+        command="workbench run --model '<b>m</b>'",
+        comparison=(predicted, measured),
+    )
+    text = out.read_text(encoding="utf-8")
+    assert text.count(">Predicted vs measured</h2>") == 1
+    section = text[
+        text.index(">Predicted vs measured</h2>") : text.index("</table>", text.index("Predicted vs"))
+    ]
+    step_pred, bubble_pred = _gpipe_step_ms(2e-3)
+    step_meas, bubble_meas = _gpipe_step_ms(3e-3)
+    tokens_per_step = 4096 * 8
+    assert f"{step_pred:,.2f}" in section and f"{step_meas:,.2f}" in section
+    assert f"{(step_pred / step_meas - 1) * 100:+.1f} %" in section
+    assert f"{bubble_pred * 100:.1f}" in section and f"{bubble_meas * 100:.1f}" in section
+    assert f"{tokens_per_step / (step_pred / 1e3):,.0f}" in section
+    assert f"{(step_meas / step_pred - 1) * 100:+.1f} %" in section  # tokens/s error: inverse of the step's
+    # sample memory: 8 + 8 + 24 + 1 + 2 GiB, plus GPipe's rank 0 holding all m = 8 activations of 2 GiB
+    assert f"{8 + 8 + 24 + 1 + 2 + 8 * 2:,.3f}" in section and "peak memory per rank (GiB)" in section
+    assert EVIL not in text and html.escape(EVIL) in section and "<b>m</b>" not in text
+    assert LINKS.search(text) is None
+    assert text.count("data-root-id") == 1 + render_report(
+        estimates=[measured, predicted], command="x"
+    ).count("data-root-id")
+
+
+def test_report_without_comparison_has_no_overlay_section(estimates):
+    text = render_report(estimates=estimates, command="x")
+    assert "Predicted vs measured" not in text

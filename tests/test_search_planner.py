@@ -118,3 +118,16 @@ def test_bad_arguments_raise_value_errors():
         search(model, cluster, workload, nodes=[0])
     with pytest.raises(ValueError, match="backend"):
         search(model, cluster, workload, backend="nope", top_k=1)
+
+
+def test_report_frame_marks_tiers_and_misses():
+    result = search(
+        load_model("llama-3.1-8b"),
+        load_cluster("dgx-h100", num_nodes=1),
+        Workload(seq_len=4096, global_batch_size=32),
+        top_k=3,
+    )
+    frame = result.report_frame()
+    assert frame.filter(frame["tier"] == "refined").height == 3
+    assert set(frame["tier"].unique().to_list()) == {"refined", "screened"}
+    assert {"tokens_per_s", "peak_memory_bytes", "fits", "rejected_reason"} <= set(frame.columns)

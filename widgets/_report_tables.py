@@ -92,6 +92,38 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
     return {"header": header, "rows": rows, "numeric": numeric, "classes": classes}
 
 
+def comparison_table(predicted: Estimate, measured: Estimate) -> dict[str, Any]:
+    """Predicted vs measured: step time, bubble fraction, tokens/s, peak memory, and the relative error
+    predicted / measured - 1 (blank where the measured value is 0)."""
+
+    def err(p: float, m: float) -> str:
+        return f"{(p / m - 1) * 100:+.1f} %" if m else "-"
+
+    quantities = [
+        ("step time (ms)", predicted.step_time_s * MS_PER_S, measured.step_time_s * MS_PER_S, ",.2f"),
+        ("bubble fraction (%)", predicted.bubble_fraction * 100, measured.bubble_fraction * 100, ".1f"),
+        ("tokens/s", predicted.tokens_per_s, measured.tokens_per_s, ",.0f"),
+        (
+            "peak memory per rank (GiB)",
+            predicted.peak_memory_bytes / GIB,
+            measured.peak_memory_bytes / GIB,
+            ",.3f",
+        ),
+    ]
+    rows = [[name, format(p, fmt), format(m, fmt), err(p, m)] for name, p, m, fmt in quantities]
+    return {
+        "header": [
+            "quantity",
+            f"predicted ({predicted.backend})",
+            f"measured ({measured.backend})",
+            "error (predicted / measured - 1)",
+        ],
+        "rows": rows,
+        "numeric": [False, True, True, True],
+        "classes": [""] * len(rows),
+    }
+
+
 def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
     """The first ``max_rows`` plans of a search frame with its display columns."""
     head = frame.head(max_rows)

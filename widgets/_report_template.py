@@ -63,6 +63,15 @@ Open offline: everything is inside this file.</p>
 </table>
 {% endif %}
 
+{% if comparison %}
+<h2 id="predicted-vs-measured">Predicted vs measured</h2>
+<p class="note">The same plan priced by a backend (predicted) and run for real (measured). Error = predicted / measured - 1.
+In the timeline each lane has two rows: predicted (light, outlined) above measured (solid); the dashed line is the
+predicted makespan, the solid one the measured makespan.</p>
+{{ table(comparison) }}
+<div class="figure">{{ divs["comparison"] | safe }}</div>
+{% endif %}
+
 {% for section in sections %}
 <h2>{{ section.heading }}</h2>
 {% for fig in section.figures %}<div class="figure">{{ divs[fig] | safe }}</div>

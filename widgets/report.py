@@ -29,9 +29,10 @@ from bokeh.embed import components
 from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.resources import INLINE
 
-from widgets._report_tables import input_blocks, plans_table, search_table
+from widgets._report_tables import comparison_table, input_blocks, plans_table, search_table
 from widgets._report_template import REPORT_TEMPLATE
 from widgets.plots import (
+    comparison_timeline_figure,
     estimate_activation_figure,
     estimate_memory_figure,
     estimate_timeline_figure,
@@ -65,13 +66,16 @@ def write_report(
     validation: Mapping[str, float] | None = None,
     notes: Sequence[str] = (),
     search_rows: int = 50,
+    comparison: tuple[Estimate, Estimate] | None = None,
 ) -> Path:
     """Write the report to ``path`` and return it.
 
     ``estimates`` are the ranked plans, best first (at least one); figures are drawn for the best and for
     ``estimates[plan_index]``. ``search_results`` adds the search scatter and table (columns above).
     ``validation`` maps a backend name to its mean absolute percentage error against published runs
-    (a fraction, 0.12 = 12 %). ``command`` is shown as the way to reproduce the file.
+    (a fraction, 0.12 = 12 %). ``command`` is shown as the way to reproduce the file. ``comparison``
+    (predicted, measured) adds a "Predicted vs measured" section: both timelines on the same axes
+    (``comparison_timeline_figure``) and a table of step time, bubble, tokens/s and peak memory with the error.
     Raises FileExistsError if ``path`` exists and not ``force``, FileNotFoundError if its folder is missing,
     ValueError for no estimates or a ``plan_index`` out of range.
     """
@@ -85,6 +89,7 @@ def write_report(
         validation=validation,
         notes=notes,
         search_rows=search_rows,
+        comparison=comparison,
     )
     out.write_text(html, encoding="utf-8")
     return out
@@ -109,6 +114,7 @@ def render_report(
     validation: Mapping[str, float] | None = None,
     notes: Sequence[str] = (),
     search_rows: int = 50,
+    comparison: tuple[Estimate, Estimate] | None = None,
 ) -> str:
     """The report's HTML text (see ``write_report``)."""
     if not estimates:
@@ -116,6 +122,8 @@ def render_report(
     if not 0 <= plan_index < len(estimates):
         raise ValueError(f"write_report: plan_index must be in 0..{len(estimates) - 1}, got {plan_index}")
     figures, sections = _figures(estimates, search_results, plan_index)
+    if comparison is not None:
+        figures["comparison"] = comparison_timeline_figure(*comparison)
     script, divs = components(figures)
     best = estimates[0]
     context: dict[str, Any] = {
@@ -128,6 +136,7 @@ def render_report(
         "validation": [(k, f"{v * 100:.1f} %") for k, v in (validation or {}).items()],
         "notes": _notes(estimates, notes),
         "sections": sections,
+        "comparison": comparison_table(*comparison) if comparison is not None else None,
         "divs": divs,
         "command": command,
         **_resources(list(figures.values()), script),

@@ -10,6 +10,7 @@ import io
 import shlex
 
 import panel as pn
+from panel.io.document import hold
 
 from widgets.app.compare_search import CompareView, SearchView
 from widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
@@ -79,6 +80,7 @@ class WorkbenchApp:
 
     def __init__(self, state: WorkbenchState | None = None, store: WorkbenchStore | None = None) -> None:
         self.store = store or WorkbenchStore(state or WorkbenchState())
+        self.store.batch = hold  # one browser patch per pass of the Store
         self.state = self.store.state
         self.composer = Composer(store=self.store)
         self.plan_view = PlanView(store=self.store)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import fields, replace
 from typing import Any
 
@@ -66,8 +67,11 @@ class WorkbenchStore(param.Parameterized):
     compare_backend = param.Selector(default="analytic", objects=["analytic"], doc="Backend of plan B.")
     compared = param.Parameter(default=None, doc="Plan B: the current plan priced by compare_backend.")
 
-    def __init__(self, state: WorkbenchState | None = None, **params: Any) -> None:
+    def __init__(self, state: WorkbenchState | None = None, *,
+                 batch: Callable[[], AbstractContextManager[Any]] = nullcontext, **params: Any) -> None:
         super().__init__(state=state or WorkbenchState(), **params)
+        self.batch = batch
+        """Context manager grouping the State changes of one pass (the app passes Panel's ``hold``)."""
         self._presets: dict[tuple[str, str], Any] = {}
         self._backends: dict[str, Any] = {}
         self._estimates: OrderedDict[tuple, Estimate] = OrderedDict()
@@ -213,13 +217,20 @@ class WorkbenchStore(param.Parameterized):
         self.refresh()
 
     def _normalise_plan(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> None:
-        """Narrow the degree selectors to valid values and move the current ones onto them."""
-        s, n = self.state, cluster.num_devices
-        picks: dict[str, Any] = {}
+        """Narrow the degree selectors to valid values and move the current ones onto them.
 
-        def pick(field: str, options: list[int]) -> int:
-            s.param[field].objects = options
-            picks[field] = choices.nearest(getattr(s, field), options)
+        Every new option list and value is computed from the values as they were, then all are applied in
+        one ``batch()``: a front end that snaps a selector to its first option when its value leaves the
+        list (Panel's Select in the browser does) then sees options and value change together.
+        """
+        s, n = self.state, cluster.num_devices
+        current = {f: getattr(s, f) for f in DEGREE_FIELDS}
+        options: dict[str, list[int]] = {}
+        picks: dict[str, int] = {}
+
+        def pick(field: str, valid: list[int]) -> int:
+            options[field] = valid
+            picks[field] = choices.nearest(current[field], valid)
             return picks[field]
 
         tp = pick("tp", choices.tp_choices(model, n) or [1])
@@ -231,7 +242,10 @@ class WorkbenchStore(param.Parameterized):
         pick("vpp", [fixed_vpp] if fixed_vpp in vpp_options else vpp_options)
         pick("micro_batch_size", choices.micro_batch_choices(workload, dp))
         pick("ep", choices.ep_choices(model, dp, cp, tp))
-        with param.edit_constant(s):
+        with self.batch(), param.parameterized.batch_call_watchers(s), param.edit_constant(s):
+            for field, valid in options.items():
+                if s.param[field].objects != valid:
+                    s.param[field].objects = valid
             s.param.update(dp=dp, sequence_parallel=s.sequence_parallel and tp > 1, **picks)
 
     def refresh(self) -> None:
@@ -247,7 +261,8 @@ class WorkbenchStore(param.Parameterized):
         finally:
             self._busy = False
         self.disabled_schedules = choices.schedule_disabled_reasons(plan, workload)
-        self.state.param.schedule.objects = list(self._schedule_names())
+        if self.state.param.schedule.objects != list(self._schedule_names()):
+            self.state.param.schedule.objects = list(self._schedule_names())
         violations = plan.validate(model, cluster, workload)
         if violations:
             self.param.update(estimate=None, violations=violations, error="")

@@ -2,6 +2,7 @@
 to bokeh models. The Panel app, the notebook widgets and the HTML report reuse them.
 
 - ``estimate_timeline_figure`` / ``timeline_figure``: pipeline timeline (aggregated beyond ``MAX_BLOCKS``)
+- ``comparison_timeline_figure``: predicted and measured timelines of one plan on the same axes
 - ``estimate_memory_figure`` / ``memory_figure``: memory per rank against the device capacity
 - ``estimate_activation_figure`` / ``activation_figure``: live activation memory over the step
 - ``estimates_breakdown_figure`` / ``breakdown_figure``: step-time breakdown
@@ -10,6 +11,7 @@ to bokeh models. The Panel app, the notebook widgets and the HTML report reuse t
 """
 
 from widgets.plots.breakdown import breakdown_figure, estimates_breakdown_figure
+from widgets.plots.compare import comparison_timeline_figure, step_time_error_frac
 from widgets.plots.memory import (
     activation_figure,
     estimate_activation_figure,
@@ -25,6 +27,7 @@ __all__ = [
     "SEARCH_COLUMNS",
     "activation_figure",
     "breakdown_figure",
+    "comparison_timeline_figure",
     "estimate_activation_figure",
     "estimate_memory_figure",
     "estimate_timeline_figure",
@@ -33,5 +36,6 @@ __all__ = [
     "pareto_mask",
     "placement_figure",
     "search_figure",
+    "step_time_error_frac",
     "timeline_figure",
 ]

@@ -55,6 +55,55 @@ def _lane_label(rank: int, chunk: int, num_chunks: int) -> str:
     return f"rank {rank}" if num_chunks <= 1 else f"rank {rank} · chunk {chunk}"
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PairedRows:
+    """Two timelines of one plan on shared lanes: each lane of ``assign_lanes`` (over both) is split into a
+    row per side that has blocks in it, side 0 (e.g. predicted) above side 1 (measured)."""
+
+    joined: pl.DataFrame
+    """Both timelines, side 0 first, with TIMELINE_COLUMNS and ``side`` (0 or 1)."""
+    of_block: np.ndarray
+    """Row index of every row of ``joined``."""
+    labels: tuple[str, ...]
+    """Row labels, ``<lane label> · <side name>``, top to bottom."""
+    lane: np.ndarray
+    """Lane of each row (the rows of a lane are adjacent)."""
+    side: np.ndarray
+    """Side of each row, 0 or 1."""
+    is_comm: np.ndarray
+    """Whether each row holds communication (bool)."""
+
+
+def pair_rows(
+    first: pl.DataFrame, second: pl.DataFrame, names: tuple[str, str] = ("predicted", "measured")
+) -> PairedRows:
+    """Shared lanes for two timeline frames (``workbench.estimate.TIMELINE_COLUMNS``), ``names`` per side."""
+    cols = ("rank", "stage", "chunk", "microbatch", "op", "start_s", "end_s")
+    joined = pl.concat(
+        [
+            frame.select(
+                pl.col("rank", "stage", "chunk", "microbatch").cast(pl.Int64),
+                pl.col("op").cast(pl.String),
+                pl.col("start_s", "end_s").cast(pl.Float64),
+            ).with_columns(side=pl.lit(k, dtype=pl.Int8))
+            for k, frame in enumerate((first, second))
+        ]
+    ).select(*cols, "side")
+    lanes = assign_lanes(joined)
+    key = lanes.lane * 2 + joined["side"].to_numpy().astype(np.int64)
+    present = np.unique(key)
+    row_of_key = np.full(2 * len(lanes.labels), -1, dtype=np.int64)
+    row_of_key[present] = np.arange(len(present))
+    return PairedRows(
+        joined=joined,
+        of_block=row_of_key[key],
+        labels=tuple(f"{lanes.labels[k // 2]} · {names[k % 2]}" for k in present.tolist()),
+        lane=present // 2,
+        side=present % 2,
+        is_comm=np.array(lanes.is_comm, dtype=bool)[present // 2],
+    )
+
+
 def detail_window_s(timeline: pl.DataFrame, max_blocks: int) -> tuple[float, float]:
     """The window ``(0, t)`` from the step start that holds about the first ``max_blocks`` blocks to start."""
     starts = np.sort(timeline["start_s"].to_numpy())

@@ -195,7 +195,7 @@ def _print_summary(est: Estimate, losses: list[float], reference: list[float] | 
     "--compare",
     type=click.Choice(["analytic", "torch-profile"]),
     default=None,
-    help="Also price the plan with this backend and print predicted vs measured.",
+    help="Also price the plan with this backend: print predicted vs measured, overlay both in --report.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--trace", "trace_path", default=None, help="Write the measured timeline as a Chrome trace.")
@@ -283,14 +283,14 @@ def _write_report(path: Any, measured: Estimate, predicted: Estimate | None, kw:
     args = " ".join(
         f"--{k.replace('_', '-')} {v}" for k, v in kw.items() if v not in (None, False) and k != "force"
     )
-    estimates = [measured] if predicted is None else [measured, predicted]
+    # The measured run's own figures, plus (with --compare) both timelines overlaid on the same axes.
     write_report(
         path,
-        estimates=estimates,
+        estimates=[measured] if predicted is None else [measured, predicted],
         command=f"workbench run {args}",
         force=True,
-        plan_index=len(estimates) - 1,
         title=f"Real run: {measured.model.name}, {measured.plan.describe()}",
+        comparison=None if predicted is None else (predicted, measured),
     )
 
 

@@ -125,28 +125,34 @@ def rank_layers(model: Any, *, pp: Array, vpp: Array, v_shape: Array, rank: Arra
     return {"dense": nd, "moe": vpp * per - nd, "embedding": emb, "head": head}
 
 
-def _states(ctx: Any, cols: dict[str, Array], layers: dict[str, Array]) -> Array:
-    """Weights, gradients and optimizer states of one rank (bytes), as ``analytic_memory.memory_table``."""
+def rank_params(ctx: Any, cols: dict[str, Array], layers: dict[str, Array]) -> tuple[Array, Array]:
+    """(non-expert, expert) parameters one device of the rank holds (``analytic_memory.stage_param_counts``):
+    non-expert weights split over tp, experts over ep times the expert tp (1 when ep > 1, else tp)."""
     model, tp, ep = ctx.model, cols["tp"], cols["ep"]
     experts_layer = model.num_experts * model.mlp_parameters(model.moe_ffn_hidden_size) if model.is_moe else 0
     moe_other = model.layer_parameters(model.num_layers - 1) - experts_layer if model.is_moe else 0
-    dense_layer = model.layer_parameters(0)
     head_params = model.lm_head_parameters() + (model.embedding_parameters() if model.tied_embeddings else 0)
     dense = (
-        layers["dense"] * dense_layer
+        layers["dense"] * model.layer_parameters(0)
         + layers["moe"] * moe_other
         + layers["embedding"] * model.embedding_parameters()
         + layers["head"] * head_params
     ) / tp
-    etp = np.where(ep > 1, 1, tp)
-    expert = layers["moe"] * experts_layer / (ep * etp)
+    return dense, layers["moe"] * experts_layer / (ep * np.where(ep > 1, 1, tp))
+
+
+def _states(ctx: Any, cols: dict[str, Array], layers: dict[str, Array]) -> Array:
+    """Weights, gradients and optimizer states of one rank (bytes), as ``analytic_memory.memory_table``:
+    non-expert states shard over dp*cp, expert states over the expert-data-parallel group dp*cp*tp/(ep*etp)."""
+    tp, ep = cols["tp"], cols["ep"]
+    dense, expert = rank_params(ctx, cols, layers)
     kw = dict(
         zero_stage=cols["zero_stage"],
         param_bytes=ctx.param_bytes,
         grad_bytes=ctx.cal.grad_bytes_per_param,
         optimizer_bytes=ctx.optimizer_bytes,
     )
-    edp = np.maximum(cols["dp"] * cols["cp"] * tp // (ep * etp), 1)
+    edp = np.maximum(cols["dp"] * cols["cp"] * tp // (ep * np.where(ep > 1, 1, tp)), 1)
     return sum(model_state_bytes(num_params=dense, dp=cols["dp"] * cols["cp"], **kw)) + sum(
         model_state_bytes(num_params=expert, dp=edp, **kw)
     )
@@ -179,12 +185,21 @@ def peak_memory_bytes(ctx: Any, cols: dict[str, Array]) -> Array:
     family = ctx.family[cols["schedule_code"]]
     chunks0, chunks_last = peak_chunks(family, pp=pp, vpp=vpp, m=m)
     chunks_last = split_backward_last_rank(family, chunks_last, pp=pp, freed_frac=_freed_frac(ctx, cols))
+    # micro-batches of stage 0 in flight: all of rank 0's chunks without interleaving; looped BFS: all m;
+    # interleaved 1F1B / ZB-H1: stage 0's backward comes last in each micro-batch, about 2p - 1 of them
+    # (read off the simulator); V schedules: rank 0's mean
+    looped = (family == PEAK_FAMILIES.index("interleaved-1f1b")) | (family == PEAK_FAMILIES.index("zb-h1"))
+    first_stage = np.select(
+        [vpp == 1, family == PEAK_FAMILIES.index("looped-bfs"), looped],
+        [chunks0, m, np.minimum(chunks0, np.minimum(m, 2 * pp - 1))],
+        chunks0 / vpp,
+    )
     best = 0.0
     for rank, chunks in (("first", chunks0), ("last", chunks_last)):
         layers = ctx.rank_layers(cols, rank)
         per_chunk = (layers["dense"] * per_dense + layers["moe"] * per_moe) / vpp  # the rank's mean chunk
         acts = (
-            chunks * per_chunk + layers["embedding"] * chunks / vpp * emb_act + work + layers["head"] * logits
+            chunks * per_chunk + layers["embedding"] * first_stage * emb_act + work + layers["head"] * logits
         )
         counted = _states(ctx, cols, layers) + acts + buffers
         best = np.maximum(best, counted * (1 + cal.fragmentation_frac) + cal.framework_overhead_bytes)

@@ -70,9 +70,11 @@ METRIC_COLUMNS = (
     "bubble_frac",
     "bottleneck",
     "refined",
+    "tier",
     "screen_step_time_s",
     "screen_peak_memory_bytes",
     "pareto",
+    "rejected_reason",
 )
 
 
@@ -121,6 +123,7 @@ def apply_estimate(row: dict[str, Any], est: Estimate, token_budget: float) -> d
     out = dict(
         row,
         refined=True,
+        tier="refined",
         step_time_s=est.step_time_s,
         tokens_per_s=est.tokens_per_s,
         mfu=est.mfu,

@@ -145,21 +145,6 @@ def _layers(ctx: ScreenContext, cols: Cols) -> tuple[Any, Any, Any]:
     return dense, moe, edges
 
 
-def _rank_params(ctx: ScreenContext, cols: Cols, layers: dict[str, Any]) -> tuple[Any, Any]:
-    """(non-expert, expert) parameters one device of the rank holds (as ``analytic_memory.stage_param_counts``)."""
-    model, tp, ep = ctx.model, cols["tp"], cols["ep"]
-    experts_layer = model.num_experts * model.mlp_parameters(model.moe_ffn_hidden_size) if model.is_moe else 0
-    moe_other = model.layer_parameters(model.num_layers - 1) - experts_layer if model.is_moe else 0
-    head_params = model.lm_head_parameters() + (model.embedding_parameters() if model.tied_embeddings else 0)
-    dense = (
-        layers["dense"] * model.layer_parameters(0)
-        + layers["moe"] * moe_other
-        + layers["embedding"] * model.embedding_parameters()
-        + layers["head"] * head_params
-    ) / tp
-    return dense, layers["moe"] * experts_layer / (ep * np.where(ep > 1, 1, tp))
-
-
 def _dp_comm_s(ctx: ScreenContext, cols: Cols, dense: Any, expert: Any) -> Any:
     """Exposed gradient reduction after the pipeline (as ``workbench.analytic.dp_step_comm_s``)."""
     cal, tp, ep, z = ctx.cal, cols["tp"], cols["ep"], cols["zero_stage"]
@@ -289,7 +274,7 @@ def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
             p2p_time_s=p2p,
             others=others,
         )
-        d_params, e_params = _rank_params(ctx, cols, layers)
+        d_params, e_params = peak_memory.rank_params(ctx, cols, layers)
         dp_s = np.maximum(dp_s, _dp_comm_s(ctx, cols, d_params, e_params))
         opt_s = np.maximum(
             opt_s, (d_params + e_params) / shard * OPTIMIZER_BYTES_PER_PARAM / ctx.hbm_bytes_per_s

@@ -1,0 +1,80 @@
+"""The served app in a real browser: headless Debian Chromium driven by Playwright.
+
+Changing the node count redraws the timeline (its bokeh model is replaced and its title changes), the page
+logs no console error, no request leaves 127.0.0.1 (every other request is recorded and blocked), and a
+second browser session does not see the first one's change. Skipped when /usr/bin/chromium is absent (CI
+installs Debian's chromium; see scripts/test.sh).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run"]
+TIMELINE_TITLE_JS = """() => {
+  const docs = (window.Bokeh && window.Bokeh.documents) || [];
+  try {
+    for (const doc of docs) {
+      const fig = doc.get_model_by_name("plan-timeline");
+      if (fig) return fig.title.text;
+    }
+  } catch (e) {
+    return null;  // while a patch swaps the figure, the old and the new one briefly share the name
+  }
+  return null;
+}"""
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (apt-get install chromium)"),
+]
+
+
+def test_node_count_redraws_timeline_offline_without_errors(tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from widgets.app.server import ThreadedApp
+
+    outside: list[str] = []
+    console_errors: list[str] = []
+    with ThreadedApp(address="127.0.0.1") as app, sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                     args=FLAGS)  # playwright gives each launch a fresh profile
+        try:
+            context = browser.new_context()
+
+            def route(r) -> None:
+                if urlparse(r.request.url).hostname == "127.0.0.1":
+                    r.continue_()
+                else:
+                    outside.append(r.request.url)
+                    r.abort()
+
+            context.route("**/*", route)
+            pages = [context.new_page(), context.new_page()]
+            for page in pages:
+                page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+                page.on("pageerror", lambda exc: console_errors.append(str(exc)))
+                page.goto(app.url, wait_until="load", timeout=90_000)
+                page.wait_for_function(TIMELINE_TITLE_JS, timeout=90_000)
+            first, second = pages
+            before = first.evaluate(TIMELINE_TITLE_JS)
+            other_before = second.evaluate(TIMELINE_TITLE_JS)
+            assert "pp=8" in before
+            nodes = first.locator(".wb-num_nodes input").first
+            nodes.fill("2")
+            nodes.press("Enter")
+            first.wait_for_function(f"() => {{ const t = ({TIMELINE_TITLE_JS})(); return t && t !== {before!r}; }}",
+                                    timeout=90_000)
+            after = first.evaluate(TIMELINE_TITLE_JS)
+            assert "pp=2" in after, after  # 16 devices with tp=8 leave pp in {1, 2}
+            second.wait_for_timeout(1000)
+            assert second.evaluate(TIMELINE_TITLE_JS) == other_before  # the other session did not move
+        finally:
+            browser.close()
+    assert outside == [], f"requests left the machine: {outside}"
+    assert console_errors == [], console_errors
