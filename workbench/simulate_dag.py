@@ -9,8 +9,6 @@ order that can never finish raises ValueError naming the stuck actions.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from workbench.schedules.actions import Schedule
@@ -29,8 +27,8 @@ def longest_path(
     An action whose dependency is none or an earlier action of its own rank ("free": F of stage 0,
     most W) can never wait, so only the other ("constrained") actions go through the Python loop:
     each carries the free actions after it as a tail, and a dependency on a free action becomes a
-    dependency on the constrained action owning it plus a fixed offset. A blocked rank parks itself
-    on the action it waits for and is woken when that finishes.
+    dependency on the constrained action owning it plus a fixed offset. The constrained actions are
+    then priced in lock-step rounds over all ranks at once (``_run_rounds``).
     """
     n = len(dep_a)
     rank = np.repeat(np.arange(schedule.pp), np.diff(offsets))
@@ -55,76 +53,61 @@ def longest_path(
         c0[np.minimum(cidx[np.minimum(kptr, len(cidx) - 1)], offsets[1:])] if len(cidx) else c0[offsets[1:]]
     )
     lead = np.where(kptr < kstop, lead, c0[offsets[1:]]) - c0[offsets[:-1]]
-    end_c = _run_ranks(
-        schedule,
-        kptr.tolist(),
-        kstop.tolist(),
-        lead.tolist(),
-        dep2.tolist(),
-        lat2.tolist(),
-        dur_a[cidx].tolist(),
-        tail.tolist(),
-        cidx,
-        dep_a,
-        offsets,
-    )
+    end_c = _run_rounds(schedule, kptr, kstop, lead, dep2, lat2, dur_a[cidx], tail, cidx, dep_a, offsets)
     end = np.append(end_c, 0.0)[compact[own]] + offset
     return end - dur_a, end
 
 
-def _run_ranks(
+def _run_rounds(
     schedule: Schedule,
-    ptr: list[int],
-    stop: list[int],
-    free: list[float],
-    dep: list[int],
-    lat: list[float],
-    dur: list[float],
-    tail: list[float],
+    ptr: np.ndarray,
+    stop: np.ndarray,
+    lead: np.ndarray,
+    dep: np.ndarray,
+    lat: np.ndarray,
+    dur: np.ndarray,
+    tail: np.ndarray,
     cidx: np.ndarray,
     dep_a: np.ndarray,
     offsets: np.ndarray,
 ) -> np.ndarray:
-    inf = math.inf
+    """End of every constrained action, advancing all ranks in lock-step rounds (vectorised over ranks).
+
+    In each round every rank whose next constrained action has its dependency finished runs it:
+    start = max(rank clock, dependency end + latency). Pipelines advance about one action per rank per
+    round, so the loop runs about (actions per rank + pp) rounds of a few numpy calls on pp-sized
+    arrays. A round in which no rank can move while some still have actions is a deadlock.
+    """
     k = len(dep)
-    end = [inf] * k + [0.0]  # end[-1] is the rank start / no dependency
-    waiter = [-1] * k
-    more: dict[int, list[int]] = {}
-    ready = list(range(schedule.pp - 1, -1, -1))
-    while ready:
-        r = ready.pop()
-        i, e, t = ptr[r], stop[r], free[r]
-        while i < e:
-            ready_at = end[dep[i]] + lat[i]
-            if ready_at > t:
-                if ready_at == inf:
-                    if waiter[dep[i]] < 0:
-                        waiter[dep[i]] = r
-                    else:  # two ranks wait on one owner (their dependencies share it)
-                        more.setdefault(dep[i], []).append(r)
-                    break
-                t = ready_at
-            t += dur[i]
-            end[i] = t
-            t += tail[i]
-            if waiter[i] >= 0:
-                ready.append(waiter[i])
-                if more:
-                    ready.extend(more.pop(i, ()))
-            i += 1
-        ptr[r], free[r] = i, t
-    if any(p < s for p, s in zip(ptr, stop, strict=True)):
-        _raise_deadlock(
-            schedule,
-            offsets,
-            [
-                int(cidx[p]) if p < s else int(offsets[r + 1])
-                for r, (p, s) in enumerate(zip(ptr, stop, strict=True))
-            ],
-            offsets[1:].tolist(),
-            dep_a.tolist(),
-        )
-    return np.array(end[:k])
+    end = np.full(k + 1, np.inf)
+    end[k] = 0.0  # dep == -1 reads the rank start / no dependency
+    dep = np.where(dep < 0, k, dep)
+    ptr = ptr.copy()
+    clock = lead.astype(float).copy()
+    ranks = np.flatnonzero(ptr < stop)
+    while ranks.size:
+        i = ptr[ranks]
+        ready_at = end[dep[i]] + lat[i]
+        ok = ready_at < np.inf
+        if not ok.all():
+            if not ok.any():
+                _raise_deadlock(
+                    schedule,
+                    offsets,
+                    [
+                        int(cidx[p]) if p < s else int(offsets[r + 1])
+                        for r, (p, s) in enumerate(zip(ptr, stop, strict=True))
+                    ],
+                    offsets[1:].tolist(),
+                    dep_a.tolist(),
+                )
+            ranks, i, ready_at = ranks[ok], i[ok], ready_at[ok]
+        finish = np.maximum(clock[ranks], ready_at) + dur[i]
+        end[i] = finish
+        clock[ranks] = finish + tail[i]
+        ptr[ranks] = i + 1
+        ranks = np.flatnonzero(ptr < stop)
+    return end[:k]
 
 
 def _raise_deadlock(
