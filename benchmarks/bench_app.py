@@ -35,8 +35,14 @@ def build(case: dict[str, Any]) -> tuple[Any, Any, Document]:
 
     state = WorkbenchState()
     app = WorkbenchApp(state=state)
-    updates: dict[str, Any] = {"num_nodes": 8, "global_batch_size": 256, "micro_batch_size": 1, "zero_stage": 1,
-                               "recompute": "selective", "schedule": "1f1b"}
+    updates: dict[str, Any] = {
+        "num_nodes": 8,
+        "global_batch_size": 256,
+        "micro_batch_size": 1,
+        "zero_stage": 1,
+        "recompute": "selective",
+        "schedule": "1f1b",
+    }
     if case["pp"] == 64:
         updates["num_layers"] = 128
     state.param.update(**updates)
@@ -60,9 +66,17 @@ def measure(case: dict[str, Any], repeat: int) -> dict[str, Any]:
         timings.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
         assert app.store.estimate is not None
-    return {"ranks": est.plan.num_devices, "pp": est.plan.pp, "microbatches": est.plan.num_microbatches(est.workload),
-            "timeline_rows": est.timeline.height, "median_s": statistics.median(timings), "max_s": max(timings),
-            "min_s": min(timings), "median_cpu_s": statistics.median(cpu), "load_average_1min": os.getloadavg()[0]}
+    return {
+        "ranks": est.plan.num_devices,
+        "pp": est.plan.pp,
+        "microbatches": est.plan.num_microbatches(est.workload),
+        "timeline_rows": est.timeline.height,
+        "median_s": statistics.median(timings),
+        "max_s": max(timings),
+        "min_s": min(timings),
+        "median_cpu_s": statistics.median(cpu),
+        "load_average_1min": os.getloadavg()[0],
+    }
 
 
 def main() -> None:
@@ -76,10 +90,12 @@ def main() -> None:
         return
     for name, r in results.items():
         ok = "OK" if r["median_s"] < TARGET_S else "SLOW"
-        print(f"{name}: {r['ranks']} ranks, pp={r['pp']}, m={r['microbatches']}, {r['timeline_rows']:,} timeline rows: "
-              f"median {r['median_s'] * 1e3:.0f} ms (CPU {r['median_cpu_s'] * 1e3:.0f} ms), min {r['min_s'] * 1e3:.0f} ms, "
-              f"max {r['max_s'] * 1e3:.0f} ms [{ok}: target {TARGET_S * 1e3:.0f} ms; load average "
-              f"{r['load_average_1min']:.1f}]")
+        print(
+            f"{name}: {r['ranks']} ranks, pp={r['pp']}, m={r['microbatches']}, {r['timeline_rows']:,} timeline rows: "
+            f"median {r['median_s'] * 1e3:.0f} ms (CPU {r['median_cpu_s'] * 1e3:.0f} ms), min {r['min_s'] * 1e3:.0f} ms, "
+            f"max {r['max_s'] * 1e3:.0f} ms [{ok}: target {TARGET_S * 1e3:.0f} ms; load average "
+            f"{r['load_average_1min']:.1f}]"
+        )
 
 
 if __name__ == "__main__":

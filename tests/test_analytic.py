@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,11 +16,12 @@ from workbench.costs import SCHEDULE_CODES
 from workbench.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Backend
 from workbench.plan import ParallelPlan, Workload
 from workbench.registry import get_backend
+from workbench.validate import DEFAULT_DATA
 
 MODEL = load_model("llama-3.1-8b")
 CLUSTER = load_cluster("dgx-h100", num_nodes=1)
 WORK = Workload(seq_len=4096, global_batch_size=32)
-DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "training_public.csv"
+DATA = DEFAULT_DATA
 
 
 def test_backend_is_registered_and_conforms() -> None:

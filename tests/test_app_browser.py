@@ -14,24 +14,34 @@ from urllib.parse import urlparse
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 TIMELINE_TITLE_JS = """() => {
-  const docs = (window.Bokeh && window.Bokeh.documents) || [];
-  try {
-    for (const doc of docs) {
-      const fig = doc.get_model_by_name("plan-timeline");
-      if (fig) return fig.title.text;
-    }
-  } catch (e) {
-    return null;  // while a patch swaps the figure, the old and the new one briefly share the name
-  }
-  return null;
+  // The title of the timeline figure on screen: walk the rendered views (the document may still hold the
+  // replaced figure model, so looking models up by name is ambiguous).
+  if (!window.Bokeh || !Bokeh.index) return null;
+  let found = null;
+  const walk = (view) => {
+    if (view.model && view.model.name === "plan-timeline") found = view.model.title.text;
+    for (const child of (view.child_views ?? [])) walk(child);
+  };
+  const idx = Bokeh.index;
+  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
+  roots.forEach(walk);
+  return found;
 }"""
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (apt-get install chromium)"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed (apt-get install chromium)"
+    ),
 ]
 
 
@@ -42,8 +52,9 @@ def test_node_count_redraws_timeline_offline_without_errors(tmp_path: Path) -> N
     outside: list[str] = []
     console_errors: list[str] = []
     with ThreadedApp(address="127.0.0.1") as app, sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                     args=FLAGS)  # playwright gives each launch a fresh profile
+        browser = pw.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=FLAGS
+        )  # playwright gives each launch a fresh profile
         try:
             context = browser.new_context()
 
@@ -57,7 +68,9 @@ def test_node_count_redraws_timeline_offline_without_errors(tmp_path: Path) -> N
             context.route("**/*", route)
             pages = [context.new_page(), context.new_page()]
             for page in pages:
-                page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+                page.on(
+                    "console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None
+                )
                 page.on("pageerror", lambda exc: console_errors.append(str(exc)))
                 page.goto(app.url, wait_until="load", timeout=90_000)
                 page.wait_for_function(TIMELINE_TITLE_JS, timeout=90_000)
@@ -68,12 +81,50 @@ def test_node_count_redraws_timeline_offline_without_errors(tmp_path: Path) -> N
             nodes = first.locator(".wb-num_nodes input").first
             nodes.fill("2")
             nodes.press("Enter")
-            first.wait_for_function(f"() => {{ const t = ({TIMELINE_TITLE_JS})(); return t && t !== {before!r}; }}",
-                                    timeout=90_000)
+            first.wait_for_function(
+                f"() => {{ const t = ({TIMELINE_TITLE_JS})(); return t && t !== {before!r}; }}",
+                timeout=90_000,
+            )
             after = first.evaluate(TIMELINE_TITLE_JS)
             assert "pp=2" in after, after  # 16 devices with tp=8 leave pp in {1, 2}
             second.wait_for_timeout(1000)
             assert second.evaluate(TIMELINE_TITLE_JS) == other_before  # the other session did not move
+        finally:
+            browser.close()
+    assert outside == [], f"requests left the machine: {outside}"
+    assert console_errors == [], console_errors
+
+
+def test_search_runs_in_the_background_and_a_row_loads_into_plan() -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from widgets.app.server import ThreadedApp
+
+    outside: list[str] = []
+    console_errors: list[str] = []
+    with ThreadedApp(address="127.0.0.1") as app, sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+        try:
+            page = browser.new_page()
+            page.route(
+                "**/*",
+                lambda r: (
+                    r.continue_()
+                    if urlparse(r.request.url).hostname == "127.0.0.1"
+                    else (outside.append(r.request.url), r.abort())
+                ),
+            )
+            page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+            page.goto(app.url, wait_until="load", timeout=90_000)
+            page.wait_for_function(TIMELINE_TITLE_JS, timeout=90_000)
+            before = page.evaluate(TIMELINE_TITLE_JS)
+            page.locator(".bk-tab", has_text="Search").first.click()
+            page.locator(".wb-search button").first.click()
+            page.get_by_text("plans ranked").wait_for(timeout=90_000)  # the page stayed live meanwhile
+            page.locator(".tabulator-row").first.click()  # the best plan
+            page.wait_for_function(
+                f"() => {{ const t = ({TIMELINE_TITLE_JS})(); return t && t !== {before!r}; }}",
+                timeout=90_000,
+            )
         finally:
             browser.close()
     assert outside == [], f"requests left the machine: {outside}"

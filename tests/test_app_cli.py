@@ -36,8 +36,14 @@ def test_app_serves_on_localhost_until_interrupted(tmp_path) -> None:
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([str(WORKBENCH), "app", "--port", str(port)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(WORKBENCH), "app", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         page = wait_for_http(f"http://127.0.0.1:{port}/", 90)
         assert "<title>Parallelism Workbench</title>" in page

@@ -78,7 +78,9 @@ def test_v_schedule_sets_two_virtual_stages(store: WorkbenchStore) -> None:
 def test_cluster_preset_fills_the_fields_and_edits_are_marked(store: WorkbenchStore) -> None:
     s = store.state
     s.cluster_preset = "gb200-nvl72"
-    assert s.devices_per_node == 4 and s.scale_up_span == 72  # NVL72: 4 GPUs per tray, 72 in one NVLink domain
+    assert (
+        s.devices_per_node == 4 and s.scale_up_span == 72
+    )  # NVL72: 4 GPUs per tray, 72 in one NVLink domain
     s.scale_out_bandwidth_GBps = 25.0
     cluster = store.cluster_spec()
     assert cluster.levels[-1].bytes_per_s == pytest.approx(25e9) and cluster.name.endswith("(edited)")
@@ -88,8 +90,14 @@ def test_model_fields_and_uploaded_config(store: WorkbenchStore) -> None:
     s = store.state
     s.num_layers = 40
     assert store.model_spec().num_layers == 40 and store.model_spec().name.endswith("(edited)")
-    gpt2 = {"architectures": ["GPT2LMHeadModel"], "n_embd": 768, "n_head": 12, "n_layer": 12,
-            "n_positions": 1024, "vocab_size": 50257}
+    gpt2 = {
+        "architectures": ["GPT2LMHeadModel"],
+        "n_embd": 768,
+        "n_head": 12,
+        "n_layer": 12,
+        "n_positions": 1024,
+        "vocab_size": 50257,
+    }
     store.upload_config(gpt2)
     assert s.model_preset == UPLOADED and s.num_layers == 12 and s.hidden_size == 768
     with pytest.raises(ValueError, match="architectures"):
@@ -118,3 +126,46 @@ def test_two_stores_share_nothing() -> None:
     assert b.state.num_nodes == 8 and b.state.model_preset == "llama-3.1-70b"
     assert a.state.param.pp.objects != b.state.param.pp.objects or a.state.pp != b.state.pp
     assert b.estimate is not None and b.estimate.cluster.num_devices == 64
+
+
+class _SlowBackend:
+    """Stands for a profiling or real-run backend: prices with the analytic backend, marked as measured."""
+
+    name = "slow"
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def estimate(self, model, cluster, workload, plan):
+        from dataclasses import replace
+
+        from workbench.registry import get_backend
+
+        return replace(
+            get_backend("analytic").estimate(model, cluster, workload, plan), backend="slow", measured=True
+        )
+
+
+def test_slow_backends_run_in_the_background(store: WorkbenchStore) -> None:
+    queued: list = []
+    store.run_in_background = queued.append
+    store._backends["slow"] = _SlowBackend()
+    store.state.param.backend.objects = [*store.state.param.backend.objects, "slow"]
+    store.state.backend = "slow"
+    assert store.estimate is None and store.working.startswith("slow is pricing") and len(queued) == 1
+    queued.pop()()  # the background thread's work
+    assert store.estimate is not None and store.estimate.backend == "slow" and store.working == ""
+    store.state.num_nodes = 4  # a run queued for 4 nodes...
+    stale = queued.pop()
+    store.state.num_nodes = 2  # ...is dropped when the user moved on before it finished
+    stale()
+    queued.pop()()
+    assert store.estimate.cluster.num_nodes == 2
+
+
+def test_interleaved_schedule_gets_two_virtual_stages(store: WorkbenchStore) -> None:
+    assert "interleaved-1f1b" not in store.disabled_schedules  # offered although vpp is 1 now
+    store.state.schedule = "interleaved-1f1b"
+    # 80 layers over pp=8: vpp in {1, 2, 5, 10 > MAX_VPP}; interleaving needs >= 2 (Narayanan et al. 2021, sec 2.2)
+    assert store.state.param.vpp.objects == [1, 2, 5] and store.state.vpp == 2
+    assert store.violations == [] and store.estimate is not None and store.estimate.plan.vpp == 2

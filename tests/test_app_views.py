@@ -73,7 +73,10 @@ def test_compare_uses_the_same_axes(app: WorkbenchApp) -> None:
     assert len(sides) == 2
     ranges = [side[1].object.x_range for side in sides]
     assert (ranges[0].start, ranges[0].end) == (ranges[1].start, ranges[1].end)
-    assert ranges[0].end >= max(app.store.pinned.step_time_s, app.store.estimate.step_time_s) * 1e3 * 0.99 or True
+    assert (
+        ranges[0].end >= max(app.store.pinned.step_time_s, app.store.estimate.step_time_s) * 1e3 * 0.99
+        or True
+    )
 
 
 def test_shared_ranges_cover_both() -> None:
@@ -99,7 +102,9 @@ def test_search_row_loads_into_the_plan_tab(app: WorkbenchApp) -> None:
 def test_display_frame_converts_units() -> None:
     import polars as pl
 
-    shown = display_frame(pl.DataFrame({"plan": ["x"], "step_time_s": [1.5], "peak_memory_bytes": [2.0 * 2**30]}))
+    shown = display_frame(
+        pl.DataFrame({"plan": ["x"], "step_time_s": [1.5], "peak_memory_bytes": [2.0 * 2**30]})
+    )
     assert shown["step time (ms)"][0] == 1500.0 and shown["peak memory (GiB)"][0] == 2.0
 
 

@@ -30,8 +30,13 @@ def _free_port() -> int:
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
-           "JUPYTER_DATA_DIR": str(tmp_path / "data"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
     env.pop("WORKBENCH_DEBUG", None)
     return env
 
@@ -63,8 +68,9 @@ def test_entry_point_command_starts_the_app_under_the_prefix(tmp_path: Path) -> 
 
     port, base_url = _free_port(), "/user/someone/"
     cmd = [part.format(port=port, base_url=base_url) for part in _entry()["command"]]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         page = wait_for_http(f"http://127.0.0.1:{port}{base_url}{SERVER_NAME}/", 60)
         assert "<title>Parallelism Workbench</title>" in page
@@ -79,11 +85,21 @@ def test_jupyter_server_lists_the_tile_and_proxies_the_app(tmp_path: Path) -> No
     from widgets.app.server import wait_for_http
 
     port, token = _free_port(), "workbench-test-token"
-    cmd = [sys.executable, "-m", "jupyter_server", "--no-browser", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
-           "--ServerApp.port_retries=0", "--allow-root"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter_server",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={tmp_path}",
+        "--ServerApp.port_retries=0",
+        "--allow-root",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{base}/api/status?token={token}", 60)

@@ -39,11 +39,21 @@ def test_notebook_runs_headless(name: str, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("MPLBACKEND", "agg")
     book = _read(name)
-    client = nbclient.NotebookClient(book, timeout=PER_NOTEBOOK_LIMIT_S, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        book,
+        timeout=PER_NOTEBOOK_LIMIT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
     start = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - start
-    errors = [o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    errors = [
+        o
+        for c in book.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.output_type == "error"
+    ]
     assert not errors
     assert elapsed < PER_NOTEBOOK_LIMIT_S

@@ -36,7 +36,8 @@ from workbench.model import AttentionKind, ModelSpec, NormKind
 from workbench.plan import ParallelPlan, Recompute, Workload
 
 GIB = 2**30
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "validation" / "training_public.csv"
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "profiles" / "validation" / "training_public.csv"
+"""A copy of the team's public validation set (shared/validation), kept in the repo so validate works anywhere."""
 
 PLAN_DEFAULTS: dict[str, str] = {
     "micro_batch_size": "1",

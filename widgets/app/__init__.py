@@ -12,14 +12,18 @@ the Jupyter server at start-up, so this package imports Panel only when one of t
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
-_EXPORTS = {
-    "WorkbenchApp": "widgets.app.app",
-    "build_app": "widgets.app.app",
-    "WorkbenchState": "widgets.app.state",
-    "WorkbenchStore": "widgets.app.store",
-}
+_EXPORTS: Mapping[str, str] = MappingProxyType(
+    {
+        "WorkbenchApp": "widgets.app.app",
+        "build_app": "widgets.app.app",
+        "WorkbenchState": "widgets.app.state",
+        "WorkbenchStore": "widgets.app.store",
+    }
+)
 __all__ = sorted(_EXPORTS)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import shlex
+import threading
+from collections.abc import Callable
 
 import panel as pn
 from panel.io.document import hold
@@ -75,12 +77,18 @@ def report_html(store: WorkbenchStore) -> str:
     )
 
 
+def _in_thread(work: Callable[[], None]) -> None:
+    """Run ``work`` in a daemon thread; Panel forwards the parameter changes it makes to the session."""
+    threading.Thread(target=work, name="workbench-estimate", daemon=True).start()
+
+
 class WorkbenchApp:
     """One session's State, Store and views, composed. ``panel()`` gives the page."""
 
     def __init__(self, state: WorkbenchState | None = None, store: WorkbenchStore | None = None) -> None:
         self.store = store or WorkbenchStore(state or WorkbenchState())
         self.store.batch = hold  # one browser patch per pass of the Store
+        self.store.run_in_background = _in_thread  # profiling and real runs keep the page live
         self.state = self.store.state
         self.composer = Composer(store=self.store)
         self.plan_view = PlanView(store=self.store)

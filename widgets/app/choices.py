@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from workbench.model import ModelSpec
 from workbench.plan import ParallelPlan, Workload
-from workbench.schedules import SCHEDULE_NAMES, required_vpp, schedule_rule_violations
+from workbench.schedules import SCHEDULE_NAMES, default_vpp, required_vpp, schedule_rule_violations
 
 MAX_VPP = 8
 """Largest virtual-stage count offered (Megatron's interleaved runs use 2-6)."""
@@ -86,6 +86,33 @@ def nearest(value: int, options: list[int]) -> int:
     return value if value in options else min(options, key=lambda o: (abs(o - value), o))
 
 
+def plan_choices(
+    model: ModelSpec, num_devices: int, workload: Workload, current: dict[str, int], schedule: str
+) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Valid options of every degree selector and the value each moves to (the current one if still valid,
+    else the nearest), in dependency order tp -> cp -> pp -> vpp, micro-batch, ep; dp is what remains."""
+    options: dict[str, list[int]] = {}
+    picks: dict[str, int] = {}
+
+    def pick(field: str, valid: list[int]) -> int:
+        options[field], picks[field] = valid, nearest(current[field], valid)
+        return picks[field]
+
+    n = num_devices
+    tp = pick("tp", tp_choices(model, n) or [1])
+    cp = pick("cp", cp_choices(workload, n // tp) if n % tp == 0 else [1])
+    pp = pick("pp", pp_choices(model, n // (tp * cp)) if n % (tp * cp) == 0 else [1])
+    dp = max(1, n // (tp * cp * pp))
+    fixed_vpp = required_vpp(schedule) if pp > 1 else None
+    vpp_options = vpp_choices(model, pp)
+    if fixed_vpp is None and pp > 1 and current["vpp"] < default_vpp(schedule):  # interleaved: at least 2
+        current = {**current, "vpp": default_vpp(schedule)}
+    pick("vpp", [fixed_vpp] if fixed_vpp in vpp_options else vpp_options)
+    pick("micro_batch_size", micro_batch_choices(workload, dp))
+    pick("ep", ep_choices(model, dp, cp, tp))
+    return options, picks
+
+
 def schedule_disabled_reasons(plan: ParallelPlan, workload: Workload) -> dict[str, str]:
     """Schedule name -> why it cannot run this plan's pipeline (each at the vpp it would use); empty when
     pp = 1 (the schedule is then ignored) or when dp*micro_batch_size does not divide the batch."""
@@ -94,7 +121,7 @@ def schedule_disabled_reasons(plan: ParallelPlan, workload: Workload) -> dict[st
         return {}
     out = {}
     for name in SCHEDULE_NAMES:
-        vpp = required_vpp(name) or plan.vpp
+        vpp = required_vpp(name) or max(plan.vpp, default_vpp(name))
         problems = schedule_rule_violations(name, pp=plan.pp, vpp=vpp, num_microbatches=m)
         if problems:
             out[name] = " ".join(problems)

@@ -26,8 +26,17 @@ from widgets.plots import (
 )
 
 TABLE_COLUMNS = (
-    "rank", "plan", "num_nodes", "tokens_per_s", "mfu", "step_time_s", "peak_memory_bytes", "fits", "bottleneck",
-    "tier", "rejected_reason",
+    "rank",
+    "plan",
+    "num_nodes",
+    "tokens_per_s",
+    "mfu",
+    "step_time_s",
+    "peak_memory_bytes",
+    "fits",
+    "bottleneck",
+    "tier",
+    "rejected_reason",
 )
 """Columns shown in the search table when present (units converted in ``display_frame``)."""
 

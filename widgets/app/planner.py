@@ -18,8 +18,15 @@ SCREEN_SHARE = 0.6
 """Share of the progress bar given to the closed-form screen (it is fast; refinement runs the simulator)."""
 
 
-def run_planner(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *,
-                progress: Callable[[float], None] | None = None, top_k: int = 20, **options: Any) -> Any:
+def run_planner(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    *,
+    progress: Callable[[float], None] | None = None,
+    top_k: int = 20,
+    **options: Any,
+) -> Any:
     """``workbench.search.search(model, cluster, workload, top_k=top_k, **options)`` with progress 0..1."""
     from workbench.search import search
 
@@ -31,7 +38,9 @@ def run_planner(model: ModelSpec, cluster: ClusterSpec, workload: Workload, *,
         if progress is not None and top_k:
             progress(SCREEN_SHARE + (1 - SCREEN_SHARE) * min(done, top_k) / top_k)
 
-    result = search(model, cluster, workload, top_k=top_k, progress=screened, refine_progress=refined, **options)
+    result = search(
+        model, cluster, workload, top_k=top_k, progress=screened, refine_progress=refined, **options
+    )
     if progress is not None:
         progress(1.0)
     return result

@@ -10,45 +10,27 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any
 
 import param
 import polars as pl
 
-from widgets.app import choices
+from widgets.app import choices, specs
+from widgets.app.specs import PLAN_FIELDS
 from widgets.app.state import CUSTOM, DEGREE_FIELDS, UPLOADED, WorkbenchState
 from workbench import catalog
 from workbench.estimate import Estimate
-from workbench.hardware import ClusterSpec, NetworkLevel
+from workbench.hardware import ClusterSpec
 from workbench.hf_config import model_from_hf_config
 from workbench.model import ModelSpec
 from workbench.plan import ParallelPlan, Workload
 from workbench.registry import backend_names, get_backend
-from workbench.schedules import required_vpp
 
-CLUSTER_FIELDS = (
-    "device",
-    "num_nodes",
-    "devices_per_node",
-    "scale_up_span",
-    "scale_up_bandwidth_GBps",
-    "scale_up_latency_us",
-    "scale_out_bandwidth_GBps",
-    "scale_out_latency_us",
-)
-MODEL_FIELDS = (
-    "num_layers",
-    "hidden_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "ffn_hidden_size",
-    "vocab_size",
-)
-PLAN_FIELDS = ("dp", *DEGREE_FIELDS, "zero_stage", "sequence_parallel", "recompute", "schedule")
 ESTIMATE_CACHE_SIZE = 32
-GBPS, US = 1e9, 1e-6
-"""The State's display units: GB/s (10^9 bytes/s) and microseconds."""
+FAST_BACKENDS = frozenset({"analytic"})
+"""Backends quick enough to price a plan inline on every change; others (profiling, real runs) run in the
+background when the Store is given ``run_in_background``."""
 
 
 class WorkbenchStore(param.Parameterized):
@@ -66,13 +48,21 @@ class WorkbenchStore(param.Parameterized):
     pinned = param.Parameter(default=None, doc="Estimate pinned as plan A of the Compare tab.")
     compare_backend = param.Selector(default="analytic", objects=["analytic"], doc="Backend of plan B.")
     compared = param.Parameter(default=None, doc="Plan B: the current plan priced by compare_backend.")
+    working = param.String(default="", doc="What runs in the background now ('' when idle).")
 
-    def __init__(self, state: WorkbenchState | None = None, *,
-                 batch: Callable[[], AbstractContextManager[Any]] = nullcontext, **params: Any) -> None:
+    def __init__(
+        self,
+        state: WorkbenchState | None = None,
+        *,
+        batch: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        **params: Any,
+    ) -> None:
         super().__init__(state=state or WorkbenchState(), **params)
         self.batch = batch
+        self.run_in_background: Callable[[Callable[[], None]], None] | None = None
+        """Runs slow backends' estimates off the caller's thread (the app sets it; None: run inline)."""
         """Context manager grouping the State changes of one pass (the app passes Panel's ``hold``)."""
-        self._presets: dict[tuple[str, str], Any] = {}
+        self._presets = specs.Presets()
         self._backends: dict[str, Any] = {}
         self._estimates: OrderedDict[tuple, Estimate] = OrderedDict()
         self._busy = False
@@ -83,75 +73,24 @@ class WorkbenchStore(param.Parameterized):
         self.state.param.watch(self._on_state_change, names)
         self.refresh()
 
-    # ----- specs from the state -------------------------------------------------------------------------
-    def _preset(self, kind: str, name: str) -> Any:
-        key = (kind, name)
-        if key not in self._presets:
-            loader = {
-                "model": catalog.load_model,
-                "device": catalog.load_device,
-                "cluster": catalog.load_cluster,
-            }
-            self._presets[key] = loader[kind](name)
-        return self._presets[key]
-
+    # ----- specs from the state (see widgets.app.specs) ---------------------------------------------------
     def cluster_spec(self) -> ClusterSpec:
-        """The cluster the fields describe (the preset's levels beyond the first and last are kept)."""
-        s = self.state
-        base = self._preset("cluster", s.cluster_preset) if s.cluster_preset != CUSTOM else None
-        inner = NetworkLevel(
-            name=base.levels[0].name if base else "scale-up",
-            span=s.scale_up_span,
-            bytes_per_s=s.scale_up_bandwidth_GBps * GBPS,
-            latency_s=s.scale_up_latency_us * US,
-        )
-        outer = NetworkLevel(
-            name=base.levels[-1].name if base else "scale-out",
-            bytes_per_s=s.scale_out_bandwidth_GBps * GBPS,
-            latency_s=s.scale_out_latency_us * US,
-        )
-        middle = base.levels[1:-1] if base else ()
-        spec = ClusterSpec(
-            id=base.id if base else CUSTOM,
-            name=base.name if base else "Custom cluster",
-            device=self._preset("device", s.device),
-            devices_per_node=s.devices_per_node,
-            num_nodes=s.num_nodes,
-            levels=(inner, *middle, outer),
-            source=base.source if base else "",
-        )
-        if base and replace(base, num_nodes=s.num_nodes) != spec:
-            spec = replace(spec, name=f"{base.name} (edited)")
-        return spec
+        """The cluster the fields describe."""
+        return specs.cluster_spec(self.state, self._presets)
 
     def base_model(self) -> ModelSpec:
         """The preset or uploaded model before the edits of the fields."""
-        s = self.state
-        if s.model_preset == UPLOADED:
-            if not s.uploaded_config:
-                raise ValueError("model: upload a Hugging Face config.json first, or pick a preset")
-            return model_from_hf_config(s.uploaded_config)
-        return self._preset("model", s.model_preset)
+        return specs.base_model(self.state, self._presets)
 
     def model_spec(self) -> ModelSpec:
         """The model with the edited fields applied (named ``<name> (edited)`` when they differ)."""
-        base = self.base_model()
-        edits = {
-            f: getattr(self.state, f) for f in MODEL_FIELDS if getattr(self.state, f) != getattr(base, f)
-        }
-        if not edits:
-            return base
-        if "hidden_size" in edits or "num_attention_heads" in edits:
-            edits["head_dim"] = self.state.hidden_size // self.state.num_attention_heads
-        return replace(base, name=f"{base.name} (edited)", **edits)
+        return specs.model_spec(self.state, self._presets)
 
     def workload(self) -> Workload:
-        s = self.state
-        return Workload(seq_len=s.seq_len, global_batch_size=s.global_batch_size, dtype=s.dtype)
+        return specs.workload(self.state)
 
     def plan(self) -> ParallelPlan:
-        s = self.state
-        return ParallelPlan(**{f: getattr(s, f) for f in PLAN_FIELDS})
+        return specs.plan(self.state)
 
     # ----- reacting to the state -------------------------------------------------------------------------
     def _fill_options(self) -> None:
@@ -176,24 +115,12 @@ class WorkbenchStore(param.Parameterized):
         return self._backends[name]
 
     def _fill_cluster(self, preset: str) -> None:
-        if preset == CUSTOM:
-            return
-        c = self._preset("cluster", preset)
-        self.state.param.update(
-            device=c.device.id,
-            devices_per_node=c.devices_per_node,
-            scale_up_span=c.levels[0].span or c.num_devices,
-            scale_up_bandwidth_GBps=c.levels[0].bytes_per_s / GBPS,
-            scale_up_latency_us=c.levels[0].latency_s / US,
-            scale_out_bandwidth_GBps=c.levels[-1].bytes_per_s / GBPS,
-            scale_out_latency_us=c.levels[-1].latency_s / US,
-        )
+        if preset != CUSTOM:
+            self.state.param.update(**specs.cluster_fields(self._presets.get("cluster", preset)))
 
     def _fill_model(self, preset: str) -> None:
-        if preset == UPLOADED and not self.state.uploaded_config:
-            return
-        base = self.base_model()
-        self.state.param.update(**{f: getattr(base, f) for f in MODEL_FIELDS})
+        if preset != UPLOADED or self.state.uploaded_config:
+            self.state.param.update(**specs.model_fields(self.base_model()))
 
     def upload_config(self, config: dict[str, Any]) -> None:
         """Use a parsed Hugging Face ``config.json`` as the model (ValueError if it is not one we read)."""
@@ -219,34 +146,27 @@ class WorkbenchStore(param.Parameterized):
     def _normalise_plan(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> None:
         """Narrow the degree selectors to valid values and move the current ones onto them.
 
-        Every new option list and value is computed from the values as they were, then all are applied in
-        one ``batch()``: a front end that snaps a selector to its first option when its value leaves the
-        list (Panel's Select in the browser does) then sees options and value change together.
+        Options and values come from ``choices.plan_choices`` on the values as they were, then are applied
+        so that a selector's value is always in its options (Panel's Select snaps to its first option
+        otherwise): widen the options to old and new, set the values, narrow them; ``batch()`` makes it one
+        patch for the browser.
         """
-        s, n = self.state, cluster.num_devices
+        s = self.state
         current = {f: getattr(s, f) for f in DEGREE_FIELDS}
-        options: dict[str, list[int]] = {}
-        picks: dict[str, int] = {}
+        options, picks = choices.plan_choices(model, cluster.num_devices, workload, current, s.schedule)
+        dp = cluster.num_devices // (picks["tp"] * picks["cp"] * picks["pp"]) or 1
+        with self.batch():
+            self._set_options(options, widen=True)  # the old and the new values are both valid here...
+            with param.edit_constant(s):
+                s.param.update(dp=dp, sequence_parallel=s.sequence_parallel and picks["tp"] > 1, **picks)
+            self._set_options(options, widen=False)  # ...then only the new ones, which the values are in
 
-        def pick(field: str, valid: list[int]) -> int:
-            options[field] = valid
-            picks[field] = choices.nearest(current[field], valid)
-            return picks[field]
-
-        tp = pick("tp", choices.tp_choices(model, n) or [1])
-        cp = pick("cp", choices.cp_choices(workload, n // tp) if n % tp == 0 else [1])
-        pp = pick("pp", choices.pp_choices(model, n // (tp * cp)) if n % (tp * cp) == 0 else [1])
-        dp = max(1, n // (tp * cp * pp))
-        fixed_vpp = required_vpp(s.schedule) if pp > 1 else None
-        vpp_options = choices.vpp_choices(model, pp)
-        pick("vpp", [fixed_vpp] if fixed_vpp in vpp_options else vpp_options)
-        pick("micro_batch_size", choices.micro_batch_choices(workload, dp))
-        pick("ep", choices.ep_choices(model, dp, cp, tp))
-        with self.batch(), param.parameterized.batch_call_watchers(s), param.edit_constant(s):
-            for field, valid in options.items():
-                if s.param[field].objects != valid:
-                    s.param[field].objects = valid
-            s.param.update(dp=dp, sequence_parallel=s.sequence_parallel and tp > 1, **picks)
+    def _set_options(self, options: dict[str, list[int]], *, widen: bool) -> None:
+        for field, valid in options.items():
+            objects = self.state.param[field].objects
+            target = sorted(set(objects) | set(valid)) if widen else valid
+            if objects != target:
+                self.state.param[field].objects = target
 
     def refresh(self) -> None:
         """Recompute options, violations and the estimate from the state (one pass)."""
@@ -267,12 +187,33 @@ class WorkbenchStore(param.Parameterized):
         if violations:
             self.param.update(estimate=None, violations=violations, error="")
             return
-        try:
-            estimate = self.estimate_of(model, cluster, workload, plan, self.state.backend)
-        except (ValueError, RuntimeError, OSError) as exc:
-            self.param.update(estimate=None, violations=[], error=str(exc))
+        backend = self.state.backend
+        key = (model, cluster, workload, plan, backend)
+        if self.run_in_background is not None and backend not in FAST_BACKENDS and key not in self._estimates:
+            self.param.update(
+                estimate=None, violations=[], error="", working=f"{backend} is pricing {plan.describe()}…"
+            )
+            self.run_in_background(lambda: self._settle(key))
             return
-        self.param.update(estimate=estimate, violations=[], error="")
+        self._settle(key)
+
+    def _settle(self, key: tuple) -> None:
+        """Price ``key`` = (model, cluster, workload, plan, backend) and publish it, unless the choices moved on
+        meanwhile (a background run whose plan is no longer the current one is dropped)."""
+        try:
+            estimate = self.estimate_of(*key)
+        except (ValueError, RuntimeError, OSError) as exc:
+            if self._current_key() == key:
+                self.param.update(estimate=None, violations=[], error=str(exc), working="")
+            return
+        if self._current_key() == key:
+            self.param.update(estimate=estimate, violations=[], error="", working="")
+
+    def _current_key(self) -> tuple | None:
+        try:
+            return (self.model_spec(), self.cluster_spec(), self.workload(), self.plan(), self.state.backend)
+        except ValueError:
+            return None
 
     @staticmethod
     def _schedule_names() -> tuple[str, ...]:
@@ -323,7 +264,9 @@ class WorkbenchStore(param.Parameterized):
                 progress(frac)
 
         self.search_progress = 0.0
-        result = run_planner(self.model_spec(), self.cluster_spec(), self.workload(), progress=report, **options)
+        result = run_planner(
+            self.model_spec(), self.cluster_spec(), self.workload(), progress=report, **options
+        )
         self.param.update(search_result=result, search_results=result.plans, search_progress=1.0)
         return result.plans
 

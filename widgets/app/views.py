@@ -8,8 +8,9 @@ Every number shown carries its unit; conversions from SI happen here and nowhere
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from types import MappingProxyType
 from typing import Any
 
 import panel as pn
@@ -27,39 +28,41 @@ from widgets.plots import (
 )
 
 MS_PER_S, GIB = 1e3, 2**30
-LABELS: dict[str, str] = {
-    "cluster_preset": "Cluster preset",
-    "device": "Device",
-    "num_nodes": "Nodes",
-    "devices_per_node": "Devices per node",
-    "scale_up_span": "Scale-up domain (devices)",
-    "scale_up_bandwidth_GBps": "Scale-up bandwidth (GB/s per device)",
-    "scale_up_latency_us": "Scale-up latency (µs)",
-    "scale_out_bandwidth_GBps": "Scale-out bandwidth (GB/s per device)",
-    "scale_out_latency_us": "Scale-out latency (µs)",
-    "model_preset": "Model",
-    "num_layers": "Layers",
-    "hidden_size": "Hidden size",
-    "num_attention_heads": "Attention heads",
-    "num_key_value_heads": "KV heads",
-    "ffn_hidden_size": "FFN hidden size",
-    "vocab_size": "Vocabulary",
-    "seq_len": "Sequence length (tokens)",
-    "global_batch_size": "Global batch (sequences)",
-    "dtype": "Precision",
-    "dp": "dp (derived)",
-    "tp": "tp",
-    "pp": "pp",
-    "cp": "cp",
-    "ep": "ep",
-    "vpp": "vpp (virtual stages)",
-    "micro_batch_size": "Micro-batch (sequences)",
-    "zero_stage": "ZeRO stage",
-    "sequence_parallel": "Sequence parallel",
-    "recompute": "Recompute",
-    "schedule": "Pipeline schedule",
-    "backend": "Backend",
-}
+LABELS: Mapping[str, str] = MappingProxyType(
+    {
+        "cluster_preset": "Cluster preset",
+        "device": "Device",
+        "num_nodes": "Nodes",
+        "devices_per_node": "Devices per node",
+        "scale_up_span": "Scale-up domain (devices)",
+        "scale_up_bandwidth_GBps": "Scale-up bandwidth (GB/s per device)",
+        "scale_up_latency_us": "Scale-up latency (µs)",
+        "scale_out_bandwidth_GBps": "Scale-out bandwidth (GB/s per device)",
+        "scale_out_latency_us": "Scale-out latency (µs)",
+        "model_preset": "Model",
+        "num_layers": "Layers",
+        "hidden_size": "Hidden size",
+        "num_attention_heads": "Attention heads",
+        "num_key_value_heads": "KV heads",
+        "ffn_hidden_size": "FFN hidden size",
+        "vocab_size": "Vocabulary",
+        "seq_len": "Sequence length (tokens)",
+        "global_batch_size": "Global batch (sequences)",
+        "dtype": "Precision",
+        "dp": "dp (derived)",
+        "tp": "tp",
+        "pp": "pp",
+        "cp": "cp",
+        "ep": "ep",
+        "vpp": "vpp (virtual stages)",
+        "micro_batch_size": "Micro-batch (sequences)",
+        "zero_stage": "ZeRO stage",
+        "sequence_parallel": "Sequence parallel",
+        "recompute": "Recompute",
+        "schedule": "Pipeline schedule",
+        "backend": "Backend",
+    }
+)
 CLUSTER_CONTROLS = (
     "cluster_preset",
     "device",
@@ -156,7 +159,9 @@ class Composer(param.Parameterized):
             object=f"Unavailable here — {backend_text}", visible=bool(reasons), alert_type="secondary"
         )
         # Panel refuses to disable the current value; its violation is shown next to the control instead.
-        self.widgets["schedule"].disabled_options = _others(self.store.disabled_schedules, self.store.state.schedule)
+        self.widgets["schedule"].disabled_options = _others(
+            self.store.disabled_schedules, self.store.state.schedule
+        )
         self.error.param.update(object=self.store.error, visible=bool(self.store.error))
 
     def _section(self, title: str, names: tuple[str, ...], extra: tuple = ()) -> pn.Card:
@@ -227,6 +232,10 @@ class PlanView(param.Parameterized):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.summary = pn.pane.Markdown("", sizing_mode="stretch_width", css_classes=["wb-summary"])
+        self.working = pn.Row(
+            pn.indicators.LoadingSpinner(value=True, size=24), pn.pane.Markdown(""), visible=False
+        )
+        self.store.param.watch(self._show_working, "working")
         self.timeline = pn.pane.Bokeh(None, css_classes=["wb-timeline"])
         self.memory = pn.pane.Bokeh(None, css_classes=["wb-memory"])
         self.breakdown = pn.pane.Bokeh(None)
@@ -236,29 +245,40 @@ class PlanView(param.Parameterized):
         self.store.param.watch(self.update, "estimate")
         self.update()
 
+    def _show_working(self, *_: Any) -> None:
+        self.working[1].object = self.store.working
+        self.working.visible = bool(self.store.working)
+
     def update(self, *_: Any) -> None:
         e = self.store.estimate
         if e is self._shown and e is not None:
             return
         self._shown = e
         with frozen(self.timeline, self.memory, self.breakdown, self.placement):
-            self.summary.object = summary_markdown(e)
+            self.summary.object = summary_markdown(e) if e is not None or not self.store.working else ""
             if e is None:
                 for pane in (self.timeline, self.memory, self.breakdown, self.placement):
                     pane.visible = False
                 return
-            self.timeline.param.update(
-                object=_named(estimate_timeline_figure(e), "plan-timeline"), visible=True
-            )
-            self.memory.param.update(object=_named(estimate_memory_figure(e), "plan-memory"), visible=True)
-            self.breakdown.param.update(object=estimates_breakdown_figure([e]), visible=True)
-            if (e.plan, e.cluster) != self._placement_key:
-                self._placement_key = (e.plan, e.cluster)
+            _show(self.timeline, _named(estimate_timeline_figure(e), "plan-timeline"))
+            _show(self.memory, _named(estimate_memory_figure(e), "plan-memory"))
+            _show(self.breakdown, estimates_breakdown_figure([e]))
+            key = placement_key(e)
+            if key != self._placement_key:
+                self._placement_key = key
                 self.placement.object = placement_figure(e.plan, e.cluster)
             self.placement.visible = True
 
     def panel(self) -> pn.Column:
-        return pn.Column(self.summary, self.timeline, pn.Row(self.memory, self.breakdown), self.placement)
+        return pn.Column(
+            self.working, self.summary, self.timeline, pn.Row(self.memory, self.breakdown), self.placement
+        )
+
+
+def placement_key(e: Any) -> tuple:
+    """What ``placement_figure`` draws: the degrees, the rank order and the node grid (not the costs)."""
+    p, c = e.plan, e.cluster
+    return (p.dp, p.tp, p.pp, p.cp, p.ep, p.rank_order, c.devices_per_node, c.num_nodes)
 
 
 @contextmanager
@@ -274,6 +294,10 @@ def frozen(*viewables: Any) -> Iterator[None]:
             stack.enter_context(doc.models.freeze())
         stack.enter_context(hold())
         yield
+
+
+def _show(pane: pn.pane.Bokeh, fig: Any) -> None:
+    pane.param.update(object=fig, visible=True)
 
 
 def _named(fig: Any, name: str) -> Any:

@@ -17,7 +17,10 @@ def _fmt(v: Any) -> str:
 
 @click.command("validate")
 @click.option(
-    "--data", "data", default=None, help="Validation CSV (default: shared/validation/training_public.csv)."
+    "--data",
+    "data",
+    default=None,
+    help="Validation CSV (default: profiles/validation/training_public.csv, a copy of shared/validation).",
 )
 @click.option("--calibration", default="default", show_default=True, help="Calibration name or TOML path.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

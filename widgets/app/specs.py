@@ -1,0 +1,123 @@
+"""Core specs from a ``WorkbenchState``, and State fields from a preset: the one place where the State's
+display units (GB/s = 10^9 bytes/s, microseconds) are converted to and from SI.
+
+``Presets`` caches loaded preset files per Store (one per session), never per module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from widgets.app.state import CUSTOM, DEGREE_FIELDS, UPLOADED, WorkbenchState
+from workbench import catalog
+from workbench.hardware import ClusterSpec, NetworkLevel
+from workbench.hf_config import model_from_hf_config
+from workbench.model import ModelSpec
+from workbench.plan import ParallelPlan, Workload
+
+MODEL_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "ffn_hidden_size",
+    "vocab_size",
+)
+PLAN_FIELDS = ("dp", *DEGREE_FIELDS, "zero_stage", "sequence_parallel", "recompute", "schedule")
+GBPS, US = 1e9, 1e-6
+"""The State's display units: GB/s (10^9 bytes/s) and microseconds."""
+
+
+class Presets:
+    """Loaded presets by (kind, id), loaded on first use (kinds: model, device, cluster)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[tuple[str, str], Any] = {}
+
+    def get(self, kind: str, name: str) -> Any:
+        key = (kind, name)
+        if key not in self._loaded:
+            loaders = {
+                "model": catalog.load_model,
+                "device": catalog.load_device,
+                "cluster": catalog.load_cluster,
+            }
+            self._loaded[key] = loaders[kind](name)
+        return self._loaded[key]
+
+
+def cluster_spec(s: WorkbenchState, presets: Presets) -> ClusterSpec:
+    """The cluster the fields describe; a preset's levels between the first and the last are kept, and
+    an edited preset is named ``<name> (edited)``."""
+    base = presets.get("cluster", s.cluster_preset) if s.cluster_preset != CUSTOM else None
+    inner = NetworkLevel(
+        name=base.levels[0].name if base else "scale-up",
+        span=s.scale_up_span,
+        bytes_per_s=s.scale_up_bandwidth_GBps * GBPS,
+        latency_s=s.scale_up_latency_us * US,
+    )
+    outer = NetworkLevel(
+        name=base.levels[-1].name if base else "scale-out",
+        bytes_per_s=s.scale_out_bandwidth_GBps * GBPS,
+        latency_s=s.scale_out_latency_us * US,
+    )
+    spec = ClusterSpec(
+        id=base.id if base else CUSTOM,
+        name=base.name if base else "Custom cluster",
+        device=presets.get("device", s.device),
+        devices_per_node=s.devices_per_node,
+        num_nodes=s.num_nodes,
+        levels=(inner, *(base.levels[1:-1] if base else ()), outer),
+        source=base.source if base else "",
+    )
+    if base and replace(base, num_nodes=s.num_nodes) != spec:
+        spec = replace(spec, name=f"{base.name} (edited)")
+    return spec
+
+
+def cluster_fields(cluster: ClusterSpec) -> dict[str, Any]:
+    """The State's cluster fields (display units) of a preset."""
+    inner, outer = cluster.levels[0], cluster.levels[-1]
+    return {
+        "device": cluster.device.id,
+        "devices_per_node": cluster.devices_per_node,
+        "scale_up_span": inner.span or cluster.num_devices,
+        "scale_up_bandwidth_GBps": inner.bytes_per_s / GBPS,
+        "scale_up_latency_us": inner.latency_s / US,
+        "scale_out_bandwidth_GBps": outer.bytes_per_s / GBPS,
+        "scale_out_latency_us": outer.latency_s / US,
+    }
+
+
+def base_model(s: WorkbenchState, presets: Presets) -> ModelSpec:
+    """The preset or uploaded model before the edits (ValueError if 'uploaded' is chosen without a file)."""
+    if s.model_preset == UPLOADED:
+        if not s.uploaded_config:
+            raise ValueError("model: upload a Hugging Face config.json first, or pick a preset")
+        return model_from_hf_config(s.uploaded_config)
+    return presets.get("model", s.model_preset)
+
+
+def model_spec(s: WorkbenchState, presets: Presets) -> ModelSpec:
+    """The model with the edited fields applied (named ``<name> (edited)`` when they differ)."""
+    base = base_model(s, presets)
+    edits = {f: getattr(s, f) for f in MODEL_FIELDS if getattr(s, f) != getattr(base, f)}
+    if not edits:
+        return base
+    if "hidden_size" in edits or "num_attention_heads" in edits:
+        edits["head_dim"] = s.hidden_size // s.num_attention_heads
+    return replace(base, name=f"{base.name} (edited)", **edits)
+
+
+def model_fields(model: ModelSpec) -> dict[str, Any]:
+    """The State's editable model fields of a model."""
+    return {f: getattr(model, f) for f in MODEL_FIELDS}
+
+
+def workload(s: WorkbenchState) -> Workload:
+    return Workload(seq_len=s.seq_len, global_batch_size=s.global_batch_size, dtype=s.dtype)
+
+
+def plan(s: WorkbenchState) -> ParallelPlan:
+    return ParallelPlan(**{f: getattr(s, f) for f in PLAN_FIELDS})
