@@ -69,7 +69,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
         "TFLOP/s per device",
         "peak memory (GiB)",
         "fits",
-        "bubble",
+        "pipeline idle (mean over ranks)",
     ]
     numeric = [True, False, False, True, True, True, True, True, False, True]
     rows, classes = [], []
