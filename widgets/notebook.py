@@ -17,6 +17,7 @@ from typing import Any
 from widgets.app.app import WorkbenchApp, report_html
 from widgets.app.state import WorkbenchState
 from widgets.app.store import WorkbenchStore
+from workbench.plan import PLAN_FIELDS
 
 
 class Workbench:
@@ -40,18 +41,7 @@ class Workbench:
 
     def set(self, **choices: Any) -> Workbench:
         """Change State fields; plan degrees (tp, pp, ...) are applied after the cluster and model ones."""
-        plan_keys = {
-            "tp",
-            "pp",
-            "cp",
-            "ep",
-            "vpp",
-            "micro_batch_size",
-            "zero_stage",
-            "sequence_parallel",
-            "recompute",
-            "schedule",
-        }
+        plan_keys = set(PLAN_FIELDS) - {"dp"}
         first = {k: v for k, v in choices.items() if k not in plan_keys}
         if first:
             self.state.param.update(**first)

@@ -39,6 +39,21 @@ class Axis(StrEnum):
     PP = "pp"
 
 
+PLAN_FIELDS: tuple[str, ...] = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "micro_batch_size",
+    "zero_stage",
+    "sequence_parallel",
+    "recompute",
+    "schedule",
+)
+"""The fields of ``ParallelPlan`` that a user chooses (all but ``rank_order``), in display order."""
+
 DEFAULT_RANK_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
 """Innermost first: tensor-parallel ranks are adjacent (inside a node), pipeline stages outermost."""
 

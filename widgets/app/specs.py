@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from widgets.app.state import CUSTOM, DEGREE_FIELDS, UPLOADED, WorkbenchState
+from widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
 from workbench import catalog
 from workbench.hardware import ClusterSpec, NetworkLevel
 from workbench.hf_config import model_from_hf_config
 from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
+from workbench.plan import PLAN_FIELDS, ParallelPlan, Workload
 
 MODEL_FIELDS = (
     "num_layers",
@@ -24,7 +24,6 @@ MODEL_FIELDS = (
     "ffn_hidden_size",
     "vocab_size",
 )
-PLAN_FIELDS = ("dp", *DEGREE_FIELDS, "zero_stage", "sequence_parallel", "recompute", "schedule")
 GBPS, US = 1e9, 1e-6
 """The State's display units: GB/s (10^9 bytes/s) and microseconds."""
 

@@ -17,14 +17,13 @@ import param
 import polars as pl
 
 from widgets.app import choices, specs
-from widgets.app.specs import PLAN_FIELDS
 from widgets.app.state import CUSTOM, DEGREE_FIELDS, UPLOADED, WorkbenchState
 from workbench import catalog
 from workbench.estimate import Estimate
 from workbench.hardware import ClusterSpec
 from workbench.hf_config import model_from_hf_config
 from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
+from workbench.plan import PLAN_FIELDS, ParallelPlan, Workload
 from workbench.registry import backend_names, get_backend
 
 ESTIMATE_CACHE_SIZE = 32

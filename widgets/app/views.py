@@ -26,6 +26,7 @@ from widgets.plots import (
     estimates_breakdown_figure,
     placement_figure,
 )
+from workbench.plan import PLAN_FIELDS
 
 MS_PER_S, GIB = 1e3, 2**30
 LABELS: Mapping[str, str] = MappingProxyType(
@@ -84,19 +85,7 @@ MODEL_CONTROLS = (
     "vocab_size",
 )
 WORKLOAD_CONTROLS = ("seq_len", "global_batch_size", "dtype")
-PLAN_CONTROLS = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "vpp",
-    "micro_batch_size",
-    "zero_stage",
-    "sequence_parallel",
-    "recompute",
-    "schedule",
-)
+PLAN_CONTROLS = PLAN_FIELDS
 WIDTH = 260
 
 

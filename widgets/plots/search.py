@@ -21,20 +21,9 @@ from bokeh.models.annotations import Span
 from bokeh.plotting import figure
 
 from widgets.plots._style import GIB, GREY, OKABE_ITO, PLOT_WIDTH_PX, category_colors
+from workbench.plan import PLAN_FIELDS
 
 SEARCH_REQUIRED: tuple[str, ...] = ("tokens_per_s", "peak_memory_bytes", "fits")
-PLAN_FIELDS: tuple[str, ...] = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "vpp",
-    "micro_batch_size",
-    "zero_stage",
-    "recompute",
-    "schedule",
-)
 SEARCH_COLUMNS: tuple[str, ...] = (
     *SEARCH_REQUIRED,
     "mfu",

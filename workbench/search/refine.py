@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.plan import ParallelPlan, Recompute
+from workbench.plan import PLAN_FIELDS, ParallelPlan, Recompute
 
 if TYPE_CHECKING:
     from workbench.calibration import Calibration
@@ -31,20 +31,6 @@ BREAKDOWN_LABELS: dict[str, str] = {
     "optimizer_s": "optimizer",
 }
 """Step-time parts (``StepBreakdown`` field names) and how the CLI names them."""
-
-PLAN_FIELDS = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "vpp",
-    "micro_batch_size",
-    "zero_stage",
-    "sequence_parallel",
-    "recompute",
-    "schedule",
-)
 
 
 def plan_from_row(row: dict[str, Any]) -> ParallelPlan:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench.plan import PLAN_FIELDS
 from workbench.search.grid import REASONS
 from workbench.search.refine import BREAKDOWN_LABELS, bottleneck
 from workbench.search.space import RECOMPUTE_CODES
@@ -42,17 +43,7 @@ if TYPE_CHECKING:
 PLAN_COLUMNS = (
     "num_nodes",
     "num_devices",
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "vpp",
-    "micro_batch_size",
-    "zero_stage",
-    "sequence_parallel",
-    "recompute",
-    "schedule",
+    *PLAN_FIELDS,
     "plan",
     "num_microbatches",
 )
