@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from backends.analytic import AnalyticBackend
 from workbench.analytic import estimate_plan
 from workbench.calibration import Calibration, load_calibration
 from workbench.catalog import load_cluster, load_model
-from workbench.closed_form import closed_form_step_time_s
-from workbench.costs import SCHEDULE_CODES
 from workbench.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Backend
 from workbench.plan import ParallelPlan, Workload
 from workbench.registry import get_backend
@@ -74,29 +71,6 @@ def test_doubling_the_batch_doubles_compute() -> None:
     a = estimate_plan(MODEL, CLUSTER, WORK, plan)
     b = estimate_plan(MODEL, CLUSTER, dataclasses.replace(WORK, global_batch_size=64), plan)
     assert b.breakdown.compute_s == pytest.approx(2 * a.breakdown.compute_s, rel=1e-9)
-
-
-def test_closed_form_tracks_the_simulator() -> None:
-    cal = load_calibration()
-    for kw in (dict(tp=2, pp=4, dp=1), dict(tp=1, pp=4, dp=2, vpp=2, schedule="interleaved-1f1b")):
-        plan = ParallelPlan(micro_batch_size=1, **kw)  # type: ignore[arg-type]
-        est = estimate_plan(MODEL, CLUSTER, WORK, plan, calibration=cal)
-        cf = closed_form_step_time_s(
-            MODEL,
-            CLUSTER,
-            WORK,
-            cal,
-            dp=plan.dp,
-            tp=plan.tp,
-            pp=plan.pp,
-            vpp=plan.vpp,
-            schedule=SCHEDULE_CODES[plan.schedule],
-        )
-        assert float(cf) == pytest.approx(est.step_time_s, rel=0.03)
-    many = closed_form_step_time_s(
-        MODEL, CLUSTER, WORK, cal, dp=np.array([8, 4]), tp=np.array([1, 2]), pp=np.array([1, 1])
-    )
-    assert many.shape == (2,) and np.all(np.isfinite(many))
 
 
 def test_neutral_calibration_is_a_plain_roofline() -> None:

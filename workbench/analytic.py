@@ -4,7 +4,7 @@ Pieces: per-layer roofline compute and exposed collectives (:mod:`workbench.cost
 priced by the discrete simulator (:mod:`workbench.simulate`), data-parallel gradient reduction and the
 optimizer step after the pipeline flush, memory per pipeline rank (:mod:`workbench.memory`, with in-flight
 activations from the simulated schedule). ``estimate_plan`` is the reusable entry point (CLI, validation,
-reports); ``closed_form_step_time_s`` in :mod:`workbench.costs` is the planner's simulation-free twin.
+reports); :mod:`workbench.search.screen` is the planner's simulation-free twin.
 
 MFU follows PaLM (Chowdhery et al. 2022, appendix B): ``ModelSpec.model_flop_per_token`` (6N + attention,
 full s^2, no recompute) over the dense peak of the workload's dtype (FP8 runs: the FP8 peak). HFU adds the

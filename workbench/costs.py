@@ -2,12 +2,12 @@
 
 ``layer_costs`` turns one layer (dense or MoE) into seconds per micro-batch on one device, split into pure
 compute (forward F, backward-input I, backward-weight W; recompute added to I) and exposed communication
-by kind (tp, cp, ep). ``pipeline_time_s`` is the closed-form pipeline makespan of a schedule (bubble slots
-from the schedule's paper) and ``closed_form_step_time_s`` the planner's no-simulation step time.
+by kind (tp, cp, ep); ``edge_costs`` does the same for the embedding and the LM head with its loss. The
+planner's closed-form pipeline makespan per schedule lives in :mod:`workbench.search.bubble`.
 
 Vectorisation contract (as in :mod:`workbench.flops`): plan fields may be numpy arrays, broadcast
 elementwise; plan-dependent branches use ``np.where``/``np.select`` on codes (``RECOMPUTE_CODES``,
-``SCHEDULE_CODES``, ``zero_stage``). Model, device, cluster and calibration are scalars.
+``zero_stage``). Model, device, cluster and calibration are scalars.
 
 Communication volumes per layer and micro-batch (bytes per device; e = 2 bytes per activation value):
 - TP (Megatron, Shoeybi et al. 2019; with sequence parallelism Korthikanti et al. 2022 section 4.2.2): two
@@ -35,20 +35,6 @@ Array = Any
 
 ACT_BYTES = 2.0
 """Activations and communicated tensors are 16-bit (bf16/fp16; FP8 runs keep bf16 activations)."""
-
-SCHEDULE_CODES: dict[str, int] = {
-    "gpipe": 0,
-    "1f1b": 0,
-    "interleaved-1f1b": 1,
-    "looped-bfs": 1,
-    "zb-h1": 2,
-    "zb-h2": 3,
-    "zbv": 3,
-    "v-half": 3,
-    "v-min": 3,
-    "dualpipev": 3,
-}
-"""Bubble family per schedule name, for ``pipeline_time_s``."""
 
 
 class LayerCosts(NamedTuple):
@@ -195,34 +181,6 @@ def edge_costs(
     return EdgeCosts(
         emb.fwd_s, emb.bwd_input_s, mm.fwd_s + loss.fwd_s, mm.bwd_input_s + loss.bwd_input_s, mm.bwd_weight_s
     )
-
-
-def pipeline_time_s(
-    schedule_code: Array,
-    *,
-    pp: Array,
-    vpp: Array,
-    num_microbatches: Array,
-    f_s: Array,
-    b_s: Array,
-    w_s: Array,
-    p2p_time_s: Array,
-) -> Array:
-    """Closed-form makespan of the pipeline for one step; ``f_s``/``b_s``/``w_s`` are one rank's full share
-    (all its vpp chunks) per micro-batch, ``w_s`` the weight part of ``b_s``.
-
-    Bubble slots: GPipe/1F1B (p-1)(F+B) (Huang et al. 2019; Narayanan et al. 2021 eq. 1); interleaved
-    (p-1)(F+B)/v (Narayanan et al. 2021 section 2.2); ZB-H1 (p-1)(F+I-W) (Qi et al. 2024 section 3);
-    ZB-H2 and the V schedules ~0 beyond p2p. The critical path crosses 2(p*v-1) stage boundaries.
-    """
-    m, i_s = num_microbatches, b_s - w_s
-    slots = np.select(
-        [schedule_code == 0, schedule_code == 1, schedule_code == 2],
-        [(pp - 1) * (f_s + b_s), (pp - 1) * (f_s + b_s) / vpp, (pp - 1) * np.maximum(f_s + i_s - w_s, 0)],
-        0.0,
-    )
-    hops = np.where(pp > 1, 2 * (pp * vpp - 1), 0)
-    return m * (f_s + b_s) + np.where(pp > 1, slots, 0.0) + hops * p2p_time_s
 
 
 def dtype_bytes(dtype: DType | str) -> float:

@@ -1,10 +1,9 @@
 """Closed-form pipeline makespan per schedule, checked against ``workbench.simulate`` on uniform stages.
 
-``workbench.costs.pipeline_time_s`` gives the papers' steady-state bubbles; the screen needs the generators'
-actual behaviour too (few micro-batches, interleaved zero-bubble, the greedy ZB-H2 and V schedules), so this
+The papers give steady-state bubbles; the screen needs the generators' actual behaviour too (few micro-batches, interleaved zero-bubble, the greedy ZB-H2 and V schedules), so this
 module refines it. With F, B = I + W the per-micro-batch times of one rank's whole share (all its vpp
 chunks), p ranks, v chunks per rank and m micro-batches, makespan = m (F + B) + bubble + hops * p2p with
-``hops = 2 (p v - 1)`` (costs.pipeline_time_s) and the bubble:
+``hops = 2 (p v - 1)`` stage boundaries on the critical path and the bubble:
 
 - GPipe, 1F1B (Huang et al. 2019; Narayanan et al. 2021 eq. 1): (p-1)(F+B) for every m;
 - interleaved 1F1B and looped BFS (Narayanan et al. 2021 section 2.2): (p-1)(F+B) x

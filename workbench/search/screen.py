@@ -11,9 +11,6 @@ guards it): step = makespan + exposed data-parallel reduction + optimizer; the c
 first or the last one, whichever is busier; the bubble follows the other ranks' mean work. Plans use the
 default rank order (tp innermost, then cp, dp, pp), so tp groups have stride 1, cp groups stride tp, dp groups
 stride tp*cp and pipeline neighbours stride tp*cp*dp.
-
-``workbench.closed_form.closed_form_step_time_s`` is a coarser twin (no per-rank layout, no optimizer step,
-ZeRO-3 and expert sharding simplified); the screen does not use it.
 """
 
 from __future__ import annotations
@@ -231,7 +228,7 @@ def _rank_share(
 
 def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
     """Closed-form step time of every plan, its breakdown (seconds, ``StepBreakdown`` names), tokens_per_s
-    and mfu. The pipeline makespan is ``workbench.costs.pipeline_time_s`` on the first and the last rank's
+    and mfu. The pipeline makespan is ``workbench.search.bubble.makespan_s`` on the first and the last rank's
     share; the slower one is the critical rank whose parts the breakdown reports."""
     dense, moe, edges = _layers(ctx, cols)
     pp, vpp, m, code = cols["pp"], cols["vpp"], cols["num_microbatches"], cols["schedule_code"]
