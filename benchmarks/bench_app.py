@@ -5,8 +5,12 @@ dp x micro-batch = 1), analytic backend. The page is attached to a bokeh ``Docum
 would be, and each measured change goes from the widget's new value through the Store (estimate), the views
 (figures from ``widgets.plots``) to the document patch that would be sent to the browser.
 
-Run: ``python benchmarks/bench_app.py [--repeat N] [--json]``. Each change alternates between values whose
-estimates are not cached, so every sample pays for a fresh estimate and fresh figures.
+Run: ``python benchmarks/bench_app.py [--repeat N] [--change latency|recompute] [--json]``. Each change
+alternates between values whose estimates are not cached, so every sample pays for a fresh estimate.
+``latency`` (the default) changes the scale-out latency: the timeline and breakdown keep their layout, so
+the app writes their new data into the figures shown (no new bokeh models) and keeps the memory figure.
+``recompute`` toggles selective/full recompute: the memory bars change too, so that figure is rebuilt and
+swapped (a walk of the document's model graph), the others are rewritten in place.
 """
 
 from __future__ import annotations
@@ -53,16 +57,23 @@ def build(case: dict[str, Any]) -> tuple[Any, Any, Document]:
     return app, state, doc
 
 
-def measure(case: dict[str, Any], repeat: int) -> dict[str, Any]:
+def _change(app: Any, change: str, i: int) -> None:
+    if change == "recompute":  # one batched change of two controls, so that the estimate is never cached
+        app.state.param.update(recompute=("full", "selective")[i % 2], scale_out_latency_us=20.0 + i * 1e-3)
+        return
+    value = 1 + (i % 4) * 0.25  # scale-out latency in us: a change every layer of the app reacts to
+    app.composer.widgets["scale_out_latency_us"].value = 10.0 + value + i * 1e-3
+
+
+def measure(case: dict[str, Any], repeat: int, change: str = "latency") -> dict[str, Any]:
     app, state, doc = build(case)
     assert app.store.estimate is not None, app.store.violations or app.store.error
     est = app.store.estimate
     timings, cpu = [], []
     for i in range(repeat):
-        value = 1 + (i % 4) * 0.25  # scale-out latency in us: a change every layer of the app reacts to
         start, start_cpu = time.perf_counter(), time.process_time()
         with set_curdoc(doc):  # as in a served session's callback
-            app.composer.widgets["scale_out_latency_us"].value = 10.0 + value + i * 1e-3
+            _change(app, change, i)
         timings.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
         assert app.store.estimate is not None
@@ -82,9 +93,10 @@ def measure(case: dict[str, Any], repeat: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=8)
+    parser.add_argument("--change", choices=("latency", "recompute"), default="latency")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = {name: measure(case, args.repeat) for name, case in CASES.items()}
+    results = {name: measure(case, args.repeat, args.change) for name, case in CASES.items()}
     if args.json:
         print(json.dumps(results, indent=2))
         return

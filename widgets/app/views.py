@@ -8,7 +8,7 @@ Every number shown carries its unit; conversions from SI happen here and nowhere
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from types import MappingProxyType
 from typing import Any
@@ -16,15 +16,25 @@ from typing import Any
 import panel as pn
 import param
 from panel.io.document import hold
+from panel.io.notebook import push
+from panel.io.state import set_curdoc
+from panel.io.state import state as pn_state
 
 from widgets.app.choices import violations_by_control
 from widgets.app.state import WorkbenchState
 from widgets.app.store import WorkbenchStore
 from widgets.plots import (
     estimate_memory_figure,
-    estimate_timeline_figure,
     estimates_breakdown_figure,
     placement_figure,
+)
+from widgets.plots.breakdown import refresh_breakdown_figure, same_bars
+from widgets.plots.memory import refresh_memory_figure, same_memory_layout
+from widgets.plots.timeline import (
+    TimelineContent,
+    content_timeline_figure,
+    estimate_timeline_content,
+    refresh_timeline_figure,
 )
 from workbench.plan import PLAN_FIELDS
 
@@ -212,8 +222,11 @@ class PlanView(param.Parameterized):
     """Summary, timeline, memory, breakdown and placement of the Store's estimate.
 
     Figures are rebuilt only when their input changed (the placement depends on the plan and the cluster
-    alone), and the swap happens under one document hold with the model graph frozen, so the browser gets a
-    single patch per change.
+    alone, the memory bars on the memory table and the capacity), and the swap happens under one document
+    hold with the model graph frozen, so the browser gets a single patch per change. When the new timeline,
+    memory or breakdown figure has the layout of the one shown (same lanes, ops and view; same ranks; as
+    many bars), its data and texts are written into the shown figure instead:
+    no new bokeh models, no document re-walk.
     """
 
     store = param.ClassSelector(class_=WorkbenchStore)
@@ -231,6 +244,8 @@ class PlanView(param.Parameterized):
         self.placement = pn.pane.Bokeh(None)
         self._shown: Any = None
         self._placement_key: Any = None
+        self._memory_key: Any = None
+        self._timeline_key: Any = None
         self.store.param.watch(self.update, "estimate")
         self.update()
 
@@ -243,20 +258,55 @@ class PlanView(param.Parameterized):
         if e is self._shown and e is not None:
             return
         self._shown = e
-        with frozen(self.timeline, self.memory, self.breakdown, self.placement):
-            self.summary.object = summary_markdown(e) if e is not None or not self.store.working else ""
-            if e is None:
-                for pane in (self.timeline, self.memory, self.breakdown, self.placement):
+        panes = (self.timeline, self.memory, self.breakdown, self.placement)
+        if e is None:
+            with hold():
+                self.summary.object = "" if self.store.working else summary_markdown(None)
+                for pane in panes:
                     pane.visible = False
-                return
-            _show(self.timeline, _named(estimate_timeline_figure(e), "plan-timeline"))
-            _show(self.memory, _named(estimate_memory_figure(e), "plan-memory"))
-            _show(self.breakdown, estimates_breakdown_figure([e]))
-            key = placement_key(e)
-            if key != self._placement_key:
-                self._placement_key = key
-                self.placement.object = placement_figure(e.plan, e.cluster)
-            self.placement.visible = True
+            return
+        content = estimate_timeline_content(e)
+        memory_changed = self._memory_changed(e)
+        figures = self._new_figures(e, content, memory_changed)
+        # Freezing costs one walk of the document's model graph on exit: only when a figure is swapped.
+        with frozen(*panes, models=bool(figures)):
+            self.summary.object = summary_markdown(e)
+            # The figures are bound now: a write scheduled from a thread never lands on a later figure.
+            timeline, breakdown, memory = self.timeline.object, self.breakdown.object, self.memory.object
+            if self.timeline not in figures:
+                in_session(self.timeline, lambda: refresh_timeline_figure(timeline, content))
+            if self.breakdown not in figures:
+                in_session(self.breakdown, lambda: refresh_breakdown_figure(breakdown, [e]))
+            if self.memory not in figures and memory_changed:
+                capacity = e.memory_capacity_bytes
+                in_session(
+                    self.memory, lambda: refresh_memory_figure(memory, e.memory, capacity_bytes=capacity)
+                )
+            for pane in panes:
+                pane.param.update(object=figures.get(pane, pane.object), visible=True)
+
+    def _memory_changed(self, e: Any) -> bool:
+        old, self._memory_key = self._memory_key, (e.memory_capacity_bytes, e.memory)
+        return old is None or old[0] != e.memory_capacity_bytes or not old[1].equals(e.memory)
+
+    def _new_figures(
+        self, e: Any, content: TimelineContent, memory_changed: bool
+    ) -> dict[pn.pane.Bokeh, Any]:
+        """The figures whose layout or input changed, rebuilt; the others are refreshed in place or kept."""
+        figures: dict[pn.pane.Bokeh, Any] = {}
+        if self.timeline.object is None or content.layout_key != self._timeline_key:
+            self._timeline_key = content.layout_key
+            figures[self.timeline] = _named(content_timeline_figure(content), "plan-timeline")
+        fig = self.memory.object
+        if fig is None or (memory_changed and not same_memory_layout(fig, e.memory)):
+            figures[self.memory] = _named(estimate_memory_figure(e), "plan-memory")
+        if self.breakdown.object is None or not same_bars(self.breakdown.object, [e]):
+            figures[self.breakdown] = estimates_breakdown_figure([e])
+        key = placement_key(e)
+        if key != self._placement_key:
+            self._placement_key = key
+            figures[self.placement] = placement_figure(e.plan, e.cluster)
+        return figures
 
     def panel(self) -> pn.Column:
         return pn.Column(
@@ -271,22 +321,40 @@ def placement_key(e: Any) -> tuple:
 
 
 @contextmanager
-def frozen(*viewables: Any) -> Iterator[None]:
-    """Hold the session's events and freeze the model graph of every document showing ``viewables``.
+def frozen(*viewables: Any, models: bool = True) -> Iterator[None]:
+    """Hold the session's events and (``models``) freeze the model graph of every document showing
+    ``viewables``.
 
     Replacing a figure re-walks the whole document's model graph once per changed model (and Panel's inline
-    stylesheet patching in notebooks changes each new model again); frozen, the walk happens once on exit.
+    stylesheet patching in notebooks changes each new model again); frozen, the walk happens once on exit,
+    but always, so changes that add no model (data written in place) only hold.
     """
     docs = {m.document for v in viewables for m, _ in v._models.values() if m.document is not None}
     with ExitStack() as stack:
-        for doc in docs:
+        for doc in docs if models else ():
             stack.enter_context(doc.models.freeze())
         stack.enter_context(hold())
         yield
 
 
-def _show(pane: pn.pane.Bokeh, fig: Any) -> None:
-    pane.param.update(object=fig, visible=True)
+def in_session(pane: pn.pane.Bokeh, write: Callable[[], Any]) -> None:
+    """Run ``write``, in-place changes to the figure ``pane`` shows, the way Panel applies its own model
+    updates: at once (and pushed over the comm in a notebook) on the session's thread, else scheduled on
+    the session's event loop (e.g. from a background estimate's thread)."""
+    doc = getattr(pane.object, "document", None)
+    views = [pn_state._views[ref] for ref in pane._models if ref in pn_state._views]
+    shown = [(d, comm) for _, _, d, comm in views if d is doc]
+    if doc is None or not shown:
+        write()
+        return
+    comm = shown[0][1]
+    if comm or pn_state._unblocked(doc) or not doc.session_context:
+        write()
+        if comm:
+            push(doc, comm)
+    else:
+        with set_curdoc(doc):
+            pn_state.execute(write, schedule=True)
 
 
 def _named(fig: Any, name: str) -> Any:

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from widgets.plots._style import is_compute_op
+from widgets.plots._style import OP_COLORS, is_compute_op
+
+_COMPUTE_OPS = list(OP_COLORS)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,23 +32,21 @@ def assign_lanes(timeline: pl.DataFrame) -> Lanes:
 
     Label ``rank r`` when the rank has one chunk, ``rank r · chunk c`` otherwise, ``rank r · comm``.
     """
-    ops = timeline["op"].to_list()
-    comm = np.array([not is_compute_op(op) for op in ops], dtype=bool)
+    comm = (~timeline["op"].cast(pl.String).is_in(_COMPUTE_OPS)).to_numpy()
     ranks = timeline["rank"].to_numpy().astype(np.int64)
     chunks = np.where(comm, -1, timeline["chunk"].to_numpy().astype(np.int64))
-    keys = sorted(
-        set(zip(ranks.tolist(), chunks.tolist(), strict=True)), key=lambda k: (k[0], k[1] < 0, k[1])
-    )
+    # One integer per (rank, chunk) whose order is (rank, compute chunks ascending, comm last).
+    width = int(chunks.max(initial=0)) + 2
+    order_key = ranks * width + np.where(chunks < 0, width - 1, chunks)
+    unique_keys, lane = np.unique(order_key, return_inverse=True)
+    keys = list(zip((unique_keys // width).tolist(), (unique_keys % width).tolist(), strict=True))
+    keys = [(r, -1 if c == width - 1 else c) for r, c in keys]
     chunks_per_rank: dict[int, int] = {}
     for r, c in keys:
         if c >= 0:
             chunks_per_rank[r] = chunks_per_rank.get(r, 0) + 1
-    index = {k: i for i, k in enumerate(keys)}
-    lane = np.fromiter(
-        (index[k] for k in zip(ranks.tolist(), chunks.tolist(), strict=True)), np.int64, len(ops)
-    )
     labels = tuple(_lane_label(r, c, chunks_per_rank.get(r, 0)) for r, c in keys)
-    return Lanes(lane=lane, labels=labels, is_comm=tuple(c < 0 for _, c in keys))
+    return Lanes(lane=lane.astype(np.int64).reshape(-1), labels=labels, is_comm=tuple(c < 0 for _, c in keys))
 
 
 def _lane_label(rank: int, chunk: int, num_chunks: int) -> str:
@@ -138,9 +138,9 @@ def aggregate_runs(
     lane and op do not overlap; overlapping communication is capped at a fully busy bin). A bin's colour is
     its dominant op, its opacity its busy share (quartiles); bins under 2 % busy stay empty (idle).
     """
-    ops = tuple(sorted(set(timeline["op"].to_list()), key=lambda o: (not is_compute_op(o), o)))
-    code = {op: i for i, op in enumerate(ops)}
-    op_code = np.fromiter((code[o] for o in timeline["op"].to_list()), np.int64, timeline.height)
+    op_column = timeline["op"].cast(pl.String)
+    ops = tuple(sorted(op_column.unique().to_list(), key=lambda o: (not is_compute_op(o), o)))
+    op_code = op_column.replace_strict(ops, list(range(len(ops))), return_dtype=pl.Int64).to_numpy()
     starts = timeline["start_s"].to_numpy().astype(np.float64)
     ends = timeline["end_s"].to_numpy().astype(np.float64)
     edges = np.linspace(span_s[0], span_s[1], num_bins + 1)

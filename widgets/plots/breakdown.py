@@ -108,8 +108,30 @@ def _stack(breakdowns: Sequence[StepBreakdown], labels: Sequence[str]) -> dict[s
 
 def estimates_breakdown_figure(estimates: Sequence[Estimate], **kwargs: Any) -> figure:
     """``breakdown_figure`` of Estimates, labelled ``#i plan`` (backend added when backends differ)."""
+    return breakdown_figure([e.breakdown for e in estimates], estimate_labels(estimates), **kwargs)
+
+
+def estimate_labels(estimates: Sequence[Estimate]) -> list[str]:
+    """The bar labels of ``estimates_breakdown_figure``: ``#i plan``, backend added when backends differ."""
     several = len({e.backend for e in estimates}) > 1
-    labels = [
+    return [
         f"#{i} {e.plan.describe()}" + (f" [{e.backend}]" if several else "") for i, e in enumerate(estimates)
     ]
-    return breakdown_figure([e.breakdown for e in estimates], labels, **kwargs)
+
+
+def same_bars(fig: figure, estimates: Sequence[Estimate]) -> bool:
+    """Whether ``fig`` (an ``estimates_breakdown_figure``) has as many bars as ``estimates`` would get
+    (its height follows the count; the labels are written in place)."""
+    return len(fig.y_range.factors) == len(estimates)  # type: ignore[attr-defined]
+
+
+def refresh_breakdown_figure(fig: figure, estimates: Sequence[Estimate]) -> bool:
+    """Write the bars of ``estimates`` into ``fig`` (an ``estimates_breakdown_figure``) in place, with no new
+    bokeh models; False (and nothing changed) unless ``same_bars``."""
+    if not same_bars(fig, estimates):
+        return False
+    labels = estimate_labels(estimates)
+    fig.y_range.factors = list(reversed(labels))  # type: ignore[attr-defined]
+    parts = next(r for r in fig.renderers if r.name == "parts")
+    parts.data_source.data = _stack([e.breakdown for e in estimates], labels)  # type: ignore[attr-defined]
+    return True

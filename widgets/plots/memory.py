@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, LegendItem
 from bokeh.models.annotations import Span
 from bokeh.plotting import figure
 
@@ -16,6 +16,8 @@ from workbench.estimate import MEMORY_COLUMNS
 if TYPE_CHECKING:
     from workbench.estimate import Estimate
 
+OVER_CAPACITY = "over capacity"
+"""Legend label of the markers on ranks whose total exceeds the capacity (hidden while none does)."""
 MEMORY_LABELS: dict[str, str] = {
     "parameters_bytes": "parameters",
     "gradients_bytes": "gradients",
@@ -76,7 +78,6 @@ def memory_figure(
         )
     )
     idx = np.nonzero(totals > capacity_bytes)[0]
-    legend = {"legend_label": "over capacity"} if len(idx) else {}
     fig.scatter(
         x=[ranks[i] for i in idx],
         y=(totals[idx] / GIB) * 1.03,
@@ -85,7 +86,7 @@ def memory_figure(
         line_width=3,
         color=OKABE_ITO["vermillion"],
         name="over_capacity",
-        **legend,  # type: ignore[arg-type]
+        legend_label=OVER_CAPACITY,
     )
     fig.add_tools(
         HoverTool(
@@ -100,10 +101,54 @@ def memory_figure(
         )
     )
     fig.y_range.start = 0  # type: ignore[attr-defined]
-    fig.y_range.end = max(capacity_bytes, float(totals.max(initial=0.0))) / GIB * 1.12  # type: ignore[attr-defined]
+    fig.y_range.end = _y_end_gib(totals, capacity_bytes)  # type: ignore[attr-defined]
     _legend_outside(fig)
+    _over_capacity_item(fig).visible = bool(len(idx))  # shown only when some rank is over
     fig.xaxis.major_label_orientation = 0.0 if len(ranks) <= 32 else 1.2
     return fig
+
+
+def same_memory_layout(fig: figure, memory: pl.DataFrame) -> bool:
+    """Whether ``fig`` (a ``memory_figure``) has the ranks of ``memory`` (one bar each)."""
+    return list(fig.x_range.factors) == [str(r) for r in memory["rank"].sort().to_list()]  # type: ignore[attr-defined]
+
+
+def refresh_memory_figure(
+    fig: figure, memory: pl.DataFrame, *, capacity_bytes: float, title: str = "Memory per pipeline rank"
+) -> bool:
+    """Write ``memory`` into ``fig`` (a ``memory_figure``) in place, with no new bokeh models: bars, capacity
+    line, over-capacity markers and their legend entry, title and y range. False (nothing changed) unless
+    ``same_memory_layout``."""
+    if not same_memory_layout(fig, memory):
+        return False
+    memory = memory.sort("rank")
+    totals = memory.select(pl.sum_horizontal(*MEMORY_COLUMNS)).to_series().to_numpy()
+    ranks = [str(r) for r in memory["rank"].to_list()]
+    idx = np.nonzero(totals > capacity_bytes)[0]
+    _renderer(fig, "bars").data_source.data = _stack(memory, ranks, totals)
+    over = {"x": [ranks[i] for i in idx], "y": (totals[idx] / GIB) * 1.03}
+    _renderer(fig, "over_capacity").data_source.data = over
+    _over_capacity_item(fig).visible = bool(len(idx))
+    next(a for a in fig.center if isinstance(a, Span) and a.name == "capacity").location = (
+        capacity_bytes / GIB
+    )
+    hover = next(t for t in fig.tools if isinstance(t, HoverTool))
+    hover.tooltips = [*hover.tooltips[:-1], ("capacity", f"{capacity_bytes / GIB:,.2f} GiB")]  # type: ignore[index,misc]
+    fig.title.text = _title(title, totals, capacity_bytes)  # type: ignore[union-attr]
+    fig.y_range.end = _y_end_gib(totals, capacity_bytes)  # type: ignore[attr-defined]
+    return True
+
+
+def _over_capacity_item(fig: figure) -> LegendItem:
+    return next(i for i in fig.legend[0].items if getattr(i.label, "value", None) == OVER_CAPACITY)
+
+
+def _renderer(fig: figure, name: str) -> Any:
+    return next(r for r in fig.renderers if r.name == name)
+
+
+def _y_end_gib(totals: np.ndarray, capacity_bytes: float) -> float:
+    return max(capacity_bytes, float(totals.max(initial=0.0))) / GIB * 1.12
 
 
 def _stack(memory: pl.DataFrame, ranks: list[str], totals: np.ndarray) -> dict[str, object]:

@@ -9,6 +9,10 @@ merge into one quad (see ``widgets.plots._lanes.aggregate_runs``). The glyph cou
 lanes x bins whatever m is, and idle time still shows as gaps. For full detail of a dense step, draw a
 *ranged* view: pass ``window_s`` (``detail_window_s`` gives the window holding the first ``max_blocks``
 blocks, the warm-up where the bubble lives).
+
+What is drawn is computed first, without bokeh (``timeline_content``, in ``_timeline_content``); the
+builders stay pure functions of it, and ``refresh_timeline_figure`` writes a new content into a figure
+whose ``layout_key`` matches (the Panel app does so instead of building and swapping a new figure).
 """
 
 from __future__ import annotations
@@ -20,42 +24,46 @@ import numpy as np
 import polars as pl
 from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool, Range1d
 from bokeh.models.annotations import Span
+from bokeh.models.renderers import GlyphRenderer
 from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
 
-from widgets.plots._lanes import Lanes, aggregate_runs, assign_lanes
+from widgets.plots._lanes import Lanes
 from widgets.plots._style import (
     COMM_COLOR,
     GREY,
-    MS_PER_S,
     OP_COLORS,
     OP_NAMES,
     PLOT_WIDTH_PX,
     label_ticks,
     op_color,
 )
+from widgets.plots._timeline_content import (
+    MAX_BLOCKS,
+    TimelineContent,
+    estimate_timeline_content,
+    timeline_content,
+    x_range_ms,
+)
 
 if TYPE_CHECKING:
     from workbench.estimate import Estimate
 
-MAX_BLOCKS = 6_000
-"""Above this many blocks the timeline is drawn aggregated (see the module docstring)."""
+__all__ = [
+    "MAX_BLOCKS",
+    "TimelineContent",
+    "content_timeline_figure",
+    "estimate_timeline_content",
+    "estimate_timeline_figure",
+    "refresh_timeline_figure",
+    "timeline_content",
+    "timeline_figure",
+]
 
 
 def estimate_timeline_figure(estimate: Estimate, **kwargs: Any) -> figure:
     """``timeline_figure`` of an Estimate, titled with its schedule, pp, vpp and micro-batch count."""
-    plan = estimate.plan
-    num_mb = plan.num_microbatches(estimate.workload)
-    what = f"{plan.schedule if plan.pp > 1 else 'no pipeline'}, pp={plan.pp}"
-    what += f", vpp={plan.vpp}" if plan.vpp > 1 else ""
-    kwargs.setdefault("title_prefix", f"Pipeline timeline ({what}, m={num_mb})")
-    return timeline_figure(
-        estimate.timeline, makespan_s=_makespan(estimate), bubble_fraction=estimate.bubble_fraction, **kwargs
-    )
-
-
-def _makespan(estimate: Estimate) -> float:
-    return float(estimate.timeline["end_s"].max()) if estimate.timeline.height else 0.0  # type: ignore[arg-type]
+    return content_timeline_figure(estimate_timeline_content(estimate, **kwargs))
 
 
 def timeline_figure(
@@ -75,62 +83,71 @@ def timeline_figure(
     or renderer ``runs`` one quad per aggregated run; ``labels`` holds the micro-batch numbers.
     ``window_s`` keeps only blocks that overlap ``(t0, t1)`` seconds. ValueError for an empty timeline.
     """
-    if timeline.height == 0:
-        raise ValueError("timeline_figure: the timeline has no rows (nothing to draw)")
-    span = (0.0, float(timeline["end_s"].max())) if window_s is None else window_s  # type: ignore[arg-type]
-    if window_s is not None:
-        timeline = timeline.filter((pl.col("end_s") > span[0]) & (pl.col("start_s") < span[1]))
-        if timeline.height == 0:
-            raise ValueError(f"timeline_figure: no block overlaps window_s={window_s}")
-    lanes = assign_lanes(timeline)
-    fig = _frame(lanes, span, width, _title(title_prefix, makespan_s, bubble_fraction, timeline, window_s))
-    aggregated = timeline.height > max_blocks
-    if aggregated:
-        _draw_runs(fig, timeline, lanes, span, num_bins or max(50, (width - 120) // 2))
+    content = timeline_content(
+        timeline,
+        makespan_s=makespan_s,
+        bubble_fraction=bubble_fraction,
+        title_prefix=title_prefix,
+        max_blocks=max_blocks,
+        num_bins=num_bins,
+        window_s=window_s,
+        width=width,
+    )
+    return content_timeline_figure(content)
+
+
+def content_timeline_figure(content: TimelineContent) -> figure:
+    """The figure of a ``TimelineContent`` (``timeline_figure`` is this of ``timeline_content``)."""
+    fig = _frame(content.lanes, content.span_s, content.width, content.title)
+    if content.aggregated:
+        _draw_runs(fig, content)
     else:
-        _draw_blocks(fig, timeline, lanes, span, width)
-    if makespan_s is not None and span[0] <= makespan_s <= span[1]:
+        _draw_blocks(fig, content)
+    if content.makespan_ms is not None:
         fig.add_layout(
             Span(
-                location=makespan_s * MS_PER_S,
+                location=content.makespan_ms,
                 dimension="height",
                 line_dash="dashed",
                 line_color="black",
                 line_width=1,
+                name="makespan",
             )
         )
     return fig
 
 
-def _title(
-    prefix: str,
-    makespan_s: float | None,
-    bubble: float | None,
-    timeline: pl.DataFrame,
-    window_s: tuple[float, float] | None,
-) -> str:
-    parts = [prefix]
-    if makespan_s is not None:
-        parts.append(f"makespan {makespan_s * MS_PER_S:.2f} ms")
-    if bubble is not None:
-        parts.append(f"bubble {bubble * 100:.1f} %")
-    if window_s is not None:
-        parts.append(f"window {window_s[0] * MS_PER_S:.2f}-{window_s[1] * MS_PER_S:.2f} ms")
-    parts.append(f"{timeline.height:,} blocks")
-    return " · ".join(parts)
+def refresh_timeline_figure(fig: figure, content: TimelineContent) -> None:
+    """Write ``content`` into ``fig``, a figure built from a content with the same ``layout_key``, in place:
+    new data, title, x range and makespan line, and no new bokeh models (so no document re-walk)."""
+    fig.title.text = content.title  # type: ignore[union-attr]
+    start, end = x_range_ms(content.span_s)
+    fig.x_range.update(start=start, end=end, reset_start=start, reset_end=end)
+    main = "runs" if content.aggregated else "blocks"
+    _renderer(fig, main).data_source.data = content.data  # type: ignore[attr-defined]
+    if content.label_data is not None:
+        _renderer(fig, "labels").data_source.data = content.label_data  # type: ignore[attr-defined]
+    if content.makespan_ms is not None:
+        span = next(a for a in fig.center if isinstance(a, Span) and a.name == "makespan")
+        span.location = content.makespan_ms
+
+
+def _renderer(fig: figure, name: str) -> GlyphRenderer:
+    """The renderer called ``name`` (a scan of ``fig.renderers``: ``select`` walks the whole model graph)."""
+    return next(r for r in fig.renderers if isinstance(r, GlyphRenderer) and r.name == name)
 
 
 def _frame(lanes: Lanes, span: tuple[float, float], width: int, title: str) -> figure:
     num = len(lanes.labels)
     height = int(min(680, max(220, 90 + num * (22 if num <= 16 else 9))))
-    pad = (span[1] - span[0]) * 0.01 * MS_PER_S
+    x_start, x_end = x_range_ms(span)
     fig = figure(
         title=title,
         width=width,
         height=height,
         tools="xpan,xwheel_zoom,box_zoom,reset,save",
         active_scroll="xwheel_zoom",
-        x_range=Range1d(start=span[0] * MS_PER_S - pad, end=span[1] * MS_PER_S + pad),
+        x_range=Range1d(start=x_start, end=x_end),
         y_range=Range1d(start=num - 0.5, end=-0.5),
         x_axis_label="time from step start (ms)",
     )
@@ -142,34 +159,8 @@ def _frame(lanes: Lanes, span: tuple[float, float], width: int, title: str) -> f
     return fig
 
 
-def _half_heights(lanes: Lanes, lane: np.ndarray) -> np.ndarray:
-    is_comm = np.array(lanes.is_comm, dtype=bool)[lane]
-    return np.where(is_comm, 0.25, 0.42)
-
-
-def _draw_blocks(
-    fig: figure, timeline: pl.DataFrame, lanes: Lanes, span: tuple[float, float], width: int
-) -> None:
-    ops = timeline["op"].to_list()
-    left = timeline["start_s"].to_numpy() * MS_PER_S
-    right = timeline["end_s"].to_numpy() * MS_PER_S
-    half = _half_heights(lanes, lanes.lane)
-    data = {
-        "left": left,
-        "right": right,
-        "bottom": lanes.lane - half,
-        "top": lanes.lane + half,
-        "lane_label": [lanes.labels[i] for i in lanes.lane],
-        "rank": timeline["rank"].to_numpy(),
-        "stage": timeline["stage"].to_numpy(),
-        "chunk": timeline["chunk"].to_numpy(),
-        "microbatch": timeline["microbatch"].to_numpy(),
-        "op": ops,
-        "op_name": [OP_NAMES.get(op, op) for op in ops],
-        "color": [op_color(op) for op in ops],
-        "duration_ms": right - left,
-    }
-    source = ColumnDataSource(data)
+def _draw_blocks(fig: figure, content: TimelineContent) -> None:
+    source = ColumnDataSource(content.data)
     blocks = fig.quad(
         left="left",
         right="right",
@@ -181,7 +172,7 @@ def _draw_blocks(
         line_color="white",
         line_width=0.5,
     )
-    _legend(fig, sorted(set(ops), key=lambda o: (o not in OP_COLORS, o)))
+    _legend(fig, list(content.legend_ops))
     fig.add_tools(
         HoverTool(
             renderers=[blocks],
@@ -196,37 +187,18 @@ def _draw_blocks(
             ],
         )
     )
-    _draw_labels(fig, data, span, width, len(lanes.labels))
-
-
-def _draw_labels(fig: figure, data: dict, span: tuple[float, float], width: int, num_lanes: int) -> None:
-    """Micro-batch numbers on the blocks wide enough at the initial zoom (about 7 px per digit)."""
-    if num_lanes > 40:
-        return
-    px_per_ms = (width - 120) / max((span[1] - span[0]) * MS_PER_S, 1e-12)
-    digits = np.char.str_len(np.asarray(data["microbatch"]).astype(str))
-    fits = (data["duration_ms"] * px_per_ms >= 7 * digits + 4) & np.isin(data["op"], list(OP_COLORS))
-    if not fits.any() or fits.sum() > 3_000:
-        return
-    idx = np.nonzero(fits)[0]
-    source = ColumnDataSource(
-        {
-            "x": (data["left"][idx] + data["right"][idx]) / 2,
-            "y": (data["bottom"][idx] + data["top"][idx]) / 2,
-            "text": np.asarray(data["microbatch"])[idx].astype(str).tolist(),
-        }
-    )
-    fig.text(
-        x="x",
-        y="y",
-        text="text",
-        source=source,
-        name="labels",
-        text_align="center",
-        text_baseline="middle",
-        text_font_size="9px",
-        text_color="white",
-    )
+    if content.label_data is not None:
+        fig.text(
+            x="x",
+            y="y",
+            text="text",
+            source=ColumnDataSource(content.label_data),
+            name="labels",
+            text_align="center",
+            text_baseline="middle",
+            text_font_size="9px",
+            text_color="white",
+        )
 
 
 def _legend(fig: figure, ops: list[str]) -> None:
@@ -246,24 +218,9 @@ def _legend(fig: figure, ops: list[str]) -> None:
     fig.add_layout(fig.legend[0], "above")
 
 
-def _draw_runs(
-    fig: figure, timeline: pl.DataFrame, lanes: Lanes, span: tuple[float, float], num_bins: int
-) -> None:
-    runs = aggregate_runs(timeline, lanes.lane, len(lanes.labels), num_bins=num_bins, span_s=span)
-    half = _half_heights(lanes, runs.lane)
-    palette = [op_color(op) for op in runs.ops]
-    source = ColumnDataSource(
-        {
-            "left": (runs.start_s * MS_PER_S).astype(np.float32),
-            "right": (runs.end_s * MS_PER_S).astype(np.float32),
-            "bottom": (runs.lane - half).astype(np.float32),
-            "top": (runs.lane + half).astype(np.float32),
-            "lane": runs.lane.astype(np.int32),
-            "op_code": runs.op_code.astype(np.int32),
-            "busy": runs.busy_frac.astype(np.float32),
-            "blocks": runs.num_blocks.astype(np.int32),
-        }
-    )
+def _draw_runs(fig: figure, content: TimelineContent) -> None:
+    ops = content.legend_ops
+    palette = [op_color(op) for op in ops]
     mapper = linear_cmap(
         "op_code",
         palette=palette if len(palette) > 1 else palette * 2,
@@ -276,16 +233,16 @@ def _draw_runs(
         right="right",
         bottom="bottom",
         top="top",
-        source=source,
+        source=ColumnDataSource(content.data),
         name="runs",
         fill_color=mapper,
         fill_alpha="busy",
         line_color=None,
     )
-    _legend(fig, list(runs.ops))
-    names = [f"{OP_NAMES.get(op, op)} ({op})" for op in runs.ops]
+    _legend(fig, list(ops))
+    names = [f"{OP_NAMES.get(op, op)} ({op})" for op in ops]
     op_fmt = CustomJSHover(code=f"return {json.dumps(names)}[value] ?? String(value)")
-    lane_fmt = CustomJSHover(code=f"return {json.dumps(list(lanes.labels))}[value] ?? String(value)")
+    lane_fmt = CustomJSHover(code=f"return {json.dumps(list(content.lanes.labels))}[value] ?? String(value)")
     fig.add_tools(
         HoverTool(
             renderers=[runs_r],
@@ -300,4 +257,3 @@ def _draw_runs(
             ],
         )
     )
-    fig.title.text += " · aggregated to ~2 px bins (zoom the ranged view for single blocks)"  # type: ignore[union-attr,operator]

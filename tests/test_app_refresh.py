@@ -1,0 +1,200 @@
+"""In-place refresh of the Plan tab's figures: a change that keeps a figure's layout rewrites its data and
+texts in the figure already shown (no new bokeh models); a change of layout still swaps the figure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("panel")
+
+import numpy as np  # noqa: E402
+from bokeh.models import ColumnDataSource, GlyphRenderer  # noqa: E402
+
+from widgets.app.app import WorkbenchApp  # noqa: E402
+from widgets.plots.breakdown import refresh_breakdown_figure  # noqa: E402
+from widgets.plots.timeline import (  # noqa: E402
+    content_timeline_figure,
+    estimate_timeline_content,
+    refresh_timeline_figure,
+    timeline_content,
+)
+
+
+@pytest.fixture
+def app() -> WorkbenchApp:
+    wb = WorkbenchApp()
+    wb.panel()
+    return wb
+
+
+def _main(fig) -> GlyphRenderer:
+    return next(r for r in fig.renderers if r.name in ("blocks", "runs"))
+
+
+def _columns(fig) -> dict[str, list]:
+    return {k: list(v) for k, v in _main(fig).data_source.data.items()}
+
+
+def _slower_network(app: WorkbenchApp) -> None:
+    """Every collective a quarter as fast: step time and block times change, lanes and ops do not."""
+    w = app.composer.widgets
+    w["scale_up_bandwidth_GBps"].value = w["scale_up_bandwidth_GBps"].value / 4
+    w["scale_out_bandwidth_GBps"].value = w["scale_out_bandwidth_GBps"].value / 4
+
+
+def test_bandwidth_change_rewrites_the_shown_timeline(app: WorkbenchApp) -> None:
+    fig, before_title = app.plan_view.timeline.object, app.plan_view.timeline.object.title.text
+    before = _columns(fig)
+    step_before = app.store.estimate.step_time_s
+    _slower_network(app)
+    assert app.store.estimate.step_time_s > step_before  # the change reached the estimate
+    assert app.plan_view.timeline.object is fig  # same figure, same models
+    assert _columns(fig) != before and fig.title.text != before_title
+    rebuilt = content_timeline_figure(estimate_timeline_content(app.store.estimate))
+    assert fig.title.text == rebuilt.title.text
+    for key, column in _columns(rebuilt).items():
+        assert np.array_equal(np.asarray(column), np.asarray(_columns(fig)[key])), key
+    assert (fig.x_range.start, fig.x_range.end) == (rebuilt.x_range.start, rebuilt.x_range.end)
+    assert (fig.x_range.reset_start, fig.x_range.reset_end) == (rebuilt.x_range.start, rebuilt.x_range.end)
+
+
+def test_bandwidth_change_keeps_memory_and_rewrites_breakdown(app: WorkbenchApp) -> None:
+    memory, breakdown = app.plan_view.memory.object, app.plan_view.breakdown.object
+    parts = next(r for r in breakdown.renderers if r.name == "parts").data_source
+    before = dict(parts.data)
+    _slower_network(app)
+    assert app.plan_view.memory.object is memory  # memory does not depend on the network
+    assert app.plan_view.breakdown.object is breakdown
+    assert list(parts.data["right"]) != list(before["right"])
+    total_ms = app.store.estimate.breakdown.total_s * 1e3
+    assert parts.data["total_ms"][0] == pytest.approx(total_ms)
+
+
+def test_recompute_change_rewrites_the_memory_bars(app: WorkbenchApp) -> None:
+    fig = app.plan_view.memory.object
+    app.composer.widgets["recompute"].value = "full"  # keeps only the layer inputs: fewer activation bytes
+    assert app.plan_view.memory.object is fig
+    bars = next(r for r in fig.renderers if r.name == "bars").data_source.data
+    shown = {
+        r: g
+        for r, g, part in zip(bars["rank"], bars["gib"], bars["part"], strict=True)
+        if part == "activations"
+    }
+    memory = app.store.estimate.memory
+    expected = {str(r): b / 2**30 for r, b in zip(memory["rank"], memory["activations_bytes"], strict=True)}
+    assert shown == pytest.approx(expected)
+    assert f"peak {app.store.estimate.peak_memory_bytes / 2**30:.1f} GiB" in fig.title.text
+
+
+def _over_capacity_legend(fig) -> bool:
+    return any(getattr(i.label, "value", None) == "over capacity" and i.visible for i in fig.legend[0].items)
+
+
+def test_going_over_capacity_shows_the_marks_and_their_legend(app: WorkbenchApp) -> None:
+    fig = app.plan_view.memory.object
+    assert app.store.estimate.fits and not _over_capacity_legend(fig)
+    seq_len = app.state.seq_len
+    app.composer.widgets["seq_len"].value = seq_len * 8  # 8x the activations: over 80 GiB
+    assert not app.store.estimate.fits
+    assert app.plan_view.memory.object is fig and _over_capacity_legend(fig)
+    marks = next(r for r in fig.renderers if r.name == "over_capacity").data_source.data["x"]
+    memory = app.store.estimate.memory
+    assert list(marks) == [
+        str(r) for r, t in zip(memory["rank"], memory["total_bytes"], strict=True) if t > 80e9
+    ]
+    app.composer.widgets["seq_len"].value = seq_len
+    assert not _over_capacity_legend(fig)
+
+
+def test_layout_change_still_swaps_the_timeline(app: WorkbenchApp) -> None:
+    fig = app.plan_view.timeline.object
+    app.composer.widgets["num_nodes"].value = 2  # fewer pipeline ranks: other lanes
+    assert app.plan_view.timeline.object is not fig
+    assert app.plan_view.timeline.object.name == "plan-timeline"
+
+
+def test_refresh_timeline_figure_writes_the_new_blocks() -> None:
+    import polars as pl
+
+    def frame(scale: float) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "rank": [0, 0, 1, 1],
+                "stage": [0, 0, 1, 1],
+                "chunk": [0, 0, 0, 0],
+                "microbatch": [0, 0, 0, 0],
+                "op": ["F", "B", "F", "B"],
+                "start_s": [0.0, 2.0, 1.0, 3.0],
+                "end_s": [1.0, 3.0, 2.0, 4.0],
+            }
+        ).with_columns(pl.col("start_s", "end_s") * scale)
+
+    first, second = timeline_content(frame(1.0), makespan_s=4.0), timeline_content(frame(2.0), makespan_s=8.0)
+    assert first.layout_key == second.layout_key
+    fig = content_timeline_figure(first)
+    models_before = {m.id for m in fig.references()}
+    refresh_timeline_figure(fig, second)
+    assert {m.id for m in fig.references()} == models_before
+    blocks = _main(fig).data_source
+    assert list(blocks.data["left"]) == [0.0, 4000.0, 2000.0, 6000.0]  # ms, twice the first timeline
+    assert list(blocks.data["right"]) == [2000.0, 6000.0, 4000.0, 8000.0]
+    assert "makespan 8000.00 ms" in fig.title.text
+    assert (fig.x_range.start, fig.x_range.end) == (-80.0, 8080.0)  # 1 % padding either side
+    assert any(isinstance(m, ColumnDataSource) for m in fig.references())
+
+
+def test_refresh_breakdown_relabels_and_refuses_another_bar_count(app: WorkbenchApp) -> None:
+    fig = app.plan_view.breakdown.object
+    first = app.store.estimate
+    app.composer.widgets["num_nodes"].value = 2  # another plan, another bar label
+    second = app.store.estimate
+    assert app.plan_view.breakdown.object is fig
+    assert list(fig.y_range.factors) == [f"#0 {second.plan.describe()}"]
+    assert not refresh_breakdown_figure(fig, [first, second])  # two bars: the figure is rebuilt instead
+    assert list(fig.y_range.factors) == [f"#0 {second.plan.describe()}"]
+
+
+def test_served_session_gets_the_new_timeline_data_in_place() -> None:
+    """In a served session the rewrite happens in the session's document, on the same figure model."""
+    import threading
+    import time
+
+    import panel as pn
+
+    from widgets.app.server import ThreadedApp, wait_for_http
+
+    def wait_for(predicate: Any, timeout_s: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def widget(doc: Any, css: str) -> Any:
+        return next(m for m in doc.models if css in (getattr(m, "css_classes", None) or []))
+
+    def summary(doc: Any) -> str:
+        return widget(doc, "wb-summary").text
+
+    with ThreadedApp(address="127.0.0.1") as served:
+        wait_for_http(served.url, 30)
+        server = pn.state._servers[served.thread.server_id][0]
+        session = server.get_sessions("/")[0]
+        doc = session.document
+        (fig,) = [m for m in doc.models if getattr(m, "name", None) == "plan-timeline"]
+        before_data, before_summary = _columns(fig), summary(doc)
+        control = widget(doc, "wb-scale_up_bandwidth_GBps")
+        done = threading.Event()
+
+        def change() -> None:  # as the browser would: on the server's loop, holding the session's lock
+            control.value = control.value / 4
+            done.set()
+
+        server.io_loop.add_callback(lambda: session.with_document_locked(change))
+        assert done.wait(20), "the server loop did not run the change"
+        assert wait_for(lambda: summary(doc) != before_summary)
+        assert wait_for(lambda: _columns(fig) != before_data)
+        assert [m for m in doc.models if getattr(m, "name", None) == "plan-timeline"] == [fig]

@@ -1,0 +1,203 @@
+"""What the pipeline timeline shows, computed without bokeh: lanes, block or run columns, labels, title.
+
+``widgets.plots.timeline`` draws a ``TimelineContent`` as a figure, or writes it into a figure already
+shown whose ``layout_key`` is the same (the Panel app does so after each change that keeps the layout).
+Times arrive in seconds and leave in milliseconds (display units).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from widgets.plots._lanes import Lanes, aggregate_runs, assign_lanes
+from widgets.plots._style import MS_PER_S, OP_COLORS, OP_NAMES, PLOT_WIDTH_PX, op_color
+
+if TYPE_CHECKING:
+    from workbench.estimate import Estimate
+
+MAX_BLOCKS = 6_000
+"""Above this many blocks the timeline is drawn aggregated (see ``widgets.plots.timeline``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TimelineContent:
+    """Everything a timeline figure shows, without bokeh: what ``timeline_figure`` draws and what
+    ``refresh_timeline_figure`` writes into an existing figure of the same ``layout_key``."""
+
+    title: str
+    span_s: tuple[float, float]
+    lanes: Lanes
+    width: int
+    aggregated: bool
+    data: dict[str, Any]
+    """Columns of renderer ``blocks`` (exact view) or ``runs`` (aggregated view)."""
+    legend_ops: tuple[str, ...]
+    label_data: dict[str, Any] | None
+    """Columns of renderer ``labels`` (micro-batch numbers), None when none fit."""
+    makespan_ms: float | None
+    """Where the dashed makespan line goes, None when outside the span."""
+
+    @property
+    def layout_key(self) -> tuple:
+        """What fixes the figure's models: two contents with equal keys differ only in data and texts."""
+        return (
+            self.aggregated,
+            self.lanes.labels,
+            self.lanes.is_comm,
+            self.legend_ops,
+            self.label_data is None,
+            self.makespan_ms is None,
+            self.width,
+        )
+
+
+def estimate_timeline_content(estimate: Estimate, **kwargs: Any) -> TimelineContent:
+    """``timeline_content`` of an Estimate (see ``estimate_timeline_figure``)."""
+    plan = estimate.plan
+    num_mb = plan.num_microbatches(estimate.workload)
+    what = f"{plan.schedule if plan.pp > 1 else 'no pipeline'}, pp={plan.pp}"
+    what += f", vpp={plan.vpp}" if plan.vpp > 1 else ""
+    kwargs.setdefault("title_prefix", f"Pipeline timeline ({what}, m={num_mb})")
+    return timeline_content(
+        estimate.timeline, makespan_s=_makespan(estimate), bubble_fraction=estimate.bubble_fraction, **kwargs
+    )
+
+
+def _makespan(estimate: Estimate) -> float:
+    return float(estimate.timeline["end_s"].max()) if estimate.timeline.height else 0.0  # type: ignore[arg-type]
+
+
+def timeline_content(
+    timeline: pl.DataFrame,
+    *,
+    makespan_s: float | None = None,
+    bubble_fraction: float | None = None,
+    title_prefix: str = "Pipeline timeline",
+    max_blocks: int = MAX_BLOCKS,
+    num_bins: int | None = None,
+    window_s: tuple[float, float] | None = None,
+    width: int = PLOT_WIDTH_PX,
+) -> TimelineContent:
+    """What ``timeline_figure`` draws. ``window_s`` keeps only blocks that overlap ``(t0, t1)`` seconds;
+    above ``max_blocks`` blocks the view is aggregated into ``num_bins`` bins per lane."""
+    if timeline.height == 0:
+        raise ValueError("timeline_figure: the timeline has no rows (nothing to draw)")
+    span = (0.0, float(timeline["end_s"].max())) if window_s is None else window_s  # type: ignore[arg-type]
+    if window_s is not None:
+        timeline = timeline.filter((pl.col("end_s") > span[0]) & (pl.col("start_s") < span[1]))
+        if timeline.height == 0:
+            raise ValueError(f"timeline_figure: no block overlaps window_s={window_s}")
+    lanes = assign_lanes(timeline)
+    title = _title(title_prefix, makespan_s, bubble_fraction, timeline, window_s)
+    aggregated = timeline.height > max_blocks
+    if aggregated:
+        bins = num_bins or max(50, (width - 120) // 2)
+        data, ops = _runs_data(timeline, lanes, span, bins)
+        title += " · aggregated to ~2 px bins (zoom the ranged view for single blocks)"
+        label_data = None
+    else:
+        data = _blocks_data(timeline, lanes)
+        ops = tuple(sorted(set(data["op"]), key=lambda o: (o not in OP_COLORS, o)))
+        label_data = _label_data(data, span, width, len(lanes.labels))
+    show_makespan = makespan_s is not None and span[0] <= makespan_s <= span[1]
+    return TimelineContent(
+        title=title,
+        span_s=span,
+        lanes=lanes,
+        width=width,
+        aggregated=aggregated,
+        data=data,
+        legend_ops=ops,
+        label_data=label_data,
+        makespan_ms=makespan_s * MS_PER_S if show_makespan and makespan_s is not None else None,
+    )
+
+
+def x_range_ms(span: tuple[float, float]) -> tuple[float, float]:
+    """The x range (ms) of a figure spanning ``span`` seconds: 1 % padding either side."""
+    pad = (span[1] - span[0]) * 0.01 * MS_PER_S
+    return span[0] * MS_PER_S - pad, span[1] * MS_PER_S + pad
+
+
+def _title(
+    prefix: str,
+    makespan_s: float | None,
+    bubble: float | None,
+    timeline: pl.DataFrame,
+    window_s: tuple[float, float] | None,
+) -> str:
+    parts = [prefix]
+    if makespan_s is not None:
+        parts.append(f"makespan {makespan_s * MS_PER_S:.2f} ms")
+    if bubble is not None:
+        parts.append(f"bubble {bubble * 100:.1f} %")
+    if window_s is not None:
+        parts.append(f"window {window_s[0] * MS_PER_S:.2f}-{window_s[1] * MS_PER_S:.2f} ms")
+    parts.append(f"{timeline.height:,} blocks")
+    return " · ".join(parts)
+
+
+def _half_heights(lanes: Lanes, lane: np.ndarray) -> np.ndarray:
+    is_comm = np.array(lanes.is_comm, dtype=bool)[lane]
+    return np.where(is_comm, 0.25, 0.42)
+
+
+def _blocks_data(timeline: pl.DataFrame, lanes: Lanes) -> dict[str, Any]:
+    ops = timeline["op"].to_list()
+    left = timeline["start_s"].to_numpy() * MS_PER_S
+    right = timeline["end_s"].to_numpy() * MS_PER_S
+    half = _half_heights(lanes, lanes.lane)
+    return {
+        "left": left,
+        "right": right,
+        "bottom": lanes.lane - half,
+        "top": lanes.lane + half,
+        "lane_label": [lanes.labels[i] for i in lanes.lane],
+        "rank": timeline["rank"].to_numpy(),
+        "stage": timeline["stage"].to_numpy(),
+        "chunk": timeline["chunk"].to_numpy(),
+        "microbatch": timeline["microbatch"].to_numpy(),
+        "op": ops,
+        "op_name": [OP_NAMES.get(op, op) for op in ops],
+        "color": [op_color(op) for op in ops],
+        "duration_ms": right - left,
+    }
+
+
+def _label_data(data: dict, span: tuple[float, float], width: int, num_lanes: int) -> dict[str, Any] | None:
+    """Micro-batch numbers on the blocks wide enough at the initial zoom (about 7 px per digit)."""
+    if num_lanes > 40:
+        return None
+    px_per_ms = (width - 120) / max((span[1] - span[0]) * MS_PER_S, 1e-12)
+    digits = np.char.str_len(np.asarray(data["microbatch"]).astype(str))
+    fits = (data["duration_ms"] * px_per_ms >= 7 * digits + 4) & np.isin(data["op"], list(OP_COLORS))
+    if not fits.any() or fits.sum() > 3_000:
+        return None
+    idx = np.nonzero(fits)[0]
+    return {
+        "x": (data["left"][idx] + data["right"][idx]) / 2,
+        "y": (data["bottom"][idx] + data["top"][idx]) / 2,
+        "text": np.asarray(data["microbatch"])[idx].astype(str).tolist(),
+    }
+
+
+def _runs_data(
+    timeline: pl.DataFrame, lanes: Lanes, span: tuple[float, float], num_bins: int
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    runs = aggregate_runs(timeline, lanes.lane, len(lanes.labels), num_bins=num_bins, span_s=span)
+    half = _half_heights(lanes, runs.lane)
+    data = {
+        "left": (runs.start_s * MS_PER_S).astype(np.float32),
+        "right": (runs.end_s * MS_PER_S).astype(np.float32),
+        "bottom": (runs.lane - half).astype(np.float32),
+        "top": (runs.lane + half).astype(np.float32),
+        "lane": runs.lane.astype(np.int32),
+        "op_code": runs.op_code.astype(np.int32),
+        "busy": runs.busy_frac.astype(np.float32),
+        "blocks": runs.num_blocks.astype(np.int32),
+    }
+    return data, runs.ops
