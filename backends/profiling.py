@@ -1,12 +1,16 @@
 """Measure one module's forward, backward-for-inputs (I), backward-for-weights (W) and fused backward (B).
 
-The split follows the zero-bubble decomposition (Qi et al. 2023, arXiv:2401.10241, section 2): I is the
-backward with respect to the module's input only (``torch.autograd.grad(out, x)``; autograd then skips
-every weight-gradient matmul), W is the weight-gradient matmuls of every ``nn.Linear``, dW = g^T a, from
-the output gradients g captured during I and the inputs a saved in the forward, plus the small elementwise
-weight gradients of norms are taken inside I (they are elementwise and cheap). For a module whose input is
-token ids (the embedding) I is 0 and W is the whole backward. I + W should equal the fused B up to noise;
-``consistency_frac`` reports (I + W) / B - 1.
+The split is the zero-bubble decomposition (Qi et al. 2023, arXiv:2401.10241, section 2) exactly as
+``torch.distributed.pipelining`` executes it (``_backward.stage_backward_input`` / ``stage_backward_weight``,
+called by ``PipelineStage.backward_one_chunk(full_backward=False)`` / ``backward_weight_one_chunk``): I walks
+the autograd graph to find, per parameter group, the nodes where the weight subgraph joins the input path,
+runs ``autograd.grad(out, x, retain_graph=True)`` while hooks keep the gradients reaching those nodes; W
+runs one ``autograd.grad`` per group from them to the weights. Both are called here on the module, so the
+profile carries the runtime's graph walks and the re-entry into autograd. For a module whose input is token
+ids (the embedding, and any pipeline stage 0, whose I the runtime skips and whose W is the fused backward)
+I is 0 and W is the fused backward. B is ``torch.autograd.backward`` (what ``stage_backward`` runs).
+``consistency_frac`` reports (I + W) / B - 1: on a CPU with one thread it is about +0.15..+0.5 for a decoder
+block, more for small ones (the split's overhead, seen in real pipelined runs too); it is not ~0.
 
 Timing: ``time.perf_counter`` on the CPU; CUDA events (``torch.cuda.Event(enable_timing=True)``) and
 ``torch.cuda.max_memory_allocated`` on a GPU. Activation bytes are counted on every device with
@@ -19,13 +23,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -50,7 +55,7 @@ class OpTiming:
 
     @property
     def consistency_frac(self) -> float:
-        """(I + W) / B - 1: how far the split backward is from the fused one."""
+        """(I + W) / B - 1: the split backward's overhead over the fused one (about +0.15..+0.5 per CPU block)."""
         return (self.backward_input_s + self.backward_weight_s) / self.backward_s - 1.0
 
 
@@ -79,7 +84,7 @@ class Clock:
 
 
 @contextmanager
-def count_saved_bytes(exclude: list[torch.Tensor]) -> Iterator[dict[str, int]]:
+def count_saved_bytes(exclude: Sequence[torch.Tensor]) -> Iterator[dict[str, int]]:
     """Within the block, sum the bytes of unique storages autograd saves (``exclude``'s storages skipped)."""
     skip = {t.untyped_storage().data_ptr() for t in exclude}
     seen: set[int] = set()
@@ -95,45 +100,6 @@ def count_saved_bytes(exclude: list[torch.Tensor]) -> Iterator[dict[str, int]]:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         yield total
-
-
-class _LinearGrads:
-    """Forward hooks on every ``nn.Linear`` that keep (input, output-gradient) pairs for a later W pass."""
-
-    def __init__(self, module: nn.Module) -> None:
-        self.pairs: list[tuple[nn.Linear, torch.Tensor, list[torch.Tensor]]] = []
-        self.handles = [
-            m.register_forward_hook(self._hook) for m in module.modules() if isinstance(m, nn.Linear)
-        ]
-
-    def _hook(self, mod: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-        box: list[torch.Tensor] = []
-        if out.requires_grad:
-            out.register_hook(lambda g: box.append(g))
-        self.pairs.append((mod, args[0].detach(), box))  # type: ignore[arg-type]
-
-    def weight_grads(self) -> None:
-        """The W pass: dW = g^T a (and db = sum g) for every captured linear call."""
-        for mod, inp, box in self.pairs:
-            if not box:
-                continue
-            g = box[0].reshape(-1, box[0].shape[-1])
-            grad_w = g.t() @ inp.reshape(-1, inp.shape[-1])
-            mod.weight.grad = grad_w if mod.weight.grad is None else mod.weight.grad + grad_w
-            if mod.bias is not None:
-                mod.bias.grad = g.sum(0)
-
-    def close(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.pairs.clear()
-
-
-def _other_params(module: nn.Module) -> list[nn.Parameter]:
-    linear = {
-        id(p) for m in module.modules() if isinstance(m, nn.Linear) for p in m.parameters(recurse=False)
-    }
-    return [p for p in module.parameters() if id(p) not in linear and p.requires_grad]
 
 
 def _spread(values: list[float]) -> tuple[float, float]:
@@ -208,25 +174,29 @@ def _one_round(
     module.zero_grad(set_to_none=True)
     del out
     x = make_input()
-    grads = _LinearGrads(module)
-    try:
-        out, seed = _scalar(run(x))
-        if x.requires_grad:
-            i_s, _ = clock.time(lambda: _input_pass(out, seed, x, _other_params(module)))
-            w_s, _ = clock.time(grads.weight_grads)
-        else:  # token ids: no input gradient, the whole backward is weight gradients
-            i_s = 0.0
-            w_s, _ = clock.time(lambda: torch.autograd.backward(out, seed))
-    finally:
-        grads.close()
+    out, seed = _scalar(run(x))
+    if x.requires_grad:
+        i_s, groups = clock.time(lambda: backward_input(out, seed, x, params))
+        w_s, _ = clock.time(lambda: backward_weight(params, groups))
+    else:  # token ids, as on pipeline stage 0: no I, W is the whole (fused) backward
+        i_s = 0.0
+        w_s, _ = clock.time(lambda: torch.autograd.backward(out, seed))
     return {"f": f_s, "b": b_s, "i": i_s, "w": w_s}
 
 
-def _input_pass(out: torch.Tensor, seed: torch.Tensor, x: torch.Tensor, others: list[nn.Parameter]) -> None:
-    """I: gradient of the input; the cheap elementwise weight gradients (norms) ride along."""
-    grads = torch.autograd.grad(out, [x, *others], seed)
-    for param, grad in zip(others, grads[1:], strict=True):
-        param.grad = grad
+def backward_input(
+    out: torch.Tensor, seed: torch.Tensor, x: torch.Tensor, params: list[nn.Parameter]
+) -> list[dict[str, Any]]:
+    """I as torch's pipelining runtime runs it (``stage_backward_input``): the input gradient, keeping the
+    graph and the gradients at the weight subgraphs' entry nodes for W. Returns the parameter groups."""
+    _, groups = stage_backward_input([out], [seed], [x], iter(params))
+    return groups
+
+
+def backward_weight(params: list[nn.Parameter], groups: list[dict[str, Any]]) -> None:
+    """W as torch's pipelining runtime runs it (``stage_backward_weight``): one ``autograd.grad`` per
+    parameter group from the entry-node gradients I kept; accumulates into ``.grad``."""
+    stage_backward_weight(iter(params), groups)
 
 
 def _activation_bytes(

@@ -8,8 +8,12 @@ expert all-to-alls (2 + 2 per MoE block), context-parallel key/value all-gathers
 data-parallel gradient reduction after the last backward (no overlap assumed). Communication uses the
 alpha-beta model of :mod:`workbench.comm` on the cluster's levels; when the profile holds a collective fit
 for a level of the same name, the fitted latency and bandwidth replace the preset's. The schedule is
-simulated by :func:`workbench.simulate.simulate`; the optimizer step uses the AdamW time per parameter
-measured with the profile. This module does not import torch: estimating only reads the profile.
+simulated by :func:`workbench.simulate.simulate`. In split-backward schedules stage 0 is priced as
+``torch.distributed.pipelining`` runs it: its I does nothing (``backward_one_chunk`` skips the first stage)
+and its W is the fused backward B (``backward_weight_one_chunk`` calls ``stage_backward`` for stage 0);
+every other stage's I and W are the profiled split, which carries the runtime's overhead. The optimizer step uses
+the AdamW time per parameter measured with the profile. This module does not import torch: estimating
+only reads the profile.
 """
 
 from __future__ import annotations
@@ -160,15 +164,16 @@ class _Pricer:
                 + (self.params("embedding") if s == 0 else 0)
                 + (self.params("head") if s == len(ranges) - 1 else 0)
             )
+        cols["i"][0], cols["w"][0] = 0.0, cols["b"][0]  # torch runs stage 0's backward as one fused W
         p2p = float(
             comm.p2p_s(self.cluster, self.tokens * model.hidden_size * self.act_bytes, axis_stride(p, "pp"))
         )
         costs = StageCosts(
-            forward_s=cols["f"],
-            backward_s=cols["b"],
-            backward_input_s=cols["i"],
-            backward_weight_s=cols["w"],
-            activation_bytes=cols["act"],
+            forward_s=tuple(cols["f"]),
+            backward_s=tuple(cols["b"]),
+            backward_input_s=tuple(cols["i"]),
+            backward_weight_s=tuple(cols["w"]),
+            activation_bytes=tuple(cols["act"]),
             p2p_s=p2p if p.pp > 1 else 0.0,
         )
         return costs, params

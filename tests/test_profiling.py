@@ -1,4 +1,5 @@
-"""backends.profiling: split backward adds up to the fused one; saved-tensor bytes; CUDA path skipped on CPU."""
+"""backends.profiling: torch's split backward gives autograd's gradients and costs more than the fused one;
+saved-tensor bytes; CUDA path skipped on CPU."""
 
 from __future__ import annotations
 
@@ -34,30 +35,40 @@ def test_linear_saved_bytes_equal_its_input() -> None:
     assert saved["bytes"] == 10 * 64 * 4
 
 
-def test_split_weight_gradients_equal_autograd() -> None:
+def test_split_backward_is_torch_pipelining_and_gives_autograd_gradients() -> None:
     layer = DecoderLayer(SPEC)
     x = torch.randn(2, 32, 256, requires_grad=True)
     layer(x).sum().backward()
     ref = {n: p.grad.clone() for n, p in layer.named_parameters()}
-    from backends.profiling import _input_pass, _LinearGrads, _other_params
+    ref_x = x.grad.clone()
+    from backends.profiling import backward_input, backward_weight
 
     layer.zero_grad(set_to_none=True)
-    grads = _LinearGrads(layer)
+    x.grad = None
+    params = list(layer.parameters())
     out = layer(x)
-    _input_pass(out, torch.ones_like(out), x, _other_params(layer))
-    grads.weight_grads()
-    grads.close()
+    groups = backward_input(out, torch.ones_like(out), x, params)
+    # After I: the input gradient is there and no weight gradient has been computed yet (torch's I).
+    torch.testing.assert_close(x.grad, ref_x, atol=1e-4, rtol=1e-4)
+    assert all(p.grad is None for p in params if p.dim() == 2)
+    backward_weight(params, groups)
     for name, p in layer.named_parameters():
         torch.testing.assert_close(p.grad, ref[name], atol=1e-4, rtol=1e-4, msg=name)
 
 
-def test_fused_and_split_backward_agree_within_noise() -> None:
+SPLIT_OVER_FUSED_FRAC = (-0.15, 1.0)
+"""Allowed (I + W) / B - 1 for a block. torch's split runs a graph walk and two autograd passes: with one
+thread it is +0.15..+0.5, more on small blocks where the walk weighs more (FIELD_NOTES: a split I + W costs
+1.3-1.5x a fused B in torch's pipelining runtime); medians of 9 repeats on this shared 2-core machine move
+by ~10-20%, hence the margin. The low end rules out a split that skips work beyond noise."""
+
+
+def test_split_backward_costs_more_than_fused_within_bounds() -> None:
     layer = DecoderLayer(SPEC)
     timing = measure_module(layer, lambda: torch.randn(2, 128, 256, requires_grad=True), warmup=2, repeats=9)
     assert timing.forward_s > 0 and timing.backward_input_s > 0 and timing.backward_weight_s > 0
-    # I + W re-does no matmul of B; on this shared 2-core machine medians of 9 repeats move by ~10-20%,
-    # so 35% is the noise allowance (quiet machine: |I + W - B| / B ~ 1-2%).
-    assert abs(timing.consistency_frac) < 0.35
+    low, high = SPLIT_OVER_FUSED_FRAC
+    assert low < timing.consistency_frac < high
     # A layer's saved activations: at least the inputs of its 7 projections, 2 norms and the attention core.
     tokens = 2 * 128
     assert timing.activation_bytes > tokens * 4 * (4 * 256 + 2 * 1024)
@@ -86,4 +97,4 @@ def test_cuda_events_and_peak_memory() -> None:
         timing.peak_allocated_bytes is not None
         and timing.peak_allocated_bytes >= timing.activation_bytes * 0.5
     )
-    assert abs(timing.consistency_frac) < 0.35
+    assert SPLIT_OVER_FUSED_FRAC[0] < timing.consistency_frac < SPLIT_OVER_FUSED_FRAC[1]

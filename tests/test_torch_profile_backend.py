@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.test_profile_table import SPEC, _write
@@ -55,6 +56,26 @@ def test_pipeline_matches_1f1b_closed_form(tmp_path: Path) -> None:
     # (Narayanan et al. 2021, section 2.2.1).
     assert est.step_time_s == pytest.approx(5 * 7.2e-3 + 20 * 1e-8)
     assert est.bubble_fraction == pytest.approx(1 / 5, rel=1e-6)
+
+
+def test_stage_zero_backward_is_one_fused_w_in_zero_bubble(tmp_path: Path) -> None:
+    _write(tmp_path)
+    est = get_backend("torch-profile", profile=str(tmp_path)).estimate(
+        SPEC,
+        _cluster(2),
+        Workload(seq_len=128, global_batch_size=4, dtype="fp32"),
+        ParallelPlan(pp=2, schedule="zb-h1"),
+    )
+    ops = est.timeline.with_columns(dur_s=pl.col("end_s") - pl.col("start_s"))
+    by = {
+        (r["stage"], r["op"]): r["dur_s"]
+        for r in ops.group_by("stage", "op").agg(pl.col("dur_s").max()).to_dicts()
+    }
+    # Per op at mbs 1: F = 1.2 ms, I = W = 1.2 ms, B = 2.4 ms. Stage 0 (embedding + block 0) as torch runs it:
+    # no I, W = the fused B of both, 4.8 ms; stage 1 (block 1 + head) keeps its split, I = W = 2.4 ms.
+    assert by.get((0, "I"), 0.0) == pytest.approx(0.0)
+    assert by[(0, "W")] == pytest.approx(4.8e-3)
+    assert by[(1, "I")] == pytest.approx(2.4e-3) and by[(1, "W")] == pytest.approx(2.4e-3)
 
 
 def test_interpolated_shape_is_noted(tmp_path: Path) -> None:
