@@ -13,8 +13,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / "workbench"
 
-pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (pip install -e .)")
-
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
