@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.schedules import build_schedule, schedule_rule_violations
+from workbench.schedules import SCHEDULE_NAMES, build_schedule, schedule_rule_violations
 from workbench.search.bubble import bubble_s, family_of
 from workbench.search.peak_memory import family_codes, peak_chunks
 from workbench.simulate import StageCosts, simulate
@@ -37,21 +37,7 @@ def _cases(names, vpps=(1, 2, 4), pps=(2, 4, 8), ms=(1, 2, 3, 4, 6, 8, 12, 16, 3
                         yield name, pp, vpp, m
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "gpipe",
-        "1f1b",
-        "interleaved-1f1b",
-        "looped-bfs",
-        "zb-h1",
-        "zb-h2",
-        "zbv",
-        "v-half",
-        "v-min",
-        "dualpipev",
-    ],
-)
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
 def test_peak_chunks_match_the_generators(name):
     for _, pp, vpp, m in _cases([name]):
         walk = _walk(build_schedule(name, pp=pp, num_microbatches=m, vpp=vpp))
