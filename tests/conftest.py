@@ -11,6 +11,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKBENCH = Path(sys.executable).parent / "workbench"
+CHROMIUM = Path("/usr/bin/chromium")
+"""Debian's chromium (installed by .ci/run); browser tests never download a browser."""
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists() and not os.environ.get("CI"),  # in CI a missing browser is a failure
+    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium; .ci/run installs it)",
+)
 
 
 def run_cli(

@@ -8,21 +8,13 @@ installs Debian's chromium; see scripts/test.sh).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, needs_chromium
+
 TIMELINE_TITLE_JS = """() => {
   // The title of the timeline figure on screen: walk the rendered views (the document may still hold the
   // replaced figure model, so looking models up by name is ambiguous).
@@ -40,10 +32,7 @@ TIMELINE_TITLE_JS = """() => {
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists() and not os.environ.get("CI"),  # in CI a missing browser is a failure
-        reason="/usr/bin/chromium is not installed (apt-get install chromium)",
-    ),
+    needs_chromium,
 ]
 
 
@@ -55,7 +44,7 @@ def test_node_count_redraws_timeline_offline_without_errors(tmp_path: Path) -> N
     console_errors: list[str] = []
     with ThreadedApp(address="127.0.0.1") as app, sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=FLAGS
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
         )  # playwright gives each launch a fresh profile
         try:
             context = browser.new_context()
@@ -104,7 +93,7 @@ def test_search_runs_in_the_background_and_a_row_loads_into_plan() -> None:
     outside: list[str] = []
     console_errors: list[str] = []
     with ThreadedApp(address="127.0.0.1") as app, sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
         try:
             page = browser.new_page()
             page.route(

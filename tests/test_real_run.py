@@ -6,6 +6,7 @@ The two CI runs: a 2-process pipeline (pp=2, 1f1b, m=8) and a 4-process pp=2 x d
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -64,19 +65,16 @@ def _check_timeline(run: RunResult, plan: ParallelPlan, m: int) -> None:
             assert starts == sorted(starts) and all(a[4] >= a[3] >= 0 for a in step["actions"])
 
 
+def tiny_run(plan: ParallelPlan, workload: Workload, run_dir: Path) -> RunResult:
+    """A real torchrun job of the tiny model for ``STEPS`` steps (loss checked by the tests, not the run)."""
+    return real_run(TINY, workload, plan, steps=STEPS, check_loss=False, timeout_s=120, run_dir=run_dir)
+
+
 @pytest.fixture(scope="module")
 def pp2_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, ParallelPlan, Workload]:
     workload = Workload(seq_len=32, global_batch_size=8, dtype=DType.FP32)
     plan = ParallelPlan(pp=2, schedule="1f1b", micro_batch_size=1)
-    run = real_run(
-        TINY,
-        workload,
-        plan,
-        steps=STEPS,
-        check_loss=False,
-        timeout_s=120,
-        run_dir=tmp_path_factory.mktemp("pp2"),
-    )
+    run = tiny_run(plan, workload, tmp_path_factory.mktemp("pp2"))
     return run, plan, workload
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.real_run import RunResult, real_run
-from tests.test_real_run import STEPS, TINY, _check_loss, _check_timeline
+from backends.real_run import RunResult
+from tests.test_real_run import _check_loss, _check_timeline, tiny_run
 from workbench.hardware import DType
 from workbench.plan import ParallelPlan, Workload
 
@@ -14,15 +14,7 @@ from workbench.plan import ParallelPlan, Workload
 def pp2_dp2_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, ParallelPlan, Workload]:
     workload = Workload(seq_len=32, global_batch_size=8, dtype=DType.FP32)
     plan = ParallelPlan(pp=2, dp=2, schedule="1f1b", micro_batch_size=1)
-    run = real_run(
-        TINY,
-        workload,
-        plan,
-        steps=STEPS,
-        check_loss=False,
-        timeout_s=120,
-        run_dir=tmp_path_factory.mktemp("pp2dp2"),
-    )
+    run = tiny_run(plan, workload, tmp_path_factory.mktemp("pp2dp2"))
     return run, plan, workload
 
 
@@ -46,14 +38,6 @@ def test_pp2_tp2_with_interleaved_schedule_matches_single_process(
 ) -> None:
     workload = Workload(seq_len=32, global_batch_size=4, dtype=DType.FP32)
     plan = ParallelPlan(pp=2, tp=2, vpp=2, schedule="interleaved-1f1b", micro_batch_size=1)
-    run = real_run(
-        TINY,
-        workload,
-        plan,
-        steps=STEPS,
-        check_loss=False,
-        timeout_s=120,
-        run_dir=tmp_path_factory.mktemp("pp2tp2"),
-    )
+    run = tiny_run(plan, workload, tmp_path_factory.mktemp("pp2tp2"))
     _check_loss(run, workload)
     assert run.timeline_problems() == []

@@ -7,27 +7,14 @@ browser download. Every non-``file:`` request is blocked and recorded. Screensho
 from __future__ import annotations
 
 import io
-import os
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, needs_chromium
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists() and not os.environ.get("CI"),  # in CI a missing browser is a failure
-        reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium; .ci/run installs it)",
-    ),
+    needs_chromium,
 ]
 
 
@@ -53,7 +40,7 @@ def test_report_renders_offline_with_tooltips(report, tmp_path):
     outside, errors, dialogs = [], [], []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=FLAGS
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
         )  # Playwright gives each launch a fresh temporary profile
         try:
             page = browser.new_page(viewport={"width": 1366, "height": 768})
