@@ -1,1 +1,1 @@
-"""Backends: implementations of ``workbench.estimate.Backend``; only these modules import torch."""
+"""Backends: implementations of ``workbench.specs.estimate.Backend``; only these modules import torch."""

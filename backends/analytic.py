@@ -1,6 +1,6 @@
 """The ``analytic`` backend: roofline op costs + alpha-beta collectives + the schedule simulator.
 
-A thin adapter over :func:`workbench.analytic.estimate_plan` so that the core stays importable without
+A thin adapter over :func:`workbench.estimate.analytic.estimate_plan` so that the core stays importable without
 any backend; registered under the ``workbench.backends`` entry-point group as ``analytic``.
 """
 
@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workbench.analytic import estimate_plan
-from workbench.calibration import Calibration, load_calibration
+from workbench.estimate.analytic import estimate_plan
+from workbench.presets.calibration import Calibration, load_calibration
 
 if TYPE_CHECKING:
-    from workbench.estimate import Estimate
-    from workbench.hardware import ClusterSpec
-    from workbench.model import ModelSpec
-    from workbench.plan import ParallelPlan, Workload
+    from workbench.specs.estimate import Estimate
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import ParallelPlan, Workload
 
 
 class AnalyticBackend:

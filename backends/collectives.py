@@ -3,7 +3,7 @@
 ``run_collectives`` spawns ``num_ranks`` processes with ``torch.multiprocessing`` on one host, times
 all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over message sizes (median of repeats,
 rank 0's clock after a barrier), and fits one latency and one bandwidth per network level to all of them
-with least squares on the algorithmic factors of :mod:`workbench.comm` (Thakur, Rabenseifner & Gropp,
+with least squares on the algorithmic factors of :mod:`workbench.cost.comm` (Thakur, Rabenseifner & Gropp,
 IJHPCA 2005): t = c_alpha(n) alpha + c_beta(n) P / B, e.g. all-reduce c_alpha = 2(n-1), c_beta = 2(n-1)/n.
 On one host every message crosses the ``host`` level (loopback or shared memory; NVLink on a GPU node).
 """

@@ -9,7 +9,7 @@ same ``--rdzv-id`` and an endpoint every node can reach, e.g. on each of 4 nodes
 
     python -m torch.distributed.run --nnodes 4 --nproc-per-node 8 \\
         --rdzv-backend c10d --rdzv-endpoint node0.example:29500 --rdzv-id wb-run-42 \\
-        -m backends.run_worker --run-dir /shared/runs/wb-run-42
+        -m workbench_backends.run_worker --run-dir /shared/runs/wb-run-42
 
 ``--rdzv-endpoint`` is host:port of the c10d store (the first node that reaches it hosts it); ``--rdzv-id``
 names the job so two jobs on one endpoint do not mix; ``--nnodes MIN:MAX`` allows elastic sizes (our

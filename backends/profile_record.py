@@ -1,14 +1,15 @@
 """Record a profile: measure every op kind of a model at every requested shard shape on this device.
 
-``record_profile`` builds the modules of :mod:`backends.torch_model` per tp degree, measures them with
-:func:`backends.profiling.measure_module` under a rich progress bar, micro-benchmarks the device (best GEMM
+``record_profile`` builds the modules of :mod:`workbench_backends.torch_model` per tp degree, measures them with
+:func:`workbench_backends.profiling.measure_module` under a rich progress bar, micro-benchmarks the device (best GEMM
 FLOP/s, copy bandwidth, the AdamW step per parameter) and returns the manifest and the ops table in the
-schema of :mod:`workbench.profile_table`.
+schema of :mod:`workbench.presets.profile_table`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import platform
 import socket
 import time
@@ -20,11 +21,13 @@ from typing import Any
 import polars as pl
 import torch
 from torch import nn
+from workbench_backends.profiling import OpTiming, measure_module
+from workbench_backends.torch_model import DecoderLayer, Embedding, LMHead, ShardShape, loss_fn, torch_dtype
 
-from backends.profiling import OpTiming, measure_module
-from backends.torch_model import DecoderLayer, Embedding, LMHead, ShardShape, loss_fn, torch_dtype
-from workbench.model import ModelSpec
-from workbench.profile_table import OP_COLUMNS
+from workbench.presets.catalog import resolve
+from workbench.presets.hf_config import load_json_object, shrunk_hf_config
+from workbench.presets.profile_table import OP_COLUMNS
+from workbench.specs.model import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -236,7 +239,7 @@ def guess_device_id(device: torch.device) -> str:
     name, the closest in memory when several are; else the CUDA name itself."""
     if device.type != "cuda":
         return "host-cpu"
-    from workbench.catalog import load_device, preset_names
+    from workbench.presets.catalog import load_device, preset_names
 
     name = torch.cuda.get_device_name(device).lower()
     total = torch.cuda.get_device_properties(device).total_memory
@@ -302,8 +305,7 @@ def run_profile(
     """What ``workbench profile`` does: measure, write the folder, print where it went."""
     import click
 
-    from workbench.cli.profile_cmd import write_model_config
-    from workbench.profile_table import write_profile
+    from workbench.presets.profile_table import write_profile
 
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device is visible to torch here; use --device cpu")
@@ -328,7 +330,7 @@ def run_profile(
     )
     coll = None
     if collectives:
-        from backends.collectives import run_collectives
+        from workbench_backends.collectives import run_collectives
 
         coll, fit = run_collectives(backend="nccl" if device == "cuda" else "gloo", num_ranks=2)
         manifest["collective_fit"] = fit
@@ -347,3 +349,12 @@ def run_profile(
         f"use it: workbench estimate --backend torch-profile --profile {out} --model {model_hint} "
         f"--cluster {out / 'cluster.toml' if device == 'cpu' else '<cluster>'} --dtype {dtype} ..."
     )
+
+
+def write_model_config(out: Path, base_name: str, spec: ModelSpec) -> bool:
+    """Write ``config.json`` of the profiled (possibly shrunk) model; False when it cannot be expressed."""
+    cfg = shrunk_hf_config(load_json_object(resolve("model", base_name)), spec)
+    if cfg is None:
+        return False
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return True

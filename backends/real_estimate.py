@@ -1,6 +1,6 @@
 """The measured ``Estimate`` of a real run: per-rank results (``RunResult``) to timeline, memory and breakdown.
 
-``backends.real_run.real_run`` collects one ``rank<k>.json`` per worker (``backends.run_worker``) into a
+``workbench_backends.real_run.real_run`` collects one ``rank<k>.json`` per worker (``workbench_backends.run_worker``) into a
 ``RunResult``; ``to_estimate`` assembles:
 
 - ``step_time_s``: median over the steps after ``warmup_steps`` of the slowest rank's step (barrier to end of
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Estimate, StepBreakdown
-from workbench.hardware import ClusterSpec, DType
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
-from workbench.schedules import Schedule
+from workbench.pipeline.schedules import Schedule
+from workbench.specs.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Estimate, StepBreakdown
+from workbench.specs.hardware import ClusterSpec, DType
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 COMPUTE_OPS = ("F", "B", "I", "W")
 

@@ -1,9 +1,9 @@
 """The ``real-run`` backend: run the plan as a real small torchrun job here and return a measured ``Estimate``.
 
 ``RealRunBackend(steps=3).estimate(model, cluster, workload, plan)`` writes ``config.json`` (and the schedule's
-CSV) into a run folder, starts ``plan.num_devices`` workers with ``backends.launch.run_torchrun`` (gloo on CPU,
-NCCL when CUDA is present), reads the per-rank results (``backends.run_worker``) into a ``RunResult`` and
-turns it into the measured Estimate with ``backends.real_estimate.to_estimate`` (what each number is: see
+CSV) into a run folder, starts ``plan.num_devices`` workers with ``workbench_backends.launch.run_torchrun`` (gloo on CPU,
+NCCL when CUDA is present), reads the per-rank results (``workbench_backends.run_worker``) into a ``RunResult`` and
+turns it into the measured Estimate with ``workbench_backends.real_estimate.to_estimate`` (what each number is: see
 that module).
 
 The model is the one given (shrink it first: ``workbench run --layers/--hidden``); the run is in fp32.
@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from backends.launch import LaunchConfig, run_torchrun
-from backends.real_estimate import (
+from workbench_backends.launch import LaunchConfig, run_torchrun
+from workbench_backends.real_estimate import (
     COMPUTE_OPS,
     RunResult,
     bubble_fraction,
@@ -26,11 +26,12 @@ from backends.real_estimate import (
     timeline_rows,
     to_estimate,
 )
-from workbench.estimate import Estimate
-from workbench.hardware import ClusterSpec, DType
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
-from workbench.schedules import Schedule, build_schedule, write_schedule_csv
+
+from workbench.pipeline.schedules import Schedule, build_schedule, write_schedule_csv
+from workbench.specs.estimate import Estimate
+from workbench.specs.hardware import ClusterSpec, DType
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 
 def device_kind() -> str:
@@ -156,7 +157,9 @@ def real_run(
         device=device,
     )
     launch = LaunchConfig(nproc_per_node=plan.num_devices, timeout_s=timeout_s)
-    wall_s = run_torchrun(launch, "backends.run_worker", ["--run-dir", str(run_dir)], run_dir=run_dir)
+    wall_s = run_torchrun(
+        launch, "workbench_backends.run_worker", ["--run-dir", str(run_dir)], run_dir=run_dir
+    )
     ranks = [json.loads((run_dir / f"rank{k}.json").read_text()) for k in range(plan.num_devices)]
     return RunResult(
         run_dir=run_dir,
@@ -237,7 +240,7 @@ class RealRunBackend:
         self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan
     ) -> Estimate:
         """Run the plan (``plan.num_devices`` processes on this machine) and return the measured Estimate.
-        Raises ValueError for an unsupported plan and ``backends.launch.LaunchError`` for a failed run."""
+        Raises ValueError for an unsupported plan and ``workbench_backends.launch.LaunchError`` for a failed run."""
         run = real_run(model, workload, plan, run_dir=self.run_dir, **self.options)
         self.last_run = run
         try:
@@ -258,15 +261,15 @@ def local_cluster(num_devices: int) -> ClusterSpec:
     """This machine as a one-node cluster of ``num_devices`` workers, with measured device peaks.
 
     CPU: device id ``host-cpu`` (the id ``workbench profile`` gives CPU profiles), fp32 peak = best square
-    matmul on one thread, memory bandwidth = best tensor copy (``backends.profile_record``), capacity = the
+    matmul on one thread, memory bandwidth = best tensor copy (``workbench_backends.profile_record``), capacity = the
     host's RAM shared by the workers. CUDA: id = the device name, fp32 and bf16 peaks measured the same way.
     """
     import os
 
     import torch
+    from workbench_backends.profile_record import copy_bytes_per_s, device_name, gemm_peak_flop_per_s
 
-    from backends.profile_record import copy_bytes_per_s, device_name, gemm_peak_flop_per_s
-    from workbench.hardware import DeviceSpec, NetworkLevel
+    from workbench.specs.hardware import DeviceSpec, NetworkLevel
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     threads = torch.get_num_threads()

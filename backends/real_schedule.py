@@ -1,7 +1,7 @@
 """Map a plan's schedule onto ``torch.distributed.pipelining`` and time every action of it.
 
 Schedules torch ships run through torch's own classes (``TORCH_SCHEDULE_CLASSES``); the others run from their
-CSV form (``workbench.schedules.write_schedule_csv``) through torch's ``_PipelineScheduleRuntime``. With pp = 1
+CSV form (``workbench.pipeline.schedules.write_schedule_csv``) through torch's ``_PipelineScheduleRuntime``. With pp = 1
 the step is plain gradient accumulation (F then B per micro-batch).
 
 Timing: the stage's ``forward_one_chunk`` (F), ``backward_one_chunk`` (B when ``full_backward`` else I) and
@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.plan import ParallelPlan
-from workbench.schedules import Schedule
+from workbench.pipeline.schedules import Schedule
+from workbench.specs.plan import ParallelPlan
 
 TORCH_SCHEDULE_CLASSES: dict[str, str] = {
     "gpipe": "ScheduleGPipe",

@@ -3,7 +3,7 @@
 Stage ``s`` of ``S`` holds the blocks ``stage_layer_range`` gives (the torch-profile split), stage 0 also the embedding and
 stage ``S-1`` the final norm and LM head. Every part (embedding, each block, head) is built from its own seed
 ``seed * PART_SEED_STRIDE + index`` on the CPU, so a rank builds only its parts and still gets the very weights
-the single-process reference builds. The modules are those of ``backends.torch_model``.
+the single-process reference builds. The modules are those of ``workbench_backends.torch_model``.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from workbench_backends.torch_model import DecoderLayer, Embedding, LMHead, loss_fn, random_tokens
 
-from backends.torch_model import DecoderLayer, Embedding, LMHead, loss_fn, random_tokens
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 PART_SEED_STRIDE = 100_003
 """Seed of part ``i`` (0 embedding, 1..L blocks, L+1 head) is ``seed * PART_SEED_STRIDE + i``."""

@@ -1,10 +1,10 @@
-"""The torchrun worker of the real-run backend: one process per rank, ``python -m backends.run_worker --run-dir D``.
+"""The torchrun worker of the real-run backend: one process per rank, ``python -m workbench_backends.run_worker --run-dir D``.
 
-Reads ``D/config.json`` (written by ``backends.real_run``), trains the model slice for ``steps`` optimizer
+Reads ``D/config.json`` (written by ``workbench_backends.real_run``), trains the model slice for ``steps`` optimizer
 steps with PyTorch's own parallelism and writes ``D/rank<k>.json``:
 
 - a ``DeviceMesh`` in the plan's rank order (``plan.rank_order`` is innermost first, the mesh outermost first);
-- pipeline stages with ``torch.distributed.pipelining`` and the plan's schedule (``backends.real_schedule``);
+- pipeline stages with ``torch.distributed.pipelining`` and the plan's schedule (``workbench_backends.real_schedule``);
 - tensor parallelism with DTensor ``parallelize_module`` (Megatron split: q/k/v/gate/up column-wise, o/down
   row-wise; Shoeybi et al. 2019, arXiv:1909.08053, section 3);
 - data parallelism with FSDP2 ``fully_shard`` (zero_stage >= 1, or tp > 1) or DDP (zero_stage 0);
@@ -35,19 +35,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-
-from backends import real_schedule
-from backends.real_run import check_plan
-from backends.real_stages import (
+from workbench_backends import real_schedule
+from workbench_backends.real_run import check_plan
+from workbench_backends.real_stages import (
     StageModule,
     build_stage_modules,
     full_reference_losses,
     make_batch,
     parallelize_stage,
 )
-from backends.torch_model import loss_fn
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
+from workbench_backends.torch_model import loss_fn
+
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 PG_TIMEOUT_S = 120.0
 """Collective timeout: a hung neighbour fails the run after this long (torchrun's timeout is the outer one)."""

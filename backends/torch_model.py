@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.hardware import DType
-from workbench.model import AttentionKind, ModelSpec, NormKind
+from workbench.specs.hardware import DType
+from workbench.specs.model import AttentionKind, ModelSpec, NormKind
 
 ROPE_THETA = 500_000.0
 """Rotary base of Llama 3 (Dubey et al. 2024, arXiv:2407.21783, section 3.1.1); cost does not depend on it."""

@@ -2,13 +2,13 @@
 
 Per pipeline stage, the forward/backward-input/backward-weight times and activation bytes of its blocks,
 plus the embedding on the first and the head on the last stage, come from a profile
-(:mod:`workbench.profile_table`, recorded by ``workbench profile``). Exposed communication is added on top:
+(:mod:`workbench.presets.profile_table`, recorded by ``workbench profile``). Exposed communication is added on top:
 tensor-parallel all-reduces (2 per block forward and 2 backward, Megatron-LM, arXiv:1909.08053 section 3),
 expert all-to-alls (2 + 2 per MoE block), context-parallel key/value all-gathers, pipeline sends and the
 data-parallel gradient reduction after the last backward (no overlap assumed). Communication uses the
-alpha-beta model of :mod:`workbench.comm` on the cluster's levels; when the profile holds a collective fit
+alpha-beta model of :mod:`workbench.cost.comm` on the cluster's levels; when the profile holds a collective fit
 for a level of the same name, the fitted latency and bandwidth replace the preset's. The schedule is
-simulated by :func:`workbench.simulate.simulate`. In split-backward schedules stage 0 is priced as
+simulated by :func:`workbench.pipeline.simulate.simulate`. In split-backward schedules stage 0 is priced as
 ``torch.distributed.pipelining`` runs it: its I does nothing (``backward_one_chunk`` skips the first stage)
 and its W is the fused backward B (``backward_weight_one_chunk`` calls ``stage_backward`` for stage 0);
 every other stage's I and W are the profiled split, which carries the runtime's overhead. The optimizer step uses
@@ -24,16 +24,16 @@ from typing import Any
 
 import polars as pl
 
-from workbench import comm
-from workbench.catalog import profiles_dir
-from workbench.estimate import Estimate, StepBreakdown
-from workbench.hardware import BYTES_PER_ELEMENT, ClusterSpec
-from workbench.model import ModelSpec
-from workbench.placement import axis_stride
-from workbench.plan import ParallelPlan, Recompute, Workload
-from workbench.profile_table import OpCost, Profile, find_profile
-from workbench.schedules import build_schedule
-from workbench.simulate import StageCosts, simulate
+from workbench.cost import comm
+from workbench.cost.placement import axis_stride
+from workbench.pipeline.schedules import build_schedule
+from workbench.pipeline.simulate import StageCosts, simulate
+from workbench.presets.catalog import profiles_dir
+from workbench.presets.profile_table import OpCost, Profile, find_profile
+from workbench.specs.estimate import Estimate, StepBreakdown
+from workbench.specs.hardware import BYTES_PER_ELEMENT, ClusterSpec
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Recompute, Workload
 
 OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "sgd": 8.0}
 """fp32 master weights plus two (Adam) or one (momentum) fp32 moments per parameter (ZeRO, Rajbhandari et

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from workbench.analytic import estimate_plan
-from workbench.calibration import load_calibration
-from workbench.catalog import load_cluster, load_model
-from workbench.plan import ParallelPlan, Workload
+from workbench.estimate.analytic import estimate_plan
+from workbench.presets.calibration import load_calibration
+from workbench.presets.catalog import load_cluster, load_model
+from workbench.specs.plan import ParallelPlan, Workload
 from workbench.validate import DEFAULT_DATA, run_validation
 
 

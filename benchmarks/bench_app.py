@@ -3,7 +3,7 @@
 The plan is the issue's case: 64 ranks (8 nodes of 8 devices), 256 micro-batches (global batch 256,
 dp x micro-batch = 1), analytic backend. The page is attached to a bokeh ``Document`` as a served session
 would be, and each measured change goes from the widget's new value through the Store (estimate), the views
-(figures from ``widgets.plots``) to the document patch that would be sent to the browser.
+(figures from ``workbench_widgets.plots``) to the document patch that would be sent to the browser.
 
 Run: ``python benchmarks/bench_app.py [--repeat N] [--change latency|recompute] [--json]``. Each change
 alternates between values whose estimates are not cached, so every sample pays for a fresh estimate.
@@ -34,8 +34,8 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 def build(case: dict[str, Any]) -> tuple[Any, Any, Document]:
-    from widgets.app.app import WorkbenchApp
-    from widgets.app.state import WorkbenchState
+    from workbench_widgets.app.app import WorkbenchApp
+    from workbench_widgets.app.state import WorkbenchState
 
     state = WorkbenchState()
     app = WorkbenchApp(state=state)

@@ -21,14 +21,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)  # one thread per process, as real runs use
     args = parser.parse_args()
     import torch
+    from workbench_backends.profile_record import Shape, record_profile
+    from workbench_backends.torch_model import build_model, random_tokens
+    from workbench_backends.torch_profile import TorchProfileBackend
+    from workbench_cli.profile_cmd import shrink_model
 
-    from backends.profile_record import Shape, record_profile
-    from backends.torch_model import build_model, random_tokens
-    from backends.torch_profile import TorchProfileBackend
-    from workbench.catalog import load_model
-    from workbench.cli.profile_cmd import shrink_model
-    from workbench.plan import ParallelPlan, Workload
-    from workbench.profile_table import host_cluster, read_profile, write_profile
+    from workbench.presets.catalog import load_model
+    from workbench.presets.profile_table import host_cluster, read_profile, write_profile
+    from workbench.specs.plan import ParallelPlan, Workload
 
     torch.set_num_threads(args.threads)
     spec = shrink_model(load_model("llama-3.1-8b"), num_layers=2, hidden_size=512)

@@ -40,11 +40,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from backends.real_run import RealRunBackend, local_cluster
-from backends.torch_profile import TorchProfileBackend
-from workbench.hardware import DType
-from workbench.hf_config import model_from_hf_config
-from workbench.plan import ParallelPlan, Workload
+from workbench_backends.real_run import RealRunBackend, local_cluster
+from workbench_backends.torch_profile import TorchProfileBackend
+
+from workbench.presets.hf_config import model_from_hf_config
+from workbench.specs.hardware import DType
+from workbench.specs.plan import ParallelPlan, Workload
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],

@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/bench_report.py [--out-dir DIR]``. Prints one line per case: blocks in the
 timeline, seconds to simulate, seconds to write the report, and the file size in MB (10^6 bytes) and MiB.
-The estimates come from ``widgets.sample`` (real simulated schedules, synthetic memory).
+The estimates come from ``workbench_widgets.sample`` (real simulated schedules, synthetic memory).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from widgets.report import write_report
-from widgets.sample import sample_cluster, sample_estimate
-from workbench.plan import ParallelPlan
+from workbench_widgets.report import write_report
+from workbench_widgets.sample import sample_cluster, sample_estimate
+
+from workbench.specs.plan import ParallelPlan
 
 CASES = (
     ("1f1b p=64 m=256", ParallelPlan(pp=64, schedule="1f1b"), 256),

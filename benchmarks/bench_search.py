@@ -20,11 +20,11 @@ import time
 import tracemalloc
 from typing import Any
 
-from workbench.calibration import load_calibration
-from workbench.catalog import load_cluster, load_model
-from workbench.plan import Workload
+from workbench.presets.calibration import load_calibration
+from workbench.presets.catalog import load_cluster, load_model
 from workbench.search import Constraints, search
 from workbench.search.run import screen_all
+from workbench.specs.plan import Workload
 
 FLOOR_PLANS_PER_S = 1_000_000
 FLOOR_B_END_TO_END_S = 10.0

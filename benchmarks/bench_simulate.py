@@ -11,8 +11,8 @@ import argparse
 import statistics
 import time
 
-from workbench.schedules import build_schedule
-from workbench.simulate import StageCosts, simulate
+from workbench.pipeline.schedules import build_schedule
+from workbench.pipeline.simulate import StageCosts, simulate
 
 FLOOR_ACTIONS_PER_S = 1_000_000
 

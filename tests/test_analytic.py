@@ -5,14 +5,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from workbench_backends.analytic import AnalyticBackend
 
-from backends.analytic import AnalyticBackend
-from workbench.analytic import estimate_plan
-from workbench.calibration import Calibration, load_calibration
-from workbench.catalog import load_cluster, load_model
-from workbench.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Backend
-from workbench.plan import ParallelPlan, Workload
-from workbench.registry import get_backend
+from workbench.estimate.analytic import estimate_plan
+from workbench.estimate.registry import get_backend
+from workbench.presets.calibration import Calibration, load_calibration
+from workbench.presets.catalog import load_cluster, load_model
+from workbench.specs.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Backend
+from workbench.specs.plan import ParallelPlan, Workload
 from workbench.validate import DEFAULT_DATA
 
 MODEL = load_model("llama-3.1-8b")

@@ -38,7 +38,7 @@ pytestmark = [
 
 def test_node_count_redraws_timeline_offline_without_errors(tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
-    from widgets.app.server import ThreadedApp
+    from workbench_widgets.app.server import ThreadedApp
 
     outside: list[str] = []
     console_errors: list[str] = []
@@ -88,7 +88,7 @@ def test_node_count_redraws_timeline_offline_without_errors(tmp_path: Path) -> N
 
 def test_search_runs_in_the_background_and_a_row_loads_into_plan() -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
-    from widgets.app.server import ThreadedApp
+    from workbench_widgets.app.server import ThreadedApp
 
     outside: list[str] = []
     console_errors: list[str] = []

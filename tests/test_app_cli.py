@@ -32,7 +32,7 @@ def test_port_in_use_is_one_line(workbench_cli) -> None:
 
 @pytest.mark.slow
 def test_app_serves_on_localhost_until_interrupted(tmp_path) -> None:
-    from widgets.app.server import free_port, wait_for_http
+    from workbench_widgets.app.server import free_port, wait_for_http
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -11,10 +11,9 @@ pytest.importorskip("panel")
 
 import numpy as np  # noqa: E402
 from bokeh.models import ColumnDataSource, GlyphRenderer  # noqa: E402
-
-from widgets.app.app import WorkbenchApp  # noqa: E402
-from widgets.plots.breakdown import refresh_breakdown_figure  # noqa: E402
-from widgets.plots.timeline import (  # noqa: E402
+from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
+from workbench_widgets.plots.breakdown import refresh_breakdown_figure  # noqa: E402
+from workbench_widgets.plots.timeline import (  # noqa: E402
     content_timeline_figure,
     estimate_timeline_content,
     refresh_timeline_figure,
@@ -162,8 +161,7 @@ def test_served_session_gets_the_new_timeline_data_in_place() -> None:
     import time
 
     import panel as pn
-
-    from widgets.app.server import ThreadedApp, wait_for_http
+    from workbench_widgets.app.server import ThreadedApp, wait_for_http
 
     def wait_for(predicate: Any, timeout_s: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout_s

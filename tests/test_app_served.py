@@ -14,7 +14,7 @@ import pytest
 
 pn = pytest.importorskip("panel")
 
-from widgets.app.server import ThreadedApp, normalise_prefix, wait_for_http, websocket_origins  # noqa: E402
+from workbench_widgets.app.server import ThreadedApp, normalise_prefix, wait_for_http, websocket_origins  # noqa: E402
 
 
 def _models(doc: Any, css: str) -> list[Any]:

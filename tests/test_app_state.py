@@ -6,10 +6,11 @@ import pytest
 
 pytest.importorskip("panel")
 
-from widgets.app import choices  # noqa: E402
-from widgets.app.state import UPLOADED, WorkbenchState  # noqa: E402
-from widgets.app.store import WorkbenchStore  # noqa: E402
-from workbench.plan import ParallelPlan  # noqa: E402
+from workbench_widgets.app import choices  # noqa: E402
+from workbench_widgets.app.state import UPLOADED, WorkbenchState  # noqa: E402
+from workbench_widgets.app.store import WorkbenchStore  # noqa: E402
+
+from workbench.specs.plan import ParallelPlan  # noqa: E402
 
 
 @pytest.fixture
@@ -105,7 +106,7 @@ def test_model_fields_and_uploaded_config(store: WorkbenchStore) -> None:
 
 
 def test_backend_choices_come_from_the_registry(store: WorkbenchStore) -> None:
-    from workbench.registry import backend_names
+    from workbench.estimate.registry import backend_names
 
     assert store.state.param.backend.objects == backend_names()
     for name, reason in store.backend_reasons.items():
@@ -139,7 +140,7 @@ class _SlowBackend:
     def estimate(self, model, cluster, workload, plan):
         from dataclasses import replace
 
-        from workbench.registry import get_backend
+        from workbench.estimate.registry import get_backend
 
         return replace(
             get_backend("analytic").estimate(model, cluster, workload, plan), backend="slow", measured=True

@@ -7,9 +7,8 @@ import pytest
 pytest.importorskip("panel")
 
 from bokeh.models import ColumnDataSource  # noqa: E402
-
-from widgets.app.app import PLAN_TAB, WorkbenchApp, cli_command, report_html  # noqa: E402
-from widgets.app.compare_search import display_frame, shared_ranges  # noqa: E402
+from workbench_widgets.app.app import PLAN_TAB, WorkbenchApp, cli_command, report_html  # noqa: E402
+from workbench_widgets.app.compare_search import display_frame, shared_ranges  # noqa: E402
 
 
 @pytest.fixture

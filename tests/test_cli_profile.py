@@ -133,7 +133,7 @@ def test_calibrate_writes_loadable_file(profile_dir: Path, tmp_path: Path) -> No
     assert res.returncode == 0, res.stderr
     fit = json.loads(res.stdout)
     assert fit["error_after_frac"] >= 0 and fit["error_before_frac"] >= 0
-    from workbench.calibration import load_calibration
+    from workbench.presets.calibration import load_calibration
 
     assert load_calibration(target).devices["host-cpu"].matmul is not None
     bad = _run(

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from workbench_cli.run_cmd import shrink_model
 
 from tests.conftest import run_cli
-from workbench.catalog import load_model
-from workbench.cli.run_cmd import shrink_model
+from workbench.presets.catalog import load_model
 
 TINY_HF = {
     "architectures": ["LlamaForCausalLM"],

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.comm import all_reduce_s, all_to_all_s, p2p_s, reduce_scatter_s, ring_all_reduce_s
-from workbench.hardware import ClusterSpec, DeviceSpec, NetworkLevel
+from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s, reduce_scatter_s, ring_all_reduce_s
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, NetworkLevel
 
 NV, IB = 300e9, 25e9
 NV_LAT, IB_LAT = 3e-6, 10e-6

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.flops import (
+from workbench.cost.flops import (
     head_ops,
     layer_ops,
     matmul_efficiency_frac,
     megatron_flop_per_iteration,
     roofline_time_s,
 )
-from workbench.model import ModelSpec
+from workbench.specs.model import ModelSpec
 
 GPT3 = ModelSpec(
     name="gpt3-175b",

@@ -1,12 +1,12 @@
-"""``ModelSpec.from_hf_config`` on each supported architecture, checked against independent counts."""
+"""``model_from_hf_config`` on each supported architecture, checked against independent counts."""
 
 from __future__ import annotations
 
 import pytest
 
-from workbench import catalog
-from workbench.hf_config import SUPPORTED_ARCHITECTURES
-from workbench.model import AttentionKind, ModelSpec, NormKind
+from workbench.presets import catalog
+from workbench.presets.hf_config import SUPPORTED_ARCHITECTURES, model_from_hf_config
+from workbench.specs.model import AttentionKind, NormKind
 
 # Pythia-160M (EleutherAI/pythia-160m config.json); 162,322,944 parameters as the HF model reports.
 PYTHIA_160M = {
@@ -33,13 +33,13 @@ GPT2_SMALL = {
 
 
 def test_gpt_neox_pythia_160m() -> None:
-    m = ModelSpec.from_hf_config(PYTHIA_160M, name="pythia-160m")
+    m = model_from_hf_config(PYTHIA_160M, name="pythia-160m")
     assert m.norm is NormKind.LAYERNORM and not m.gated_mlp and m.attention is AttentionKind.MHA
     assert m.total_parameters() == 162_322_944
 
 
 def test_gpt2_small() -> None:
-    m = ModelSpec.from_hf_config(GPT2_SMALL, name="gpt2")
+    m = model_from_hf_config(GPT2_SMALL, name="gpt2")
     assert m.tied_embeddings and m.num_learned_positions == 1024
     assert m.total_parameters() == 124_439_808
 
@@ -85,17 +85,15 @@ def test_deepseek_mla_fields() -> None:
 
 def test_unknown_architecture_lists_supported() -> None:
     with pytest.raises(ValueError, match="supported: LlamaForCausalLM.*GPTNeoXForCausalLM"):
-        ModelSpec.from_hf_config({"architectures": ["BertModel"], "hidden_size": 768})
+        model_from_hf_config({"architectures": ["BertModel"], "hidden_size": 768})
 
 
 def test_missing_and_mistyped_fields_are_named() -> None:
     cfg = {**PYTHIA_160M}
     del cfg["num_hidden_layers"]
     with pytest.raises(ValueError, match="num_hidden_layers"):
-        ModelSpec.from_hf_config(cfg)
+        model_from_hf_config(cfg)
     with pytest.raises(ValueError, match="'hidden_size' must be an integer"):
-        ModelSpec.from_hf_config({**PYTHIA_160M, "hidden_size": "768"})
+        model_from_hf_config({**PYTHIA_160M, "hidden_size": "768"})
     with pytest.raises(ValueError, match="num_key_value_heads=5 must divide"):
-        ModelSpec.from_hf_config(
-            {**PYTHIA_160M, "architectures": ["LlamaForCausalLM"], "num_key_value_heads": 5}
-        )
+        model_from_hf_config({**PYTHIA_160M, "architectures": ["LlamaForCausalLM"], "num_key_value_heads": 5})

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from backends.launch import (
+from workbench_backends.launch import (
     LaunchConfig,
     LaunchError,
     free_port,
@@ -24,7 +23,7 @@ from backends.launch import (
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A stand-in worker: records its pid like backends.run_worker, then all-reduces in a loop on gloo (so the
+# A stand-in worker: records its pid like workbench_backends.run_worker, then all-reduces in a loop on gloo (so the
 # surviving ranks are blocked in a collective when a neighbour dies). MODE picks how it ends.
 WORKER = textwrap.dedent("""
     import argparse, os, sys, time, traceback
@@ -94,13 +93,13 @@ def test_free_port_is_bindable() -> None:
 
 def test_command_uses_loopback_rendezvous_and_no_restarts(tmp_path: Path) -> None:
     cmd = torchrun_command(
-        LaunchConfig(nproc_per_node=4), "backends.run_worker", ["--run-dir", "x"], log_dir=tmp_path
+        LaunchConfig(nproc_per_node=4), "workbench_backends.run_worker", ["--run-dir", "x"], log_dir=tmp_path
     )
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert "--nproc-per-node=4" in cmd and "--max-restarts=0" in cmd and "--rdzv-backend=c10d" in cmd
     endpoint = next(c for c in cmd if c.startswith("--rdzv-endpoint="))
     assert endpoint.startswith("--rdzv-endpoint=127.0.0.1:")
-    assert cmd[-4:] == ["-m", "backends.run_worker", "--run-dir", "x"]
+    assert cmd[-4:] == ["-m", "workbench_backends.run_worker", "--run-dir", "x"]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ def _entry() -> dict:
 
 
 def _free_port() -> int:
-    from widgets.app.server import free_port
+    from workbench_widgets.app.server import free_port
 
     return free_port("127.0.0.1")
 
@@ -64,7 +64,7 @@ def test_entry_point_resolves_to_the_documented_server() -> None:
 
 
 def test_entry_point_command_starts_the_app_under_the_prefix(tmp_path: Path) -> None:
-    from widgets.app.server import wait_for_http
+    from workbench_widgets.app.server import wait_for_http
 
     port, base_url = _free_port(), "/user/someone/"
     cmd = [part.format(port=port, base_url=base_url) for part in _entry()["command"]]
@@ -82,7 +82,7 @@ def test_entry_point_command_starts_the_app_under_the_prefix(tmp_path: Path) -> 
 def test_jupyter_server_lists_the_tile_and_proxies_the_app(tmp_path: Path) -> None:
     """A real Jupyter server with jupyter-server-proxy: the launcher list and the proxied page."""
     pytest.importorskip("jupyter_server_proxy")
-    from widgets.app.server import wait_for_http
+    from workbench_widgets.app.server import wait_for_http
 
     port, token = _free_port(), "workbench-test-token"
     cmd = [

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.analytic import stage_layout
-from workbench.analytic_memory import stage_param_counts
-from workbench.catalog import load_model
-from workbench.memory import activation_parts, layer_activation_bytes, model_state_bytes
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan
+from workbench.cost import step
+from workbench.cost.memory import activation_parts, layer_activation_bytes, model_state_bytes
+from workbench.presets.calibration import Calibration
+from workbench.presets.catalog import load_cluster, load_model
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 GPT22B = ModelSpec(
     name="gpt-22b",
@@ -84,8 +84,13 @@ def test_vectorised_recompute_codes() -> None:
 )
 def test_shards_add_up_to_the_model(name: str, plan: ParallelPlan) -> None:
     model = load_model(name)
-    layout = stage_layout(model, plan.pp * plan.vpp)
-    dense, expert = stage_param_counts(model, plan, layout)
+    ctx = step.StepContext.build(
+        model, load_cluster("dgx-h100"), Workload(seq_len=4096, global_batch_size=64), Calibration()
+    )
+    cols = step.plan_columns(plan, ctx.workload)
+    stages = plan.pp * plan.vpp
+    held = step.stage_holdings(model, stages, np.arange(stages))
+    dense, expert = step.params_held(ctx, cols, held)
     etp = 1 if plan.ep > 1 else plan.tp
     total = dense.sum() * plan.tp + expert.sum() * plan.ep * etp
     tied_copy = model.embedding_parameters() if model.tied_embeddings else 0

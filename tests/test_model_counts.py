@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import catalog
+from workbench.presets import catalog
 
 # (preset, published total, published active or None, relative tolerance, source)
 PUBLISHED = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workbench import catalog
-from workbench.plan import ParallelPlan, Workload
+from workbench.presets import catalog
+from workbench.specs.plan import ParallelPlan, Workload
 
 LLAMA70 = catalog.load_model("llama-3.1-70b")
 DGX8 = catalog.load_cluster("dgx-h100", num_nodes=8)  # 64 devices

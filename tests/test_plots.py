@@ -12,8 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 from bokeh.models import HoverTool, Span
-
-from widgets.plots import (
+from workbench_widgets.plots import (
     activation_figure,
     estimate_memory_figure,
     estimate_timeline_figure,
@@ -23,10 +22,11 @@ from widgets.plots import (
     search_figure,
     timeline_figure,
 )
-from widgets.plots.placement import axis_groups
-from widgets.sample import sample_cluster, sample_estimate
-from workbench.plan import ParallelPlan
-from workbench.schedules import build_schedule
+from workbench_widgets.plots.placement import axis_groups
+from workbench_widgets.sample import sample_cluster, sample_estimate
+
+from workbench.pipeline.schedules import build_schedule
+from workbench.specs.plan import ParallelPlan
 
 OKABE_ITO_BLUE, OKABE_ITO_VERMILLION, OKABE_ITO_ORANGE, OKABE_ITO_GREEN = (
     "#0072B2",

@@ -1,6 +1,6 @@
 """The predicted-vs-measured overlay: two rows per lane, one glyph per action, makespans, error in the title.
 
-Both sides are ``widgets.sample.sample_estimate`` (a real schedule through the simulator) with different
+Both sides are ``workbench_widgets.sample.sample_estimate`` (a real schedule through the simulator) with different
 forward times, so "measured" is a second, slower simulation. Expected values are closed forms:
 - action counts: 1F1B and GPipe run F and B once per stage and micro-batch (2 p m actions); ZB-H1 splits B
   into I and W (3 p m); interleaved 1F1B with v chunks per rank has 2 p v m;
@@ -19,10 +19,10 @@ import numpy as np
 import polars as pl
 import pytest
 from bokeh.models import HoverTool, Span
+from workbench_widgets.plots import comparison_timeline_figure
+from workbench_widgets.sample import sample_estimate
 
-from widgets.plots import comparison_timeline_figure
-from widgets.sample import sample_estimate
-from workbench.plan import ParallelPlan
+from workbench.specs.plan import ParallelPlan
 
 OKABE_ITO = {"F": "#0072B2", "B": "#D55E00", "I": "#E69F00", "W": "#009E73"}
 F_PRED_S, F_MEAS_S = 2e-3, 3e-3

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-
-from widgets.plots._lanes import aggregate_runs, assign_lanes, detail_window_s
+from workbench_widgets.plots._lanes import aggregate_runs, assign_lanes, detail_window_s
 
 
 def frame(rows):

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from workbench import catalog
-from workbench.hardware import ClusterSpec, DeviceSpec, DType
-from workbench.model import ModelSpec
+from workbench.presets import catalog
+from workbench.presets.hf_config import model_from_hf_config
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType
+from workbench.specs.model import ModelSpec
 
 REQUIRED_DEVICES = [
     "a100-sxm4-40gb",
@@ -85,7 +86,7 @@ def test_cluster_round_trip(name: str) -> None:
 def test_model_round_trip(name: str) -> None:
     path = catalog.resolve("model", name)
     from_path = catalog.load_model(path)
-    from_dict = ModelSpec.from_hf_config(json.loads(path.read_text()), name=name)
+    from_dict = model_from_hf_config(json.loads(path.read_text()), name=name)
     assert from_path == from_dict
     assert ModelSpec(**from_path.to_dict()) == from_path
     assert catalog.model_metadata(name).get("source")

@@ -1,4 +1,4 @@
-"""workbench.profile_table: round trip, lookup, interpolation flagging, device and shape refusal (no torch)."""
+"""workbench.presets.profile_table: round trip, lookup, interpolation flagging, device and shape refusal (no torch)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from workbench_cli.profile_cmd import shrink_model
 
-from workbench.catalog import load_model, resolve
-from workbench.cli.profile_cmd import shrink_model, shrunk_hf_config
-from workbench.hf_config import load_json_object
-from workbench.profile_table import OP_COLUMNS, find_profile, read_profile, shape_key, write_profile
+from workbench.presets.catalog import load_model, resolve
+from workbench.presets.hf_config import load_json_object, shrunk_hf_config
+from workbench.presets.profile_table import OP_COLUMNS, find_profile, read_profile, shape_key, write_profile
 
 SPEC = replace(
     load_model("llama-3.1-8b"),

@@ -1,4 +1,4 @@
-"""backends.profiling: torch's split backward gives autograd's gradients and costs more than the fused one;
+"""workbench_backends.profiling: torch's split backward gives autograd's gradients and costs more than the fused one;
 saved-tensor bytes; CUDA path skipped on CPU."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.profiling import count_saved_bytes, measure_module  # noqa: E402
-from backends.torch_model import DecoderLayer, Embedding  # noqa: E402
-from workbench.catalog import load_model  # noqa: E402
+from workbench_backends.profiling import count_saved_bytes, measure_module  # noqa: E402
+from workbench_backends.torch_model import DecoderLayer, Embedding  # noqa: E402
+
+from workbench.presets.catalog import load_model  # noqa: E402
 
 torch.set_num_threads(1)
 SPEC = replace(
@@ -41,7 +42,7 @@ def test_split_backward_is_torch_pipelining_and_gives_autograd_gradients() -> No
     layer(x).sum().backward()
     ref = {n: p.grad.clone() for n, p in layer.named_parameters()}
     ref_x = x.grad.clone()
-    from backends.profiling import backward_input, backward_weight
+    from workbench_backends.profiling import backward_input, backward_weight
 
     layer.zero_grad(set_to_none=True)
     x.grad = None

@@ -9,14 +9,14 @@ import statistics
 from pathlib import Path
 
 import pytest
+from workbench_backends.real_run import RunResult, bubble_fraction, local_cluster, real_run, to_estimate
+from workbench_backends.real_schedule import Recorder
 
-from backends.real_run import RunResult, bubble_fraction, local_cluster, real_run, to_estimate
-from backends.real_schedule import Recorder
-from workbench.estimate import TIMELINE_COLUMNS
-from workbench.hardware import DType
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
-from workbench.schedules import build_schedule
+from workbench.pipeline.schedules import build_schedule
+from workbench.specs.estimate import TIMELINE_COLUMNS
+from workbench.specs.hardware import DType
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 TINY = ModelSpec(
     name="tiny",
@@ -33,8 +33,7 @@ STEPS = 3
 
 def _reference(workload: Workload) -> list[float]:
     import torch
-
-    from backends.real_stages import full_reference_losses
+    from workbench_backends.real_stages import full_reference_losses
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

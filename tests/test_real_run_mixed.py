@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from workbench_backends.real_run import RunResult
 
-from backends.real_run import RunResult
 from tests.test_real_run import _check_loss, _check_timeline, tiny_run
-from workbench.hardware import DType
-from workbench.plan import ParallelPlan, Workload
+from workbench.specs.hardware import DType
+from workbench.specs.plan import ParallelPlan, Workload
 
 
 @pytest.fixture(scope="module")

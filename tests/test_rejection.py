@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench import catalog
-from workbench.hardware import NetworkLevel
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
+from workbench.presets import catalog
+from workbench.specs.hardware import NetworkLevel
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 GOOD_MODEL = catalog.load_model("llama-3.1-8b").to_dict()
 BAD_VALUES = st.one_of(

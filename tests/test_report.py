@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import polars as pl
 import pytest
+from workbench_widgets.report import cli_command, render_report, write_csv_tables, write_report
+from workbench_widgets.sample import renamed, sample_cluster, sample_estimate
 
 from tests.conftest import ROOT
-from widgets.report import cli_command, render_report, write_csv_tables, write_report
-from widgets.sample import renamed, sample_cluster, sample_estimate
-from workbench.plan import ParallelPlan
+from workbench.specs.plan import ParallelPlan
 
 EVIL = "<script>alert(1)</script>"
 LINKS = re.compile(r"<script[^>]*\ssrc=|<link[^>]*stylesheet|static/extensions", re.IGNORECASE)
@@ -85,9 +85,9 @@ def test_refuses_to_overwrite_and_checks_the_index(tmp_path, estimates):
 def test_export_after_importing_panel_has_no_relative_extension_tag(tmp_path):
     script = textwrap.dedent(f"""
         import panel  # registers panel's bokeh extension, which adds a static/extensions/panel script tag
-        from workbench.plan import ParallelPlan
-        from widgets.report import write_report
-        from widgets.sample import sample_estimate
+        from workbench.specs.plan import ParallelPlan
+        from workbench_widgets.report import write_report
+        from workbench_widgets.sample import sample_estimate
         est = sample_estimate(plan=ParallelPlan(pp=2, schedule="1f1b"), num_microbatches=4)
         write_report({str(tmp_path / "p.html")!r}, estimates=[est], command="x")
     """)

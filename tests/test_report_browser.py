@@ -20,9 +20,10 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    from widgets.report import write_report
-    from widgets.sample import renamed, sample_estimate
-    from workbench.plan import ParallelPlan
+    from workbench_widgets.report import write_report
+    from workbench_widgets.sample import renamed, sample_estimate
+
+    from workbench.specs.plan import ParallelPlan
 
     est = renamed(
         sample_estimate(plan=ParallelPlan(pp=4, dp=2, tp=8, schedule="1f1b"), num_microbatches=8),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.schedules import (
+from workbench.pipeline.schedules import (
     SCHEDULE_NAMES,
     Action,
     Schedule,

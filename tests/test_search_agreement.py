@@ -12,15 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.analytic import estimate_plan
-from workbench.calibration import load_calibration
-from workbench.catalog import load_cluster, load_model
-from workbench.plan import Workload
-from workbench.schedules import uses_v_placement
+from workbench.estimate.analytic import estimate_plan
+from workbench.pipeline.schedules import uses_v_placement
+from workbench.presets.calibration import load_calibration
+from workbench.presets.catalog import load_cluster, load_model
 from workbench.search import grid, screen
 from workbench.search.refine import plan_from_row
 from workbench.search.result import rows_from_pool
 from workbench.search.space import Constraints, build_space
+from workbench.specs.plan import Workload
 
 CASES = [
     ("llama-3.1-70b", "dgx-h100", 8, 8192, 256, 0),

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.schedules import SCHEDULE_NAMES, build_schedule, schedule_rule_violations
-from workbench.search.bubble import bubble_s, family_of
-from workbench.search.peak_memory import family_codes, peak_chunks
-from workbench.simulate import StageCosts, simulate
+from workbench.pipeline.bubble import bubble_s, family_of
+from workbench.pipeline.peak import family_codes, peak_chunks
+from workbench.pipeline.schedules import SCHEDULE_NAMES, build_schedule, schedule_rule_violations
+from workbench.pipeline.simulate import StageCosts, simulate
 
 RATIOS = [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (2.0, 1.0, 1.0), (1.0, 1.5, 0.5), (1.0, 0.5, 1.0)]
 
@@ -92,7 +92,7 @@ def test_greedy_and_v_schedules_step_within_5_percent_in_steady_state(name):
 
 @pytest.mark.parametrize(("name", "vpp"), [("zb-h1", 1), ("zb-h1", 2), ("zb-h2", 1)])
 def test_split_backward_last_rank_matches_the_simulated_in_flight_bytes(name, vpp):
-    from workbench.search.peak_memory import split_backward_last_rank
+    from workbench.pipeline.peak import split_backward_last_rank
 
     for pp in (2, 4, 8):
         m, freed = 4 * pp, 0.7

@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from workbench.catalog import load_cluster, load_model
-from workbench.plan import ParallelPlan, Workload
-from workbench.schedules import SCHEDULE_NAMES, schedule_rule_violations
+from workbench.pipeline.schedules import SCHEDULE_NAMES, schedule_rule_violations
+from workbench.presets.catalog import load_cluster, load_model
 from workbench.search.grid import REASONS, chunk_bounds, plan_columns, rule_reasons, schedule_rule_mask
 from workbench.search.space import RECOMPUTE_CODES, Constraints, build_space
+from workbench.specs.plan import ParallelPlan, Workload
 
 
 def test_schedule_mask_matches_schedule_rule_violations():

@@ -7,14 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from workbench.analytic import estimate_plan
-from workbench.calibration import load_calibration
-from workbench.catalog import load_cluster, load_model
-from workbench.plan import Workload
+from workbench.estimate.analytic import estimate_plan
+from workbench.presets.calibration import load_calibration
+from workbench.presets.catalog import load_cluster, load_model
 from workbench.search import Constraints, search
 from workbench.search.refine import plan_from_row
 from workbench.search.run import screen_all
 from workbench.search.space import build_space
+from workbench.specs.plan import Workload
 
 
 def test_gpt3_175b_on_1024_a100_uses_tp8_inside_a_node_and_a_pipeline():

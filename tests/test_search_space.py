@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from workbench.catalog import load_cluster, load_model
-from workbench.schedules import SCHEDULE_NAMES, required_vpp
+from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
+from workbench.presets.catalog import load_cluster, load_model
 from workbench.search.space import Constraints, build_space, divisors
 
 

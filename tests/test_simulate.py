@@ -8,9 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.schedules import SCHEDULE_NAMES, Action, build_schedule, default_vpp, schedule_rule_violations
-from workbench.schedules.actions import schedule_from_rows
-from workbench.simulate import StageCosts, simulate
+from workbench.pipeline.schedules import (
+    SCHEDULE_NAMES,
+    Action,
+    build_schedule,
+    default_vpp,
+    schedule_rule_violations,
+)
+from workbench.pipeline.schedules.actions import schedule_from_rows
+from workbench.pipeline.simulate import StageCosts, simulate
 
 
 def run(name: str, pp: int, m: int, vpp: int | None = None, *, f=1.0, b=2.0, w=1.0, p2p=0.0):

@@ -1,4 +1,4 @@
-"""backends.torch_model: shard shapes, parameter counts against ModelSpec, reference maths."""
+"""workbench_backends.torch_model: shard shapes, parameter counts against ModelSpec, reference maths."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from backends.torch_model import (  # noqa: E402
+from workbench_backends.torch_model import (  # noqa: E402
     MLP,
     Attention,
     DecoderLayer,
@@ -19,7 +19,8 @@ from backends.torch_model import (  # noqa: E402
     build_model,
     random_tokens,
 )
-from workbench.catalog import load_model  # noqa: E402
+
+from workbench.presets.catalog import load_model  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -79,7 +80,7 @@ def test_attention_matches_explicit_softmax_reference() -> None:
     q = attn.q_proj(x).view(b, s, 8, d).transpose(1, 2)
     k = attn.k_proj(x).view(b, s, 2, d).transpose(1, 2).repeat_interleave(4, dim=1)
     v = attn.v_proj(x).view(b, s, 2, d).transpose(1, 2).repeat_interleave(4, dim=1)
-    from backends.torch_model import apply_rotary, rotary_tables
+    from workbench_backends.torch_model import apply_rotary, rotary_tables
 
     cos, sin = rotary_tables(s, d)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 
 from tests.test_profile_table import SPEC, _write
-from workbench.estimate import Backend
-from workbench.hardware import ClusterSpec, DeviceSpec, NetworkLevel
-from workbench.plan import ParallelPlan, Workload
-from workbench.registry import get_backend
+from workbench.estimate.registry import get_backend
+from workbench.specs.estimate import Backend
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, NetworkLevel
+from workbench.specs.plan import ParallelPlan, Workload
 
 FAST_LINK = NetworkLevel(name="host", bytes_per_s=1e18, latency_s=0.0)
 
@@ -114,7 +114,7 @@ within the bound (noise only ever inflates a timing, so an agreeing attempt is n
 
 
 def _measured_step_s(torch, spec, *, seq_len: int, micro_batch: int, num_micro: int, repeats: int) -> float:
-    from backends.torch_model import build_model, random_tokens
+    from workbench_backends.torch_model import build_model, random_tokens
 
     model = build_model(spec)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -134,8 +134,9 @@ def _measured_step_s(torch, spec, *, seq_len: int, micro_batch: int, num_micro: 
 @pytest.mark.slow
 def test_predicts_single_process_step_within_15_percent(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from backends.profile_record import Shape, record_profile
-    from workbench.profile_table import host_cluster, read_profile, write_profile
+    from workbench_backends.profile_record import Shape, record_profile
+
+    from workbench.presets.profile_table import host_cluster, read_profile, write_profile
 
     torch.set_num_threads(1)
     spec = replace(SPEC, name="tiny-real")

@@ -7,9 +7,9 @@ from collections import defaultdict
 
 import pytest
 
-from workbench.schedules import build_schedule
-from workbench.simulate import StageCosts, simulate
-from workbench.trace import chrome_trace, write_chrome_trace
+from workbench.pipeline.schedules import build_schedule
+from workbench.pipeline.simulate import StageCosts, simulate
+from workbench.pipeline.trace import chrome_trace, write_chrome_trace
 
 
 def _result(p2p_s: float):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.calibration import load_calibration
+from workbench.presets.calibration import load_calibration
 from workbench.validate import row_case, validate_rows
 
 BASE = {

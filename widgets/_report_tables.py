@@ -9,12 +9,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-
-from widgets.plots._style import GIB, MS_PER_S
-from widgets.plots.search import PLAN_FIELDS, feasible_mask
+from workbench_widgets.plots._style import GIB, MS_PER_S
+from workbench_widgets.plots.search import PLAN_FIELDS, feasible_mask
 
 if TYPE_CHECKING:
-    from workbench.estimate import Estimate
+    from workbench.specs.estimate import Estimate
 
 
 def input_blocks(estimate: Estimate) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """``Workbench``: the app's composer and views in a Jupyter notebook, with the results as Python objects.
 
-    from widgets import Workbench
+    from workbench_widgets import Workbench
     wb = Workbench(model_preset="llama-3.1-70b", num_nodes=8)   # any WorkbenchState field
     wb                                  # displays the composer and the Plan / Search / Compare tabs
     wb.estimate.summary()               # the current Estimate (None while the plan is invalid)
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from widgets.app.app import WorkbenchApp, report_html
-from widgets.app.state import WorkbenchState
-from widgets.app.store import WorkbenchStore
-from workbench.plan import PLAN_FIELDS
+from workbench_widgets.app.app import WorkbenchApp, report_html
+from workbench_widgets.app.state import WorkbenchState
+from workbench_widgets.app.store import WorkbenchStore
+
+from workbench.specs.plan import PLAN_FIELDS
 
 
 class Workbench:

@@ -10,7 +10,7 @@ written here (``Bundle.scripts`` renders raw code, never file links), and ``writ
 write a page that still links any script or stylesheet.
 
 Search frame (``search_results``): a polars frame of ranked plans, best first, with the columns listed in
-``widgets.plots.search`` (required: ``tokens_per_s``, ``peak_memory_bytes``, ``fits``; used when present:
+``workbench_widgets.plots.search`` (required: ``tokens_per_s``, ``peak_memory_bytes``, ``fits``; used when present:
 ``mfu``, ``plan``, the plan fields dp/tp/pp/cp/ep/vpp/micro_batch_size/zero_stage/recompute/schedule,
 ``tier``, ``rejected_reason``, ``memory_capacity_bytes``).
 """
@@ -28,10 +28,9 @@ import polars as pl
 from bokeh.embed import components
 from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.resources import INLINE
-
-from widgets._report_tables import comparison_table, input_blocks, plans_table, search_table
-from widgets._report_template import REPORT_TEMPLATE
-from widgets.plots import (
+from workbench_widgets._report_tables import comparison_table, input_blocks, plans_table, search_table
+from workbench_widgets._report_template import REPORT_TEMPLATE
+from workbench_widgets.plots import (
     comparison_timeline_figure,
     estimate_activation_figure,
     estimate_memory_figure,
@@ -41,13 +40,13 @@ from widgets.plots import (
     search_figure,
     timeline_figure,
 )
-from widgets.plots._lanes import detail_window_s
-from widgets.plots.timeline import MAX_BLOCKS
+from workbench_widgets.plots._lanes import detail_window_s
+from workbench_widgets.plots.timeline import MAX_BLOCKS
 
 if TYPE_CHECKING:
     from bokeh.model import Model
 
-    from workbench.estimate import Estimate
+    from workbench.specs.estimate import Estimate
 
 _LINKED_RESOURCE = re.compile(
     r"<script[^>]*\ssrc=|<link[^>]*rel=\"?stylesheet|static/extensions/", re.IGNORECASE

@@ -1,6 +1,6 @@
 """Illustrative ``Estimate`` objects for demos, benchmarks and the figure tests.
 
-The timeline is real: ``workbench.schedules.build_schedule`` priced by ``workbench.simulate.simulate`` with
+The timeline is real: ``workbench.pipeline.schedules.build_schedule`` priced by ``workbench.pipeline.simulate.simulate`` with
 uniform stage costs. Memory and the step breakdown are *synthetic* round numbers (stated in the
 Estimate's notes), chosen to exercise every part of the figures, not to predict anything: use a backend
 (``workbench estimate``) for real numbers.
@@ -13,12 +13,12 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 
-from workbench.estimate import MEMORY_COLUMNS, Estimate, StepBreakdown
-from workbench.hardware import ClusterSpec, DeviceSpec, NetworkLevel
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
-from workbench.schedules import build_schedule
-from workbench.simulate import SimResult, StageCosts, simulate
+from workbench.pipeline.schedules import build_schedule
+from workbench.pipeline.simulate import SimResult, StageCosts, simulate
+from workbench.specs.estimate import MEMORY_COLUMNS, Estimate, StepBreakdown
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, NetworkLevel
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 SAMPLE_DEVICE = DeviceSpec(
     id="sample-device",

@@ -3,10 +3,10 @@
 Imports neither torch nor any UI library; ``import workbench`` stays light.
 """
 
-from workbench.estimate import Backend, Estimate, StepBreakdown
-from workbench.hardware import ClusterSpec, DeviceSpec, DType, NetworkLevel
-from workbench.model import AttentionKind, ModelSpec
-from workbench.plan import Axis, Optimizer, ParallelPlan, Recompute, Workload
+from workbench.specs.estimate import Backend, Estimate, StepBreakdown
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType, NetworkLevel
+from workbench.specs.model import AttentionKind, ModelSpec
+from workbench.specs.plan import Axis, Optimizer, ParallelPlan, Recompute, Workload
 
 __all__ = [
     "AttentionKind",

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.calibration import Calibration
-from workbench.catalog import load_cluster, load_device, load_model
-from workbench.hardware import ClusterSpec, DType
-from workbench.model import AttentionKind, ModelSpec, NormKind
-from workbench.plan import ParallelPlan, Recompute, Workload
+from workbench.presets.calibration import Calibration
+from workbench.presets.catalog import load_cluster, load_device, load_model, profiles_dir
+from workbench.specs.hardware import ClusterSpec, DType
+from workbench.specs.model import AttentionKind, ModelSpec, NormKind
+from workbench.specs.plan import ParallelPlan, Recompute, Workload
 
 GIB = 2**30
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / "profiles" / "validation" / "training_public.csv"
+DEFAULT_DATA = profiles_dir() / "validation" / "training_public.csv"
 """A copy of the team's public validation set (shared/validation), kept in the repo so validate works anywhere."""
 
 PLAN_DEFAULTS: dict[str, str] = {
@@ -290,7 +290,7 @@ def validate_rows(rows: list[dict[str, str]], *, calibration: Calibration) -> di
     """Run the analytic model on every row. Returns the JSON object ``workbench validate --json`` prints:
     rows (id, source_key, metric, predicted, measured, ape, assumed, plus memory fields), skipped (id,
     reason), mape, mape_by_source, memory_mape, memory_mape_by_source."""
-    from workbench.analytic import estimate_plan
+    from workbench.estimate.analytic import estimate_plan
 
     out_rows, skipped = [], []
     for row in rows:
@@ -354,7 +354,7 @@ def run_validation(
     path: str | Path = DEFAULT_DATA, *, calibration: Calibration | str = "default"
 ) -> dict[str, Any]:
     """``validate_rows`` on the CSV at ``path`` with a Calibration or calibration file name."""
-    from workbench.calibration import load_calibration
+    from workbench.presets.calibration import load_calibration
 
     cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
     return validate_rows(read_rows(path), calibration=cal)

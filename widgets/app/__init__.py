@@ -2,7 +2,7 @@
 
 - ``state.WorkbenchState``: the user's choices, parameters only;
 - ``store.WorkbenchStore``: calls the core and the backends, holds the Estimate and the tables;
-- ``views`` / ``compare_search``: presentation (controls built from the State, figures from ``widgets.plots``);
+- ``views`` / ``compare_search``: presentation (controls built from the State, figures from ``workbench_widgets.plots``);
 - ``app.WorkbenchApp`` / ``app.build_app``: composition, one per session; ``server`` serves it.
 
 ``launcher.setup_workbench_proxy`` is the JupyterLab launcher entry (jupyter-server-proxy); it is loaded by
@@ -18,10 +18,10 @@ from typing import Any
 
 _EXPORTS: Mapping[str, str] = MappingProxyType(
     {
-        "WorkbenchApp": "widgets.app.app",
-        "build_app": "widgets.app.app",
-        "WorkbenchState": "widgets.app.state",
-        "WorkbenchStore": "widgets.app.store",
+        "WorkbenchApp": "workbench_widgets.app.app",
+        "build_app": "workbench_widgets.app.app",
+        "WorkbenchState": "workbench_widgets.app.state",
+        "WorkbenchStore": "workbench_widgets.app.store",
     }
 )
 __all__ = sorted(_EXPORTS)
@@ -30,4 +30,4 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'widgets.app' has no attribute {name!r}")
+    raise AttributeError(f"module 'workbench_widgets.app' has no attribute {name!r}")

@@ -13,11 +13,10 @@ from collections.abc import Callable
 
 import panel as pn
 from panel.io.document import hold
-
-from widgets.app.compare_search import CompareView, SearchView
-from widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
-from widgets.app.store import WorkbenchStore
-from widgets.app.views import Composer, PlanView
+from workbench_widgets.app.compare_search import CompareView, SearchView
+from workbench_widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
+from workbench_widgets.app.store import WorkbenchStore
+from workbench_widgets.app.views import Composer, PlanView
 
 TITLE = "Parallelism Workbench"
 PLAN_TAB, SEARCH_TAB, COMPARE_TAB = 0, 1, 2
@@ -67,8 +66,8 @@ def cli_command(state: WorkbenchState) -> str:
 
 
 def report_html(store: WorkbenchStore) -> str:
-    """The HTML of ``widgets.report`` (the CLI's report) for the current estimate and search results."""
-    from widgets.report import render_report
+    """The HTML of ``workbench_widgets.report`` (the CLI's report) for the current estimate and search results."""
+    from workbench_widgets.report import render_report
 
     if store.estimate is None:
         raise ValueError("no valid plan to report: fix the plan first")

@@ -7,9 +7,9 @@ Pure functions over the core specs (no widgets): the Store calls them to narrow 
 
 from __future__ import annotations
 
-from workbench.model import ModelSpec
-from workbench.plan import ParallelPlan, Workload
-from workbench.schedules import SCHEDULE_NAMES, default_vpp, required_vpp, schedule_rule_violations
+from workbench.pipeline.schedules import SCHEDULE_NAMES, default_vpp, required_vpp, schedule_rule_violations
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Workload
 
 MAX_VPP = 8
 """Largest virtual-stage count offered (Megatron's interleaved runs use 2-6)."""
@@ -39,7 +39,7 @@ def divisors(n: int) -> list[int]:
 
 def tp_choices(model: ModelSpec, num_devices: int) -> list[int]:
     """Tensor-parallel degrees: divide the devices and the attention heads; tp and the key/value heads
-    divide one another (the rules of ``workbench.plan_rules``)."""
+    divide one another (the rules of ``workbench.specs.rules``)."""
     kv = model.num_key_value_heads
     return [
         d

@@ -1,7 +1,7 @@
 """Views of the Search and Compare tabs.
 
 Search: the planner runs in a worker thread (the page stays live) with a progress bar; the scatter is
-``widgets.plots.search_figure`` and a click on a table row loads that plan into the Plan tab.
+``workbench_widgets.plots.search_figure`` and a click on a table row loads that plan into the Plan tab.
 Compare: plan A (pinned) and plan B (the current plan, priced by the chosen backend) side by side, drawn
 by the same builders as the Plan tab, with their x and y ranges made equal so the pictures compare.
 """
@@ -15,10 +15,9 @@ from typing import Any
 import panel as pn
 import param
 from bokeh.models import DataRange1d, Range1d
-
-from widgets.app.store import WorkbenchStore
-from widgets.app.views import GIB, summary_markdown
-from widgets.plots import (
+from workbench_widgets.app.store import WorkbenchStore
+from workbench_widgets.app.views import GIB, summary_markdown
+from workbench_widgets.plots import (
     estimate_memory_figure,
     estimate_timeline_figure,
     estimates_breakdown_figure,

@@ -25,7 +25,7 @@ def command() -> list[str]:
     return [
         sys.executable,
         "-m",
-        "workbench",
+        "workbench_cli",
         "app",
         "--port",
         "{port}",

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from workbench.hardware import ClusterSpec
-from workbench.model import ModelSpec
-from workbench.plan import Workload
+from workbench.specs.hardware import ClusterSpec
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import Workload
 
 SCREEN_SHARE = 0.6
 """Share of the progress bar given to the closed-form screen (it is fast; refinement runs the simulator)."""

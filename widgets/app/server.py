@@ -2,7 +2,7 @@
 
 ``run`` blocks (the ``workbench app`` command); ``start_in_thread`` returns a served app in a daemon thread
 for tests and notebooks, stopped with ``.stop()``. Both listen on ``address`` only (default 127.0.0.1) and
-call ``widgets.app.app.build_app`` once per browser session.
+call ``workbench_widgets.app.app.build_app`` once per browser session.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import panel as pn
-
-from widgets.app.app import TITLE, build_app
+from workbench_widgets.app.app import TITLE, build_app
 
 
 def normalise_prefix(prefix: str) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
-from workbench import catalog
-from workbench.hardware import ClusterSpec, NetworkLevel
-from workbench.hf_config import model_from_hf_config
-from workbench.model import ModelSpec
-from workbench.plan import PLAN_FIELDS, ParallelPlan, Workload
+from workbench_widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
+
+from workbench.presets import catalog
+from workbench.presets.hf_config import model_from_hf_config
+from workbench.specs.hardware import ClusterSpec, NetworkLevel
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import PLAN_FIELDS, ParallelPlan, Workload
 
 MODEL_FIELDS = (
     "num_layers",

@@ -15,16 +15,16 @@ from typing import Any
 
 import param
 import polars as pl
+from workbench_widgets.app import choices, specs
+from workbench_widgets.app.state import CUSTOM, DEGREE_FIELDS, UPLOADED, WorkbenchState
 
-from widgets.app import choices, specs
-from widgets.app.state import CUSTOM, DEGREE_FIELDS, UPLOADED, WorkbenchState
-from workbench import catalog
-from workbench.estimate import Estimate
-from workbench.hardware import ClusterSpec
-from workbench.hf_config import model_from_hf_config
-from workbench.model import ModelSpec
-from workbench.plan import PLAN_FIELDS, ParallelPlan, Workload
-from workbench.registry import backend_names, get_backend
+from workbench.estimate.registry import backend_names, get_backend
+from workbench.presets import catalog
+from workbench.presets.hf_config import model_from_hf_config
+from workbench.specs.estimate import Estimate
+from workbench.specs.hardware import ClusterSpec
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import PLAN_FIELDS, ParallelPlan, Workload
 
 ESTIMATE_CACHE_SIZE = 32
 FAST_BACKENDS = frozenset({"analytic"})
@@ -72,7 +72,7 @@ class WorkbenchStore(param.Parameterized):
         self.state.param.watch(self._on_state_change, names)
         self.refresh()
 
-    # ----- specs from the state (see widgets.app.specs) ---------------------------------------------------
+    # ----- specs from the state (see workbench_widgets.app.specs) ---------------------------------------------------
     def cluster_spec(self) -> ClusterSpec:
         """The cluster the fields describe."""
         return specs.cluster_spec(self.state, self._presets)
@@ -216,7 +216,7 @@ class WorkbenchStore(param.Parameterized):
 
     @staticmethod
     def _schedule_names() -> tuple[str, ...]:
-        from workbench.schedules import SCHEDULE_NAMES
+        from workbench.pipeline.schedules import SCHEDULE_NAMES
 
         return SCHEDULE_NAMES
 
@@ -255,7 +255,7 @@ class WorkbenchStore(param.Parameterized):
     def search(self, progress: Callable[[float], None] | None = None, **options: Any) -> pl.DataFrame:
         """Run the planner (``workbench.search.search``) for the current model, cluster and workload with
         ``options`` (e.g. ``top_k``, ``objective``, ``nodes``); keep the result and return its ranked plans."""
-        from widgets.app.planner import run_planner
+        from workbench_widgets.app.planner import run_planner
 
         def report(frac: float) -> None:
             self.search_progress = min(1.0, max(0.0, frac))

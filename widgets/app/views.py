@@ -1,6 +1,6 @@
 """Views: presentation of a ``WorkbenchState`` and a ``WorkbenchStore`` as Panel components.
 
-Controls are built from the State's parameters (``from_param``); figures come from ``widgets.plots`` (the
+Controls are built from the State's parameters (``from_param``); figures come from ``workbench_widgets.plots`` (the
 same builders as the HTML report), and a view only swaps a pane's object when the Store's result changes.
 Every number shown carries its unit; conversions from SI happen here and nowhere else.
 """
@@ -19,24 +19,24 @@ from panel.io.document import hold
 from panel.io.notebook import push
 from panel.io.state import set_curdoc
 from panel.io.state import state as pn_state
-
-from widgets.app.choices import violations_by_control
-from widgets.app.state import WorkbenchState
-from widgets.app.store import WorkbenchStore
-from widgets.plots import (
+from workbench_widgets.app.choices import violations_by_control
+from workbench_widgets.app.state import WorkbenchState
+from workbench_widgets.app.store import WorkbenchStore
+from workbench_widgets.plots import (
     estimate_memory_figure,
     estimates_breakdown_figure,
     placement_figure,
 )
-from widgets.plots.breakdown import refresh_breakdown_figure, same_bars
-from widgets.plots.memory import refresh_memory_figure, same_memory_layout
-from widgets.plots.timeline import (
+from workbench_widgets.plots.breakdown import refresh_breakdown_figure, same_bars
+from workbench_widgets.plots.memory import refresh_memory_figure, same_memory_layout
+from workbench_widgets.plots.timeline import (
     TimelineContent,
     content_timeline_figure,
     estimate_timeline_content,
     refresh_timeline_figure,
 )
-from workbench.plan import PLAN_FIELDS
+
+from workbench.specs.plan import PLAN_FIELDS
 
 MS_PER_S, GIB = 1e3, 2**30
 LABELS: Mapping[str, str] = MappingProxyType(

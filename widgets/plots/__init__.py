@@ -10,17 +10,17 @@ to bokeh models. The Panel app, the notebook widgets and the HTML report reuse t
 - ``placement_figure``: ranks on the nodes x devices grid
 """
 
-from widgets.plots.breakdown import breakdown_figure, estimates_breakdown_figure
-from widgets.plots.compare import comparison_timeline_figure, step_time_error_frac
-from widgets.plots.memory import (
+from workbench_widgets.plots.breakdown import breakdown_figure, estimates_breakdown_figure
+from workbench_widgets.plots.compare import comparison_timeline_figure, step_time_error_frac
+from workbench_widgets.plots.memory import (
     activation_figure,
     estimate_activation_figure,
     estimate_memory_figure,
     memory_figure,
 )
-from widgets.plots.placement import placement_figure
-from widgets.plots.search import SEARCH_COLUMNS, pareto_mask, search_figure
-from widgets.plots.timeline import MAX_BLOCKS, estimate_timeline_figure, timeline_figure
+from workbench_widgets.plots.placement import placement_figure
+from workbench_widgets.plots.search import SEARCH_COLUMNS, pareto_mask, search_figure
+from workbench_widgets.plots.timeline import MAX_BLOCKS, estimate_timeline_figure, timeline_figure
 
 __all__ = [
     "MAX_BLOCKS",

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-
-from widgets.plots._style import OP_COLORS, is_compute_op
+from workbench_widgets.plots._style import OP_COLORS, is_compute_op
 
 _COMPUTE_OPS = list(OP_COLORS)
 
@@ -77,7 +76,7 @@ class PairedRows:
 def pair_rows(
     first: pl.DataFrame, second: pl.DataFrame, names: tuple[str, str] = ("predicted", "measured")
 ) -> PairedRows:
-    """Shared lanes for two timeline frames (``workbench.estimate.TIMELINE_COLUMNS``), ``names`` per side."""
+    """Shared lanes for two timeline frames (``workbench.specs.estimate.TIMELINE_COLUMNS``), ``names`` per side."""
     cols = ("rank", "stage", "chunk", "microbatch", "op", "start_s", "end_s")
     joined = pl.concat(
         [

@@ -1,6 +1,6 @@
 """What the pipeline timeline shows, computed without bokeh: lanes, block or run columns, labels, title.
 
-``widgets.plots.timeline`` draws a ``TimelineContent`` as a figure, or writes it into a figure already
+``workbench_widgets.plots.timeline`` draws a ``TimelineContent`` as a figure, or writes it into a figure already
 shown whose ``layout_key`` is the same (the Panel app does so after each change that keeps the layout).
 Times arrive in seconds and leave in milliseconds (display units).
 """
@@ -12,15 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-
-from widgets.plots._lanes import Lanes, aggregate_runs, assign_lanes
-from widgets.plots._style import MS_PER_S, OP_COLORS, OP_NAMES, PLOT_WIDTH_PX, op_color
+from workbench_widgets.plots._lanes import Lanes, aggregate_runs, assign_lanes
+from workbench_widgets.plots._style import MS_PER_S, OP_COLORS, OP_NAMES, PLOT_WIDTH_PX, op_color
 
 if TYPE_CHECKING:
-    from workbench.estimate import Estimate
+    from workbench.specs.estimate import Estimate
 
 MAX_BLOCKS = 6_000
-"""Above this many blocks the timeline is drawn aggregated (see ``widgets.plots.timeline``)."""
+"""Above this many blocks the timeline is drawn aggregated (see ``workbench_widgets.plots.timeline``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

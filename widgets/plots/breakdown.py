@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
-
-from widgets.plots._style import GREY, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
+from workbench_widgets.plots._style import GREY, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
 
 if TYPE_CHECKING:
-    from workbench.estimate import Estimate, StepBreakdown
+    from workbench.specs.estimate import Estimate, StepBreakdown
 
 BREAKDOWN_PARTS: tuple[tuple[str, str, str], ...] = (
     ("compute_s", "compute", OKABE_ITO["blue"]),

@@ -1,6 +1,6 @@
 """Predicted vs measured on the same axes: the two timelines of one plan, lane by lane.
 
-Every lane of ``widgets.plots._lanes.assign_lanes`` (one per pipeline rank, per chunk when vpp > 1, and a
+Every lane of ``workbench_widgets.plots._lanes.assign_lanes`` (one per pipeline rank, per chunk when vpp > 1, and a
 rank's communication/wait lane where either side has one) is split into two thin rows, *predicted* above
 and *measured* below, on one shared x axis in ms from the step start. Both rows use the Okabe-Ito op
 colours of ``_style``; predicted blocks are drawn light with an outline, measured blocks solid, and every
@@ -8,7 +8,7 @@ lane sits on its own shaded band so the pair reads as one unit. The two makespan
 (predicted dashed, measured solid) and the title gives the step-time error, predicted / measured - 1 (the
 sign convention of ``workbench run --compare``).
 
-Dense timelines are aggregated exactly as in ``widgets.plots.timeline``: above ``max_blocks`` blocks (both
+Dense timelines are aggregated exactly as in ``workbench_widgets.plots.timeline``: above ``max_blocks`` blocks (both
 sides together) every row is rasterised by ``_lanes.aggregate_runs`` into about 2-pixel bins coloured by
 their dominant op with an opacity from their busy share, so the glyph count is bounded by rows x bins.
 """
@@ -25,9 +25,8 @@ from bokeh.models.annotations import BoxAnnotation, Span
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
 from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
-
-from widgets.plots._lanes import PairedRows, aggregate_runs, pair_rows
-from widgets.plots._style import (
+from workbench_widgets.plots._lanes import PairedRows, aggregate_runs, pair_rows
+from workbench_widgets.plots._style import (
     COMM_COLOR,
     GREY,
     MS_PER_S,
@@ -37,10 +36,10 @@ from widgets.plots._style import (
     label_ticks,
     op_color,
 )
-from widgets.plots.timeline import MAX_BLOCKS
+from workbench_widgets.plots.timeline import MAX_BLOCKS
 
 if TYPE_CHECKING:
-    from workbench.estimate import Estimate
+    from workbench.specs.estimate import Estimate
 
 SIDES: tuple[str, str] = ("predicted", "measured")
 """Row order inside a lane, top to bottom; also the renderer name prefixes (``predicted_blocks``, ...)."""

@@ -9,12 +9,19 @@ import polars as pl
 from bokeh.models import ColumnDataSource, HoverTool, LegendItem
 from bokeh.models.annotations import Span
 from bokeh.plotting import figure
+from workbench_widgets.plots._style import (
+    GIB,
+    MEMORY_COLORS,
+    MS_PER_S,
+    OKABE_ITO,
+    PLOT_WIDTH_PX,
+    category_colors,
+)
 
-from widgets.plots._style import GIB, MEMORY_COLORS, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX, category_colors
-from workbench.estimate import MEMORY_COLUMNS
+from workbench.specs.estimate import MEMORY_COLUMNS
 
 if TYPE_CHECKING:
-    from workbench.estimate import Estimate
+    from workbench.specs.estimate import Estimate
 
 OVER_CAPACITY = "over capacity"
 """Legend label of the markers on ranks whose total exceeds the capacity (hidden while none does)."""
@@ -38,7 +45,7 @@ def memory_figure(
     """Stacked bars of ``MEMORY_COLUMNS`` per rank (GiB), the capacity as a dashed line (Span ``capacity``)
     and an ``x`` marker (renderer ``over_capacity``) on every rank whose total exceeds it.
 
-    ``memory`` follows ``workbench.estimate`` (rank, MEMORY_COLUMNS in bytes, total_bytes).
+    ``memory`` follows ``workbench.specs.estimate`` (rank, MEMORY_COLUMNS in bytes, total_bytes).
     ValueError if a column is missing.
     """
     missing = [c for c in ("rank", *MEMORY_COLUMNS) if c not in memory.columns]

@@ -1,6 +1,6 @@
 """Placement: the cluster as a grid of nodes x devices, coloured by pipeline stage, groups outlined.
 
-Ranks follow the plan's ``rank_order`` (``workbench.placement.axis_stride``); rank r sits on node
+Ranks follow the plan's ``rank_order`` (``workbench.cost.placement.axis_stride``); rank r sits on node
 r // devices_per_node, device r % devices_per_node. Tensor-parallel groups are boxed, data-parallel groups
 joined by a line; a group that spans more than one node is drawn dashed in vermillion, so a tp group that
 leaves the NVLink domain stands out.
@@ -13,11 +13,11 @@ from collections import defaultdict
 import numpy as np
 from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
+from workbench_widgets.plots._style import GREY, OKABE_ITO, category_colors
 
-from widgets.plots._style import GREY, OKABE_ITO, category_colors
-from workbench.hardware import ClusterSpec
-from workbench.placement import axis_stride
-from workbench.plan import Axis, ParallelPlan
+from workbench.cost.placement import axis_stride
+from workbench.specs.hardware import ClusterSpec
+from workbench.specs.plan import Axis, ParallelPlan
 
 CROSS_COLOR = OKABE_ITO["vermillion"]
 LAYOUT_AXES: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)

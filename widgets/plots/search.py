@@ -19,9 +19,9 @@ import polars as pl
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.models.annotations import Span
 from bokeh.plotting import figure
+from workbench_widgets.plots._style import GIB, GREY, OKABE_ITO, PLOT_WIDTH_PX, category_colors
 
-from widgets.plots._style import GIB, GREY, OKABE_ITO, PLOT_WIDTH_PX, category_colors
-from workbench.plan import PLAN_FIELDS
+from workbench.specs.plan import PLAN_FIELDS
 
 SEARCH_REQUIRED: tuple[str, ...] = ("tokens_per_s", "peak_memory_bytes", "fits")
 SEARCH_COLUMNS: tuple[str, ...] = (

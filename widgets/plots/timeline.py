@@ -5,7 +5,7 @@ with the micro-batch number written on the blocks wide enough to hold it. Above 
 split backward is ~200,000 blocks, each narrower than a pixel) the figure switches to an *aggregated*
 view: every lane is rasterised into ``num_bins`` time bins (about two screen pixels each), a bin takes the
 colour of the op that covers most of it and an opacity from its busy share, and equal neighbouring bins
-merge into one quad (see ``widgets.plots._lanes.aggregate_runs``). The glyph count is then bounded by
+merge into one quad (see ``workbench_widgets.plots._lanes.aggregate_runs``). The glyph count is then bounded by
 lanes x bins whatever m is, and idle time still shows as gaps. For full detail of a dense step, draw a
 *ranged* view: pass ``window_s`` (``detail_window_s`` gives the window holding the first ``max_blocks``
 blocks, the warm-up where the bubble lives).
@@ -27,9 +27,8 @@ from bokeh.models.annotations import Span
 from bokeh.models.renderers import GlyphRenderer
 from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
-
-from widgets.plots._lanes import Lanes
-from widgets.plots._style import (
+from workbench_widgets.plots._lanes import Lanes
+from workbench_widgets.plots._style import (
     COMM_COLOR,
     GREY,
     OP_COLORS,
@@ -38,7 +37,7 @@ from widgets.plots._style import (
     label_ticks,
     op_color,
 )
-from widgets.plots._timeline_content import (
+from workbench_widgets.plots._timeline_content import (
     MAX_BLOCKS,
     TimelineContent,
     estimate_timeline_content,
@@ -47,7 +46,7 @@ from widgets.plots._timeline_content import (
 )
 
 if TYPE_CHECKING:
-    from workbench.estimate import Estimate
+    from workbench.specs.estimate import Estimate
 
 __all__ = [
     "MAX_BLOCKS",
@@ -77,7 +76,7 @@ def timeline_figure(
     window_s: tuple[float, float] | None = None,
     width: int = PLOT_WIDTH_PX,
 ) -> figure:
-    """Bokeh figure of a timeline frame (``workbench.estimate.TIMELINE_COLUMNS``, seconds).
+    """Bokeh figure of a timeline frame (``workbench.specs.estimate.TIMELINE_COLUMNS``, seconds).
 
     x is milliseconds from the step start; renderer ``blocks`` holds one quad per timeline row (exact view)
     or renderer ``runs`` one quad per aggregated run; ``labels`` holds the micro-batch numbers.

@@ -2,8 +2,8 @@
 
 A chunk is a dict of equal-length numpy arrays (one entry per plan): tp, cp, pp, dp, ep, vpp,
 micro_batch_size, zero_stage, recompute_code, sequence_parallel, schedule_code and num_microbatches
-(0 where dp * micro_batch_size does not divide the global batch). ``rule_reasons`` mirrors ``workbench.plan_rules.plan_violations`` and
-``workbench.schedules.schedule_rule_violations`` elementwise (a test checks the two agree).
+(0 where dp * micro_batch_size does not divide the global batch). ``rule_reasons`` mirrors ``workbench.specs.rules.plan_violations`` and
+``workbench.pipeline.schedules.schedule_rule_violations`` elementwise (a test checks the two agree).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workbench.model import AttentionKind
+from workbench.specs.model import AttentionKind
 
 if TYPE_CHECKING:
-    from workbench.model import ModelSpec
-    from workbench.plan import Workload
     from workbench.search.space import PlanSpace
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import Workload
 
 REASONS: tuple[tuple[str, str], ...] = (
     ("heads", "tp does not split the attention and key/value heads"),
@@ -85,7 +85,7 @@ def schedule_rule_mask(
     interleaved-1f1b needs vpp >= 2; interleaved-1f1b and zb-h1 with vpp >= 2 need m divisible by
     max(1, m // pp); dualpipev needs m >= 2 pp.
     """
-    from workbench.schedules import required_vpp
+    from workbench.pipeline.schedules import required_vpp
 
     need = np.array([required_vpp(n) or 0 for n in names])[code]
     is_name = {

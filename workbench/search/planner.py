@@ -20,10 +20,10 @@ from workbench.search.run import Progress, screen_all
 from workbench.search.space import Constraints
 
 if TYPE_CHECKING:
-    from workbench.calibration import Calibration
-    from workbench.hardware import ClusterSpec
-    from workbench.model import ModelSpec
-    from workbench.plan import Workload
+    from workbench.presets.calibration import Calibration
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import Workload
 
 COLUMNS = ("rank", *PLAN_COLUMNS, *METRIC_COLUMNS)
 
@@ -69,8 +69,8 @@ def search(
     for an unknown objective, bad node counts or an unavailable backend. No feasible plan is not an error:
     ``plans`` is empty and ``closest_misses`` lists the plans that failed only on memory.
     """
-    from workbench.calibration import Calibration as _Cal
-    from workbench.calibration import load_calibration
+    from workbench.presets.calibration import Calibration as _Cal
+    from workbench.presets.calibration import load_calibration
 
     rank.check_objective(objective)
     if top_k < 0 or keep < 1:

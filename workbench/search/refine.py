@@ -1,7 +1,7 @@
 """Refinement of the best screened plans with the full backend, and the one-line explanations.
 
 The top K plans become ``ParallelPlan`` objects and go through a backend's ``estimate`` (for ``analytic``:
-:func:`workbench.analytic.estimate_plan` with the screen's own calibration, so both tiers price with the
+:func:`workbench.estimate.analytic.estimate_plan` with the screen's own calibration, so both tiers price with the
 same constants). ``explain_win`` says in one line why the first plan beats the second; ``bottleneck`` names
 the largest part of a step after compute.
 """
@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.plan import PLAN_FIELDS, ParallelPlan, Recompute
+from workbench.specs.plan import PLAN_FIELDS, ParallelPlan, Recompute
 
 if TYPE_CHECKING:
-    from workbench.calibration import Calibration
-    from workbench.estimate import Estimate
-    from workbench.hardware import ClusterSpec
-    from workbench.model import ModelSpec
-    from workbench.plan import Workload
+    from workbench.presets.calibration import Calibration
+    from workbench.specs.estimate import Estimate
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import Workload
 
 BREAKDOWN_LABELS: dict[str, str] = {
     "compute_s": "compute",
@@ -54,12 +54,12 @@ def estimator(backend: str, calibration: Calibration) -> Callable[..., Estimate]
     """A function (model, cluster, workload, plan) -> Estimate for ``backend``; the analytic one uses
     ``calibration`` (the screen's), any other comes from the registry with its own defaults."""
     if backend == "analytic":
-        from workbench.analytic import estimate_plan
+        from workbench.estimate.analytic import estimate_plan
 
         return lambda model, cluster, workload, plan: estimate_plan(
             model, cluster, workload, plan, calibration=calibration
         )
-    from workbench.registry import get_backend
+    from workbench.estimate.registry import get_backend
 
     impl = get_backend(backend)
     why = impl.unavailable_reason()

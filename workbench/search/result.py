@@ -9,7 +9,7 @@ and ``schedule`` str, ``plan`` the ``ParallelPlan.describe()`` text), ``num_micr
 - ``peak_memory_bytes`` (largest rank), ``memory_capacity_bytes``, ``memory_frac`` (peak over capacity),
   ``fits`` (bool);
 - the step breakdown in seconds: ``compute_s``, ``exposed_{tp,cp,ep,pp,dp}_comm_s``, ``bubble_s``,
-  ``optimizer_s``; ``bubble_frac`` (bubble_s / step_time_s); ``bottleneck`` (str, e.g. ``bubble 12%``);
+  ``optimizer_s``; ``bubble_fraction`` (the critical rank's bubble over the step, :mod:`workbench.estimate.metrics`); ``bottleneck`` (str, e.g. ``bubble 12%``);
 - ``refined`` (bool: the numbers come from the full backend) and ``tier`` (``refined``/``screened``),
   ``screen_step_time_s`` and ``screen_peak_memory_bytes`` (the closed-form screen's figures), ``pareto``
   (bool: on the frontier), ``rejected_reason`` (null, or why the plan does not fit).
@@ -26,19 +26,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.plan import PLAN_FIELDS
 from workbench.search.grid import REASONS
 from workbench.search.refine import BREAKDOWN_LABELS, bottleneck
 from workbench.search.space import RECOMPUTE_CODES
+from workbench.specs.plan import PLAN_FIELDS
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from workbench.estimate import Estimate
-    from workbench.hardware import ClusterSpec
-    from workbench.model import ModelSpec
-    from workbench.plan import Workload
     from workbench.search.space import Constraints
+    from workbench.specs.estimate import Estimate
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import Workload
 
 PLAN_COLUMNS = (
     "num_nodes",
@@ -58,7 +58,7 @@ METRIC_COLUMNS = (
     "memory_frac",
     "fits",
     *BREAKDOWN_LABELS,
-    "bubble_frac",
+    "bubble_fraction",
     "bottleneck",
     "refined",
     "tier",
@@ -99,7 +99,6 @@ def rows_from_pool(
         row.setdefault("screen_step_time_s", row.get("step_time_s", float("nan")))
         row.setdefault("screen_peak_memory_bytes", row["peak_memory_bytes"])
         if "step_time_s" in row:
-            row["bubble_frac"] = row["bubble_s"] / row["step_time_s"]
             row["bottleneck"] = bottleneck(row)
         row.setdefault("refined", False)
         row["tier"] = "screened"
@@ -118,6 +117,7 @@ def apply_estimate(row: dict[str, Any], est: Estimate, token_budget: float) -> d
         step_time_s=est.step_time_s,
         tokens_per_s=est.tokens_per_s,
         mfu=est.mfu,
+        hfu=est.hfu,
         peak_memory_bytes=est.peak_memory_bytes,
         memory_capacity_bytes=est.memory_capacity_bytes,
     )
@@ -127,7 +127,7 @@ def apply_estimate(row: dict[str, Any], est: Estimate, token_budget: float) -> d
     out["memory_frac"] = est.peak_memory_bytes / est.memory_capacity_bytes
     out["fits"] = bool(est.fits)
     out["rejected_reason"] = None if est.fits else "exceeds the device memory (full estimate)"
-    out["bubble_frac"] = out["bubble_s"] / est.step_time_s
+    out["bubble_fraction"] = est.bubble_fraction
     out["bottleneck"] = bottleneck(out)
     return out
 

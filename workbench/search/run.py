@@ -20,10 +20,10 @@ from workbench.search import grid, rank, screen
 from workbench.search.space import Constraints, PlanSpace, build_space
 
 if TYPE_CHECKING:
-    from workbench.calibration import Calibration
-    from workbench.hardware import ClusterSpec
-    from workbench.model import ModelSpec
-    from workbench.plan import Workload
+    from workbench.presets.calibration import Calibration
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import Workload
 
 Progress = Callable[[int, int], None]
 """Called with (plans screened so far, plans in the whole search)."""

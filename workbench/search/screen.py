@@ -1,16 +1,13 @@
 """The closed-form screen: step time and peak memory of many plans at once (numpy arrays, one entry per plan).
 
-It prices with the analytic backend's own cost functions, called on arrays: per-layer compute and exposed
-tp/cp/ep communication (:func:`workbench.costs.layer_costs`), embedding and LM head
-(:func:`workbench.costs.edge_costs`), the collectives of :mod:`workbench.comm` and the memory formulas of
-:mod:`workbench.memory`. Only the pipeline differs: a closed-form makespan per schedule
-(:mod:`workbench.search.bubble`, checked against the simulator) and a closed-form activation peak
-(:mod:`workbench.search.peak_memory`) replace the simulation. The assembly mirrors
-:func:`workbench.analytic_assembly.assemble` step by step (with pp = 1 the two agree to rounding; a test
-guards it): step = makespan + exposed data-parallel reduction + optimizer; the critical pipeline rank is the
-first or the last one, whichever is busier; the bubble follows the other ranks' mean work. Plans use the
-default rank order (tp innermost, then cp, dp, pp), so tp groups have stride 1, cp groups stride tp, dp groups
-stride tp*cp and pipeline neighbours stride tp*cp*dp.
+It calls the step model of :mod:`workbench.cost.step` on arrays, the very functions the full estimate calls
+for one plan: compute, exposed tp/cp/ep/ZeRO-3 communication, the pipeline hop, the data-parallel reduction,
+the optimizer step and every memory part. Only the pipeline term differs: the closed-form makespan per
+schedule (:mod:`workbench.pipeline.bubble`) instead of the simulator, and the closed-form peak of stored
+chunks (:mod:`workbench.pipeline.peak`) instead of the simulated in-flight bytes. The screen looks at the
+first and the last pipeline rank (the embedding and the LM head make them the heaviest); the critical rank is
+the one with the longer makespan, and the bubble follows the other ranks' mean work. Tokens/s, MFU and the
+bubble fraction come from :mod:`workbench.estimate.metrics`, as for the estimate.
 """
 
 from __future__ import annotations
@@ -20,277 +17,189 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.analytic import OPTIMIZER_BYTES_PER_PARAM
-from workbench.comm import all_gather_s, all_reduce_s, p2p_s, reduce_scatter_s
-from workbench.costs import ACT_BYTES, dtype_bytes, edge_costs, layer_costs
-from workbench.memory import activation_parts
-from workbench.schedules import uses_v_placement
-from workbench.search import bubble, peak_memory
+from workbench.cost import step
+from workbench.estimate.metrics import bubble_fraction, throughput
+from workbench.pipeline import bubble, peak
+from workbench.pipeline.schedules import uses_v_placement
 
 if TYPE_CHECKING:
-    from workbench.calibration import Calibration
-    from workbench.hardware import ClusterSpec
-    from workbench.memory import ActivationParts
-    from workbench.model import ModelSpec
-    from workbench.plan import Workload
+    from workbench.presets.calibration import Calibration
     from workbench.search.space import PlanSpace
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import Workload
 
 Cols = dict[str, np.ndarray]
-
-
-def _layout_layers(model: ModelSpec, space: PlanSpace) -> dict[str, dict[str, np.ndarray]]:
-    lay = space.layout
-    v_shape = np.array([uses_v_placement(n) for n in space.schedule_names])[lay["schedule_code"]]
-    return {
-        name: peak_memory.rank_layers(model, pp=lay["pp"], vpp=lay["vpp"], v_shape=v_shape, rank=rank)
-        for name, rank in (("first", 0), ("last", lay["pp"] - 1))
-    }
+RANKS = ("first", "last")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ScreenContext:
     """Everything the screen needs that does not change from plan to plan."""
 
-    model: ModelSpec
-    cluster: ClusterSpec
-    workload: Workload
-    cal: Calibration
+    step: step.StepContext
     schedule_names: tuple[str, ...]
-    family: np.ndarray
-    """Per schedule code: its ``peak_memory.PEAK_FAMILIES`` index."""
-    layout_layers: dict[str, dict[str, np.ndarray]]
-    """For the first and the last pipeline rank ("first", "last"): ``peak_memory.rank_layers`` of every
-    layout row of the space (gathered per plan by ``layout_index``)."""
+    peak_family: np.ndarray
+    """Per schedule code: its ``workbench.pipeline.peak.PEAK_FAMILIES`` index."""
     bubble_family: np.ndarray
-    """Per schedule code: its ``bubble.FAMILIES`` index."""
-    param_bytes: float
-    optimizer_bytes: float
+    """Per schedule code: its ``workbench.pipeline.bubble.FAMILIES`` index."""
+    layout_holdings: dict[str, step.Holdings]
+    """For the first and the last pipeline rank: ``step.rank_holdings`` of every layout row of the space
+    (gathered per plan by ``layout_index``)."""
     capacity_bytes: float
-    dense_parts: ActivationParts
-    moe_parts: ActivationParts
-    model_flop_per_step: float
     peak_flop_per_s: float
-    hbm_bytes_per_s: float
-    """Achievable HBM bandwidth (calibrated device)."""
 
-    def rank_layers(self, cols: Cols, rank: str) -> dict[str, np.ndarray]:
-        """Layer counts and embedding/head flags of the ``first`` or ``last`` pipeline rank of every plan."""
+    @property
+    def model(self) -> ModelSpec:
+        return self.step.model
+
+    @property
+    def workload(self) -> Workload:
+        return self.step.workload
+
+    def holdings(self, cols: Cols, rank: str) -> step.Holdings:
+        """What the ``first`` or ``last`` pipeline rank of every plan holds."""
         idx = cols["layout_index"]
-        return {k: v[idx] for k, v in self.layout_layers[rank].items()}
+        return {k: np.asarray(v)[idx] for k, v in self.layout_holdings[rank].items()}
 
     @classmethod
     def build(
-        cls,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        workload: Workload,
-        cal: Calibration,
-        space: PlanSpace,
+        cls, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cal: Calibration, space: PlanSpace
     ) -> ScreenContext:
-        optimizer_bytes = (12.0 if workload.optimizer.value == "adamw" else 8.0) - (
-            0.0 if cal.master_weights else 4.0
-        )
-        parts = dict(flash=cal.flash_attention, dropout=cal.dropout, act_bytes=ACT_BYTES)
-        device = cal.device(cluster.device)
+        lay = space.layout
+        v_shape = np.array([uses_v_placement(n) for n in space.schedule_names])[lay["schedule_code"]]
+        held = {
+            name: step.rank_holdings(model, pp=lay["pp"], vpp=lay["vpp"], v_shape=v_shape, rank=rank)
+            for name, rank in zip(RANKS, (0, lay["pp"] - 1), strict=True)
+        }
+        n = len(lay["pp"])
         return cls(
-            model=model,
-            cluster=cluster,
-            workload=workload,
-            cal=cal,
+            step=step.StepContext.build(model, cluster, workload, cal),
             schedule_names=space.schedule_names,
-            family=peak_memory.family_codes(space.schedule_names),
-            layout_layers=_layout_layers(model, space),
+            peak_family=peak.family_codes(space.schedule_names),
             bubble_family=bubble.family_of(space.schedule_names),
-            param_bytes=dtype_bytes(workload.dtype),
-            optimizer_bytes=optimizer_bytes,
+            layout_holdings={r: {k: np.broadcast_to(v, n) for k, v in h.items()} for r, h in held.items()},
             capacity_bytes=cluster.device.hbm_bytes,
-            dense_parts=activation_parts(model, **parts),  # type: ignore[arg-type]
-            moe_parts=activation_parts(model, moe_layer=True, capacity_factor=cal.capacity_factor, **parts)  # type: ignore[arg-type]
-            if model.is_moe
-            else activation_parts(model, **parts),  # type: ignore[arg-type]
-            model_flop_per_step=model.model_flop_per_token(workload.seq_len) * workload.tokens_per_step,
             peak_flop_per_s=cluster.device.peak(workload.dtype),
-            hbm_bytes_per_s=device.hbm_bytes_per_s * device.hbm_efficiency_frac,
         )
 
 
 def screen_memory(ctx: ScreenContext, cols: Cols) -> Cols:
-    """peak_memory_bytes and memory_frac (of the device capacity) of every plan."""
-    peak = peak_memory.peak_memory_bytes(ctx, cols)
-    return {"peak_memory_bytes": peak, "memory_frac": peak / ctx.capacity_bytes}
+    """peak_memory_bytes and memory_frac (of the device capacity) of every plan: the larger of the first and
+    the last pipeline rank, with the stored activations at the schedule's closed-form peak."""
+    peak_bytes = np.max([_rank_total(ctx, cols, rank) for rank in RANKS], axis=0)
+    return {"peak_memory_bytes": peak_bytes, "memory_frac": peak_bytes / ctx.capacity_bytes}
 
 
-def _layers(ctx: ScreenContext, cols: Cols) -> tuple[Any, Any, Any]:
-    """Dense-layer costs, MoE-layer costs (None for a dense model) and edge costs, elementwise."""
-    w, tp, cp = ctx.workload, cols["tp"], cols["cp"]
-    tokens = cols["micro_batch_size"] * w.seq_len / cp
-    kw = dict(
-        dtype=w.dtype,
-        tokens=tokens,
-        seq_len=w.seq_len,
-        tp=tp,
-        cp=cp,
-        ep=cols["ep"],
-        sequence_parallel=cols["sequence_parallel"],
-        recompute=cols["recompute_code"],
-        tp_stride=1,
-        cp_stride=tp,
-    )
-    dense = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=False, **kw)  # type: ignore[arg-type]
-    moe = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=True, **kw) if ctx.model.is_moe else None  # type: ignore[arg-type]
-    edges = edge_costs(ctx.model, ctx.cluster, ctx.cal, dtype=w.dtype, tokens=tokens, tp=tp)
-    return dense, moe, edges
-
-
-def _dp_comm_s(ctx: ScreenContext, cols: Cols, dense: Any, expert: Any) -> Any:
-    """Exposed gradient reduction after the pipeline (as ``workbench.analytic.dp_step_comm_s``)."""
-    cal, tp, ep, z = ctx.cal, cols["tp"], cols["ep"], cols["zero_stage"]
-    eff, g = cal.collective_efficiency_frac, cal.grad_bytes_per_param
-    etp = np.where(ep > 1, 1, tp)
-    groups = (
-        (dense, cols["dp"] * cols["cp"], tp),
-        (expert, cols["dp"] * cols["cp"] * tp // (ep * etp), ep * etp),
-    )
-    total: Any = 0.0
-    for params, n, stride in groups:
-        n_safe = np.maximum(n, 1)
-        ar = all_reduce_s(ctx.cluster, params * g, n_safe, stride, eff)
-        rs_ag = reduce_scatter_s(ctx.cluster, params * g, n_safe, stride, eff) + all_gather_s(
-            ctx.cluster, params * ctx.param_bytes, n_safe, stride, eff
+def _stored_peak_bytes(ctx: ScreenContext, cols: Cols, held: step.Holdings, rank: str) -> Any:
+    """Closed-form peak of stored activations on the first or the last rank (the pipeline term)."""
+    pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
+    sizes = step.activation_sizes(ctx.step, cols)
+    family = ctx.peak_family[cols["schedule_code"]]
+    chunks0, chunks_last = peak.peak_chunks(family, pp=pp, vpp=vpp, m=m)
+    chunks = chunks0
+    if rank == "last":
+        chunks = peak.split_backward_last_rank(
+            family, chunks_last, pp=pp, freed_frac=sizes.freed_at_input_grad_frac
         )
-        part = np.where(z == 0, ar, rs_ag)
-        total = total + np.where((params > 0) & (n > 1) & (z < 3), part, 0.0)
-    return total * (1 - cal.dp_comm_overlap_frac)
+    # micro-batches of stage 0 in flight: all of rank 0's chunks without interleaving; looped BFS: all m;
+    # interleaved 1F1B / ZB-H1: stage 0's backward comes last in each micro-batch, about 2p - 1 of them
+    # (read off the simulator); V schedules: rank 0's mean
+    code = peak.PEAK_FAMILIES.index
+    looped = (family == code("interleaved-1f1b")) | (family == code("zb-h1"))
+    first_stage = np.select(
+        [vpp == 1, family == code("looped-bfs"), looped],
+        [chunks0, m, np.minimum(chunks0, np.minimum(m, 2 * pp - 1))],
+        chunks0 / vpp,
+    )
+    per_chunk = (held["dense"] * sizes.dense_layer + held["moe"] * sizes.moe_layer) / vpp  # the rank's mean
+    return chunks * per_chunk + held["embedding"] * first_stage * sizes.embedding
 
 
-def _fsdp_s(ctx: ScreenContext, cols: Cols, per_layer_compute_s: Any) -> tuple[Any, Any]:
-    """ZeRO-3 exposed gathers per layer and micro-batch, forward and backward (``analytic.fsdp_layer_comm_s``)."""
-    model, cal, tp = ctx.model, ctx.cal, cols["tp"]
-    n = cols["dp"] * cols["cp"]
-    layer_bytes = model.layer_parameters(model.num_layers - 1) / tp * ctx.param_bytes
-    eff = cal.collective_efficiency_frac
-    ag = all_gather_s(ctx.cluster, layer_bytes, n, tp, eff)
-    rs = reduce_scatter_s(ctx.cluster, layer_bytes / ctx.param_bytes * cal.grad_bytes_per_param, n, tp, eff)
-    keep = 1 - cal.fsdp_comm_overlap_frac
-    on = (cols["zero_stage"] >= 3) & (n > 1)
-    f = np.maximum(ag * keep, ag - per_layer_compute_s / 3)
-    b = np.maximum((ag + rs) * keep, ag + rs - 2 * per_layer_compute_s / 3)
-    return np.where(on, f, 0.0), np.where(on, b, 0.0)
+def _rank_total(ctx: ScreenContext, cols: Cols, rank: str) -> Any:
+    held = ctx.holdings(cols, rank)
+    cal = ctx.step.cal
+    parts = step.memory_columns(
+        step.static_memory(ctx.step, cols, held),
+        _stored_peak_bytes(ctx, cols, held, rank),
+        overhead_bytes=cal.framework_overhead_bytes,
+        fragmentation_frac=cal.fragmentation_frac,
+    )
+    return sum(parts.values())
 
 
-def _stage_compute_s(ctx: ScreenContext, cols: Cols, dense: Any, moe: Any, edges: Any) -> Any:
-    """Largest per-stage compute (F + I + W) of the first and the last stage, divided by layers per stage:
-    the per-layer compute ZeRO-3's gathers hide behind (``assemble``'s ``per_layer``)."""
-    model = ctx.model
-    stages = cols["pp"] * cols["vpp"]
-    per = model.num_layers // stages
-    dense_total = model.num_layers - model.num_moe_layers
-    d_layer = dense.compute_f_s + dense.compute_i_s + dense.compute_w_s
-    m_layer = moe.compute_f_s + moe.compute_i_s + moe.compute_w_s if moe is not None else 0.0
-    first_d = np.clip(dense_total, 0, per)
-    last_d = np.clip(dense_total - (stages - 1) * per, 0, per)
-    emb = edges.embedding_f_s + edges.embedding_b_s
-    head = edges.head_f_s + edges.head_i_s + edges.head_w_s
-    one = stages == 1
-    first = first_d * d_layer + (per - first_d) * m_layer + emb + np.where(one, head, 0.0)
-    last = last_d * d_layer + (per - last_d) * m_layer + head + np.where(one, emb, 0.0)
-    return np.maximum(first, last) / np.maximum(per, 1)
-
-
-def _rank_share(
-    dense: Any, moe: Any, edges: Any, layers: dict[str, Any], fsdp: tuple[Any, Any]
-) -> dict[str, Any]:
-    """One rank's F, I, W seconds per micro-batch and their parts (as ``workbench.analytic.stage_times``)."""
-    nd, nm = layers["dense"], layers["moe"]
-    emb, head = layers["embedding"], layers["head"]
-
-    def both(field: str) -> Any:
-        return nd * getattr(dense, field) + (nm * getattr(moe, field) if moe is not None else 0.0)
-
-    comp_f = both("compute_f_s") + emb * edges.embedding_f_s + head * edges.head_f_s
-    comp_i = both("compute_i_s") + emb * edges.embedding_b_s + head * edges.head_i_s
-    comp_w = both("compute_w_s") + head * edges.head_w_s
-    dp_f, dp_b = (nd + nm) * fsdp[0], (nd + nm) * fsdp[1]
-    tp_f, tp_b = both("tp_f_s"), both("tp_b_s")
-    cp_f, cp_b = both("cp_f_s"), both("cp_b_s")
-    ep_f, ep_b = both("ep_f_s"), both("ep_b_s")
+def rank_terms(ctx: ScreenContext, cols: Cols, rank: str) -> dict[str, Any]:
+    """Every non-pipeline term of the ``first`` or ``last`` pipeline rank of every plan: f, i, w, compute and
+    the exposed tp, cp, ep and fsdp seconds per micro-batch (``step.share_s``), the pipeline hop ``p2p_s``,
+    ``dp_comm_s`` and ``optimizer_s`` per step, and the static memory parts (``step.static_memory``)."""
+    sc = ctx.step
+    pair = step.layer_pair(sc, cols)
+    fsdp = step.fsdp_layer_s(sc, cols, step.mean_layer_compute_s(sc.model, pair))
+    held = ctx.holdings(cols, rank)
+    dense, expert = step.params_held(sc, cols, held)
     return {
-        "f": comp_f + tp_f + cp_f + ep_f + dp_f,
-        "i": comp_i + tp_b + cp_b + ep_b + dp_b,
-        "w": comp_w,
-        "compute": comp_f + comp_i + comp_w,
-        "tp": tp_f + tp_b,
-        "cp": cp_f + cp_b,
-        "ep": ep_f + ep_b,
-        "fsdp": dp_f + dp_b,
+        **step.share_s(pair, held, fsdp),
+        "p2p_s": step.pp_hop_s(sc, cols),
+        "dp_comm_s": step.dp_comm_s(sc, cols, dense, expert),
+        "optimizer_s": step.optimizer_s(sc, cols, dense, expert),
+        **step.static_memory(sc, cols, held),
     }
 
 
 def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
-    """Closed-form step time of every plan, its breakdown (seconds, ``StepBreakdown`` names), tokens_per_s
-    and mfu. The pipeline makespan is ``workbench.search.bubble.makespan_s`` on the first and the last rank's
-    share; the slower one is the critical rank whose parts the breakdown reports."""
-    dense, moe, edges = _layers(ctx, cols)
-    pp, vpp, m, code = cols["pp"], cols["vpp"], cols["num_microbatches"], cols["schedule_code"]
-    fsdp = _fsdp_s(ctx, cols, _stage_compute_s(ctx, cols, dense, moe, edges))
-    payload = (
-        cols["micro_batch_size"]
-        * ctx.workload.seq_len
-        / cols["cp"]
-        * ctx.model.hidden_size
-        * ACT_BYTES
-        / cols["tp"]
-    )
-    pp_stride = cols["tp"] * cols["cp"] * cols["dp"]
-    p2p = np.where(pp > 1, p2p_s(ctx.cluster, payload, pp_stride, ctx.cal.collective_efficiency_frac), 0.0)
-    hops = np.where(pp > 1, 2 * (pp * vpp - 1), 0)
+    """Closed-form step time of every plan, its breakdown (seconds, ``StepBreakdown`` names), tokens_per_s,
+    mfu, hfu and bubble_fraction. The pipeline makespan is ``workbench.pipeline.bubble.makespan_s`` on the
+    first and the last rank's share; the slower one is the critical rank whose parts the breakdown reports."""
+    sc, model = ctx.step, ctx.model
+    pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
+    pair = step.layer_pair(sc, cols)
+    fsdp = step.fsdp_layer_s(sc, cols, step.mean_layer_compute_s(model, pair))
+    everything = {"dense": model.num_layers - model.num_moe_layers, "moe": model.num_moe_layers}
+    whole = step.share_s(pair, {**everything, "embedding": True, "head": True}, fsdp)
     best: dict[str, Any] = {}
-    dp_s: Any = 0.0
-    opt_s: Any = 0.0
-    shard = np.where(cols["zero_stage"] >= 1, cols["dp"] * cols["cp"], 1)
-    model = ctx.model
-    everything = {
-        "dense": model.num_layers - model.num_moe_layers,
-        "moe": model.num_moe_layers,
-        "embedding": True,
-        "head": True,
-    }
-    whole = _rank_share(dense, moe, edges, everything, fsdp)
-    for rank in ("first", "last"):
-        layers = ctx.rank_layers(cols, rank)
-        share = _rank_share(dense, moe, edges, layers, fsdp)
+    for rank in RANKS:
+        share = rank_terms(ctx, cols, rank)
         others = tuple((whole[k] - share[k]) / np.maximum(pp - 1, 1) for k in ("f", "i", "w"))
         share["makespan"] = bubble.makespan_s(
-            ctx.bubble_family[code],
+            ctx.bubble_family[cols["schedule_code"]],
             pp=pp,
             vpp=vpp,
             m=m,
             f_s=share["f"],
             i_s=share["i"],
             w_s=share["w"],
-            p2p_time_s=p2p,
+            p2p_time_s=share["p2p_s"],
             others=others,
         )
-        d_params, e_params = peak_memory.rank_params(ctx, cols, layers)
-        dp_s = np.maximum(dp_s, _dp_comm_s(ctx, cols, d_params, e_params))
-        opt_s = np.maximum(
-            opt_s, (d_params + e_params) / shard * OPTIMIZER_BYTES_PER_PARAM / ctx.hbm_bytes_per_s
-        )
+        if best:
+            share["dp_comm_s"] = np.maximum(share["dp_comm_s"], best["dp_comm_s"])
+            share["optimizer_s"] = np.maximum(share["optimizer_s"], best["optimizer_s"])
         take = share["makespan"] >= best["makespan"] if best else True
-        best = {k: np.where(take, v, best[k]) if best else v for k, v in share.items()}
-    step = best["makespan"] + dp_s + opt_s
-    busy = m * (best["f"] + best["i"] + best["w"])
-    pp_comm = np.minimum(np.maximum(best["makespan"] - busy, 0.0), hops * p2p)
+        best = {k: np.where(take, share[k], best[k]) if best else share[k] for k in share}
+    dp_s, opt_s, p2p = best["dp_comm_s"], best["optimizer_s"], best["p2p_s"]
+    step_time = best["makespan"] + dp_s + opt_s
+    idle = np.maximum(best["makespan"] - m * (best["f"] + best["i"] + best["w"]), 0.0)
+    pp_comm = np.minimum(idle, np.where(pp > 1, 2 * (pp * vpp - 1), 0) * p2p)
+    figures = throughput(
+        model,
+        ctx.workload,
+        step_time_s=step_time,
+        num_devices=cols["num_devices"],
+        peak_flop_per_s=ctx.peak_flop_per_s,
+        recompute_code=cols["recompute_code"],
+    )
     return {
-        "step_time_s": step,
-        "tokens_per_s": ctx.workload.tokens_per_step / step,
-        "mfu": ctx.model_flop_per_step / step / cols["num_devices"] / ctx.peak_flop_per_s,
+        "step_time_s": step_time,
+        "tokens_per_s": figures["tokens_per_s"],
+        "mfu": figures["mfu"],
+        "hfu": figures["hfu"],
         "compute_s": m * best["compute"],
         "exposed_tp_comm_s": m * best["tp"],
         "exposed_cp_comm_s": m * best["cp"],
         "exposed_ep_comm_s": m * best["ep"],
         "exposed_pp_comm_s": pp_comm,
         "exposed_dp_comm_s": m * best["fsdp"] + dp_s,
-        "bubble_s": np.maximum(best["makespan"] - busy, 0.0) - pp_comm,
+        "bubble_s": idle - pp_comm,
+        "bubble_fraction": bubble_fraction(idle - pp_comm, step_time),
         "optimizer_s": opt_s,
     }

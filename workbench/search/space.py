@@ -6,7 +6,7 @@ Layout rows combine:
 - (tp, sequence_parallel): sequence parallelism only with tp > 1 (it shards along tp);
 - cp;
 - (pp, vpp, schedule): pp = 1 has one row (vpp = 1, no schedule); a schedule that needs an exact vpp
-  (``workbench.schedules.required_vpp``) gets only that one;
+  (``workbench.pipeline.schedules.required_vpp``) gets only that one;
 
 keeping those whose tp * cp * pp divides N; dp is the quotient (so dp*tp*pp*cp = N). Every other rule (divisibility, schedule rules, memory) is a
 rejection counted by ``workbench.search.grid``, not an exclusion from the space.
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workbench.plan import Recompute
-from workbench.schedules import SCHEDULE_NAMES, required_vpp
+from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
+from workbench.specs.plan import Recompute
 
 if TYPE_CHECKING:
-    from workbench.hardware import ClusterSpec
-    from workbench.model import ModelSpec
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
 
 AXES: tuple[str, ...] = ("tp", "cp", "pp", "ep", "vpp", "micro_batch_size")
 """Axes whose degrees ``Constraints.fixed`` and ``Constraints.maximum`` may name."""
@@ -63,7 +63,7 @@ class Constraints:
     """Allowed values when tp > 1 (tp = 1 always runs without)."""
     schedules: tuple[str, ...] = tuple(s for s in SCHEDULE_NAMES if s not in ("v-half", "v-min"))
     """Allowed pipeline schedules (pp > 1). By default every built-in one except the memory-capped V-Half
-    and V-Min, whose bubble the closed-form screen can only roughly price (``workbench.search.bubble``)."""
+    and V-Min, whose bubble the closed-form screen can only roughly price (``workbench.pipeline.bubble``)."""
 
     def __post_init__(self) -> None:
         if self.max_devices is not None and self.max_devices < 1:

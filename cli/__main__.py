@@ -1,0 +1,3 @@
+from workbench_cli import main
+
+main()

@@ -1,0 +1,52 @@
+"""``workbench app``: serve the interactive Panel workbench (composer, Plan / Search / Compare tabs).
+
+The command only parses options; the app lives in ``workbench_widgets.app`` and is imported when the command runs
+(like ``estimate --report`` imports ``workbench_widgets.report``), so ``import workbench`` stays free of UI libraries.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+
+def register(group: click.Group) -> None:
+    group.add_command(app_cmd)
+
+
+@click.command("app")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=5006,
+    show_default=True,
+    help="TCP port (0: any free port).",
+)
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to listen on; the default keeps the app on this machine.",
+)
+@click.option("--show/--no-show", default=False, show_default=True, help="Open a browser tab.")
+@click.option("--prefix", default="", help="URL path prefix, e.g. behind JupyterLab's server proxy.")
+@click.option(
+    "--allow-websocket-origin",
+    "origins",
+    multiple=True,
+    help="Extra host[:port] allowed to open the app's websocket (repeatable; '*' allows any).",
+)
+def app_cmd(port: int, address: str, show: bool, prefix: str, origins: tuple[str, ...]) -> None:
+    """Serve the Parallelism Workbench web app until interrupted (Ctrl-C)."""
+    if not address.strip():
+        raise click.BadParameter("must be a host name or an IP address", param_hint="--address")
+    server = importlib.import_module("workbench_widgets.app.server")
+    server.run(
+        port=port,
+        address=address,
+        show=show,
+        prefix=prefix,
+        extra_origins=list(origins),
+        announce=lambda url: click.echo(f"Parallelism Workbench at {url} (Ctrl-C stops it)"),
+    )

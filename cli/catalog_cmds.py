@@ -1,0 +1,189 @@
+"""``workbench models|devices|clusters`` and ``workbench show model``: what the catalog holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from workbench_cli._common import GIB, echo_json, fmt_count, print_table
+
+from workbench.presets import catalog
+from workbench.specs.hardware import BYTES_PER_ELEMENT, DType
+
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+
+@click.command("models")
+@_JSON
+def models_cmd(as_json: bool) -> None:
+    """List the model presets."""
+    rows: list[dict[str, Any]] = []
+    for name in catalog.preset_names("model"):
+        m = catalog.load_model(name)
+        rows.append(
+            {
+                "id": name,
+                "architecture": "moe" if m.is_moe else "dense",
+                "layers": m.num_layers,
+                "hidden_size": m.hidden_size,
+                "parameters": m.total_parameters(),
+                "active_parameters": m.active_parameters(),
+            }
+        )
+    if as_json:
+        echo_json(rows)
+        return
+    print_table(
+        "Model presets",
+        ["id", "kind", "layers", "hidden", "params", "active"],
+        [
+            [
+                r["id"],
+                r["architecture"],
+                r["layers"],
+                r["hidden_size"],
+                fmt_count(r["parameters"]),
+                fmt_count(r["active_parameters"]),
+            ]
+            for r in rows
+        ],
+    )
+
+
+@click.command("devices")
+@_JSON
+def devices_cmd(as_json: bool) -> None:
+    """List the device presets (dense peaks)."""
+    rows: list[dict[str, Any]] = []
+    for name in catalog.preset_names("device"):
+        d = catalog.load_device(name)
+        rows.append(
+            {
+                "id": name,
+                "name": d.name,
+                "hbm_bytes": d.hbm_bytes,
+                "hbm_bytes_per_s": d.hbm_bytes_per_s,
+                "peak_flop_per_s": {k.value: v for k, v in d.peak_flop_per_s.items()},
+            }
+        )
+    if as_json:
+        echo_json(rows)
+        return
+    print_table(
+        "Device presets (dense peaks)",
+        ["id", "name", "HBM", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s"],
+        [
+            [
+                r["id"],
+                r["name"],
+                f"{r['hbm_bytes'] / GIB:.0f} GiB",
+                f"{r['hbm_bytes_per_s'] / 1e12:.2f}",
+                f"{r['peak_flop_per_s'].get('bf16', 0) / 1e12:.0f}",
+                f"{r['peak_flop_per_s']['fp8'] / 1e12:.0f}" if "fp8" in r["peak_flop_per_s"] else "-",
+            ]
+            for r in rows
+        ],
+    )
+
+
+@click.command("clusters")
+@_JSON
+def clusters_cmd(as_json: bool) -> None:
+    """List the cluster presets and their network levels."""
+    rows: list[dict[str, Any]] = []
+    for name in catalog.preset_names("cluster"):
+        c = catalog.load_cluster(name)
+        rows.append(
+            {
+                "id": name,
+                "name": c.name,
+                "device": c.device.id,
+                "devices_per_node": c.devices_per_node,
+                "levels": [
+                    {
+                        "name": lv.name,
+                        "span": lv.span,
+                        "bytes_per_s": lv.bytes_per_s,
+                        "latency_s": lv.latency_s,
+                    }
+                    for lv in c.levels
+                ],
+            }
+        )
+    if as_json:
+        echo_json(rows)
+        return
+    print_table(
+        "Cluster presets",
+        ["id", "device", "per node", "levels (GB/s per device, one way; us)"],
+        [
+            [
+                r["id"],
+                r["device"],
+                r["devices_per_node"],
+                "; ".join(
+                    f"{lv['name']} {lv['bytes_per_s'] / 1e9:.0f} GB/s {lv['latency_s'] * 1e6:.1f} us"
+                    + (f" x{lv['span']}" if lv["span"] else "")
+                    for lv in r["levels"]
+                ),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def model_summary(name_or_path: str, seq_len: int) -> dict[str, Any]:
+    m = catalog.load_model(name_or_path)
+    total = m.total_parameters()
+    return {
+        "name": m.name,
+        "spec": m.to_dict(),
+        "parameters": total,
+        "active_parameters": m.active_parameters(),
+        "embedding_parameters": m.embedding_parameters(),
+        "seq_len": seq_len,
+        "model_flop_per_token": m.model_flop_per_token(seq_len),
+        "weights_bytes": {d.value: total * BYTES_PER_ELEMENT[d] for d in DType},
+    }
+
+
+@click.group("show")
+def show_group() -> None:
+    """Show one preset or file in detail."""
+
+
+@show_group.command("model")
+@click.argument("name_or_path")
+@click.option(
+    "--seq-len",
+    type=click.IntRange(min=1),
+    default=4096,
+    show_default=True,
+    help="Sequence length for the attention part of the FLOPs per token.",
+)
+@_JSON
+def show_model(name_or_path: str, seq_len: int, as_json: bool) -> None:
+    """Parameters, active parameters, FLOPs per token and weight memory of a model preset or config.json."""
+    s = model_summary(name_or_path, seq_len)
+    if as_json:
+        echo_json(s)
+        return
+    spec = s["spec"]
+    assert isinstance(spec, dict)
+    rows: list[list[object]] = [
+        [k, v] for k, v in spec.items() if v not in (0, False) or k == "tied_embeddings"
+    ]
+    rows += [
+        ["parameters", fmt_count(s["parameters"])],
+        ["active parameters", fmt_count(s["active_parameters"])],
+        [f"model FLOPs per token (seq {seq_len})", f"{s['model_flop_per_token']:.4g} FLOP"],
+    ]
+    weights = s["weights_bytes"]
+    assert isinstance(weights, dict)
+    rows += [[f"weights in {k}", f"{v / GIB:.1f} GiB"] for k, v in weights.items()]
+    print_table(f"Model {s['name']}", ["field", "value"], rows)
+
+
+def register(group: click.Group) -> None:
+    for cmd in (models_cmd, devices_cmd, clusters_cmd, show_group):
+        group.add_command(cmd)

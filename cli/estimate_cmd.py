@@ -1,0 +1,187 @@
+"""``workbench estimate``: cost one parallel plan with a backend and print the summary, breakdown and memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from workbench_cli._common import GIB, echo_json, output_path, print_table
+
+
+def _plan_options(f: Any) -> Any:
+    opts = [
+        click.option("--model", required=True, help="Model preset id or HF config.json path."),
+        click.option("--cluster", required=True, help="Cluster preset id or TOML path."),
+        click.option("--nodes", type=int, default=None, help="Number of nodes (default: the preset's)."),
+        click.option("--seq-len", type=int, required=True, help="Tokens per sequence."),
+        click.option("--global-batch", type=int, required=True, help="Sequences per optimizer step."),
+        click.option("--tp", type=int, default=1, show_default=True),
+        click.option("--pp", type=int, default=1, show_default=True),
+        click.option("--dp", type=int, default=None, help="Default: devices / (tp*pp*cp)."),
+        click.option("--cp", type=int, default=1, show_default=True),
+        click.option("--ep", type=int, default=1, show_default=True),
+        click.option("--vpp", type=int, default=1, show_default=True),
+        click.option("--micro-batch", type=int, default=1, show_default=True),
+        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True),
+        click.option(
+            "--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True
+        ),
+        click.option(
+            "--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1."
+        ),
+        click.option("--schedule", default="1f1b", show_default=True, help="Pipeline schedule name."),
+        click.option(
+            "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """(model, cluster, workload, plan) from the CLI options; ValueError for bad values."""
+    from workbench.presets.catalog import load_cluster, load_model
+    from workbench.specs.plan import ParallelPlan, Workload
+
+    model = load_model(kw["model"])
+    cluster = load_cluster(kw["cluster"], num_nodes=kw["nodes"])
+    tp, pp, cp = kw["tp"], kw["pp"], kw["cp"]
+    dp = kw["dp"]
+    if dp is None:
+        if cluster.num_devices % (tp * pp * cp):
+            raise ValueError(
+                f"tp*pp*cp = {tp * pp * cp} does not divide the cluster's {cluster.num_devices} devices"
+            )
+        dp = cluster.num_devices // (tp * pp * cp)
+    sp = kw["sequence_parallel"] if kw["sequence_parallel"] is not None else tp > 1
+    workload = Workload(seq_len=kw["seq_len"], global_batch_size=kw["global_batch"], dtype=kw["dtype"])
+    plan = ParallelPlan(
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=kw["ep"],
+        vpp=kw["vpp"],
+        micro_batch_size=kw["micro_batch"],
+        zero_stage=kw["zero"],
+        sequence_parallel=sp,
+        recompute=kw["recompute"],
+        schedule=kw["schedule"],
+    )
+    return model, cluster, workload, plan
+
+
+def _print_human(est: Any) -> None:
+    s = est.summary()
+    click.echo(
+        f"{s['model']} on {s['num_devices']} x {est.cluster.device.id} ({s['cluster']}), {s['plan']}, "
+        f"backend {s['backend']}"
+    )
+    click.echo(
+        f"step time {s['step_time_s']:.3f} s   tokens/s {s['tokens_per_s']:,.0f}   "
+        f"MFU {s['mfu']:.1%}   HFU {s['hfu']:.1%}   {s['tflops_per_device']:.0f} TFLOP/s per device   "
+        f"pipeline idle {s['bubble_fraction']:.1%} (mean over ranks)"
+    )
+    fits = "fits" if s["fits"] else "DOES NOT FIT"
+    click.echo(
+        f"peak memory {s['peak_memory_bytes'] / GIB:.1f} GiB of {s['memory_capacity_bytes'] / GIB:.1f} GiB"
+        f" ({fits})"
+    )
+    step = s["step_time_s"]
+    rows = [[k.removesuffix("_s"), f"{v * 1e3:.1f}", f"{v / step:.1%}"] for k, v in s["breakdown"].items()]
+    print_table("Step time breakdown", ["part", "ms", "share"], rows)
+    mem = [
+        [int(r["rank"])] + [f"{r[c] / GIB:.2f}" for c in est.memory.columns[1:]]
+        for r in est.memory.iter_rows(named=True)
+    ][:16]
+    print_table(
+        "Memory per pipeline rank (GiB)",
+        ["rank"] + [c.removesuffix("_bytes") for c in est.memory.columns[1:]],
+        mem,
+    )
+    for note in est.notes:
+        click.echo(f"note: {note}")
+
+
+@click.command("estimate")
+@_plan_options
+@click.option("--backend", default="analytic", show_default=True, help="Registered backend name.")
+@click.option(
+    "--profile",
+    "profile_dir",
+    default=None,
+    help="torch-profile backend: measured profile folder (default: profiles/measured).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--trace", "trace_path", default=None, help="Write the timeline as a Chrome trace JSON file.")
+@click.option(
+    "--report", "report_path", default=None, help="Write a self-contained HTML report (opens offline)."
+)
+@click.option(
+    "--plan-index", type=int, default=0, show_default=True, help="Plan whose figures the report shows."
+)
+@click.option(
+    "--csv",
+    "csv_dir",
+    default=None,
+    help="Write the tables (timeline, memory, plans) as CSV into this folder.",
+)
+@click.option("--force", is_flag=True, help="Overwrite existing --trace, --report and --csv files.")
+def estimate_cmd(
+    backend: str,
+    profile_dir: str | None,
+    as_json: bool,
+    trace_path: str | None,
+    force: bool,
+    report_path: str | None,
+    plan_index: int,
+    csv_dir: str | None,
+    **kw: Any,
+) -> None:
+    """Estimate step time, throughput, MFU and memory of one parallel plan."""
+    from workbench.estimate.registry import get_backend
+
+    model, cluster, workload, plan = build_inputs(kw)
+    problems = plan.validate(model, cluster, workload)
+    if problems:
+        raise click.ClickException("infeasible plan: " + " ".join(problems))
+    impl = get_backend(backend, **({"profile": profile_dir} if profile_dir else {}))
+    why = impl.unavailable_reason()
+    if why:
+        raise click.ClickException(f"backend {backend!r} is unavailable: {why}")
+    path = output_path(trace_path, force=force) if trace_path else None
+    report = output_path(report_path, force=force) if report_path else None
+    if plan_index != 0:
+        raise click.BadParameter(
+            f"must be 0: estimate costs one plan, got {plan_index}", param_hint="--plan-index"
+        )
+    est = impl.estimate(model, cluster, workload, plan)
+    if report is not None or csv_dir is not None:
+        from workbench_widgets.report import (  # lazy: keeps the core pure
+            cli_command,
+            write_csv_tables,
+            write_report,
+        )
+
+        if report is not None:
+            write_report(report, estimates=[est], command=cli_command(), plan_index=plan_index, force=force)
+        if csv_dir is not None:
+            write_csv_tables(csv_dir, estimates=[est], plan_index=plan_index, force=force)
+    if path is not None:
+        from workbench.pipeline.trace import chrome_trace, write_chrome_trace
+
+        compute = est.timeline.filter(est.timeline["op"] != "comm")
+        write_chrome_trace(chrome_trace(compute, name=plan.describe()), path, force=force)
+    if as_json:
+        echo_json(est.summary())
+    else:
+        _print_human(est)
+        if path is not None:
+            click.echo(f"trace written to {path}")
+        if report is not None:
+            click.echo(f"report written to {report} (open it in a browser; it works offline)")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(estimate_cmd)

@@ -1,0 +1,329 @@
+"""``workbench plan``: search every parallel plan, print the ranked table, why #1 wins and the rejections.
+
+Exit codes: 0 with at least one feasible plan, 1 for bad input or no feasible plan (the closest misses are
+printed), 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from workbench_cli._common import GIB, echo_json, fmt_count, output_path, print_table
+
+PROGRESS_MIN_PLANS = 2_000_000
+"""Searches at least this large show a screening progress bar on stderr (when it is a terminal); the
+refinement of the top plans always shows one there."""
+
+
+def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{name} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise click.BadParameter(f"{name} must be comma-separated integers >= 0, got {text!r}")
+    return values
+
+
+def _degrees(items: tuple[str, ...], option: str) -> dict[str, int]:
+    out = {}
+    for item in items:
+        axis, _, value = item.partition("=")
+        axis = axis.strip().replace("-", "_")
+        axis = "micro_batch_size" if axis in ("mbs", "micro_batch") else axis
+        if not value.strip().isdigit():
+            raise click.BadParameter(f"{option} takes AXIS=N (e.g. tp=8), got {item!r}")
+        out[axis] = int(value)
+    return out
+
+
+def build_constraints(kw: dict[str, Any]) -> Any:
+    """``Constraints`` from the CLI options (ValueError names the bad field)."""
+    from workbench.pipeline.schedules import SCHEDULE_NAMES
+    from workbench.search import Constraints
+
+    extra: dict[str, Any] = {}
+    if kw["schedules"]:
+        names = (
+            SCHEDULE_NAMES
+            if kw["schedules"] == "all"
+            else tuple(s.strip() for s in kw["schedules"].split(","))
+        )
+        extra["schedules"] = names
+    for key, opt in (("zero_stages", "zero"), ("micro_batch_sizes", "micro_batches")):
+        values = _ints(kw[opt], "--" + opt.replace("_", "-"))
+        if values is not None:
+            extra[key] = values
+    if kw["recompute"]:
+        extra["recompute"] = tuple(r.strip() for r in kw["recompute"].split(","))
+    if kw["sequence_parallel"] is not None:
+        extra["sequence_parallel"] = (kw["sequence_parallel"],)
+    return Constraints(
+        max_devices=kw["max_devices"],
+        memory_headroom_frac=kw["headroom"],
+        fixed=_degrees(kw["fix"], "--fix"),
+        maximum=_degrees(kw["max"], "--max"),
+        **extra,
+    )
+
+
+def _run_search(
+    model: Any,
+    cluster: Any,
+    workload: Any,
+    constraints: Any,
+    nodes: tuple[int, ...] | None,
+    kw: dict[str, Any],
+    show_progress: bool,
+) -> Any:
+    from workbench.search import search
+
+    args = dict(
+        nodes=nodes,
+        objective=kw["objective"],
+        top_k=kw["top"],
+        token_budget=kw["token_budget"],
+        calibration=kw["calibration"],
+        backend=kw["backend"],
+    )
+    if not show_progress:
+        return search(model, cluster, workload, constraints, **args)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        screen = bar.add_task("screening plans", total=None)
+        refine = bar.add_task("refining top plans", total=kw["top"], visible=False)
+
+        def on_screen(done: int, total: int) -> None:
+            if total < PROGRESS_MIN_PLANS:
+                return
+            bar.update(screen, completed=done, total=total)
+
+        def on_refine(done: int) -> None:
+            bar.update(refine, completed=done, visible=True)
+
+        return search(
+            model, cluster, workload, constraints, progress=on_screen, refine_progress=on_refine, **args
+        )
+
+
+def _header(result: Any) -> str:
+    c = result.clusters[0] if result.clusters else None
+    sizes = ", ".join(
+        f"{x.num_nodes} node{'s' if x.num_nodes > 1 else ''} ({x.num_devices} devices)"
+        for x in result.clusters
+    )
+    device = c.device.id if c is not None else "?"
+    w = result.workload
+    refined = int(result.plans["refined"].sum()) if result.plans.height else 0
+    return (
+        f"{result.model.name} on {device} ({c.id if c else '?'}: {sizes}), seq {w.seq_len}, global batch "
+        f"{w.global_batch_size}, {w.dtype}, objective {result.objective}\n"
+        f"{result.num_plans:,} plans screened in {result.screen_s:.2f} s ({result.plans_per_s:,.0f} plans/s), "
+        f"{result.num_feasible:,} feasible; top {refined} refined in {result.refine_s:.2f} s"
+    )
+
+
+def _plan_rows(frame: Any, objective: str, multi: bool, limit: int) -> tuple[list[str], list[list[Any]]]:
+    cols = (
+        ["#"]
+        + (["nodes"] if multi else [])
+        + ["plan", "tokens/s", "MFU", "step s", "memory", "bubble (crit. rank)", "bottleneck"]
+    )
+    if objective == "time":
+        cols.append("days to train")
+    if objective == "cost":
+        cols.append("device-hours")
+    rows = []
+    for r in frame.head(limit).iter_rows(named=True):
+        mark = "" if r["refined"] else " *"
+        row = [f"{r['rank']}{mark}"] + ([r["num_nodes"]] if multi else [])
+        row += [
+            r["plan"],
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['mfu']:.1%}",
+            f"{r['step_time_s']:.3f}",
+            f"{r['peak_memory_bytes'] / GIB:.1f}/{r['memory_capacity_bytes'] / GIB:.0f} GiB"
+            + ("" if r["fits"] else " !"),
+            f"{r['bubble_fraction']:.1%}",
+            r["bottleneck"],
+        ]
+        if objective == "time":
+            row.append(f"{r['time_to_train_s'] / 86400:.1f}")
+        if objective == "cost":
+            row.append(fmt_count(r["device_hours"]))
+        rows.append(row)
+    return cols, rows
+
+
+def _print_rejections(result: Any) -> None:
+    rows = [[text, f"{count:,}"] for _, text, count in result.rejection_table() if count]
+    if rows:
+        print_table("Rejected plans (counted under the first rule they break)", ["reason", "plans"], rows)
+
+
+def _print_misses(result: Any) -> None:
+    frame = result.closest_misses
+    if result.num_plans == 0:
+        click.echo(
+            "the constraints leave no plan to screen (check --fix, --max, --schedules and --micro-batches)"
+        )
+        return
+    if not frame.height:
+        click.echo(
+            "no plan got as far as the memory check: every plan breaks a divisibility or schedule rule"
+        )
+        return
+    rows = [
+        [
+            r["plan"],
+            r["num_nodes"],
+            f"{r['peak_memory_bytes'] / GIB:.1f} GiB",
+            f"{r['memory_capacity_bytes'] / GIB:.0f} GiB",
+            f"{r['memory_frac']:.0%}",
+        ]
+        for r in frame.iter_rows(named=True)
+    ]
+    print_table(
+        "Closest misses (smallest peak memory)", ["plan", "nodes", "needs", "has", "of capacity"], rows
+    )
+
+
+def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
+    if kw["csv_path"]:
+        result.plans.write_csv(output_path(kw["csv_path"], force=kw["force"]))
+        click.echo(f"wrote {kw['csv_path']}", err=True)
+    if kw["report_path"]:
+        if not result.estimates:
+            raise click.ClickException("--report needs at least one refined plan (use --top >= 1)")
+        try:
+            from workbench_widgets.report import (  # lazy: the core stays free of bokeh
+                cli_command,
+                write_report,
+            )
+        except ImportError as exc:
+            raise click.ClickException(
+                f"--report needs the visuals package workbench_widgets.report ({exc})"
+            ) from None
+        write_report(
+            kw["report_path"],
+            estimates=list(result.estimates),
+            command=cli_command(),
+            search_results=result.report_frame(),
+            force=kw["force"],
+            title=f"Plans for {result.model.name}",
+            notes=[result.explanation] if result.explanation else [],
+        )
+        click.echo(f"wrote {kw['report_path']}", err=True)
+
+
+@click.command("plan")
+@click.option("--model", required=True, help="Model preset id or HF config.json path.")
+@click.option("--cluster", required=True, help="Cluster preset id or TOML path.")
+@click.option(
+    "--nodes", default=None, help="Node count, or several separated by commas (default: the preset's)."
+)
+@click.option("--seq-len", type=click.IntRange(min=1), required=True, help="Tokens per sequence.")
+@click.option(
+    "--global-batch", type=click.IntRange(min=1), required=True, help="Sequences per optimizer step."
+)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "time", "cost"]),
+    default="throughput",
+    show_default=True,
+    help="Rank by tokens/s, time to train --token-budget, or its device-hours.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Plans refined with the full backend and shown.",
+)
+@click.option(
+    "--token-budget", type=float, default=1e12, show_default=True, help="Tokens of the training run."
+)
+@click.option("--max-devices", type=click.IntRange(min=1), default=None, help="Skip node counts above this.")
+@click.option(
+    "--headroom",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Share of device memory to keep free.",
+)
+@click.option(
+    "--fix", multiple=True, metavar="AXIS=N", help="Fix a degree, e.g. --fix tp=8 (tp cp pp ep vpp mbs)."
+)
+@click.option("--max", multiple=True, metavar="AXIS=N", help="Cap a degree, e.g. --max pp=16.")
+@click.option("--schedules", default=None, help="Allowed schedules, comma-separated, or 'all'.")
+@click.option("--zero", default=None, help="Allowed ZeRO stages, e.g. 0,1.")
+@click.option("--recompute", default=None, help="Allowed recompute modes, e.g. none,selective.")
+@click.option("--micro-batches", default=None, help="Candidate micro-batch sizes, e.g. 1,2,4.")
+@click.option(
+    "--sequence-parallel/--no-sequence-parallel", default=None, help="Force sequence parallelism on/off."
+)
+@click.option("--calibration", default=None, help="Calibration name or path (default: default).")
+@click.option("--backend", default="analytic", show_default=True, help="Backend that refines the top plans.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--csv", "csv_path", default=None, help="Write the ranked plans as CSV.")
+@click.option("--report", "report_path", default=None, help="Write a self-contained HTML report.")
+@click.option("--force", is_flag=True, help="Overwrite existing --csv and --report files.")
+def plan_cmd(as_json: bool, **kw: Any) -> None:
+    """Search every parallel plan and rank them (closed-form screen, top plans refined)."""
+    from workbench.presets.catalog import load_cluster, load_model
+    from workbench.specs.plan import Workload
+
+    for key in ("csv_path", "report_path"):
+        if kw[key]:
+            output_path(kw[key], force=kw["force"])
+    nodes = _ints(kw["nodes"], "--nodes")
+    if nodes is not None and min(nodes) < 1:
+        raise click.BadParameter(f"--nodes must be >= 1, got {kw['nodes']!r}")
+    model = load_model(kw["model"])
+    cluster = load_cluster(kw["cluster"], num_nodes=nodes[0] if nodes else None)
+    workload = Workload(seq_len=kw["seq_len"], global_batch_size=kw["global_batch"], dtype=kw["dtype"])
+    cluster.device.peak(workload.dtype)
+    constraints = build_constraints(kw)
+    result = _run_search(
+        model, cluster, workload, constraints, nodes, kw, show_progress=not as_json and sys.stderr.isatty()
+    )
+    if as_json:
+        echo_json(result.summary())
+    else:
+        _print_human(result)
+    if result.feasible:
+        _write_outputs(result, kw)
+    else:
+        if not as_json:
+            click.echo("workbench: no feasible plan under these constraints", err=True)
+        sys.exit(1)
+
+
+def _print_human(result: Any) -> None:
+    click.echo(_header(result))
+    if not result.feasible:
+        if result.num_plans:
+            click.echo("no feasible plan: nothing fits the device memory under these constraints")
+        _print_misses(result)
+        _print_rejections(result)
+        return
+    cols, rows = _plan_rows(
+        result.plans, result.objective, len(result.clusters) > 1, max(result.plans.height, 1)
+    )
+    shown = rows[: max(int(result.plans["refined"].sum()), 10)]
+    print_table("Best plans (* = screened only, not refined; ! = does not fit after refinement)", cols, shown)
+    if result.explanation:
+        click.echo(f"why: {result.explanation}")
+    _print_rejections(result)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(plan_cmd)

@@ -1,0 +1,209 @@
+"""``workbench profile`` (measure a model's ops with torch) and ``workbench calibrate`` (fit the analytic curve).
+
+Torch is imported only inside the command functions, through ``backends``. A profile folder holds
+``manifest.json`` and ``ops.parquet`` (schema: :mod:`workbench.presets.profile_table`), the profiled model as a
+Hugging Face style ``config.json`` (so ``--model DIR/config.json`` works for a shrunk variant) and, for a
+CPU profile, ``device.toml``/``cluster.toml`` describing this host (so ``--cluster DIR/cluster.toml`` works).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from workbench.specs.model import ModelSpec
+
+SHRINK_HEAD_DIM = 64
+"""Head size of a shrunk variant (keeps several heads at a small width)."""
+
+
+def _round_to(x: float, step: int = 64) -> int:
+    return max(step, int(round(x / step)) * step)
+
+
+def shrink_model(
+    spec: ModelSpec, *, num_layers: int | None = None, hidden_size: int | None = None
+) -> ModelSpec:
+    """A smaller variant for a quick look: ``num_layers`` blocks and width ``hidden_size``; heads, FFN widths
+    and vocabulary scale with the width (rounded to 64), the query/key-value head ratio is kept, experts
+    and top-k are kept. Named ``<name>-L<layers>-H<hidden>``. ValueError for sizes < 1 or a width < 64."""
+    if num_layers is not None and num_layers < 1:
+        raise ValueError(f"--layers must be >= 1, got {num_layers}")
+    if hidden_size is not None and (hidden_size < 64 or hidden_size % 64):
+        raise ValueError(f"--hidden must be a multiple of 64 and >= 64, got {hidden_size}")
+    out = spec
+    if num_layers is not None:
+        out = replace(out, num_layers=num_layers, num_dense_layers=min(spec.num_dense_layers, num_layers - 1))
+    if hidden_size is not None:
+        r = hidden_size / spec.hidden_size
+        head_dim = min(spec.head_dim, SHRINK_HEAD_DIM)
+        heads = max(1, hidden_size // head_dim)
+        kv = max(1, heads * spec.num_key_value_heads // spec.num_attention_heads)
+        while heads % kv:
+            kv -= 1
+        out = replace(
+            out,
+            hidden_size=hidden_size,
+            head_dim=head_dim,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            vocab_size=_round_to(spec.vocab_size * r),
+            ffn_hidden_size=_round_to(spec.ffn_hidden_size * r) if spec.ffn_hidden_size else 0,
+            moe_ffn_hidden_size=_round_to(spec.moe_ffn_hidden_size * r) if spec.is_moe else 0,
+        )
+    if out is spec:
+        return spec
+    return replace(out, name=f"{spec.name}-L{out.num_layers}-H{out.hidden_size}")
+
+
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"expected comma-separated integers, got {text!r}", param_hint=option
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise click.BadParameter(f"expected integers >= 1, got {text!r}", param_hint=option)
+    return values
+
+
+@click.command("profile")
+@click.option("--model", "model_name", required=True, help="Model preset id or HF config.json path.")
+@click.option("--tp", default="1", show_default=True, help="Tensor-parallel degrees, comma-separated.")
+@click.option("--micro-batch", default="1,2,4", show_default=True, help="Micro-batch sizes, comma-separated.")
+@click.option("--seq-len", default="128", show_default=True, help="Sequence lengths, comma-separated.")
+@click.option("--cp", type=int, default=1, show_default=True)
+@click.option("--ep", type=int, default=1, show_default=True)
+@click.option(
+    "--dtype",
+    type=click.Choice(["fp32", "bf16", "fp16"]),
+    default=None,
+    help="Default: fp32 on cpu, bf16 on cuda.",
+)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option(
+    "--device-id",
+    default=None,
+    help="Device preset id to file the profile under (default: host-cpu, "
+    "or the preset whose name matches the GPU).",
+)
+@click.option("--layers", type=int, default=None, help="Shrink to this many blocks (a quick-look variant).")
+@click.option(
+    "--hidden", type=int, default=None, help="Shrink to this width (heads, FFN, vocab scale along)."
+)
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's).")
+@click.option(
+    "--collectives/--no-collectives",
+    default=False,
+    show_default=True,
+    help="Also run the collective micro-benchmarks (2 processes over gloo/NCCL) and fit alpha-beta.",
+)
+@click.option("--out", "out_dir", required=True, help="Profile folder to write.")
+@click.option("--force", is_flag=True, help="Overwrite an existing profile folder.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def profile_cmd(
+    model_name: str,
+    tp: str,
+    micro_batch: str,
+    seq_len: str,
+    cp: int,
+    ep: int,
+    dtype: str | None,
+    device: str,
+    device_id: str | None,
+    layers: int | None,
+    hidden: int | None,
+    repeats: int,
+    warmup: int,
+    threads: int | None,
+    collectives: bool,
+    out_dir: str,
+    force: bool,
+    quiet: bool,
+) -> None:
+    """Measure forward, backward-input, backward-weight and fused backward of every op kind of a model at
+    every (tp, micro-batch, seq-len) shape on this device; write a profile folder."""
+    from workbench.presets.catalog import load_model
+    from workbench.presets.profile_table import MANIFEST_NAME
+
+    out = Path(out_dir)
+    if (out / MANIFEST_NAME).exists() and not force:
+        raise click.ClickException(f"{out / MANIFEST_NAME} exists; pass --force to overwrite it")
+    base = load_model(model_name)
+    spec = shrink_model(base, num_layers=layers, hidden_size=hidden)
+    shapes_args = (_ints(tp, "--tp"), _ints(micro_batch, "--micro-batch"), _ints(seq_len, "--seq-len"))
+    dtype = dtype or ("fp32" if device == "cpu" else "bf16")
+    from workbench_backends.profile_record import run_profile  # torch is imported from here on
+
+    run_profile(
+        spec,
+        base_model=base.name,
+        model_arg=model_name,
+        shapes_args=shapes_args,
+        cp=cp,
+        ep=ep,
+        dtype=dtype,
+        device=device,
+        device_id=device_id,
+        repeats=repeats,
+        warmup=warmup,
+        threads=threads,
+        collectives=collectives,
+        out=out,
+        force=force,
+        quiet=quiet,
+        overrides={k: v for k, v in (("num_layers", layers), ("hidden_size", hidden)) if v},
+    )
+
+
+@click.command("calibrate")
+@click.option("--profile", "profile_dir", required=True, help="Profile folder (from workbench profile).")
+@click.option("--device", "device_id", required=True, help="Device preset id the profile was measured on.")
+@click.option(
+    "--out", "out_path", default=None, help="Calibration TOML to write (default: <profile>/calibration.toml)."
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing calibration file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the fit as one JSON object.")
+def calibrate_cmd(profile_dir: str, device_id: str, out_path: str | None, force: bool, as_json: bool) -> None:
+    """Fit the analytic backend's matmul efficiency curve (and attention/HBM fractions) of a device to a
+    measured profile; write a calibration file the analytic backend loads; print the error before and after."""
+    from workbench_cli._common import echo_json, output_path, print_table
+
+    from workbench.calibrate import calibrate_device, write_calibration
+    from workbench.presets.profile_table import read_profile
+
+    prof = read_profile(profile_dir)
+    target = output_path(out_path or Path(profile_dir) / "calibration.toml", force=force)
+    fit = calibrate_device(prof, device_id)
+    write_calibration(target, fit)
+    if as_json:
+        echo_json({**fit.summary(), "path": str(target)})
+        return
+    rows = [
+        [
+            r["op"],
+            r["shape"],
+            f"{r['measured_s'] * 1e3:.2f}",
+            f"{r['before_s'] * 1e3:.2f}",
+            f"{r['after_s'] * 1e3:.2f}",
+        ]
+        for r in fit.rows
+    ]
+    print_table(
+        f"Analytic vs measured per op on {fit.device.id}",
+        ["op", "shape", "measured ms", "before ms", "after ms"],
+        rows,
+    )
+    click.echo(
+        f"mean |error| before {fit.error_before_frac:.1%}, after {fit.error_after_frac:.1%}; wrote {target}"
+    )
+
+
+def register(group: click.Group) -> None:
+    group.add_command(profile_cmd)
+    group.add_command(calibrate_cmd)

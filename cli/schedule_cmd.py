@@ -1,0 +1,179 @@
+"""``workbench schedule NAME``: build a pipeline schedule, simulate it and show its bubble and memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from workbench_cli._common import echo_json, output_path, print_table
+
+from workbench.pipeline.schedules import (
+    SCHEDULE_NAMES,
+    Schedule,
+    build_schedule,
+    read_schedule_csv,
+    write_schedule_csv,
+)
+from workbench.pipeline.simulate import SimResult, StageCosts, simulate
+from workbench.pipeline.trace import chrome_trace, write_chrome_trace
+
+
+@click.command("schedule")
+@click.argument("name", type=click.Choice([*SCHEDULE_NAMES, "custom"]))
+@click.option("--pp", type=click.IntRange(min=1), help="Pipeline ranks (read from the CSV with --from-csv).")
+@click.option(
+    "--microbatches", "num_microbatches", type=click.IntRange(min=1), help="Micro-batches per step."
+)
+@click.option(
+    "--vpp", type=click.IntRange(min=1), default=None, help="Stages per rank (default: the schedule's)."
+)
+@click.option(
+    "--from-csv", "from_csv", type=click.Path(dir_okay=False), help="Load a torch/torchtitan CSV schedule."
+)
+@click.option(
+    "--f-time",
+    "f_time",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Forward time of one full pipeline stage.",
+)
+@click.option(
+    "--b-time",
+    "b_time",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="Full backward time of one full pipeline stage.",
+)
+@click.option(
+    "--w-time",
+    "w_time",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Weight-gradient part of the backward (I = b - w).",
+)
+@click.option(
+    "--p2p-time",
+    "p2p_time",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Point-to-point time between stages on different ranks.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write a Chrome/Perfetto trace.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the schedule as CSV.")
+@click.option("--force", is_flag=True, help="Overwrite existing output files.")
+def schedule_cmd(
+    name: str,
+    pp: int | None,
+    num_microbatches: int | None,
+    vpp: int | None,
+    from_csv: str | None,
+    f_time: float,
+    b_time: float,
+    w_time: float,
+    p2p_time: float,
+    as_json: bool,
+    trace_path: str | None,
+    csv_path: str | None,
+    force: bool,
+) -> None:
+    """Per-rank action order, makespan, the three bubble figures and the peak in-flight micro-batches.
+
+    Times are in any one unit (seconds by convention); with vpp stages per rank each stage takes 1/vpp.
+    """
+    schedule = _load(name, pp, num_microbatches, vpp, from_csv)
+    if w_time > b_time:
+        raise click.BadParameter(
+            f"--w-time ({w_time}) must not exceed --b-time ({b_time})", param_hint="--w-time"
+        )
+    trace_out = output_path(trace_path, force=force) if trace_path else None
+    csv_out = output_path(csv_path, force=force) if csv_path else None
+    costs = StageCosts.uniform(
+        num_stages=schedule.num_stages,
+        vpp=schedule.vpp,
+        forward_s=f_time,
+        backward_s=b_time,
+        backward_weight_s=w_time,
+        p2p_s=p2p_time,
+    )
+    result = simulate(schedule, costs)
+    if trace_out is not None:
+        write_chrome_trace(
+            chrome_trace(result.timeline, name=schedule.name, comm=result.comm), trace_out, force=force
+        )
+    if csv_out is not None:
+        write_schedule_csv(schedule, csv_out, force=force)
+    summary = summary_dict(result)
+    if as_json:
+        echo_json(summary)
+        return
+    _print(result, summary)
+
+
+def _load(name: str, pp: int | None, m: int | None, vpp: int | None, from_csv: str | None) -> Schedule:
+    if from_csv:
+        return read_schedule_csv(from_csv, name=name)
+    if name == "custom":
+        raise click.UsageError("NAME 'custom' needs --from-csv PATH")
+    if pp is None or m is None:
+        raise click.UsageError("--pp and --microbatches are required unless --from-csv is given")
+    return build_schedule(name, pp=pp, num_microbatches=m, vpp=vpp)
+
+
+def summary_dict(result: SimResult) -> dict[str, Any]:
+    """The JSON object of ``workbench schedule --json``. ``idle_per_rank`` is each rank's idle time
+    inside its own span (first start to last end); ``idle_of_step_per_rank`` is makespan minus busy."""
+    s = result.schedule
+    return {
+        "name": s.name,
+        "pp": s.pp,
+        "vpp": s.vpp,
+        "num_microbatches": s.num_microbatches,
+        "actions": s.as_text(),
+        "makespan": result.makespan_s,
+        "bubble_fraction_of_step": result.bubble_fraction_of_step,
+        "bubble_over_ideal": result.bubble_over_ideal,
+        "idle_per_rank": list(result.idle_in_span_s),
+        "idle_frac_per_rank": list(result.idle_frac_per_rank),
+        "idle_of_step_per_rank": list(result.idle_s),
+        "busy_per_rank": list(result.busy_s),
+        "peak_inflight_per_rank": list(result.peak_inflight_per_rank),
+        "peak_inflight_chunks_per_rank": list(result.peak_inflight_chunks_per_rank),
+    }
+
+
+def _print(result: SimResult, summary: dict[str, Any]) -> None:
+    s = result.schedule
+    rows = [
+        [
+            r,
+            f"{result.busy_s[r]:.4g}",
+            f"{result.idle_in_span_s[r]:.4g}",
+            f"{result.idle_s[r]:.4g}",
+            f"{result.peak_inflight_per_rank[r]:.3g}",
+            " ".join(summary["actions"][r]),
+        ]
+        for r in range(s.pp)
+    ]
+    print_table(
+        f"{s.name}: pp={s.pp} vpp={s.vpp} m={s.num_microbatches}",
+        ["rank", "busy", "idle in span", "idle of step", "peak in-flight", "actions"],
+        rows,
+    )
+    click.echo(f"makespan: {result.makespan_s:.6g}")
+    click.echo(f"bubble, share of the step (idle / (pp x makespan)): {result.bubble_fraction_of_step:.4f}")
+    click.echo(f"bubble over ideal (idle / busy): {result.bubble_over_ideal:.4f}")
+    click.echo("per-rank idle in its own span: " + ", ".join(f"{x:.4f}" for x in result.idle_frac_per_rank))
+    click.echo(
+        "peak in-flight micro-batches per rank (full-stage units): "
+        + ", ".join(f"{x:g}" for x in result.peak_inflight_per_rank)
+    )
+
+
+def register(group: click.Group) -> None:
+    """Add the ``schedule`` command to the CLI group."""
+    group.add_command(schedule_cmd)

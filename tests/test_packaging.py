@@ -1,0 +1,132 @@
+"""The wheel, installed in a fresh venv outside the checkout, lists every preset and plans.
+
+The wheel is built from a copy of the source tree (so the checkout gets no ``build/`` and no stale file of
+an old layout slips into the wheel). The fresh venv has no pip and no dependencies of its own: the wheel is
+installed with this interpreter's pip (``pip --python``), and a ``.pth`` file appends this environment's
+site-packages for polars, click, rich... A ``.pth`` line is a plain path, so the ``.pth`` files in that
+folder (among them the editable finder of this checkout) are not run: ``workbench`` comes from the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "profiles"
+IMPORT_NAMES = ("workbench", "workbench_cli", "workbench_backends", "workbench_widgets")
+_SKIP_TOP = {"build", "dist", "node_modules"}
+
+pytestmark = pytest.mark.slow
+
+
+def _ignore(folder: str, names: list[str]) -> set[str]:
+    top = Path(folder) == ROOT
+    return {
+        n
+        for n in names
+        if n == "__pycache__"
+        or n.endswith((".pyc", ".egg-info"))
+        or (top and (n.startswith(".") or n in _SKIP_TOP))
+    }
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "WORKBENCH_PROFILES")}
+    env.update(PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", COLUMNS="200", NO_COLOR="1")
+    return env
+
+
+def _run(args: list[str | Path], cwd: Path, timeout_s: float = 120) -> str:
+    proc = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert proc.returncode == 0, f"{args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
+    src = work / "src"
+    shutil.copytree(ROOT, src, ignore=_ignore)
+    out = work / "dist"
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, src],
+        work,
+    )
+    (found,) = out.glob("*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv outside the checkout with the wheel installed; dependencies from this environment."""
+    root = tmp_path_factory.mktemp("venv") / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", root], root.parent)
+    python = root / "bin" / "python"
+    _run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel],
+        root,
+    )
+    site = Path(
+        _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root).strip()
+    )
+    ours = sysconfig.get_paths()
+    deps = dict.fromkeys(p for p in (ours["purelib"], ours["platlib"]) if Path(p) != site)
+    (site / "_workbench_test_deps.pth").write_text("".join(f"{p}\n" for p in deps))
+    return root
+
+
+def test_wheel_has_only_our_import_names_and_every_preset(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == set(IMPORT_NAMES), f"top-level entries of the wheel: {sorted(tops)}"
+    presets = [p.relative_to(PROFILES).as_posix() for p in PROFILES.rglob("*") if p.is_file()]
+    presets = [p for p in presets if "__pycache__" not in p and not p.endswith(".pyc")]
+    missing = sorted(p for p in presets if f"workbench/presets/profiles/{p}" not in names)
+    assert not missing, f"preset files not in the wheel: {missing}"
+
+
+def test_installed_wheel_runs_outside_the_checkout(venv: Path, tmp_path: Path) -> None:
+    python, workbench = venv / "bin" / "python", venv / "bin" / "workbench"
+    where = _run(
+        [
+            python,
+            "-c",
+            "import json, sys, workbench_backends, workbench_cli, workbench_widgets, workbench;"
+            "from workbench.presets.catalog import profiles_dir;"
+            "mods = [workbench, workbench_cli, workbench_backends, workbench_widgets];"
+            "print(json.dumps([m.__file__ for m in mods] + [str(profiles_dir())]))",
+        ],
+        tmp_path,
+    )
+    for path in json.loads(where):
+        assert Path(path).resolve().is_relative_to(venv.resolve()), f"{path} is not the wheel's copy"
+    listings = (
+        ("models", "models", ".json"),
+        ("devices", "hardware", ".toml"),
+        ("clusters", "clusters", ".toml"),
+    )
+    for command, folder, suffix in listings:
+        listed = {row["id"] for row in json.loads(_run([workbench, command, "--json"], tmp_path))}
+        expected = {p.stem for p in (PROFILES / folder).glob(f"*{suffix}")}
+        assert expected and expected <= listed, f"{command}: missing {sorted(expected - listed)}"
+    table = _run([workbench, "models"], tmp_path)
+    assert all(p.stem in table for p in (PROFILES / "models").glob("*.json"))
+    plan = [workbench, "plan", "--model", "llama-3.1-70b", "--cluster", "dgx-h100", "--nodes", "8"]
+    out = _run(plan + ["--seq-len", "8192", "--global-batch", "256"], tmp_path)
+    assert "Best plans" in out and "dp" in out and "tp" in out, out

@@ -1,3 +1,0 @@
-from workbench.cli import main
-
-main()

@@ -1,0 +1,302 @@
+"""Compute costs of one transformer layer: FLOPs and HBM bytes per op, and their roofline time.
+
+Every count is per device, per micro-batch, per layer, for the forward pass, after sharding by tp (heads and
+MLP columns), cp (the sequence: a device holds ``tokens = b * s / cp`` queries and attends to all ``s`` keys)
+and ep (experts). The backward pass is derived per op kind (``op_times``):
+
+- ``matmul`` (a GEMM with a weight): backward-input and backward-weight GEMMs each cost the forward's FLOPs
+  (Narayanan et al. 2021, arXiv:2104.04473, section 5.1: backward = 2x forward).
+- ``attention`` (score and value products, no weight): backward is all input-gradient, 2x forward; with
+  FlashAttention the kernel recomputes the scores, 2.5x forward (Dao 2023, FlashAttention-2: 5 GEMMs
+  backward vs 2 forward).
+- ``memory`` (norms, activations, residuals, softmax, dropout, loss): bandwidth-bound; backward moves 2x the
+  forward bytes.
+
+Causal convention: *model* FLOPs count the full s^2 score products (PaLM appendix B and Megatron eq. 3 both
+do, so does ``ModelSpec.model_flop_per_token``); *executed* FLOPs count half of them when attention is
+fused (FlashAttention skips masked blocks) and all of them on the unfused path, whose softmax and dropout
+also move the b*a*s^2 scores through HBM.
+
+Time per op is a roofline (Williams et al. 2009): ``max(flop / (peak * eff(flop)), bytes / (hbm * hbm_frac))``
+where ``eff`` is the device's matmul efficiency curve over the op's FLOPs (Calculon, Isaev et al. SC23).
+
+Vectorisation contract: every function here takes Python scalars or numpy arrays for the plan-dependent
+inputs (``tokens``, ``seq_len``, ``tp``, ``sequence_parallel``, ``ep``) and broadcasts elementwise; branches on
+plan fields use ``np.where``. Model and device fields are scalars (the planner screens one model on one
+device at a time). The analytic backend and the planner call these same functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from workbench.specs.hardware import DeviceSpec
+from workbench.specs.model import AttentionKind, ModelSpec
+
+Array = Any
+"""A float, an int or a numpy array (broadcast elementwise)."""
+
+UNFUSED_SCORE_PASSES = 6.0
+"""HBM passes over the b*a*s^2 score tensor per forward on the unfused path: the score GEMM writes it (1),
+scale-mask-softmax reads and writes it (2), dropout reads it and writes output and mask (2.5, the mask is
+1 byte), the value GEMM reads it (0.5 counted with the mask rounding). Korthikanti et al. 2022 section 4.1
+lists the same tensors for memory (2 + 1 + 2 bytes per score)."""
+
+
+class Op(NamedTuple):
+    """One forward op of a layer on one device: ``kind`` is matmul, attention or memory."""
+
+    name: str
+    kind: str
+    flop: Array
+    bytes: Array
+    gemm_flop: Array = None
+    """FLOPs of one GEMM of the op, the size the efficiency curve is read at (None: ``flop``)."""
+
+
+def matmul_efficiency_frac(flop: Array, points: tuple[tuple[float, float], ...]) -> Array:
+    """Fraction of the dense peak a GEMM of ``flop`` FLOPs reaches: linear in log10(flop) between the
+    (flop, fraction) points, flat beyond the ends (Calculon's efficiency-vs-size idea)."""
+    xs = np.log10([p[0] for p in points])
+    fs = np.array([p[1] for p in points])
+    return np.interp(np.log10(np.maximum(flop, 1.0)), xs, fs)
+
+
+def roofline_time_s(
+    flop: Array, bytes_moved: Array, *, peak_flop_per_s: float, efficiency_frac: Array, hbm_bytes_per_s: float
+) -> Array:
+    """``max(flop / (peak * efficiency), bytes / hbm_bytes_per_s)``: the roofline (Williams et al. 2009).
+    ``hbm_bytes_per_s`` is the achievable bandwidth (peak times the device's hbm efficiency)."""
+    return np.maximum(flop / (peak_flop_per_s * efficiency_frac), bytes_moved / hbm_bytes_per_s)
+
+
+def attention_ops(
+    model: ModelSpec, *, tokens: Array, seq_len: Array, tp: Array, act_bytes: float, flash: bool
+) -> list[Op]:
+    """Projections and the attention core of one layer (MHA/GQA, or MLA with its low-rank projections,
+    DeepSeek-V2 arXiv:2405.04434 eqs. 1-14). ``tokens`` = b*s/cp on this device, ``seq_len`` the keys."""
+    h, a = model.hidden_size, model.num_attention_heads
+    dqk, dv = model.qk_head_dim, model.value_head_dim
+    if model.attention is AttentionKind.MLA:
+        r_q, r_kv, rope = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim
+        q_down = h * r_q if r_q else 0
+        q_up = (r_q if r_q else h) * a * dqk
+        kv_down = h * (r_kv + rope)
+        kv_up = r_kv * a * (model.qk_nope_head_dim + dv)
+        proj_w, proj_out = (q_down + kv_down) / tp + (q_up + kv_up) / tp, (a * dqk + a * (dqk + dv)) / tp
+    else:
+        q_w, kv_w = a * model.head_dim, model.num_key_value_heads * model.head_dim
+        proj_w, proj_out = h * (q_w + 2 * kv_w) / tp, (q_w + 2 * kv_w) / tp
+    ops = [Op("qkv_proj", "matmul", 2.0 * tokens * proj_w, act_bytes * (tokens * (h + proj_out) + proj_w))]
+    score_flop = 2.0 * tokens * seq_len * a * (dqk + dv) / tp
+    core_bytes = act_bytes * tokens * a * (2 * dqk + 2 * dv) / tp
+    if flash:
+        ops.append(Op("attention_core", "attention", 0.5 * score_flop, core_bytes))
+    else:
+        ops.append(Op("attention_core", "attention", score_flop, core_bytes))
+        scores = tokens * seq_len * a / tp
+        ops.append(Op("softmax_dropout", "memory", 0.0, UNFUSED_SCORE_PASSES * act_bytes * scores))
+    out_w = a * dv * h / tp
+    ops.append(
+        Op("out_proj", "matmul", 2.0 * tokens * out_w, act_bytes * (tokens * (a * dv / tp + h) + out_w))
+    )
+    return ops
+
+
+def mlp_ops(
+    model: ModelSpec,
+    *,
+    tokens: Array,
+    tp: Array,
+    ep: Array,
+    act_bytes: float,
+    moe_layer: bool,
+    capacity_factor: float = 1.0,
+) -> list[Op]:
+    """The dense MLP, or an MoE block: router, top-k routed experts (times the capacity factor) and shared
+    experts (DeepSeekMoE). Expert work per device is tokens*k/tp whatever the ep/etp split (balanced routing)."""
+    h, n_mat = model.hidden_size, (3 if model.gated_mlp else 2)
+    if not moe_layer:
+        f = model.ffn_hidden_size
+        w = n_mat * h * f / tp
+        return [
+            Op(
+                "mlp",
+                "matmul",
+                2.0 * tokens * w,
+                act_bytes * (tokens * (2 * h + n_mat * f / tp) + w),
+                gemm_flop=2.0 * tokens * h * f / tp,
+            )
+        ]
+    f, e, k = model.moe_ffn_hidden_size, model.num_experts, model.experts_per_token
+    routed = tokens * k * capacity_factor / tp
+    per_expert_tokens = routed * ep / e
+    w_local = n_mat * h * f * e / ep
+    ops = [
+        Op("router", "matmul", 2.0 * tokens * h * e / tp, act_bytes * tokens * (h + e) / tp),
+        Op(
+            "experts",
+            "matmul",
+            2.0 * routed * n_mat * h * f,
+            act_bytes * (routed * (2 * h + n_mat * f) + w_local),
+            gemm_flop=2.0 * per_expert_tokens * h * f,
+        ),
+    ]
+    if model.num_shared_experts:
+        ws = model.num_shared_experts * n_mat * h * f / tp
+        ops.append(
+            Op(
+                "shared_experts",
+                "matmul",
+                2.0 * tokens * ws,
+                act_bytes * (tokens * (2 * h + model.num_shared_experts * n_mat * f / tp) + ws),
+                gemm_flop=2.0 * tokens * h * f * model.num_shared_experts / tp,
+            )
+        )
+    return ops
+
+
+def elementwise_op(
+    model: ModelSpec,
+    *,
+    tokens: Array,
+    tp: Array,
+    sequence_parallel: Array,
+    act_bytes: float,
+    dropout: bool,
+    moe_layer: bool,
+) -> Op:
+    """Norms (read+write), two residual adds (2 reads, 1 write), the MLP activation (gated: 2 reads, 1 write)
+    and dropout (read, write, 1-byte mask) of one layer. Parts outside the tp region are split only with
+    sequence parallelism (Korthikanti et al. 2022, section 4.2.2)."""
+    h = model.hidden_size
+    f = model.moe_ffn_hidden_size * model.experts_per_token if moe_layer else model.ffn_hidden_size
+    outside = (2 * 2 + 2 * 3 + (2 * 2.5 if dropout else 0.0)) * h
+    inside = (3 if model.gated_mlp else 2) * f
+    split = np.where(sequence_parallel, tp, 1)
+    return Op("norms_elementwise", "memory", 0.0, act_bytes * tokens * (outside / split + inside / tp))
+
+
+def layer_ops(
+    model: ModelSpec,
+    *,
+    tokens: Array,
+    seq_len: Array,
+    tp: Array = 1,
+    ep: Array = 1,
+    sequence_parallel: Array = False,
+    act_bytes: float = 2.0,
+    flash: bool = True,
+    dropout: bool = False,
+    moe_layer: bool = False,
+    capacity_factor: float = 1.0,
+) -> list[Op]:
+    """All forward ops of one transformer block on one device for one micro-batch."""
+    ops = attention_ops(model, tokens=tokens, seq_len=seq_len, tp=tp, act_bytes=act_bytes, flash=flash)
+    ops += mlp_ops(
+        model,
+        tokens=tokens,
+        tp=tp,
+        ep=ep,
+        act_bytes=act_bytes,
+        moe_layer=moe_layer,
+        capacity_factor=capacity_factor,
+    )
+    ops.append(
+        elementwise_op(
+            model,
+            tokens=tokens,
+            tp=tp,
+            sequence_parallel=sequence_parallel,
+            act_bytes=act_bytes,
+            dropout=dropout,
+            moe_layer=moe_layer,
+        )
+    )
+    return ops
+
+
+def head_ops(model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float) -> list[Op]:
+    """Last stage: final norm, LM head GEMM (vocab split over tp) and the fp32 softmax cross-entropy, which
+    reads and writes the logits about 3 times in fp32 (Megatron's vocab-parallel cross-entropy)."""
+    h, v = model.hidden_size, model.vocab_size
+    w = h * v / tp
+    return [
+        Op("lm_head", "matmul", 2.0 * tokens * w, act_bytes * (tokens * (h + v / tp) + w)),
+        Op("loss", "memory", 0.0, 3 * 4.0 * tokens * v / tp + act_bytes * tokens * h * 2),
+    ]
+
+
+def embedding_ops(model: ModelSpec, *, tokens: Array, act_bytes: float) -> list[Op]:
+    """First stage: the embedding gather (one row read and written per token)."""
+    return [Op("embedding", "memory", 0.0, 2 * act_bytes * tokens * model.hidden_size)]
+
+
+class OpTimes(NamedTuple):
+    """Seconds per device for one micro-batch through a list of ops."""
+
+    fwd_s: Array
+    bwd_input_s: Array
+    bwd_weight_s: Array
+    attention_core_fwd_s: Array
+    """Forward time of the attention core (what selective recompute repeats)."""
+    fwd_flop: Array
+    """Executed forward FLOPs (hardware FLOPs, causal half when fused)."""
+
+
+def op_times(
+    ops: list[Op],
+    device: DeviceSpec,
+    *,
+    peak_flop_per_s: float,
+    flash_frac: float,
+    flash: bool,
+    matmul_scale: float = 1.0,
+) -> OpTimes:
+    """Roofline time of each op, summed into forward, backward-input and backward-weight parts (see the
+    module docstring for the backward rules). ``matmul_scale`` multiplies the matmul efficiency (FP8)."""
+    hbm = device.hbm_bytes_per_s * device.hbm_efficiency_frac
+    fwd = bwd_i = bwd_w = core = flop = 0.0
+    for op in ops:
+        size = op.flop if op.gemm_flop is None else op.gemm_flop
+        if op.kind == "matmul":
+            eff = matmul_efficiency_frac(size, device.matmul_efficiency) * matmul_scale
+        elif op.kind == "attention" and flash:
+            eff = flash_frac
+        else:
+            eff = matmul_efficiency_frac(size, device.matmul_efficiency)
+        t = roofline_time_s(
+            op.flop, op.bytes, peak_flop_per_s=peak_flop_per_s, efficiency_frac=eff, hbm_bytes_per_s=hbm
+        )
+        fwd = fwd + t
+        flop = flop + op.flop
+        if op.kind == "matmul":
+            bwd_i, bwd_w = bwd_i + t, bwd_w + t
+        elif op.kind == "attention":
+            bwd_i = bwd_i + t * (2.5 if flash else 2.0)
+            core = core + t
+        else:
+            bwd_i = bwd_i + 2 * t
+            if op.name == "softmax_dropout":
+                core = core + t
+    return OpTimes(fwd, bwd_i, bwd_w, core, flop)
+
+
+def megatron_flop_per_iteration(
+    *,
+    global_batch_size: Array,
+    seq_len: Array,
+    num_layers: int,
+    hidden_size: int,
+    vocab_size: int,
+    recompute_full: Array = True,
+) -> Array:
+    """FLOPs of one iteration of a GPT model, Narayanan et al. 2021 (arXiv:2104.04473) eq. 3:
+    96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with full activation recomputation (4 forward-equivalents of the
+    layers, 3 of the LM head); without it 72 B s l h^2 (1 + s/(6h) + V/(12 l h))."""
+    b, s, l_, h, v = global_batch_size, seq_len, num_layers, hidden_size, vocab_size
+    with_rc = 96.0 * b * s * l_ * h**2 * (1 + s / (6 * h) + v / (16 * l_ * h))
+    without = 72.0 * b * s * l_ * h**2 * (1 + s / (6 * h) + v / (12 * l_ * h))
+    return np.where(recompute_full, with_rc, without)

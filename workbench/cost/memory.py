@@ -1,0 +1,156 @@
+"""Memory per device: weights, gradients, optimizer states, activations, buffers (bytes).
+
+Model states (Rajbhandari et al. 2020, ZeRO, arXiv:1910.02054, section 3.1; Megatron-LM distributed
+optimizer docs): mixed precision keeps a ``param_bytes`` copy of every weight (2 for bf16/fp16/fp8 runs), a
+gradient buffer of ``grad_bytes`` (Megatron accumulates in fp32: 4), and Adam's fp32 master weights and two
+moments (12 bytes; SGD with momentum: 8). Megatron counts 2 + 4 + 12 = 18 bytes per parameter, or
+6 + 12/dp with the distributed optimizer (= ZeRO-1). ZeRO stage >= 1 shards the optimizer states over the
+data-parallel group, >= 2 also the gradients, 3 also the weights. Expert weights shard over the
+expert-data-parallel group ``dp*cp*tp/ep``.
+
+Activations per layer per micro-batch follow Korthikanti et al. 2022 (arXiv:2205.05198), section 4 and
+Table 2: ``s b h (34 + 5 a s / h)`` bytes for a GPT layer with 16-bit activations and dropout, of which
+``10 s b h`` lie outside the tensor-parallel region (split only with sequence parallelism), ``24 s b h`` and
+the ``5 a s^2 b`` score tensors inside it; selective recompute drops the score tensors; full recompute keeps
+only the layer input ``2 s b h``. Here the 34 is derived from the layer's shapes (GQA/MLA widths, gated MLP,
+MoE top-k, dropout on or off) so that it reduces to Korthikanti's numbers for GPT; FlashAttention keeps no
+s^2 tensor, only a 4-byte log-sum-exp per head and token.
+
+All functions take scalars or numpy arrays for plan fields and broadcast elementwise. Recompute is coded
+``RECOMPUTE_CODES`` (none 0, selective 1, full 2) so that it vectorises with ``np.where``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from workbench.specs.model import AttentionKind, ModelSpec
+
+Array = Any
+
+RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+
+
+class StateBytes(NamedTuple):
+    parameters_bytes: Array
+    gradients_bytes: Array
+    optimizer_states_bytes: Array
+
+
+def model_state_bytes(
+    *,
+    num_params: Array,
+    dp: Array,
+    zero_stage: Array,
+    param_bytes: float = 2.0,
+    grad_bytes: float = 4.0,
+    optimizer_bytes: float = 12.0,
+) -> StateBytes:
+    """Weights, gradients and optimizer states of ``num_params`` local parameters sharded over ``dp`` ranks
+    by ZeRO stage: stage >= 1 divides the optimizer states, >= 2 the gradients, 3 the weights (ZeRO, sec. 5)."""
+    opt = optimizer_bytes * num_params / np.where(zero_stage >= 1, dp, 1)
+    grads = grad_bytes * num_params / np.where(zero_stage >= 2, dp, 1)
+    params = param_bytes * num_params / np.where(zero_stage >= 3, dp, 1)
+    return StateBytes(params, grads, opt)
+
+
+class ActivationParts(NamedTuple):
+    """Bytes per token of one layer's saved activations (16-bit values, 1-byte dropout masks)."""
+
+    outside_tp: float
+    """Norm inputs, block inputs and dropout masks: replicated over tp unless sequence parallel."""
+    inside_tp: float
+    """Q, K, V, attention output, MLP hidden: split over tp."""
+    scores_per_key: float
+    """Bytes per (token, key) of the unfused attention scores over all heads (0 with FlashAttention)."""
+    weight_grad_inputs: float
+    """Part of outside + inside that the weight-gradient pass still needs (the GEMM inputs)."""
+    layer_input: float
+    """The layer's input, all that full recompute keeps (replicated over tp unless sequence parallel)."""
+    op_sac_inside: float = 0.0
+    """Per-op selective checkpointing (torchtitan): attention output and log-sum-exp plus every second
+    matmul output, inside the tp region (the layer input is kept as well)."""
+
+
+def activation_parts(
+    model: ModelSpec,
+    *,
+    flash: bool,
+    dropout: bool,
+    act_bytes: float = 2.0,
+    moe_layer: bool = False,
+    capacity_factor: float = 1.0,
+) -> ActivationParts:
+    """Korthikanti et al. 2022 section 4.1, generalised to GQA/MLA, gated MLPs and MoE (see module doc)."""
+    h, a = model.hidden_size, model.num_attention_heads
+    kv = a if model.attention is AttentionKind.MLA else model.num_key_value_heads
+    dqk, dv = model.qk_head_dim, model.value_head_dim
+    drop = 1.0 if dropout else 0.0
+    outside = act_bytes * (h + h + 2 * h) + drop * 2 * h  # QKV input, MLP input, two norm inputs, 2 masks
+    attn = act_bytes * (a * dqk + kv * dqk + kv * dv + a * dv) + (0.0 if not flash else 4.0 * a)
+    n_mat = 3 if model.gated_mlp else 2
+    if moe_layer:
+        f = model.moe_ffn_hidden_size
+        k = model.experts_per_token * capacity_factor
+        mlp = act_bytes * (
+            k * (h + 2 * (n_mat - 1) * f + f) + model.num_shared_experts * (2 * (n_mat - 1) + 1) * f
+        )
+        mlp += 4.0 * model.num_experts  # fp32 router logits
+    else:
+        mlp = act_bytes * (2 * (n_mat - 1) + (1 if model.gated_mlp else 0)) * model.ffn_hidden_size
+    scores = 0.0 if flash else a * (act_bytes + drop * (1 + act_bytes))
+    wgrad = act_bytes * (2 * h + a * dv) + act_bytes * (
+        model.moe_ffn_hidden_size * model.experts_per_token if moe_layer else model.ffn_hidden_size
+    )
+    proj_out = act_bytes * (a * dqk + kv * dqk + kv * dv) + act_bytes * h
+    mm_out = (mlp - (4.0 * model.num_experts if moe_layer else 0.0)) * 2 / 3 + proj_out
+    op_sac = act_bytes * a * dv + 4.0 * a + 0.5 * mm_out
+    return ActivationParts(outside, attn + mlp, scores, wgrad, act_bytes * h, op_sac)
+
+
+def layer_activation_bytes(
+    parts: ActivationParts,
+    *,
+    tokens: Array,
+    seq_len: Array,
+    tp: Array,
+    sequence_parallel: Array,
+    recompute: Array,
+    selective_op: bool = False,
+) -> Array:
+    """Saved activations of one layer for one micro-batch on one device (``tokens`` = b s / cp; ``seq_len``
+    the keys each query sees). Recompute codes: 0 none, 1 selective (no score tensors; with ``selective_op``
+    torchtitan's per-op SAC), 2 full (layer input only): Korthikanti et al. 2022 Table 2."""
+    split_out = np.where(sequence_parallel, tp, 1)
+    kept = parts.outside_tp / split_out + parts.inside_tp / tp
+    scores = parts.scores_per_key * seq_len / tp
+    full = parts.layer_input / split_out
+    selective = full + parts.op_sac_inside / tp if selective_op else kept
+    return tokens * np.select([recompute == 0, recompute == 1], [kept + scores, selective], full)
+
+
+def recompute_working_bytes(
+    parts: ActivationParts,
+    *,
+    tokens: Array,
+    seq_len: Array,
+    tp: Array,
+    sequence_parallel: Array,
+    recompute: Array,
+) -> Array:
+    """Transient memory of recomputing one layer during the backward pass (full recompute: the whole layer's
+    activations of one micro-batch; selective: the score tensors of one layer)."""
+    split_out = np.where(sequence_parallel, tp, 1)
+    whole = tokens * (
+        parts.outside_tp / split_out + parts.inside_tp / tp + parts.scores_per_key * seq_len / tp
+    )
+    sel = tokens * parts.scores_per_key * seq_len / tp
+    return np.select([recompute == 2, recompute == 1], [whole, sel], 0.0)
+
+
+def logits_bytes(model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float = 2.0) -> Array:
+    """Last stage: logits of one micro-batch in 16 bits, their fp32 upcast for the loss and its fp32
+    gradient, alive together at the start of the backward (vocab split over tp)."""
+    return tokens * model.vocab_size / tp * (act_bytes + 4.0 + 4.0)

@@ -1,0 +1,415 @@
+"""The step model on arrays: every cost of a training step outside the pipeline schedule, one code path.
+
+Plans are columns (``Cols``): numpy arrays, or 0-d arrays for a single plan, of tp, cp, pp, dp, ep, vpp,
+micro_batch_size, zero_stage, recompute_code (index into ``RECOMPUTE_CODES``), sequence_parallel and
+num_microbatches, optionally with the group strides tp_stride, cp_stride, dp_stride and pp_stride (default:
+Megatron's rank order, tp innermost, then cp, dp, pp; see :mod:`workbench.cost.placement`). What a pipeline
+stage or rank holds is a ``Holdings`` dict (dense and MoE layer counts, embedding and LM-head flags) that
+broadcasts against the columns: the full estimate passes one plan and arrays over its stages and ranks, the
+planner's screen millions of plans and their first or last rank. Both tiers call these functions and
+nothing else for compute, exposed tp/cp/ep/ZeRO-3 communication, the pipeline hop, the data-parallel
+reduction, the optimizer step and every memory part; they differ only in the pipeline term (simulated
+schedule vs closed forms of :mod:`workbench.pipeline.bubble` and :mod:`workbench.pipeline.peak`).
+
+Sources: ZeRO sharding and its communication (Rajbhandari et al. 2020, arXiv:1910.02054, sections 5.1-5.3);
+Megatron's pipeline hop of 1/tp of the activations (Narayanan et al. 2021, arXiv:2104.04473, section 4.1);
+Adam's HBM traffic per parameter (read fp32 gradient, read and write fp32 master weight and both moments,
+write the 16-bit weight: 4 + 24 + 2 bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from workbench.cost.comm import all_gather_s, all_reduce_s, p2p_s, reduce_scatter_s
+from workbench.cost.layer import ACT_BYTES, EdgeCosts, LayerCosts, dtype_bytes, edge_costs, layer_costs
+from workbench.cost.memory import (
+    RECOMPUTE_CODES,
+    ActivationParts,
+    activation_parts,
+    layer_activation_bytes,
+    logits_bytes,
+    model_state_bytes,
+    recompute_working_bytes,
+)
+from workbench.cost.placement import axis_stride
+
+if TYPE_CHECKING:
+    from workbench.presets.calibration import Calibration
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import Optimizer, ParallelPlan, Workload
+
+Array = Any
+Cols = Mapping[str, Array]
+Holdings = dict[str, Array]
+"""dense, moe: layer counts; embedding, head: 0/1 (or bool) flags. Arrays broadcast against ``Cols``."""
+
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+"""HBM traffic of one Adam step per locally owned parameter, bytes (see the module docstring)."""
+
+STATE_COLUMNS = ("parameters_bytes", "gradients_bytes", "optimizer_states_bytes")
+
+
+def optimizer_state_bytes_per_param(optimizer: Optimizer | str, *, master_weights: bool = True) -> float:
+    """Optimizer-state bytes per parameter: fp32 master weight plus two (AdamW) or one (SGD with momentum)
+    fp32 moments (ZeRO section 3.1: K = 12 for mixed-precision Adam); without master weights 4 less."""
+    base = 12.0 if str(optimizer) == "adamw" else 8.0
+    return base if master_weights else base - 4.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepContext:
+    """What does not change from plan to plan: the model, cluster, workload and calibration, and what they
+    imply (bytes per weight, optimizer-state bytes, activation sizes per token, achievable HBM bandwidth)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    cal: Calibration
+    param_bytes: float
+    optimizer_bytes: float
+    dense_parts: ActivationParts
+    moe_parts: ActivationParts
+    """The MoE layer's parts (the dense layer's for a dense model)."""
+    hbm_bytes_per_s: float
+
+    @classmethod
+    def build(
+        cls, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cal: Calibration
+    ) -> StepContext:
+        parts = {"flash": cal.flash_attention, "dropout": cal.dropout, "act_bytes": ACT_BYTES}
+        dense = activation_parts(model, **parts)
+        moe = (
+            activation_parts(model, moe_layer=True, capacity_factor=cal.capacity_factor, **parts)
+            if model.is_moe
+            else dense
+        )
+        device = cal.device(cluster.device)
+        return cls(
+            model=model,
+            cluster=cluster,
+            workload=workload,
+            cal=cal,
+            param_bytes=dtype_bytes(workload.dtype),
+            optimizer_bytes=optimizer_state_bytes_per_param(
+                workload.optimizer, master_weights=cal.master_weights
+            ),
+            dense_parts=dense,
+            moe_parts=moe,
+            hbm_bytes_per_s=device.hbm_bytes_per_s * device.hbm_efficiency_frac,
+        )
+
+
+def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray]:
+    """One plan as 0-d columns, with the strides of its ``rank_order``."""
+    cols = {
+        "tp": plan.tp,
+        "cp": plan.cp,
+        "pp": plan.pp,
+        "dp": plan.dp,
+        "ep": plan.ep,
+        "vpp": plan.vpp,
+        "micro_batch_size": plan.micro_batch_size,
+        "zero_stage": plan.zero_stage,
+        "recompute_code": RECOMPUTE_CODES[plan.recompute.value],
+        "sequence_parallel": plan.sequence_parallel,
+        "num_microbatches": plan.num_microbatches(workload),
+        "num_devices": plan.num_devices,
+        **{f"{a}_stride": axis_stride(plan, a) for a in ("tp", "cp", "dp", "pp")},
+    }
+    return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def strides(cols: Cols) -> dict[str, Array]:
+    """Rank distance between neighbours of the tp, cp, dp and pp groups, and of the joint dp*cp group that
+    ZeRO shards over (it starts at cp's stride when cp > 1)."""
+    tp, cp, dp = cols["tp"], cols["cp"], cols["dp"]
+    out = {
+        "tp": cols.get("tp_stride", 1),
+        "cp": cols.get("cp_stride", tp),
+        "dp": cols.get("dp_stride", tp * cp),
+        "pp": cols.get("pp_stride", tp * cp * dp),
+    }
+    out["dpcp"] = np.where(cp > 1, out["cp"], out["dp"])
+    return out
+
+
+def tokens(ctx: StepContext, cols: Cols) -> Array:
+    """Tokens of one micro-batch on one device: micro_batch_size * seq_len / cp."""
+    return cols["micro_batch_size"] * ctx.workload.seq_len / cols["cp"]
+
+
+def _stage_position(num_stages: Array, stage: Array) -> Array:
+    """Rank of ``stage`` in the order that receives the remainder layers: middle stages nearest the centre
+    first (the lower one first on a tie), then the first stage, then the last."""
+    d = np.abs(2 * stage - (num_stages - 1))
+    middle = np.maximum(d - 1, 0) + (num_stages - 1 - stage < stage)
+    edge = np.maximum(num_stages - 2, 0) + (stage == num_stages - 1) * (num_stages > 1)
+    return np.where((stage == 0) | (stage == num_stages - 1), edge, middle)
+
+
+def stage_holdings(model: ModelSpec, num_stages: Array, stage: Array) -> Holdings:
+    """What pipeline ``stage`` of ``num_stages`` holds, elementwise. Layers go in order (dense-first layers on
+    the first stages); when the stages do not divide the layers, the remainder goes one each to the middle
+    stages nearest the centre, sparing the first and the last (embedding and LM head), as Megatron-LM's uneven
+    split does."""
+    base, extra = np.divmod(model.num_layers, num_stages)
+    count = base + (_stage_position(num_stages, stage) < extra)
+    start = stage * base
+    top = int(np.max(np.where(extra > 0, stage, 0))) if np.size(stage) else 0
+    for t in range(top):  # stages before ``stage`` that took a remainder layer
+        start = start + ((t < stage) & (_stage_position(num_stages, t) < extra))
+    dense = np.clip(model.num_layers - model.num_moe_layers - start, 0, count)
+    return {"dense": dense, "moe": count - dense, "embedding": stage == 0, "head": stage == num_stages - 1}
+
+
+def rank_holdings(model: ModelSpec, *, pp: Array, vpp: Array, v_shape: Array, rank: Array) -> Holdings:
+    """What pipeline ``rank`` holds: stages r, r+p, ... (looping placement) or r and 2p-1-r (V placement)."""
+    out: Holdings = {"dense": 0, "moe": 0, "embedding": False, "head": False}
+    for k in range(int(np.max(vpp)) if np.size(vpp) else 0):
+        stage = np.where(v_shape, np.where(k == 0, rank, 2 * pp - 1 - rank), rank + k * pp)
+        held = k < vpp
+        one = stage_holdings(model, pp * vpp, np.where(held, stage, 0))
+        out = {
+            "dense": out["dense"] + np.where(held, one["dense"], 0),
+            "moe": out["moe"] + np.where(held, one["moe"], 0),
+            "embedding": out["embedding"] | (held & one["embedding"]),
+            "head": out["head"] | (held & one["head"]),
+        }
+    return out
+
+
+class LayerPair(NamedTuple):
+    """Per-layer costs of the model's dense and MoE layers (None for a dense model) and its edges."""
+
+    dense: LayerCosts
+    moe: LayerCosts | None
+    edges: EdgeCosts
+
+
+def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
+    """Seconds per micro-batch of one dense layer, one MoE layer, the embedding and the LM head."""
+    s, tok = strides(cols), tokens(ctx, cols)
+    kw: dict[str, Any] = {
+        "dtype": ctx.workload.dtype,
+        "tokens": tok,
+        "seq_len": ctx.workload.seq_len,
+        "tp": cols["tp"],
+        "cp": cols["cp"],
+        "ep": cols["ep"],
+        "sequence_parallel": cols["sequence_parallel"],
+        "recompute": cols["recompute_code"],
+        "tp_stride": s["tp"],
+        "cp_stride": s["cp"],
+    }
+    dense = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=False, **kw)
+    moe = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=True, **kw) if ctx.model.is_moe else None
+    edges = edge_costs(ctx.model, ctx.cluster, ctx.cal, dtype=ctx.workload.dtype, tokens=tok, tp=cols["tp"])
+    return LayerPair(dense, moe, edges)
+
+
+def mean_layer_compute_s(model: ModelSpec, pair: LayerPair) -> Array:
+    """Mean F + I + W seconds of one layer over the model's dense and MoE layers."""
+    d = pair.dense.compute_f_s + pair.dense.compute_i_s + pair.dense.compute_w_s
+    m = pair.moe.compute_f_s + pair.moe.compute_i_s + pair.moe.compute_w_s if pair.moe is not None else 0.0
+    return ((model.num_layers - model.num_moe_layers) * d + model.num_moe_layers * m) / model.num_layers
+
+
+def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: Array) -> tuple[Array, Array]:
+    """ZeRO-3 exposed communication per layer and micro-batch (forward, backward): all-gather the layer's
+    weights forward and again backward, reduce-scatter its gradients (ZeRO section 5.3), exposed beyond the
+    calibration's overlap share and beyond the compute it prefetches behind (a third of ``layer_compute_s``
+    forward, two thirds backward). 0 without ZeRO-3 or with dp*cp = 1."""
+    model, cal = ctx.model, ctx.cal
+    n, stride = cols["dp"] * cols["cp"], strides(cols)["dpcp"]
+    layer_bytes = model.layer_parameters(model.num_layers - 1) / cols["tp"] * ctx.param_bytes
+    eff = cal.collective_efficiency_frac
+    ag = all_gather_s(ctx.cluster, layer_bytes, n, stride, eff)
+    rs = reduce_scatter_s(
+        ctx.cluster, layer_bytes / ctx.param_bytes * cal.grad_bytes_per_param, n, stride, eff
+    )
+    keep = 1 - cal.fsdp_comm_overlap_frac
+    on = (cols["zero_stage"] >= 3) & (n > 1)
+    f = np.maximum(ag * keep, ag - layer_compute_s / 3)
+    b = np.maximum((ag + rs) * keep, ag + rs - 2 * layer_compute_s / 3)
+    return np.where(on, f, 0.0), np.where(on, b, 0.0)
+
+
+def share_s(pair: LayerPair, held: Holdings, fsdp: tuple[Array, Array]) -> dict[str, Array]:
+    """Seconds per micro-batch of what ``held`` holds: f, i, w (each action's time, exposed communication
+    folded in), compute (F + I + W without communication) and the exposed tp, cp, ep and fsdp parts."""
+    nd, nm, emb, head = held["dense"], held["moe"], held["embedding"], held["head"]
+    dense, moe, edges = pair
+
+    def both(name: str) -> Array:
+        return nd * getattr(dense, name) + (nm * getattr(moe, name) if moe is not None else 0.0)
+
+    comp_f = both("compute_f_s") + emb * edges.embedding_f_s + head * edges.head_f_s
+    comp_i = both("compute_i_s") + emb * edges.embedding_b_s + head * edges.head_i_s
+    comp_w = both("compute_w_s") + head * edges.head_w_s
+    comm_f = {k: both(f"{k}_f_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp[0]}
+    comm_b = {k: both(f"{k}_b_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp[1]}
+    return {
+        "f": comp_f + sum(comm_f.values()),
+        "i": comp_i + sum(comm_b.values()),
+        "w": comp_w,
+        "compute": comp_f + comp_i + comp_w,
+        **{k: comm_f[k] + comm_b[k] for k in comm_f},
+    }
+
+
+def pp_hop_s(ctx: StepContext, cols: Cols) -> Array:
+    """One activation (or gradient) transfer between pipeline stages: 1/tp of the micro-batch's hidden
+    states (Megatron's scatter-gather). The simulator and the closed forms take one time for every hop, so
+    the slowest one sets it: the level that joins the first and the last pipeline rank. 0 where pp = 1."""
+    payload = tokens(ctx, cols) * ctx.model.hidden_size * ACT_BYTES / cols["tp"]
+    span = strides(cols)["pp"] * np.maximum(cols["pp"] - 1, 1)
+    hop = p2p_s(ctx.cluster, payload, span, ctx.cal.collective_efficiency_frac)
+    return np.where(cols["pp"] > 1, hop, 0.0)
+
+
+def expert_tp(cols: Cols) -> Array:
+    """Expert tensor-parallel degree: 1 when ep > 1 (Megatron-Core's usual setting), else tp."""
+    return np.where(cols["ep"] > 1, 1, cols["tp"])
+
+
+def params_held(ctx: StepContext, cols: Cols, held: Holdings) -> tuple[Array, Array]:
+    """(non-expert, expert) parameters one device holds for ``held``: non-expert weights split over tp,
+    experts over ep times the expert tp."""
+    model = ctx.model
+    experts_layer = model.num_experts * model.mlp_parameters(model.moe_ffn_hidden_size) if model.is_moe else 0
+    moe_other = model.layer_parameters(model.num_layers - 1) - experts_layer if model.is_moe else 0
+    head_params = model.lm_head_parameters() + (model.embedding_parameters() if model.tied_embeddings else 0)
+    dense = (
+        held["dense"] * model.layer_parameters(0)
+        + held["moe"] * moe_other
+        + held["embedding"] * model.embedding_parameters()
+        + held["head"] * head_params
+    ) / cols["tp"]
+    return dense * 1.0, held["moe"] * experts_layer / (cols["ep"] * expert_tp(cols))
+
+
+def _expert_dp(cols: Cols) -> Array:
+    """Expert-data-parallel degree: dp*cp*tp / (ep * expert tp), at least 1."""
+    return np.maximum(cols["dp"] * cols["cp"] * cols["tp"] // (cols["ep"] * expert_tp(cols)), 1)
+
+
+def dp_comm_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
+    """Exposed gradient reduction after the last backward, seconds: ZeRO 0 all-reduces the gradients, 1-2
+    reduce-scatter them and all-gather the updated weights, 3 does its work per layer (``fsdp_layer_s``);
+    over dp*cp for non-expert weights and the expert-data-parallel group for experts; the calibration's
+    overlap share is hidden."""
+    cal, s = ctx.cal, strides(cols)
+    eff, g, z = cal.collective_efficiency_frac, cal.grad_bytes_per_param, cols["zero_stage"]
+    groups = (
+        (dense_params, cols["dp"] * cols["cp"], s["dpcp"]),
+        (expert_params, _expert_dp(cols), cols["ep"] * expert_tp(cols)),
+    )
+    total: Array = 0.0
+    for params, n, stride in groups:
+        ar = all_reduce_s(ctx.cluster, params * g, n, stride, eff)
+        rs_ag = reduce_scatter_s(ctx.cluster, params * g, n, stride, eff) + all_gather_s(
+            ctx.cluster, params * ctx.param_bytes, n, stride, eff
+        )
+        total = total + np.where((params > 0) & (n > 1) & (z < 3), np.where(z == 0, ar, rs_ag), 0.0)
+    return total * (1 - cal.dp_comm_overlap_frac)
+
+
+def optimizer_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
+    """The optimizer step, HBM-bound: ``OPTIMIZER_BYTES_PER_PARAM`` per locally owned parameter (ZeRO >= 1
+    shards them over dp*cp) over the achievable HBM bandwidth."""
+    shard = np.where(cols["zero_stage"] >= 1, cols["dp"] * cols["cp"], 1)
+    return (dense_params + expert_params) / shard * OPTIMIZER_BYTES_PER_PARAM / ctx.hbm_bytes_per_s
+
+
+class ActivationSizes(NamedTuple):
+    """Activation bytes of one micro-batch on one device."""
+
+    dense_layer: Array
+    moe_layer: Array
+    embedding: Array
+    """The embedding's output kept for its backward (on the stage that holds the embedding)."""
+    recompute_work: Array
+    """Transient working set of one recomputed layer."""
+    logits: Array
+    """The logits of one micro-batch on the rank that holds the LM head."""
+    freed_at_input_grad_frac: Array
+    """Share of a layer's stored activations freed when its I pass ends (split backward; 0 with recompute)."""
+
+
+def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
+    """Activation bytes per micro-batch (formulas of :mod:`workbench.cost.memory`)."""
+    model, tp = ctx.model, cols["tp"]
+    tok = tokens(ctx, cols)
+    kw: dict[str, Any] = {
+        "tokens": tok,
+        "seq_len": ctx.workload.seq_len,
+        "tp": tp,
+        "sequence_parallel": cols["sequence_parallel"],
+        "recompute": cols["recompute_code"],
+    }
+    op = ctx.cal.selective_recompute == "op"
+    parts = ctx.dense_parts
+    freed = float(np.clip(1 - parts.weight_grad_inputs / (parts.outside_tp + parts.inside_tp), 0, 1))
+    return ActivationSizes(
+        dense_layer=layer_activation_bytes(ctx.dense_parts, selective_op=op, **kw),
+        moe_layer=layer_activation_bytes(ctx.moe_parts, selective_op=op, **kw) if model.is_moe else 0.0,
+        embedding=tok * model.hidden_size * ACT_BYTES / np.where(cols["sequence_parallel"], tp, 1),
+        recompute_work=recompute_working_bytes(ctx.moe_parts, **kw),
+        logits=logits_bytes(model, tokens=tok, tp=tp),
+        freed_at_input_grad_frac=np.where(cols["recompute_code"] == 0, freed, 0.0),
+    )
+
+
+def stored_activation_bytes(sizes: ActivationSizes, held: Holdings) -> Array:
+    """Activations one micro-batch leaves stored on what ``held`` holds until its backward."""
+    return (
+        held["dense"] * sizes.dense_layer
+        + held["moe"] * sizes.moe_layer
+        + held["embedding"] * sizes.embedding
+    )
+
+
+def static_memory(ctx: StepContext, cols: Cols, held: Holdings) -> dict[str, Array]:
+    """Memory of a pipeline rank that does not depend on the schedule, bytes per device: model states
+    (``STATE_COLUMNS``: non-expert ones sharded over dp*cp, expert ones over the expert-data-parallel group,
+    by ZeRO stage), ``buffers_bytes`` (the sequence-parallel all-gather output of one layer when tp > 1, and
+    ZeRO-3's gathered weights of the current and the prefetched layer) and ``activation_extra_bytes`` (the
+    recompute working set, plus the logits on the rank that holds the LM head)."""
+    model, tp = ctx.model, cols["tp"]
+    dense, expert = params_held(ctx, cols, held)
+    kw: dict[str, Any] = {
+        "zero_stage": cols["zero_stage"],
+        "param_bytes": ctx.param_bytes,
+        "grad_bytes": ctx.cal.grad_bytes_per_param,
+        "optimizer_bytes": ctx.optimizer_bytes,
+    }
+    d = model_state_bytes(num_params=dense, dp=cols["dp"] * cols["cp"], **kw)
+    e = model_state_bytes(num_params=expert, dp=_expert_dp(cols), **kw)
+    sizes = activation_sizes(ctx, cols)
+    buffers = np.where(tp > 1, 2 * tokens(ctx, cols) * model.hidden_size * ACT_BYTES, 0.0) + np.where(
+        cols["zero_stage"] >= 3, 2 * model.layer_parameters(model.num_layers - 1) / tp * ctx.param_bytes, 0.0
+    )
+    return {
+        **{k: a + b for k, a, b in zip(STATE_COLUMNS, d, e, strict=True)},
+        "buffers_bytes": buffers + 0.0 * dense,
+        "activation_extra_bytes": sizes.recompute_work + held["head"] * sizes.logits + 0.0 * dense,
+    }
+
+
+def memory_columns(
+    static: Mapping[str, Array], stored_peak_bytes: Array, *, overhead_bytes: float, fragmentation_frac: float
+) -> dict[str, Array]:
+    """The ``MEMORY_COLUMNS`` of a rank: ``static_memory`` plus the peak of stored activations (simulated or
+    closed form); other = the framework's overhead plus the allocator's fragmentation share of the rest."""
+    cols = {k: static[k] for k in STATE_COLUMNS}
+    cols["activations_bytes"] = stored_peak_bytes + static["activation_extra_bytes"]
+    cols["buffers_bytes"] = static["buffers_bytes"]
+    counted = sum(cols.values())
+    cols["other_bytes"] = overhead_bytes + fragmentation_frac * counted
+    return cols

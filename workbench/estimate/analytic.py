@@ -1,0 +1,144 @@
+"""The analytic cost model: roofline op costs and alpha-beta collectives priced as ``PlanCosts``.
+
+Every term comes from the step model of :mod:`workbench.cost.step`, evaluated for one plan (a batch of one)
+over its pipeline stages and ranks: the planner's screen calls the same functions over millions of plans,
+so the two tiers differ only in the pipeline term. :func:`workbench.estimate.assemble.assemble` simulates
+the schedule and builds the ``Estimate``; ``estimate_plan`` is the entry point (CLI, validation, reports).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from workbench.cost import step
+from workbench.estimate.assemble import PlanCosts, assemble
+from workbench.pipeline.simulate import StageCosts
+from workbench.presets.calibration import Calibration, load_calibration
+
+if TYPE_CHECKING:
+    from workbench.pipeline.schedules import Schedule
+    from workbench.specs.estimate import Estimate
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import ParallelPlan, Workload
+
+
+def build_pipeline(plan: ParallelPlan, num_microbatches: int) -> Schedule:
+    """The plan's schedule; pp = 1 runs its micro-batches one after another (1F1B on one rank)."""
+    if plan.pp == 1:
+        return _cached_schedule("1f1b", 1, num_microbatches, 1)
+    return _cached_schedule(plan.schedule, plan.pp, num_microbatches, plan.vpp)
+
+
+@lru_cache(maxsize=128)
+def _cached_schedule(name: str, pp: int, num_microbatches: int, vpp: int) -> Schedule:
+    """Schedules are frozen data; an app re-costing one plan shape reuses the built one."""
+    from workbench.pipeline.schedules import build_schedule
+
+    return build_schedule(name, pp=pp, num_microbatches=num_microbatches, vpp=vpp)
+
+
+def pipeline_holdings(model: ModelSpec, schedule: Schedule) -> tuple[step.Holdings, step.Holdings]:
+    """(per stage, per pipeline rank) holdings of a schedule's stages and ranks."""
+    from workbench.pipeline.schedules import uses_v_placement
+
+    stages = step.stage_holdings(model, schedule.num_stages, np.arange(schedule.num_stages))
+    v_shape = schedule.pp > 1 and uses_v_placement(schedule.name)
+    ranks = step.rank_holdings(
+        model, pp=schedule.pp, vpp=schedule.vpp, v_shape=v_shape, rank=np.arange(schedule.pp)
+    )
+    return stages, ranks
+
+
+def analytic_costs(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan, cal: Calibration
+) -> PlanCosts:
+    """Price one valid plan's pieces with the step model (see the module docstring)."""
+    ctx = step.StepContext.build(model, cluster, workload, cal)
+    cols = step.plan_columns(plan, workload)
+    schedule = build_pipeline(plan, plan.num_microbatches(workload))
+    stage_held, rank_held = pipeline_holdings(model, schedule)
+    pair = step.layer_pair(ctx, cols)
+    fsdp = step.fsdp_layer_s(ctx, cols, step.mean_layer_compute_s(model, pair))
+    per_stage = step.share_s(pair, stage_held, fsdp)
+    per_rank = step.share_s(pair, rank_held, fsdp)
+    sizes = step.activation_sizes(ctx, cols)
+    dense, expert = step.params_held(ctx, cols, rank_held)
+    n = schedule.num_stages
+
+    def stage_array(key: str) -> tuple[float, ...]:
+        return tuple(np.broadcast_to(np.asarray(per_stage[key], dtype=float), n))
+
+    stages = StageCosts(
+        forward_s=stage_array("f"),
+        backward_s=tuple(np.add(stage_array("i"), stage_array("w"))),
+        backward_input_s=stage_array("i"),
+        backward_weight_s=stage_array("w"),
+        p2p_s=float(step.pp_hop_s(ctx, cols)),
+        activation_bytes=tuple(
+            np.broadcast_to(np.asarray(step.stored_activation_bytes(sizes, stage_held), dtype=float), n)
+        ),
+        released_at_input_grad_frac=float(sizes.freed_at_input_grad_frac),
+    )
+    return PlanCosts(
+        schedule=schedule,
+        stages=stages,
+        rank_compute_s=_per_rank(per_rank["compute"], plan.pp),
+        rank_comm_s={k: _per_rank(per_rank[k], plan.pp) for k in ("tp", "cp", "ep", "fsdp")},
+        dp_comm_s=float(np.max(step.dp_comm_s(ctx, cols, dense, expert))),
+        optimizer_s=float(np.max(step.optimizer_s(ctx, cols, dense, expert))),
+        rank_memory={k: _per_rank(v, plan.pp) for k, v in step.static_memory(ctx, cols, rank_held).items()},
+        overhead_bytes=cal.framework_overhead_bytes,
+        fragmentation_frac=cal.fragmentation_frac,
+        notes=_notes(cal, plan),
+    )
+
+
+def _per_rank(values: object, pp: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(values, dtype=float), pp).copy()
+
+
+def estimate_plan(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    plan: ParallelPlan,
+    *,
+    calibration: Calibration | str | None = None,
+    backend: str = "analytic",
+    allow_uneven_layers: bool = False,
+) -> Estimate:
+    """Cost one plan with the analytic model. ``calibration``: a Calibration, a calibration file name or path
+    (default ``profiles/calibration/default.toml``). ``allow_uneven_layers`` waives the rule that pp*vpp
+    divides the layers (see :func:`workbench.cost.step.stage_holdings`). Raises ValueError listing every
+    violated plan rule."""
+    problems = plan.validate(model, cluster, workload)
+    if allow_uneven_layers:
+        problems = [p for p in problems if "must divide the" not in p or "layers" not in p]
+    if problems:
+        raise ValueError("infeasible plan: " + " ".join(problems))
+    cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration or "default")
+    return assemble(
+        model, cluster, workload, plan, analytic_costs(model, cluster, workload, plan, cal), backend=backend
+    )
+
+
+def _notes(cal: Calibration, plan: ParallelPlan) -> tuple[str, ...]:
+    notes = [
+        f"calibration: {cal.name}",
+        "MFU: PaLM model FLOPs (6N + full-s^2 attention, no recompute) over the dense peak of the dtype",
+        "attention: "
+        + (
+            "fused (FlashAttention), causal half executed"
+            if cal.flash_attention
+            else "unfused, full s^2 executed and stored"
+        ),
+    ]
+    if plan.ep > 1:
+        notes.append(
+            "experts: balanced routing, expert tensor parallel 1 (expert-data-parallel = dp*cp*tp/ep)"
+        )
+    return tuple(notes)

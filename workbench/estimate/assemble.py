@@ -1,0 +1,167 @@
+"""One ``Estimate`` assembly for every backend: ``PlanCosts`` -> schedule simulation -> ``Estimate``.
+
+A backend prices a plan's pieces (``PlanCosts``: per-stage action times, per-rank compute and exposed
+communication by kind, the step-level data-parallel reduction and optimizer step, per-rank memory parts);
+this module simulates the schedule and derives everything else in one place:
+
+- step time = simulated makespan (compute and exposed tp/cp/ep/ZeRO-3 communication inside each action,
+  pipeline sends between stages) + exposed data-parallel reduction + the optimizer step;
+- the breakdown on the critical rank (the busiest one): its compute and exposed communication by kind; its
+  idle time split into pipeline sends (at most 2(p*v - 1) of them on the critical path) and the bubble;
+- tokens/s, MFU, HFU and the bubble fraction from :mod:`workbench.estimate.metrics`;
+- memory per pipeline rank: the static parts plus the simulated peak of stored activations
+  (:func:`workbench.cost.step.memory_columns`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from workbench.cost.step import memory_columns
+from workbench.estimate.metrics import bubble_fraction, throughput
+from workbench.pipeline.simulate import StageCosts, simulate
+from workbench.specs.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Estimate, StepBreakdown
+
+if TYPE_CHECKING:
+    from workbench.pipeline.schedules import Schedule
+    from workbench.pipeline.simulate import SimResult
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import ParallelPlan, Workload
+
+COMM_KINDS = ("tp", "cp", "ep", "fsdp")
+"""Exposed communication folded into the pipeline's actions, by kind (fsdp: ZeRO-3 per-layer traffic)."""
+
+MEMORY_PARTS = (
+    "parameters_bytes",
+    "gradients_bytes",
+    "optimizer_states_bytes",
+    "buffers_bytes",
+    "activation_extra_bytes",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanCosts:
+    """What a backend provides for one plan. Per-rank arrays have length pp, per micro-batch unless said."""
+
+    schedule: Schedule
+    stages: StageCosts
+    """The simulator's input: per-stage F, I, W (exposed communication folded in), pipeline hop, activations."""
+    rank_compute_s: np.ndarray
+    """F + I + W compute (no communication) per rank."""
+    rank_comm_s: dict[str, np.ndarray]
+    """Exposed communication per rank by kind (``COMM_KINDS``), already inside ``stages``."""
+    dp_comm_s: float
+    """Exposed data-parallel reduction after the pipeline flush, per step."""
+    optimizer_s: float
+    """The optimizer step, per step."""
+    rank_memory: dict[str, np.ndarray]
+    """Per rank, bytes per device: ``MEMORY_PARTS`` (see :func:`workbench.cost.step.static_memory`)."""
+    overhead_bytes: float = 0.0
+    """Framework overhead per device (CUDA context, workspaces)."""
+    fragmentation_frac: float = 0.0
+    """Allocator fragmentation as a share of the counted memory."""
+    notes: tuple[str, ...] = field(default=())
+
+
+def assemble(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    plan: ParallelPlan,
+    costs: PlanCosts,
+    *,
+    backend: str,
+) -> Estimate:
+    """Simulate ``costs.schedule`` on ``costs.stages`` and build the Estimate (see the module docstring)."""
+    from workbench.cost.memory import RECOMPUTE_CODES
+
+    sim = simulate(costs.schedule, costs.stages)
+    m = costs.schedule.num_microbatches
+    breakdown = _breakdown(sim, costs, m)
+    step = sim.makespan_s + costs.dp_comm_s + costs.optimizer_s
+    figures = throughput(
+        model,
+        workload,
+        step_time_s=step,
+        num_devices=plan.num_devices,
+        peak_flop_per_s=cluster.device.peak(workload.dtype),
+        recompute_code=RECOMPUTE_CODES[plan.recompute.value],
+    )
+    return Estimate(
+        backend=backend,
+        model=model,
+        cluster=cluster,
+        workload=workload,
+        plan=plan,
+        step_time_s=step,
+        **{k: float(v) for k, v in figures.items()},
+        bubble_fraction=float(bubble_fraction(breakdown.bubble_s, step)),
+        breakdown=breakdown,
+        memory=_memory(costs, sim),
+        memory_capacity_bytes=cluster.device.hbm_bytes,
+        timeline=_timeline(sim),
+        activation_timeline=sim.inflight.select("rank", "time_s", "activation_bytes"),
+        notes=costs.notes,
+    )
+
+
+def critical_rank(sim: SimResult) -> int:
+    """The busiest pipeline rank, whose parts the breakdown reports."""
+    return int(np.argmax(sim.busy_s))
+
+
+def _breakdown(sim: SimResult, costs: PlanCosts, m: int) -> StepBreakdown:
+    r = critical_rank(sim)
+    idle = max(sim.makespan_s - sim.busy_s[r], 0.0)
+    pp_exposed = min(idle, 2 * (sim.schedule.num_stages - 1) * costs.stages.p2p_s)
+    comm = {k: float(v[r]) * m for k, v in costs.rank_comm_s.items()}
+    return StepBreakdown(
+        compute_s=float(costs.rank_compute_s[r]) * m,
+        exposed_tp_comm_s=comm.get("tp", 0.0),
+        exposed_cp_comm_s=comm.get("cp", 0.0),
+        exposed_ep_comm_s=comm.get("ep", 0.0),
+        exposed_pp_comm_s=pp_exposed,
+        exposed_dp_comm_s=comm.get("fsdp", 0.0) + costs.dp_comm_s,
+        bubble_s=idle - pp_exposed,
+        optimizer_s=costs.optimizer_s,
+    )
+
+
+def _memory(costs: PlanCosts, sim: SimResult) -> pl.DataFrame:
+    cols = memory_columns(
+        costs.rank_memory,
+        np.asarray(sim.peak_activation_bytes_per_rank, dtype=float),
+        overhead_bytes=costs.overhead_bytes,
+        fragmentation_frac=costs.fragmentation_frac,
+    )
+    pp = sim.schedule.pp
+    frame = pl.DataFrame(
+        {
+            "rank": np.arange(pp),
+            **{k: np.broadcast_to(np.asarray(cols[k], dtype=float), pp) for k in MEMORY_COLUMNS},
+        }
+    )
+    return frame.with_columns(total_bytes=pl.sum_horizontal(list(MEMORY_COLUMNS)))
+
+
+def _timeline(sim: SimResult) -> pl.DataFrame:
+    tl = sim.timeline.select(TIMELINE_COLUMNS)
+    if sim.comm.height == 0:
+        return tl
+    chunk = {s: sim.schedule.chunk_of_stage(s) for s in range(sim.schedule.num_stages)}
+    comm = sim.comm.select(
+        pl.col("dst_rank").alias("rank"),
+        "stage",
+        pl.col("stage").replace_strict(chunk, return_dtype=pl.Int64).alias("chunk"),
+        "microbatch",
+        pl.lit("comm").alias("op"),
+        "start_s",
+        "end_s",
+    )
+    return pl.concat([tl, comm.cast(tl.schema)])

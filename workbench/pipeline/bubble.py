@@ -1,0 +1,90 @@
+"""Closed-form pipeline makespan per schedule, checked against ``workbench.pipeline.simulate`` on uniform stages.
+
+The papers give steady-state bubbles; the screen needs the generators' actual behaviour too (few micro-batches, interleaved zero-bubble, the greedy ZB-H2 and V schedules), so this
+module refines it. With F, B = I + W the per-micro-batch times of one rank's whole share (all its vpp
+chunks), p ranks, v chunks per rank and m micro-batches, makespan = m (F + B) + bubble + hops * p2p with
+``hops = 2 (p v - 1)`` stage boundaries on the critical path and the bubble:
+
+- GPipe, 1F1B (Huang et al. 2019; Narayanan et al. 2021 eq. 1): (p-1)(F+B) for every m;
+- interleaved 1F1B and looped BFS (Narayanan et al. 2021 section 2.2): (p-1)(F+B) x
+  (1 - (min(m,p) - 1)/(p - 1) (1 - 1/v)): 1/v of 1F1B's once m >= p, serial at m = 1;
+- ZB-H1 (Qi et al. 2024 section 3): (p-1)(F + max(I-W, 0))/v once m >= p; at m = 1 the serial chain
+  (p-1)(F+I) - W(1 - 1/v); linear in m in between (steps within 15% of the generator's for m < p);
+- ZB-H2: the ZB-H1 value below m = 2p, then (p-1) max(F, F+I-2W) (W passes fill the warm-up bubble);
+- ZB-V, DualPipeV (Qi et al. 2024 section 4; DeepSeek-V3 report): (p-1) max(F, F+I-W)/2 once m >= 2p
+  (within ~30% of the simulated bubble for 0.5 <= I/F, W/F <= 2), (p-1)(F + max(I-W, 0)) below;
+- V-Half, V-Min (Qi et al. 2025, controllable memory): memory-capped greedy schedules whose bubble grows
+  with m in the generator; priced as 1F1B's (p-1)(F+B), a rough value the refinement replaces.
+
+The forms were read off simulations of the generators with F:I:W in {1:1:1, 1:2:1, 2:1:1, 1:1.5:0.5,
+1:0.5:1} for p in {4, 8} (``tests/test_search_bubble.py`` re-checks them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+Array = Any
+
+FAMILIES: tuple[str, ...] = ("1f1b", "interleaved", "zb-h1", "zb-h2", "v", "capped")
+"""Bubble families; ``family_of`` maps schedule names onto them."""
+
+_NAME_FAMILY = {
+    "gpipe": 0,
+    "1f1b": 0,
+    "interleaved-1f1b": 1,
+    "looped-bfs": 1,
+    "zb-h1": 2,
+    "zb-h2": 3,
+    "zbv": 4,
+    "dualpipev": 4,
+    "v-half": 5,
+    "v-min": 5,
+}
+
+
+def family_of(names: tuple[str, ...]) -> np.ndarray:
+    """Per schedule name, its index in ``FAMILIES`` (int8). KeyError for an unknown name."""
+    return np.array([_NAME_FAMILY[n] for n in names], dtype=np.int8)
+
+
+def bubble_s(family: Array, *, pp: Array, vpp: Array, m: Array, f_s: Array, i_s: Array, w_s: Array) -> Array:
+    """Pipeline bubble in seconds (see the module docstring); 0 where pp = 1."""
+    p, v = pp, vpp
+    pm1 = np.maximum(p - 1, 1)
+    one_f_one_b = (p - 1) * (f_s + i_s + w_s)
+    ramp = (np.minimum(m, p) - 1) / pm1
+    inter = one_f_one_b * (1 - ramp * (1 - 1 / v))
+    zb_steady = (p - 1) * (f_s + np.maximum(i_s - w_s, 0)) / v
+    zb_serial = (p - 1) * (f_s + i_s) - w_s * (1 - 1 / v)
+    zb = zb_serial + (zb_steady - zb_serial) * ramp
+    h2 = np.where(m >= 2 * p, (p - 1) * np.maximum(f_s, f_s + i_s - 2 * w_s), zb)
+    v_shape = np.where(
+        m >= 2 * p, (p - 1) * np.maximum(f_s, f_s + i_s - w_s) / 2, (p - 1) * (f_s + np.maximum(i_s - w_s, 0))
+    )
+    out = np.choose(family, [one_f_one_b, inter, zb, h2, v_shape, one_f_one_b])
+    return np.where(p > 1, out, 0.0)
+
+
+def makespan_s(
+    family: Array,
+    *,
+    pp: Array,
+    vpp: Array,
+    m: Array,
+    f_s: Array,
+    i_s: Array,
+    w_s: Array,
+    p2p_time_s: Array,
+    others: tuple[Array, Array, Array] | None = None,
+) -> Array:
+    """m (F + I + W) + bubble + 2 (p v - 1) p2p: the step's pipeline part, seconds. F, I, W are the critical
+    rank's; ``others`` the mean (F, I, W) of the other ranks, which set the bubble when stages are uneven
+    (1F1B on stages of times t_s: sum of t_s + (m-1) max t_s, so the bubble is the others' sum); default:
+    the critical rank's own."""
+    hops = np.where(pp > 1, 2 * (pp * vpp - 1), 0)
+    bf, bi, bw = others if others is not None else (f_s, i_s, w_s)
+    bubble = bubble_s(family, pp=pp, vpp=vpp, m=m, f_s=bf, i_s=bi, w_s=bw)
+    return m * (f_s + i_s + w_s) + bubble + hops * p2p_time_s

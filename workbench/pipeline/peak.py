@@ -1,0 +1,88 @@
+"""Closed-form peak of stored stage activations per pipeline rank, in chunks, vectorised over plans.
+
+The simulator reads the peak off a schedule's timeline; the planner's screen cannot simulate millions of
+plans, so it uses these closed forms. They reproduce a walk over the generators' per-rank action orders (+1
+chunk at F, -1 at B or W; ``tests/test_search_closed_forms.py`` checks them on a grid of pp, vpp and
+micro-batch counts), all capped at ``m * vpp`` (every chunk of every micro-batch):
+
+- GPipe (Huang et al. 2019): m; looped BFS: m v (all forwards first);
+- 1F1B (Narayanan et al. 2021 section 2.2): min(p, m) on rank 0, 1 on the last rank;
+- interleaved 1F1B (Megatron's warm-up, ibid.): 2(p-1) + (v-1)p + 1 on rank 0 when m >= 2p, else m v;
+  last rank (v-1)p + 1 (m >= 2p) or (v-1)m + 1;
+- ZB-H1 (Qi et al. 2024): v min(p, m) for v = 1 or m >= 2p; between p and 2p, m v - (m - p);
+- ZB-H2: min(2p-1, m); ZB-V (Qi et al. 2024): min(2p, m+1) on rank 0, min(2p, 2m) on the last rank;
+  V-Half, V-Min (Qi et al. 2025): the generators' caps ``2 ((p+2)//2)`` and ``2 ((p+4)//3)``; DualPipeV
+  (DeepSeek-V3 report): 2p + 1.
+
+Split-backward schedules free most of a chunk when its I pass ends (the weight-gradient inputs stay until
+W): ``split_backward_last_rank`` corrects the last rank for ZB-H1/H2; elsewhere the whole chunk is kept
+until W, an upper bound (the simulator gives the exact figure).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+Array = Any
+
+
+PEAK_FAMILIES: tuple[str, ...] = (
+    "gpipe",
+    "looped-bfs",
+    "1f1b",
+    "interleaved-1f1b",
+    "zb-h1",
+    "zb-h2",
+    "zbv",
+    "v-half",
+    "v-min",
+    "dualpipev",
+)
+"""Schedules with their own closed form, indexed by the family code ``family_codes`` returns."""
+
+
+def family_codes(names: tuple[str, ...]) -> np.ndarray:
+    """Per schedule code, its index in ``PEAK_FAMILIES``."""
+    return np.array([PEAK_FAMILIES.index(n) for n in names], dtype=np.int8)
+
+
+def peak_chunks(family: Array, *, pp: Array, vpp: Array, m: Array) -> tuple[Array, Array]:
+    """(rank 0, last rank) peak stage activations held, in chunks, for schedules of family codes ``family``
+    (see the module docstring)."""
+    p, v = pp, vpp
+    inter0 = np.where(m >= 2 * p, 2 * (p - 1) + (v - 1) * p + 1, m * v)
+    zbh1 = np.where((v == 1) | (m >= 2 * p) | (m <= p), v * np.minimum(p, m), m * v - (m - p))
+    first = np.choose(
+        family,
+        [
+            m,
+            m * v,
+            np.minimum(p, m),
+            inter0,
+            zbh1,
+            np.minimum(2 * p - 1, m),
+            np.minimum(2 * p, m + 1),
+            2 * ((p + 2) // 2),
+            2 * ((p + 4) // 3),
+            2 * p + 1,
+        ],
+    )
+    last = np.where(family == 2, 1, first)
+    last = np.where(family == 6, np.minimum(2 * p, 2 * m), last)
+    inter_last = np.where(m >= 2 * p, (v - 1) * p + 1, (v - 1) * m + 1)
+    last = np.where(family == 3, inter_last, last)
+    one = pp == 1
+    return np.where(one, 1, np.minimum(first, m * v)), np.where(one, 1, np.minimum(last, m * v))
+
+
+def split_backward_last_rank(family: Array, chunks_last: Array, *, pp: Array, freed_frac: Array) -> Array:
+    """The last rank's peak in chunk units once I frees ``freed_frac`` of a chunk: at its peak rank r of ZB-H1
+    holds r chunks, ZB-H2 2r chunks, whose I is done and W pending (read off the simulator's in-flight bytes)."""
+    pending = np.select(
+        [family == PEAK_FAMILIES.index("zb-h1"), family == PEAK_FAMILIES.index("zb-h2")],
+        [pp - 1, 2 * (pp - 1)],
+        0,
+    )
+    return np.maximum(chunks_last - freed_frac * pending, 1.0)

@@ -1,0 +1,195 @@
+"""Presets by name or path: devices and clusters (TOML), models (Hugging Face ``config.json``).
+
+Preset files live in ``profiles/`` of the checkout (``hardware/``, ``clusters/``, ``models/``), installed as
+the package data ``workbench.presets.profiles``; set ``WORKBENCH_PROFILES`` to use another folder. Files are
+parsed with ``tomllib`` and ``json`` only (no pickle). Units in preset keys are converted here, once: ``peak_tflops`` (10^12 FLOP/s), ``hbm_GiB``
+(2^30 bytes) or ``hbm_GB`` (10^9 bytes), ``hbm_bandwidth_TBps`` (10^12 bytes/s), ``bandwidth_GBps``
+(10^9 bytes/s, one direction per device), ``latency_us`` (10^-6 s).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from workbench.presets.hf_config import load_json_object, model_from_hf_config
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType, NetworkLevel
+from workbench.specs.model import ModelSpec
+
+KINDS = {"model": ("models", ".json"), "device": ("hardware", ".toml"), "cluster": ("clusters", ".toml")}
+
+
+PROFILES_PACKAGE = "workbench.presets.profiles"
+"""The package whose data files are the presets (the checkout's ``profiles/``, mapped in pyproject.toml)."""
+
+
+def profiles_dir() -> Path:
+    """The presets folder: ``$WORKBENCH_PROFILES`` if set, else the folder of the package data
+    :data:`PROFILES_PACKAGE` (the checkout's ``profiles/`` in an editable install, the installed copy from a
+    wheel), else ``profiles/`` beside the source tree (a checkout that was never installed)."""
+    env = os.environ.get("WORKBENCH_PROFILES")
+    if env:
+        return Path(env)
+    spec = importlib.util.find_spec(PROFILES_PACKAGE)
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parents[2] / "profiles"
+
+
+def preset_names(kind: str) -> list[str]:
+    """Sorted preset ids of ``kind`` ('model', 'device' or 'cluster')."""
+    folder, suffix = KINDS[kind]
+    return sorted(p.stem for p in (profiles_dir() / folder).glob(f"*{suffix}"))
+
+
+def resolve(kind: str, name_or_path: str | Path) -> Path:
+    """Path of a preset id or an existing file; unknown ids raise ValueError with the closest names."""
+    path = Path(name_or_path)
+    looks_like_path = path.suffix in (".json", ".toml") or len(path.parts) > 1
+    if path.is_file():
+        return path
+    folder, suffix = KINDS[kind]
+    candidate = profiles_dir() / folder / f"{name_or_path}{suffix}"
+    if candidate.is_file():
+        return candidate
+    if looks_like_path:
+        raise FileNotFoundError(f"{path}: no such {kind} file")
+    names = preset_names(kind)
+    close = difflib.get_close_matches(str(name_or_path), names, n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ValueError(f"unknown {kind} {str(name_or_path)!r}{hint} (known: {', '.join(names)})")
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    """A model preset id (``llama-3.1-70b``) or the path of a Hugging Face ``config.json``."""
+    path = resolve("model", name_or_path)
+    return model_from_hf_config(path, name=path.stem if path.stem != "config" else None)
+
+
+def model_metadata(name_or_path: str | Path) -> dict[str, Any]:
+    """The ``_source``/``_published_parameters``-style keys of a model file (keys starting with ``_``)."""
+    data = load_json_object(resolve("model", name_or_path))
+    return {k.lstrip("_"): v for k, v in data.items() if k.startswith("_")}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML ({exc})") from None
+
+
+class _Table:
+    """A TOML table whose fields are read with errors naming the file and the key; unknown keys refused."""
+
+    def __init__(self, data: dict[str, Any], origin: str, allowed: set[str]) -> None:
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ValueError(
+                f"{origin}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+            )
+        self.data, self.origin = data, origin
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+        if key not in self.data:
+            if default is ...:
+                raise ValueError(f"{self.origin}: missing key {key!r}")
+            return default
+        value = self.data[key]
+        if (
+            not isinstance(value, kind)
+            or isinstance(value, bool)
+            and bool not in (kind if isinstance(kind, tuple) else (kind,))
+        ):
+            raise ValueError(f"{self.origin}: key {key!r} has the wrong type: {value!r}")
+        return value
+
+    def number(self, key: str, default: Any = ...) -> Any:
+        return self.get(key, (int, float), default)
+
+
+def _device_from_toml(data: dict[str, Any], origin: str) -> DeviceSpec:
+    top = _Table(data, origin, {"id", "name", "vendor", "source", "peak_tflops", "memory", "efficiency"})
+    peaks = _Table(top.get("peak_tflops", dict), f"{origin} [peak_tflops]", {"bf16", "fp16", "fp8", "fp32"})
+    mem = _Table(top.get("memory", dict), f"{origin} [memory]", {"hbm_GiB", "hbm_GB", "hbm_bandwidth_TBps"})
+    if ("hbm_GiB" in mem.data) == ("hbm_GB" in mem.data):
+        raise ValueError(f"{origin} [memory]: give exactly one of hbm_GiB or hbm_GB")
+    hbm = mem.number("hbm_GiB") * 2**30 if "hbm_GiB" in mem.data else mem.number("hbm_GB") * 1e9
+    eff = _Table(top.get("efficiency", dict, {}), f"{origin} [efficiency]", {"matmul", "hbm_frac"})
+    extra: dict[str, Any] = {}
+    if "matmul" in eff.data:
+        extra["matmul_efficiency"] = tuple((float(x), float(f)) for x, f in eff.get("matmul", list))
+    if "hbm_frac" in eff.data:
+        extra["hbm_efficiency_frac"] = float(eff.number("hbm_frac"))
+    try:
+        return DeviceSpec(
+            id=top.get("id", str),
+            name=top.get("name", str),
+            source=top.get("source", str, ""),
+            peak_flop_per_s={DType(k): float(peaks.number(k)) * 1e12 for k in peaks.data},
+            hbm_bytes=float(hbm),
+            hbm_bytes_per_s=float(mem.number("hbm_bandwidth_TBps")) * 1e12,
+            **extra,
+        )
+    except ValueError as exc:
+        raise ValueError(f"{origin}: {exc}") from None
+
+
+def load_device(name_or_path: str | Path) -> DeviceSpec:
+    """A device preset id (``h100-sxm5-80gb``) or the path of a device TOML file."""
+    path = resolve("device", name_or_path)
+    return _device_from_toml(_read_toml(path), str(path))
+
+
+def _level_from_toml(data: Any, origin: str) -> NetworkLevel:
+    if not isinstance(data, dict):
+        raise ValueError(f"{origin}: each [[levels]] entry must be a table")
+    t = _Table(data, origin, {"name", "span", "bandwidth_GBps", "latency_us"})
+    try:
+        return NetworkLevel(
+            name=t.get("name", str),
+            span=t.get("span", int, None),
+            bytes_per_s=float(t.number("bandwidth_GBps")) * 1e9,
+            latency_s=float(t.number("latency_us")) * 1e-6,
+        )
+    except ValueError as exc:
+        raise ValueError(f"{origin}: {exc}") from None
+
+
+def _device_ref(ref: str, cluster_path: Path) -> str | Path:
+    """A cluster's ``device``: a preset id, or a TOML path, relative paths taken from the cluster file's folder."""
+    if not ref.endswith(".toml"):
+        return ref
+    local = cluster_path.parent / ref
+    return local if local.is_file() else Path(ref)
+
+
+def load_cluster(name_or_path: str | Path, num_nodes: int | None = None) -> ClusterSpec:
+    """A cluster preset id (``dgx-h100``) or a cluster TOML path, with ``num_nodes`` nodes (default: the
+    preset's ``default_num_nodes``). The device is looked up by the preset's ``device`` id."""
+    path = resolve("cluster", name_or_path)
+    origin = str(path)
+    top = _Table(
+        _read_toml(path),
+        origin,
+        {"id", "name", "device", "devices_per_node", "default_num_nodes", "source", "levels"},
+    )
+    levels = top.get("levels", list)
+    try:
+        return ClusterSpec(
+            id=top.get("id", str),
+            name=top.get("name", str),
+            device=load_device(_device_ref(top.get("device", str), path)),
+            devices_per_node=top.get("devices_per_node", int),
+            num_nodes=num_nodes if num_nodes is not None else top.get("default_num_nodes", int, 1),
+            levels=tuple(_level_from_toml(lv, f"{origin} levels[{i}]") for i, lv in enumerate(levels)),
+            source=top.get("source", str, ""),
+        )
+    except ValueError as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith(origin) else f"{origin}: {text}") from None

@@ -1,0 +1,258 @@
+"""Read a Hugging Face ``config.json`` into a :class:`~workbench.specs.model.ModelSpec`.
+
+Supported ``architectures``: see ``SUPPORTED_ARCHITECTURES``. Field names follow the transformers
+configuration classes of each architecture (LlamaConfig, MixtralConfig, Qwen2Config, Qwen3MoeConfig,
+DeepseekV3Config, GPT2Config, GPTNeoXConfig).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from workbench.presets.profile_table import shape_key
+from workbench.specs.model import AttentionKind, ModelSpec, NormKind
+
+
+class _Reader:
+    """Reads fields of one config with errors that name the file and the field."""
+
+    def __init__(self, cfg: Mapping[str, Any], origin: str) -> None:
+        self.cfg, self.origin = cfg, origin
+
+    def int(self, *keys: str, default: int | None = None) -> int:
+        for key in keys:
+            value = self.cfg.get(key)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"{self.origin}: field {key!r} must be an integer, got {value!r}")
+                return value
+        if default is None:
+            raise ValueError(f"{self.origin}: missing field {' or '.join(repr(k) for k in keys)}")
+        return default
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.cfg.get(key, default)
+        if not isinstance(value, bool):
+            raise ValueError(f"{self.origin}: field {key!r} must be true or false, got {value!r}")
+        return value
+
+
+def _attention_kind(heads: int, kv_heads: int) -> AttentionKind:
+    return AttentionKind.MHA if heads == kv_heads else AttentionKind.GQA
+
+
+def _llama_like(r: _Reader, name: str, **extra: Any) -> ModelSpec:
+    h = r.int("hidden_size")
+    heads = r.int("num_attention_heads")
+    kv = r.int("num_key_value_heads", default=heads)
+    return ModelSpec(
+        name=name,
+        num_layers=r.int("num_hidden_layers"),
+        hidden_size=h,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        head_dim=r.int("head_dim", default=h // heads),
+        ffn_hidden_size=r.int("intermediate_size"),
+        vocab_size=r.int("vocab_size"),
+        gated_mlp=True,
+        tied_embeddings=r.bool("tie_word_embeddings", False),
+        attention=_attention_kind(heads, kv),
+        **extra,
+    )
+
+
+def _llama(r: _Reader, name: str) -> ModelSpec:
+    return _llama_like(r, name, qkv_bias=r.bool("attention_bias", False))
+
+
+def _qwen2(r: _Reader, name: str) -> ModelSpec:
+    return _llama_like(r, name, qkv_bias=True)
+
+
+def _mixtral(r: _Reader, name: str) -> ModelSpec:
+    f = r.int("intermediate_size")
+    return _llama_like(
+        r,
+        name,
+        num_experts=r.int("num_local_experts"),
+        experts_per_token=r.int("num_experts_per_tok"),
+        moe_ffn_hidden_size=f,
+    )
+
+
+def _qwen3_moe(r: _Reader, name: str) -> ModelSpec:
+    if r.cfg.get("mlp_only_layers") or r.int("decoder_sparse_step", default=1) != 1:
+        raise ValueError(
+            f"{r.origin}: mlp_only_layers / decoder_sparse_step != 1 (interleaved dense layers) "
+            "are not supported; every layer must be MoE"
+        )
+    return _llama_like(
+        r,
+        name,
+        num_experts=r.int("num_experts"),
+        experts_per_token=r.int("num_experts_per_tok"),
+        moe_ffn_hidden_size=r.int("moe_intermediate_size"),
+        qk_norm=True,
+        qkv_bias=r.bool("attention_bias", False),
+    )
+
+
+def _deepseek_v3(r: _Reader, name: str) -> ModelSpec:
+    if r.int("moe_layer_freq", default=1) != 1:
+        raise ValueError(f"{r.origin}: moe_layer_freq must be 1 (every layer after the dense ones is MoE)")
+    heads = r.int("num_attention_heads")
+    return ModelSpec(
+        name=name,
+        num_layers=r.int("num_hidden_layers"),
+        hidden_size=r.int("hidden_size"),
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=r.int("v_head_dim"),
+        ffn_hidden_size=r.int("intermediate_size"),
+        vocab_size=r.int("vocab_size"),
+        gated_mlp=True,
+        tied_embeddings=r.bool("tie_word_embeddings", False),
+        attention=AttentionKind.MLA,
+        num_experts=r.int("n_routed_experts"),
+        experts_per_token=r.int("num_experts_per_tok"),
+        moe_ffn_hidden_size=r.int("moe_intermediate_size"),
+        num_shared_experts=r.int("n_shared_experts", default=0),
+        num_dense_layers=r.int("first_k_dense_replace", default=0),
+        router_bias=True,
+        q_lora_rank=r.int("q_lora_rank", default=0),
+        kv_lora_rank=r.int("kv_lora_rank"),
+        qk_nope_head_dim=r.int("qk_nope_head_dim"),
+        qk_rope_head_dim=r.int("qk_rope_head_dim"),
+        v_head_dim=r.int("v_head_dim"),
+    )
+
+
+def _gpt2(r: _Reader, name: str) -> ModelSpec:
+    h = r.int("n_embd")
+    heads = r.int("n_head")
+    return ModelSpec(
+        name=name,
+        num_layers=r.int("n_layer"),
+        hidden_size=h,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=h // heads,
+        ffn_hidden_size=r.int("n_inner", default=4 * h),
+        vocab_size=r.int("vocab_size"),
+        gated_mlp=False,
+        tied_embeddings=r.bool("tie_word_embeddings", True),
+        attention=AttentionKind.MHA,
+        norm=NormKind.LAYERNORM,
+        linear_bias=True,
+        num_learned_positions=r.int("n_positions"),
+    )
+
+
+def _gpt_neox(r: _Reader, name: str) -> ModelSpec:
+    h = r.int("hidden_size")
+    heads = r.int("num_attention_heads")
+    return ModelSpec(
+        name=name,
+        num_layers=r.int("num_hidden_layers"),
+        hidden_size=h,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=h // heads,
+        ffn_hidden_size=r.int("intermediate_size"),
+        vocab_size=r.int("vocab_size"),
+        gated_mlp=False,
+        tied_embeddings=r.bool("tie_word_embeddings", False),
+        attention=AttentionKind.MHA,
+        norm=NormKind.LAYERNORM,
+        linear_bias=True,
+    )
+
+
+_READERS: dict[str, Callable[[_Reader, str], ModelSpec]] = {
+    "LlamaForCausalLM": _llama,
+    "MistralForCausalLM": _llama,
+    "MixtralForCausalLM": _mixtral,
+    "Qwen2ForCausalLM": _qwen2,
+    "Qwen3MoeForCausalLM": _qwen3_moe,
+    "DeepseekV3ForCausalLM": _deepseek_v3,
+    "GPT2LMHeadModel": _gpt2,
+    "GPTNeoXForCausalLM": _gpt_neox,
+}
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_READERS)
+
+
+def load_json_object(path: Path) -> dict[str, Any]:
+    """Parse a JSON file that must hold one object; errors name the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def model_from_hf_config(source: Mapping[str, Any] | str | Path, *, name: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from a HF ``config.json`` path or parsed mapping.
+
+    The name defaults to the file's stem (``config`` files take their folder's name), else ``"model"``.
+    Raises ValueError for an unsupported architecture (listing the supported ones) or a bad field,
+    FileNotFoundError for a missing file.
+    """
+    if isinstance(source, str | Path):
+        path = Path(source)
+        cfg: Mapping[str, Any] = load_json_object(path)
+        origin = str(path)
+        default_name = path.parent.name if path.stem == "config" else path.stem
+    elif isinstance(source, Mapping):
+        cfg, origin, default_name = source, "config", str(source.get("_name_or_path") or "model")
+    else:
+        raise ValueError(f"expected a path or a dict for a Hugging Face config, got {type(source).__name__}")
+    archs = cfg.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    if arch not in _READERS:
+        raise ValueError(
+            f"{origin}: field 'architectures' is {archs!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    try:
+        return _READERS[arch](_Reader(cfg, origin), name or default_name)
+    except ValueError as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith(origin) else f"{origin}: {text}") from None
+
+
+_HF_KEYS = {
+    "num_layers": ("num_hidden_layers", "n_layer"),
+    "hidden_size": ("hidden_size", "n_embd"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",),
+    "vocab_size": ("vocab_size",),
+    "num_dense_layers": ("first_k_dense_replace",),
+    "moe_ffn_hidden_size": ("moe_intermediate_size",),
+}
+
+
+def shrunk_hf_config(base_config: dict[str, Any], spec: ModelSpec) -> dict[str, Any] | None:
+    """The base model's config.json with the sizes of ``spec`` (a shrunk variant) written in; None when it
+    does not read back as ``spec`` (an architecture whose keys differ). The inverse of
+    :func:`model_from_hf_config` for the fields ``workbench profile`` shrinks."""
+    cfg = dict(base_config)
+    for field, keys in _HF_KEYS.items():
+        for key in keys:
+            if key in cfg or key == keys[0] and field in ("num_layers", "hidden_size", "num_attention_heads"):
+                cfg[key] = getattr(spec, field)
+    ffn = spec.ffn_hidden_size or spec.moe_ffn_hidden_size
+    if "intermediate_size" in cfg:
+        cfg["intermediate_size"] = ffn
+    cfg["head_dim"] = spec.head_dim
+    try:
+        back = model_from_hf_config(cfg, name=spec.name)
+    except ValueError:
+        return None
+    return cfg if shape_key(back) == shape_key(spec) and back.num_layers == spec.num_layers else None

@@ -1,0 +1,148 @@
+"""What every backend returns: ``Estimate`` (with its ``StepBreakdown``), and the ``Backend`` protocol.
+
+Tables are polars DataFrames (polars is imported lazily so ``import workbench`` stays light):
+
+- ``timeline``: one row per action: rank (pipeline rank, int), stage (int), chunk (int), microbatch (int),
+  op (str: F, B, I, W, or ``comm``/``wait`` kinds), start_s, end_s (float, seconds from the step start).
+- ``memory``: one row per pipeline rank (ranks that differ only in their dp/tp/cp/ep coordinates hold the
+  same memory): rank (int), then ``MEMORY_COLUMNS`` in bytes, then total_bytes.
+- ``activation_timeline`` (optional): rank, time_s, activation_bytes: live activation memory over the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import ParallelPlan, Workload
+
+MEMORY_COLUMNS: tuple[str, ...] = (
+    "parameters_bytes",
+    "gradients_bytes",
+    "optimizer_states_bytes",
+    "activations_bytes",
+    "buffers_bytes",
+    "other_bytes",
+)
+"""Memory kinds of one rank at its peak, bytes. buffers: communication and ZeRO-3 gather buffers;
+other: allocator fragmentation allowance and framework overhead."""
+
+TIMELINE_COLUMNS: tuple[str, ...] = ("rank", "stage", "chunk", "microbatch", "op", "start_s", "end_s")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepBreakdown:
+    """Where one optimizer step's time goes, seconds; the parts add up to the step time."""
+
+    compute_s: float
+    """Forward, backward and recompute on the critical path."""
+    exposed_tp_comm_s: float = 0.0
+    exposed_cp_comm_s: float = 0.0
+    exposed_ep_comm_s: float = 0.0
+    exposed_pp_comm_s: float = 0.0
+    exposed_dp_comm_s: float = 0.0
+    """Gradient reduction (and ZeRO-3 gathers) not hidden behind the backward pass."""
+    bubble_s: float = 0.0
+    """Pipeline idle time on the critical rank."""
+    optimizer_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return sum(getattr(self, f.name) for f in fields(self))
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """The cost of one plan from one backend; predicted and measured estimates share this shape."""
+
+    backend: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    plan: ParallelPlan
+    step_time_s: float
+    """Wall time of one optimizer step."""
+    tokens_per_s: float
+    """Trained tokens per second over the whole cluster."""
+    mfu: float
+    """Model FLOPs utilisation (PaLM's definition: model FLOPs of ``ModelSpec.model_flop_per_token``, no
+    recompute, over the dense peak of the workload's dtype)."""
+    hfu: float
+    """Hardware FLOPs utilisation: recompute counted."""
+    model_flop_per_s_per_device: float
+    """Achieved model FLOP/s per device (printed as TFLOP/s per device)."""
+    bubble_fraction: float
+    """Idle share of the step on the pipeline (the simulator's ``bubble_fraction_of_step``)."""
+    breakdown: StepBreakdown
+    memory: pl.DataFrame
+    memory_capacity_bytes: float
+    timeline: pl.DataFrame
+    activation_timeline: pl.DataFrame | None = None
+    measured: bool = False
+    """True when the numbers come from a real run, not a model."""
+    notes: tuple[str, ...] = ()
+    """Assumptions and warnings a user should read (defaults used, interpolations, ...)."""
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        """Largest per-rank total, bytes."""
+        return float(self.memory["total_bytes"].max())  # type: ignore[arg-type]
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.memory_capacity_bytes
+
+    def peak_memory_row(self) -> dict[str, Any]:
+        """The memory row of the rank with the largest total."""
+        idx = int(self.memory["total_bytes"].arg_max())  # type: ignore[arg-type]
+        return self.memory.row(idx, named=True)
+
+    def summary(self) -> dict[str, Any]:
+        """Plain-JSON summary (the object ``workbench estimate --json`` prints)."""
+        peak = self.peak_memory_row()
+        return {
+            "backend": self.backend,
+            "model": self.model.name,
+            "cluster": self.cluster.id,
+            "num_devices": self.cluster.num_devices,
+            "plan": self.plan.describe(),
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tflops_per_device": self.model_flop_per_s_per_device / 1e12,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits": self.fits,
+            "bubble_fraction": self.bubble_fraction,
+            "breakdown": self.breakdown.as_dict(),
+            "memory": {k: float(peak[k]) for k in (*MEMORY_COLUMNS, "total_bytes")},
+            "measured": self.measured,
+            "notes": list(self.notes),
+        }
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A way to cost a plan. Implementations register under the ``workbench.backends`` entry-point group."""
+
+    name: str
+    """Registry name, e.g. ``analytic``."""
+
+    def unavailable_reason(self) -> str | None:
+        """None when the backend can run here, else why not (e.g. 'torch is not installed')."""
+        ...
+
+    def estimate(
+        self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan
+    ) -> Estimate:
+        """Cost one plan. Raises ValueError for a plan that violates its constraints."""
+        ...

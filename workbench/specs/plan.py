@@ -1,0 +1,159 @@
+"""What to run and how: ``Workload`` (the training job) and ``ParallelPlan`` (the parallel layout)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from workbench.specs.errors import check_choice, check_int
+from workbench.specs.hardware import DType
+
+if TYPE_CHECKING:
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+
+
+class Optimizer(StrEnum):
+    ADAMW = "adamw"
+    """Adam with decoupled weight decay: two fp32 moments per parameter (Loshchilov & Hutter 2019)."""
+    SGD = "sgd"
+    """SGD with momentum: one fp32 buffer per parameter."""
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    """Recompute the attention core only (Korthikanti et al. 2022, arXiv:2205.05198, section 4.3)."""
+    FULL = "full"
+    """Keep only each layer's input; recompute the whole layer in the backward pass."""
+
+
+class Axis(StrEnum):
+    """Parallel dimensions, by the field's names."""
+
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    DP = "dp"
+    PP = "pp"
+
+
+PLAN_FIELDS: tuple[str, ...] = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "micro_batch_size",
+    "zero_stage",
+    "sequence_parallel",
+    "recompute",
+    "schedule",
+)
+"""The fields of ``ParallelPlan`` that a user chooses (all but ``rank_order``), in display order."""
+
+DEFAULT_RANK_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
+"""Innermost first: tensor-parallel ranks are adjacent (inside a node), pipeline stages outermost."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Workload:
+    """A training job: what a step processes."""
+
+    seq_len: int
+    """Tokens per sequence. > 0."""
+    global_batch_size: int
+    """Sequences per optimizer step over all data-parallel replicas. > 0."""
+    dtype: DType = DType.BF16
+    """Precision of the main matrix multiplies (parameters kept in bf16/fp16 with fp32 master copies)."""
+    optimizer: Optimizer = Optimizer.ADAMW
+
+    def __post_init__(self) -> None:
+        check_int(self, "seq_len")
+        check_int(self, "global_batch_size")
+        check_choice(self, "dtype", DType)
+        check_choice(self, "optimizer", Optimizer)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch_size
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ParallelPlan:
+    """A parallel layout. Devices used = dp * tp * pp * cp; ep splits the experts inside dp * cp * tp."""
+
+    dp: int = 1
+    """Data-parallel replicas (with ZeRO/FSDP: the shard degree). 1 means disabled."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron-style column/row split)."""
+    pp: int = 1
+    """Pipeline stages' ranks (pipeline-parallel degree)."""
+    cp: int = 1
+    """Context-parallel degree (sequence split across ranks for attention)."""
+    ep: int = 1
+    """Expert-parallel degree: experts are split over ep ranks taken from dp * cp * tp (Megatron-Core)."""
+    vpp: int = 1
+    """Virtual stages (model chunks) per pipeline rank; 1 means not interleaved."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch per data-parallel replica."""
+    zero_stage: int = 0
+    """0 = DDP, 1 = optimizer states sharded, 2 = plus gradients, 3 = plus parameters (FSDP)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism alongside tp (norms and dropout sharded over the sequence)."""
+    recompute: Recompute = Recompute.NONE
+    schedule: str = "1f1b"
+    """Pipeline schedule name (see ``workbench.pipeline.schedules.SCHEDULE_NAMES``); ignored when pp = 1."""
+    rank_order: tuple[Axis, ...] = DEFAULT_RANK_ORDER
+    """Order in which the axes are laid on consecutive ranks, innermost first."""
+
+    def __post_init__(self) -> None:
+        for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
+            check_int(self, field)
+        if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
+            raise ValueError(f"ParallelPlan: zero_stage must be one of 0, 1, 2, 3, got {self.zero_stage!r}")
+        if not isinstance(self.sequence_parallel, bool):
+            raise ValueError(
+                f"ParallelPlan: sequence_parallel must be true or false, got {self.sequence_parallel!r}"
+            )
+        check_choice(self, "recompute", Recompute)
+        try:
+            order = tuple(Axis(a) for a in self.rank_order)
+        except ValueError:
+            order = ()
+        if sorted(order) != sorted(DEFAULT_RANK_ORDER):
+            raise ValueError(
+                f"ParallelPlan: rank_order must be a permutation of "
+                f"{', '.join(DEFAULT_RANK_ORDER)}, got {self.rank_order!r}"
+            )
+        object.__setattr__(self, "rank_order", order)
+
+    @property
+    def num_devices(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def num_microbatches(self, workload: Workload) -> int:
+        """Micro-batches per step per pipeline (gradient accumulation steps); 0 if it does not divide."""
+        per_step = self.dp * self.micro_batch_size
+        return workload.global_batch_size // per_step if workload.global_batch_size % per_step == 0 else 0
+
+    def describe(self) -> str:
+        """Short text such as ``dp8 tp8 pp4 vpp2 mbs1 zero1 sel 1f1b``."""
+        parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
+        parts += [f"{k}{v}" for k, v in (("cp", self.cp), ("ep", self.ep), ("vpp", self.vpp)) if v > 1]
+        parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.recompute is not Recompute.NONE:
+            parts.append(f"rc-{self.recompute}")
+        if self.pp > 1:
+            parts.append(self.schedule)
+        return " ".join(parts)
+
+    def validate(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> list[str]:
+        """Every violated constraint as a sentence a user can act on; an empty list means the plan is valid."""
+        from workbench.specs.rules import plan_violations
+
+        return plan_violations(self, model, cluster, workload)

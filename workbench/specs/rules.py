@@ -1,0 +1,338 @@
+"""The rule table: every constraint a ``ParallelPlan`` must meet, one record per rule.
+
+A rule is checked three ways from the same record: ``plan_violations`` (one plan: a batch of one), the
+planner's grid (``workbench.search.grid``: millions of plans, counted by ``reason``) and the app (the
+choice lists of ``workbench_widgets.app.choices`` and the note under ``control``). The schedule's own
+rules come from the schedule registry (``workbench.pipeline.schedules.registry.SCHEDULE_RULES``).
+
+Plan columns (``RULE_COLUMNS``) are equal-length numpy arrays, one entry per plan: the integer degrees,
+``sequence_parallel`` (bool), ``schedule_code`` (index into ``RuleContext.schedule_names``) and
+``num_microbatches`` (0 where dp * micro_batch_size does not divide the global batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from workbench.specs.plan import PLAN_FIELDS
+
+if TYPE_CHECKING:
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import ParallelPlan, Workload
+
+Columns = Mapping[str, Any]
+"""Plan column name -> numpy array (or a scalar that broadcasts against the other columns)."""
+Row = Mapping[str, int]
+"""One plan's columns as Python ints (booleans as 0/1)."""
+
+RULE_COLUMNS: tuple[str, ...] = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "micro_batch_size",
+    "sequence_parallel",
+    "schedule_code",
+    "num_microbatches",
+)
+"""The plan columns a rule mask may read."""
+
+CONTROLS: tuple[str, ...] = (*PLAN_FIELDS, "cluster")
+"""What a user changes to fix a rule: a plan field, or the cluster (its device count)."""
+
+REJECTION_REASONS: tuple[tuple[str, str], ...] = (
+    ("heads", "tp does not split the attention and key/value heads"),
+    ("layers", "pp*vpp does not divide the layers"),
+    ("batch", "dp*micro_batch_size does not divide the global batch"),
+    ("sequence", "cp does not divide the sequence length"),
+    ("experts", "ep does not divide dp*cp*tp"),
+    ("schedule", "breaks the schedule's micro-batch rules"),
+)
+"""The planner's rejection reasons (key, text) in checking order; a plan counts under the first it breaks."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RuleContext:
+    """What the rules read besides the plan columns. Each part is needed only by the rules that read it."""
+
+    model: ModelSpec | None = None
+    workload: Workload | None = None
+    cluster: ClusterSpec | None = None
+    """Needed only by the device-count rule (the planner's space meets it by construction)."""
+    schedule_names: tuple[str, ...] = ()
+    """``schedule_code`` i means ``schedule_names[i]``."""
+
+    def need_model(self) -> ModelSpec:
+        if self.model is None:
+            raise ValueError("RuleContext: this rule reads the model; pass model=")
+        return self.model
+
+    def need_workload(self) -> Workload:
+        if self.workload is None:
+            raise ValueError("RuleContext: this rule reads the workload; pass workload=")
+        return self.workload
+
+    def need_cluster(self) -> ClusterSpec:
+        if self.cluster is None:
+            raise ValueError("RuleContext: this rule reads the cluster; pass cluster=")
+        return self.cluster
+
+
+Mask = Callable[[Columns, RuleContext], Any]
+Sentence = Callable[[Row, RuleContext], str]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rule:
+    """One constraint on a plan."""
+
+    key: str
+    """Unique name, e.g. ``"tp_divides_heads"``."""
+    control: str
+    """The control that fixes it (one of ``CONTROLS``); the app shows the sentence under it."""
+    reason: str | None
+    """Key of ``REJECTION_REASONS`` the planner counts it under; None: the planner's space never holds a
+    plan that breaks it (``workbench.search.space`` builds only such plans), so the grid skips it."""
+    reads: tuple[str, ...]
+    """The ``RULE_COLUMNS`` its mask reads (a choice list passes these, and only these)."""
+    mask: Mask
+    """Plan columns -> bool array, True where the plan breaks the rule. Pure numpy, so one plan is a
+    batch of one."""
+    sentence: Sentence
+    """One broken plan's row -> what is wrong and what to change, as a sentence."""
+
+    def __post_init__(self) -> None:
+        if self.control not in CONTROLS:
+            raise ValueError(
+                f"Rule {self.key!r}: control must be one of {', '.join(CONTROLS)}, got {self.control!r}"
+            )
+        reasons = [k for k, _ in REJECTION_REASONS]
+        if self.reason is not None and self.reason not in reasons:
+            raise ValueError(f"Rule {self.key!r}: reason must be None or one of {', '.join(reasons)}")
+        unknown = [c for c in self.reads if c not in RULE_COLUMNS]
+        if unknown:
+            raise ValueError(
+                f"Rule {self.key!r}: reads unknown columns {unknown}; allowed: {', '.join(RULE_COLUMNS)}"
+            )
+
+    def violated(self, cols: Columns, ctx: RuleContext) -> np.ndarray:
+        """The mask as a bool array of the columns' broadcast shape."""
+        shape = np.broadcast_shapes(*(np.shape(cols[c]) for c in self.reads))
+        return np.broadcast_to(np.asarray(self.mask(cols, ctx), dtype=bool), shape)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Violation:
+    """One broken rule of one plan."""
+
+    key: str
+    """The ``Rule.key``."""
+    control: str
+    """The control that fixes it (``Rule.control``)."""
+    sentence: str
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+def _ep_used(c: Columns, ctx: RuleContext) -> Any:
+    return np.asarray(c["ep"]) > 1
+
+
+def _devices_sentence(r: Row, ctx: RuleContext) -> str:
+    cluster, n = ctx.need_cluster(), r["dp"] * r["tp"] * r["pp"] * r["cp"]
+    return (
+        f"dp*tp*pp*cp = {r['dp']}*{r['tp']}*{r['pp']}*{r['cp']} = {n} must equal the cluster's "
+        f"{cluster.num_devices} devices ({cluster.num_nodes} nodes x {cluster.devices_per_node})."
+    )
+
+
+def _kv_mask(c: Columns, ctx: RuleContext) -> Any:
+    m, tp = ctx.need_model(), np.asarray(c["tp"])
+    kv = m.num_key_value_heads
+    return (m.attention != "mla") & (kv % tp != 0) & (tp % kv != 0)
+
+
+PLAN_RULES: tuple[Rule, ...] = (
+    Rule(
+        key="devices",
+        control="cluster",
+        reason=None,
+        reads=("dp", "tp", "pp", "cp"),
+        mask=lambda c, ctx: c["dp"] * c["tp"] * c["pp"] * c["cp"] != ctx.need_cluster().num_devices,
+        sentence=_devices_sentence,
+    ),
+    Rule(
+        key="tp_divides_heads",
+        control="tp",
+        reason="heads",
+        reads=("tp",),
+        mask=lambda c, ctx: ctx.need_model().num_attention_heads % np.asarray(c["tp"]) != 0,
+        sentence=lambda r, ctx: (
+            f"tp={r['tp']} must divide the {ctx.need_model().num_attention_heads} attention heads."
+        ),
+    ),
+    Rule(
+        key="tp_kv_heads",
+        control="tp",
+        reason="heads",
+        reads=("tp",),
+        mask=_kv_mask,
+        sentence=lambda r, ctx: (
+            f"tp={r['tp']} and the {ctx.need_model().num_key_value_heads} key/value heads must divide one another."
+        ),
+    ),
+    Rule(
+        key="layers",
+        control="pp",
+        reason="layers",
+        reads=("pp", "vpp"),
+        mask=lambda c, ctx: ctx.need_model().num_layers % (np.asarray(c["pp"]) * c["vpp"]) != 0,
+        sentence=lambda r, ctx: (
+            f"pp*vpp = {r['pp']}*{r['vpp']} = {r['pp'] * r['vpp']} must divide the "
+            f"{ctx.need_model().num_layers} layers."
+        ),
+    ),
+    Rule(
+        key="batch",
+        control="micro_batch_size",
+        reason="batch",
+        reads=("dp", "micro_batch_size"),
+        mask=lambda c, ctx: (
+            ctx.need_workload().global_batch_size % (np.asarray(c["dp"]) * c["micro_batch_size"]) != 0
+        ),
+        sentence=lambda r, ctx: (
+            f"dp*micro_batch_size = {r['dp']}*{r['micro_batch_size']} = {r['dp'] * r['micro_batch_size']} "
+            f"must divide the global batch of {ctx.need_workload().global_batch_size} sequences."
+        ),
+    ),
+    Rule(
+        key="sequence",
+        control="cp",
+        reason="sequence",
+        reads=("cp",),
+        mask=lambda c, ctx: ctx.need_workload().seq_len % np.asarray(c["cp"]) != 0,
+        sentence=lambda r, ctx: (
+            f"cp={r['cp']} must divide the sequence length {ctx.need_workload().seq_len}."
+        ),
+    ),
+    Rule(
+        key="ep_needs_moe",
+        control="ep",
+        reason="experts",
+        reads=("ep",),
+        mask=lambda c, ctx: _ep_used(c, ctx) & (not ctx.need_model().is_moe),
+        sentence=lambda r, ctx: (
+            f"ep={r['ep']} needs a mixture-of-experts model; {ctx.need_model().name} is dense (use ep=1)."
+        ),
+    ),
+    Rule(
+        key="ep_divides_experts",
+        control="ep",
+        reason="experts",
+        reads=("ep",),
+        mask=lambda c, ctx: (
+            _ep_used(c, ctx)
+            & ctx.need_model().is_moe
+            & (ctx.need_model().num_experts % np.asarray(c["ep"]) != 0)
+        ),
+        sentence=lambda r, ctx: (
+            f"ep={r['ep']} must divide the {ctx.need_model().num_experts} routed experts."
+        ),
+    ),
+    Rule(
+        key="ep_divides_groups",
+        control="ep",
+        reason="experts",
+        reads=("ep", "dp", "cp", "tp"),
+        mask=lambda c, ctx: _ep_used(c, ctx) & ((np.asarray(c["dp"]) * c["cp"] * c["tp"]) % c["ep"] != 0),
+        sentence=lambda r, ctx: (
+            f"ep={r['ep']} must divide dp*cp*tp = {r['dp'] * r['cp'] * r['tp']} "
+            "(expert groups are carved from them)."
+        ),
+    ),
+    Rule(
+        key="sequence_parallel_needs_tp",
+        control="sequence_parallel",
+        reason=None,
+        reads=("sequence_parallel", "tp"),
+        mask=lambda c, ctx: np.asarray(c["sequence_parallel"], dtype=bool) & (np.asarray(c["tp"]) == 1),
+        sentence=lambda r, ctx: "sequence_parallel needs tp > 1 (it shards along the tensor-parallel group).",
+    ),
+    Rule(
+        key="vpp_needs_pp",
+        control="vpp",
+        reason=None,
+        reads=("pp", "vpp"),
+        mask=lambda c, ctx: (np.asarray(c["pp"]) == 1) & (np.asarray(c["vpp"]) > 1),
+        sentence=lambda r, ctx: f"vpp={r['vpp']} needs pp > 1 (virtual stages interleave a pipeline).",
+    ),
+)
+"""Rules on the degrees, the model and the workload. Sources: Megatron splits whole attention heads and
+tp and the key/value heads must divide one another (MLA shares no KV heads, so only attention heads count);
+pp * vpp divides the layers; ep splits the routed experts inside dp * cp * tp (Megatron-Core); sequence
+parallelism shards along tp; 2 * cp load-balancing chunks are not required."""
+
+
+def index_rules(rules: Iterable[Rule]) -> Mapping[str, Rule]:
+    """Rules by key, in order. Raises ValueError on a duplicate key."""
+    out: dict[str, Rule] = {}
+    for rule in rules:
+        if rule.key in out:
+            raise ValueError(f"rule key {rule.key!r} appears twice in the rule table")
+        out[rule.key] = rule
+    return out
+
+
+def rule_table() -> tuple[Rule, ...]:
+    """Every rule: ``PLAN_RULES`` then the schedule registry's ``SCHEDULE_RULES`` (unique keys)."""
+    # The schedule records live one layer up (pipeline); the import is deferred so specs stays loadable alone.
+    from workbench.pipeline.schedules.registry import SCHEDULE_RULES
+
+    return tuple(index_rules((*PLAN_RULES, *SCHEDULE_RULES)).values())
+
+
+def rule(key: str) -> Rule:
+    """The rule named ``key``; ValueError listing the keys if there is none."""
+    table = index_rules(rule_table())
+    if key not in table:
+        raise ValueError(f"unknown rule {key!r}; valid keys: {', '.join(table)}")
+    return table[key]
+
+
+def passes(keys: Iterable[str], cols: Columns, ctx: RuleContext) -> np.ndarray:
+    """True where the columns break none of the rules ``keys`` (columns broadcast, e.g. a candidate array
+    against fixed scalars). Only the columns those rules read need be given."""
+    bad: Any = False
+    for key in keys:
+        bad = bad | rule(key).violated(cols, ctx)
+    return ~np.asarray(bad, dtype=bool)
+
+
+def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray]:
+    """``plan`` as a batch of one (``RULE_COLUMNS``); its ``schedule_code`` 0 means ``plan.schedule``."""
+    cols = {f: np.array([getattr(plan, f)]) for f in RULE_COLUMNS[:8]}
+    cols["schedule_code"] = np.array([0])
+    cols["num_microbatches"] = np.array([plan.num_microbatches(workload)])
+    return cols
+
+
+def plan_violations(
+    plan: ParallelPlan, model: ModelSpec, cluster: ClusterSpec, workload: Workload
+) -> list[Violation]:
+    """Every rule of ``rule_table()`` that ``plan`` breaks, in table order (empty list: the plan is valid)."""
+    ctx = RuleContext(model=model, workload=workload, cluster=cluster, schedule_names=(plan.schedule,))
+    cols = plan_columns(plan, workload)
+    row = {k: int(v[0]) for k, v in cols.items()}
+    return [
+        Violation(key=r.key, control=r.control, sentence=r.sentence(row, ctx))
+        for r in rule_table()
+        if r.violated(cols, ctx)[0]
+    ]
