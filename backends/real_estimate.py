@@ -1,32 +1,42 @@
 """The measured ``Estimate`` of a real run: per-rank results (``RunResult``) to timeline, memory and breakdown.
 
 ``workbench_backends.real_run.real_run`` collects one ``rank<k>.json`` per worker (``workbench_backends.run_worker``) into a
-``RunResult``; ``to_estimate`` assembles:
+``RunResult``; ``to_estimate`` assembles it with the conventions every backend shares (a measured run is not
+simulated, so :func:`workbench.estimate.assemble.assemble` does not apply, but its figures are defined alike):
 
 - ``step_time_s``: median over the steps after ``warmup_steps`` of the slowest rank's step (barrier to end of
   the optimizer step); the spread (min..max) is in the notes;
 - ``timeline``: the actions of the median step on the ranks with dp = tp = 0 (``rank`` is the pipeline rank;
   ops F, B, I, W and ``wait``; seconds from the step's barrier);
-- ``bubble_fraction``: idle share of pp x makespan over the compute actions (GPipe's convention, the
-  simulator's ``bubble_fraction_of_step``);
-- ``memory``: parameters, gradients and optimizer states counted from the live tensors; activations_bytes is
-  the measured peak (CUDA allocator; on CPU the RSS high-water mark minus the RSS before the model was built)
-  minus those three, so it also holds allocator and framework overhead;
-- MFU from ``model.model_flop_per_token`` (PaLM's definition) over ``cluster.device.peak(workload.dtype)``.
+- the breakdown on the critical rank (the pipeline rank with the most compute in that step): ``compute_s`` its
+  compute actions, ``bubble_s`` its idle time inside the pipeline's span (first compute start to last compute
+  end over the ranks; waits on pipeline sends included: a measurement does not separate them), ``optimizer_s``
+  the measured optimizer step, ``exposed_dp_comm_s`` the rest of the step (outside the pipeline's span and the
+  optimizer: the gradient reduction left after the last backward, the step's barrier and runtime overhead);
+- tokens/s, MFU, HFU (with the plan's recompute) and ``bubble_fraction`` (= bubble_s / step_time_s) from
+  :mod:`workbench.estimate.metrics`, the one definition of each;
+- ``memory`` (the columns mean what they mean for every backend): parameters, gradients and optimizer states
+  counted from the live tensors; ``other_bytes`` the measured peak (CUDA allocator; on CPU the RSS
+  high-water mark minus the RSS before the model was built) minus those three, i.e. activations, buffers and
+  allocator and framework overhead together (a measured peak does not split them); ``activations_bytes`` and
+  ``buffers_bytes`` 0. ``total_bytes`` is the measured peak (or the counted states where they exceed it).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from workbench.cost.memory import RECOMPUTE_CODES
+from workbench.estimate import metrics
 from workbench.pipeline.schedules import Schedule
 from workbench.specs.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Estimate, StepBreakdown
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import ModelSpec
-from workbench.specs.plan import ParallelPlan, Workload
+from workbench.specs.plan import ParallelPlan, Recompute, Workload
 
 COMPUTE_OPS = ("F", "B", "I", "W")
 
@@ -100,31 +110,48 @@ def timeline_rows(run: RunResult, step: int) -> list[dict[str, Any]]:
     return out
 
 
-def bubble_fraction(rows: list[dict[str, Any]], pp: int) -> float:
-    """Idle share of pp x makespan over compute actions (GPipe, arXiv:1811.06965; the simulator's convention 1)."""
+class PipelineIdle(NamedTuple):
+    """The critical rank of one step's timeline: the pipeline rank with the most compute."""
+
+    rank: int
+    busy_s: float
+    """Its compute actions (F, B, I, W), seconds."""
+    idle_s: float
+    """The pipeline's span minus its busy time, seconds (the bubble, waits on pipeline sends included)."""
+    span_s: float
+    """First compute start to last compute end over all pipeline ranks, seconds."""
+
+
+def pipeline_idle(rows: list[dict[str, Any]]) -> PipelineIdle:
+    """The critical rank's compute and idle time in one step's timeline rows (the simulator's ``busy_s`` and
+    makespan - busy_s of :func:`workbench.estimate.assemble.critical_rank`)."""
     compute = [r for r in rows if r["op"] in COMPUTE_OPS]
     if not compute:
-        return 0.0
-    makespan = max(r["end_s"] for r in compute) - min(r["start_s"] for r in compute)
-    busy = sum(r["end_s"] - r["start_s"] for r in compute)
-    return max(0.0, (pp * makespan - busy) / (pp * makespan)) if makespan > 0 else 0.0
+        return PipelineIdle(0, 0.0, 0.0, 0.0)
+    span = max(r["end_s"] for r in compute) - min(r["start_s"] for r in compute)
+    busy: dict[int, float] = {}
+    for r in compute:
+        busy[r["rank"]] = busy.get(r["rank"], 0.0) + r["end_s"] - r["start_s"]
+    rank = max(sorted(busy), key=busy.__getitem__)
+    return PipelineIdle(rank, busy[rank], max(0.0, span - busy[rank]), span)
+
+
+def bubble_fraction(rows: list[dict[str, Any]], step_time_s: float) -> float:
+    """The critical rank's idle time over the step time (:func:`workbench.estimate.metrics.bubble_fraction`)."""
+    return float(metrics.bubble_fraction(pipeline_idle(rows).idle_s, step_time_s)) if step_time_s > 0 else 0.0
 
 
 def memory_rows(run: RunResult) -> list[dict[str, Any]]:
-    """One row per pipeline rank: the largest of its dp/tp ranks' counted and measured bytes."""
+    """One row per pipeline rank (``MEMORY_COLUMNS`` + total_bytes): the largest of its dp/tp ranks. Model
+    states are counted from the live tensors; other_bytes is the rest of the measured peak."""
     by_pp: dict[int, dict[str, Any]] = {}
     for r in run.ranks:
         mem = r["memory"]
-        counted = mem["parameters_bytes"] + mem["gradients_bytes"] + mem["optimizer_states_bytes"]
-        row = {
-            "rank": r["coords"].get("pp", 0),
-            "parameters_bytes": float(mem["parameters_bytes"]),
-            "gradients_bytes": float(mem["gradients_bytes"]),
-            "optimizer_states_bytes": float(mem["optimizer_states_bytes"]),
-            "activations_bytes": float(max(0, mem["peak_bytes"] - counted)),
-            "buffers_bytes": 0.0,
-            "other_bytes": 0.0,
-        }
+        row = {"rank": r["coords"].get("pp", 0)} | dict.fromkeys(MEMORY_COLUMNS, 0.0)
+        for k in ("parameters_bytes", "gradients_bytes", "optimizer_states_bytes"):
+            row[k] = float(mem[k])
+        counted = row["parameters_bytes"] + row["gradients_bytes"] + row["optimizer_states_bytes"]
+        row["other_bytes"] = float(max(0, mem["peak_bytes"] - counted))
         row["total_bytes"] = sum(row[c] for c in MEMORY_COLUMNS)
         if row["rank"] not in by_pp or row["total_bytes"] > by_pp[row["rank"]]["total_bytes"]:
             by_pp[row["rank"]] = row
@@ -153,7 +180,7 @@ def to_estimate(
             "end_s": pl.Float64,
         },
     ).select(TIMELINE_COLUMNS)
-    bubble = bubble_fraction(rows, plan.pp)
+    idle = pipeline_idle(rows)
     optimizer_s = max(r["steps"][step]["optimizer_s"] for r in run.ranks)
     waits_s = max(
         (
@@ -162,13 +189,28 @@ def to_estimate(
         ),
         default=0.0,
     )
-    compute_s = max(0.0, step_s - optimizer_s - bubble * step_s)
-    tokens = workload.tokens_per_step
-    flop_per_s = model.model_flop_per_token(workload.seq_len) * tokens / step_s / plan.num_devices
     notes = _notes(run, times, waits_s)
-    peak, inv_peak = _peak(cluster, workload)
+    peak = cluster.device.peak_flop_per_s.get(DType(workload.dtype))
     if peak is None:
         notes.append(f"MFU not computed: device {cluster.device.id!r} has no {workload.dtype} peak")
+    if plan.recompute is not Recompute.NONE:
+        notes.append(
+            f"HFU counts the plan's recompute ({plan.recompute.value}); the real run does not apply it"
+        )
+    figures = metrics.throughput(
+        model,
+        workload,
+        step_time_s=step_s,
+        num_devices=plan.num_devices,
+        peak_flop_per_s=peak or math.inf,
+        recompute_code=RECOMPUTE_CODES[plan.recompute.value],
+    )
+    breakdown = StepBreakdown(
+        compute_s=idle.busy_s,
+        exposed_dp_comm_s=max(0.0, step_s - idle.span_s - optimizer_s),
+        bubble_s=idle.idle_s,
+        optimizer_s=optimizer_s,
+    )
     return Estimate(
         backend="real-run",
         model=model,
@@ -176,23 +218,15 @@ def to_estimate(
         workload=workload,
         plan=plan,
         step_time_s=step_s,
-        tokens_per_s=tokens / step_s,
-        mfu=inv_peak * flop_per_s,
-        hfu=inv_peak * flop_per_s,
-        model_flop_per_s_per_device=flop_per_s,
-        bubble_fraction=bubble,
-        breakdown=StepBreakdown(compute_s=compute_s, bubble_s=bubble * step_s, optimizer_s=optimizer_s),
+        **{k: float(v) for k, v in figures.items()},
+        bubble_fraction=float(metrics.bubble_fraction(breakdown.bubble_s, step_s)),
+        breakdown=breakdown,
         memory=pl.DataFrame(memory_rows(run)),
         memory_capacity_bytes=cluster.device.hbm_bytes,
         timeline=timeline,
         measured=True,
         notes=tuple(notes),
     )
-
-
-def _peak(cluster: ClusterSpec, workload: Workload) -> tuple[float | None, float]:
-    peak = cluster.device.peak_flop_per_s.get(DType(workload.dtype))
-    return peak, (1.0 / peak if peak else 0.0)
 
 
 def _notes(run: RunResult, times: list[float], waits_s: float) -> list[str]:
@@ -202,8 +236,11 @@ def _notes(run: RunResult, times: list[float], waits_s: float) -> list[str]:
         f"{ranks['schedule_class']}; step time: median of {len(times)} steps after {run.warmup_steps} warm-up "
         f"(min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms); run folder {run.run_dir}",
         f"time blocked on pipeline neighbours (wait) on the worst rank: {waits_s * 1e3:.1f} ms per step",
-        "activations_bytes = measured peak - parameters - gradients - optimizer states "
-        f"({run.ranks[0]['memory']['peak_kind']}; includes allocator and framework overhead)",
+        "bubble: the critical rank's idle time in the pipeline's span (waits on pipeline sends included); "
+        "exposed_dp_comm_s: the step outside that span and the optimizer (gradient reduction, barrier, "
+        "runtime overhead)",
+        "other_bytes = measured peak - parameters - gradients - optimizer states "
+        f"({run.ranks[0]['memory']['peak_kind']}; activations, buffers, allocator and framework overhead)",
     ]
     if run.reference_losses is not None:
         got = run.losses()

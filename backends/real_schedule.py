@@ -1,6 +1,6 @@
 """Map a plan's schedule onto ``torch.distributed.pipelining`` and time every action of it.
 
-Schedules torch ships run through torch's own classes (``TORCH_SCHEDULE_CLASSES``); the others run from their
+Schedules torch ships run through torch's own classes (the record's ``ScheduleSpec.torch_class``); the others run from their
 CSV form (``workbench.pipeline.schedules.write_schedule_csv``) through torch's ``_PipelineScheduleRuntime``. With pp = 1
 the step is plain gradient accumulation (F then B per micro-batch).
 
@@ -19,21 +19,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.pipeline.schedules import Schedule
+from workbench.pipeline.schedules import REGISTRY, Schedule
 from workbench.specs.plan import ParallelPlan
 
-TORCH_SCHEDULE_CLASSES: dict[str, str] = {
-    "gpipe": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-    "looped-bfs": "ScheduleLoopedBFS",
-    "zb-h1": "ScheduleInterleavedZeroBubble",
-    "zbv": "ScheduleZBVZeroBubble",
-    "dualpipev": "ScheduleDualPipeV",
-}
-"""Our schedule name -> the torch class that runs it (torch 2.5+); names not here run from CSV."""
-
 _SINGLE_STAGE = ("ScheduleGPipe", "Schedule1F1B")
+"""torch classes that take one stage per rank (``PipelineScheduleSingle``) rather than a list."""
+
+
+def torch_class_of(name: str) -> str | None:
+    """The ``torch.distributed.pipelining.schedules`` class that runs schedule ``name`` (its record's
+    ``torch_class``); None for a schedule torch does not ship or a custom (CSV) schedule."""
+    spec = REGISTRY.get(name)
+    return spec.torch_class if spec is not None else None
 
 
 class Recorder:
@@ -150,7 +147,7 @@ class PipelineRunner:
         instrument_waits(self.recorder)
         self.holds_first = 0 in stages
         self.holds_last = schedule.num_stages - 1 in stages
-        name = TORCH_SCHEDULE_CLASSES.get(schedule.name) if executor == "auto" else None
+        name = torch_class_of(schedule.name) if executor == "auto" else None
         m = schedule.num_microbatches
         if name is None:
             if csv_path is None:

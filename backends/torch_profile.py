@@ -1,19 +1,35 @@
-"""The ``torch-profile`` backend: op costs measured with torch, priced through the schedule simulator.
+"""The ``torch-profile`` backend: op costs measured with torch, priced as ``PlanCosts`` for the one assembly.
 
-Per pipeline stage, the forward/backward-input/backward-weight times and activation bytes of its blocks,
-plus the embedding on the first and the head on the last stage, come from a profile
-(:mod:`workbench.presets.profile_table`, recorded by ``workbench profile``). Exposed communication is added on top:
-tensor-parallel all-reduces (2 per block forward and 2 backward, Megatron-LM, arXiv:1909.08053 section 3),
-expert all-to-alls (2 + 2 per MoE block), context-parallel key/value all-gathers, pipeline sends and the
-data-parallel gradient reduction after the last backward (no overlap assumed). Communication uses the
-alpha-beta model of :mod:`workbench.cost.comm` on the cluster's levels; when the profile holds a collective fit
-for a level of the same name, the fitted latency and bandwidth replace the preset's. The schedule is
-simulated by :func:`workbench.pipeline.simulate.simulate`. In split-backward schedules stage 0 is priced as
-``torch.distributed.pipelining`` runs it: its I does nothing (``backward_one_chunk`` skips the first stage)
-and its W is the fused backward B (``backward_weight_one_chunk`` calls ``stage_backward`` for stage 0);
-every other stage's I and W are the profiled split, which carries the runtime's overhead. The optimizer step uses
-the AdamW time per parameter measured with the profile. This module does not import torch: estimating
-only reads the profile.
+From the profile (:mod:`workbench.presets.profile_table`, recorded by ``workbench profile``): per pipeline stage,
+the compute of its forward F, backward-input I, backward-weight W and fused backward B and the activation bytes
+one micro-batch leaves stored, summed over the ops the stage holds (its dense or MoE blocks, the embedding on
+the first stage, the LM head with its loss on the last), each looked up at the plan's shard shape (tp, cp, ep,
+micro-batch, sequence length; an unmeasured micro-batch is interpolated in tokens and noted); and the optimizer
+step, the AdamW time per parameter measured with the profile times the parameters a rank owns (over dp*cp
+with ZeRO >= 1, as :func:`workbench.cost.step.optimizer_s` shards them).
+
+From the step model (:mod:`workbench.cost.step`), the very functions the analytic backend calls: which blocks each
+stage holds (``stage_holdings``: uneven splits give the remainder to the middle stages), the exposed tensor-,
+context- and expert-parallel communication per block (``layer_pair``), ZeRO-3's per-layer gathers against the
+measured per-layer compute (``fsdp_layer_s``), the pipeline hop (``pp_hop_s``), the data-parallel reduction after
+the last backward (``dp_comm_s``), the parameters held (``params_held``) and every memory part but the stored
+activations (``static_memory``). They run with the neutral ``Calibration()``: no overlap assumed, collective
+efficiency 1. When the profile holds a collective fit for a network level of the same name, the fitted latency
+and bandwidth replace the preset's. :func:`workbench.estimate.assemble.assemble` then simulates the schedule
+and derives the step time, breakdown, tokens/s, MFU, HFU, the bubble and the memory table, as for every backend.
+
+How torch runs a plan, kept in the stage costs:
+
+- split-backward schedules: stage 0's I does nothing (``backward_one_chunk`` skips the first stage) and its W
+  is the fused backward B (``backward_weight_one_chunk`` calls ``stage_backward`` for stage 0); every other
+  stage's I and W are the profiled split, which carries the runtime's overhead. The I pass frees nothing
+  (``stage_backward_input`` keeps the graph for W).
+- full recompute: each block's measured forward is added to its backward, a block keeps only its input
+  (tokens x hidden in the run's dtype) and the transient working set is one block's measured activations;
+  the embedding and the head are not recomputed. Selective recompute is priced as none (the profile
+  measures whole blocks), with a note.
+
+This module does not import torch: estimating only reads the profile.
 """
 
 from __future__ import annotations
@@ -22,33 +38,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import polars as pl
+import numpy as np
 
-from workbench.cost import comm
-from workbench.cost.placement import axis_stride
-from workbench.pipeline.schedules import build_schedule
-from workbench.pipeline.simulate import StageCosts, simulate
+from workbench.cost import step
+from workbench.cost.layer import EdgeCosts, LayerCosts
+from workbench.estimate.analytic import build_pipeline, pipeline_holdings
+from workbench.estimate.assemble import COMM_KINDS, PlanCosts, assemble
+from workbench.pipeline.simulate import StageCosts
+from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import profiles_dir
 from workbench.presets.profile_table import OpCost, Profile, find_profile
-from workbench.specs.estimate import Estimate, StepBreakdown
+from workbench.specs.estimate import Estimate
 from workbench.specs.hardware import BYTES_PER_ELEMENT, ClusterSpec
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Recompute, Workload
 
-OPTIMIZER_STATE_BYTES = {"adamw": 12.0, "sgd": 8.0}
-"""fp32 master weights plus two (Adam) or one (momentum) fp32 moments per parameter (ZeRO, Rajbhandari et
-al. 2020, arXiv:1910.02054, section 3.1: K = 12 for mixed-precision Adam)."""
-
-
-def stage_layers(num_layers: int, num_stages: int) -> list[range]:
-    """Contiguous block ranges per pipeline stage; earlier stages take the remainder one block each."""
-    base, extra = divmod(num_layers, num_stages)
-    out, start = [], 0
-    for s in range(num_stages):
-        n = base + (1 if s < extra else 0)
-        out.append(range(start, start + n))
-        start += n
-    return out
+_TIMES = ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")
 
 
 class TorchProfileBackend:
@@ -77,7 +82,17 @@ class TorchProfileBackend:
         if problems:
             raise ValueError(f"invalid plan {plan.describe()}: " + " ".join(problems))
         prof = find_profile(self.profile_root, model, cluster.device.id, str(workload.dtype))
-        return _Pricer(prof, model, _fitted_cluster(cluster, prof), workload, plan).estimate()
+        fitted = _fitted_cluster(cluster, prof)
+        costs = profile_costs(prof, model, fitted, workload, plan)
+        return assemble(model, fitted, workload, plan, costs, backend=self.name)
+
+
+def profile_costs(
+    prof: Profile, model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan
+) -> PlanCosts:
+    """Price one valid plan's pieces from ``prof`` and the step model (see the module docstring).
+    ``cluster``: the cluster with the profile's collective fits applied (``_fitted_cluster``)."""
+    return _Pricer(prof, model, cluster, workload, plan).costs()
 
 
 def _fitted_cluster(cluster: ClusterSpec, prof: Profile) -> ClusterSpec:
@@ -92,22 +107,28 @@ def _fitted_cluster(cluster: ClusterSpec, prof: Profile) -> ClusterSpec:
 
 
 class _Pricer:
-    """Builds stage costs, simulates and assembles the ``Estimate`` for one plan (one-shot helper)."""
+    """Builds the ``PlanCosts`` of one plan (one-shot helper)."""
 
     def __init__(
         self, prof: Profile, model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan
     ) -> None:
-        self.prof, self.model, self.cluster, self.workload, self.plan = prof, model, cluster, workload, plan
-        self.notes: list[str] = [f"op costs measured on {prof.manifest['device_name']} ({prof.path})"]
-        self.act_bytes = BYTES_PER_ELEMENT[workload.dtype]
-        self.tokens = plan.micro_batch_size * workload.seq_len // plan.cp
-        self.comm = {"tp": 0.0, "cp": 0.0, "ep": 0.0, "pp": 0.0, "dp": 0.0}
+        self.prof, self.model, self.workload, self.plan = prof, model, workload, plan
+        self.notes: list[str] = [
+            f"op costs measured on {prof.manifest['device_name']} ({prof.path})",
+            "communication, pipeline hop, data-parallel reduction and memory accounting from the step model "
+            "(workbench.cost.step) with the neutral calibration: no overlap, collective efficiency 1",
+            "MFU: PaLM model FLOPs (6N + full-s^2 attention, no recompute) over the dense peak of the dtype",
+        ]
         fitted = {f["level"] for f in prof.manifest.get("collective_fit", [])}
         if not fitted & {lvl.name for lvl in cluster.levels}:
             self.notes.append(
                 "communication from the analytic alpha-beta model (no collectives measured for "
                 "this cluster's levels)"
             )
+        self.ctx = step.StepContext.build(model, cluster, workload, Calibration())
+        self.cols = step.plan_columns(plan, workload)
+        self.schedule = build_pipeline(plan, plan.num_microbatches(workload))
+        self.stage_held, self.rank_held = pipeline_holdings(model, self.schedule)
 
     def cost(self, op: str) -> OpCost:
         p = self.plan
@@ -118,183 +139,129 @@ class _Pricer:
             self.notes.append(f"{op}: {c.note} ({c.source})")
         return c
 
-    def params(self, op: str) -> float:
-        rows = self.prof.ops.filter(
-            (pl.col("op") == op) & (pl.col("tp") == self.plan.tp) & (pl.col("ep") == self.plan.ep)
-        )
-        return float(rows["num_parameters"][0])
+    def op_costs(self) -> dict[str, OpCost]:
+        """The measured ops this model needs: embedding, head, and the dense and/or MoE block."""
+        model = self.model
+        kinds = ["embedding"]
+        kinds += ["layer"] if model.num_layers > model.num_moe_layers else []
+        kinds += ["moe_layer"] if model.num_moe_layers > 0 else []
+        return {k: self.cost(k) for k in (*kinds, "head")}
 
-    def block_comm_s(self, moe: bool) -> dict[str, float]:
-        """Exposed communication of one block's forward (the backward has the same), seconds per axis."""
-        p, c, h = self.plan, self.cluster, self.model.hidden_size
-        payload = self.tokens * h * self.act_bytes
-        tp = float(comm.all_reduce_s(c, payload, p.tp, axis_stride(p, "tp"))) * 2 if p.tp > 1 else 0.0
-        kv = (
-            2
-            * self.tokens
-            * p.cp
-            * self.model.num_key_value_heads
-            * self.model.head_dim
-            * self.act_bytes
-            / p.tp
-        )
-        cp = float(comm.all_gather_s(c, kv, p.cp, axis_stride(p, "cp"))) if p.cp > 1 else 0.0
-        ep = 0.0
-        if moe and p.ep > 1:
-            routed = payload * self.model.experts_per_token
-            ep = 2 * float(comm.all_to_all_s(c, routed, p.ep, axis_stride(p, "ep")))
-        return {"tp": tp, "cp": cp, "ep": ep}
-
-    def stage_costs(self) -> tuple[StageCosts, list[float]]:
-        p, model = self.plan, self.model
-        ranges = stage_layers(model.num_layers, p.pp * p.vpp)
-        kinds = {k: self.cost(k) for k in ("layer", "moe_layer") if self._needs(k)}
-        emb, head = self.cost("embedding"), self.cost("head")
-        cols: dict[str, list[float]] = {k: [] for k in ("f", "b", "i", "w", "act")}
-        self.stage_comm: list[dict[str, float]] = []
-        params: list[float] = []
-        for s, layers in enumerate(ranges):
-            parts = [kinds[self._kind(i)] for i in layers]
-            comms = [self.block_comm_s(self._kind(i) == "moe_layer") for i in layers]
-            parts += [emb] if s == 0 else []
-            parts += [head] if s == len(ranges) - 1 else []
-            self._add_stage(cols, parts, comms, layer_count=len(layers))
-            params.append(
-                sum(self.params(self._kind(i)) for i in layers)
-                + (self.params("embedding") if s == 0 else 0)
-                + (self.params("head") if s == len(ranges) - 1 else 0)
-            )
-        cols["i"][0], cols["w"][0] = 0.0, cols["b"][0]  # torch runs stage 0's backward as one fused W
-        p2p = float(
-            comm.p2p_s(self.cluster, self.tokens * model.hidden_size * self.act_bytes, axis_stride(p, "pp"))
-        )
-        costs = StageCosts(
-            forward_s=tuple(cols["f"]),
-            backward_s=tuple(cols["b"]),
-            backward_input_s=tuple(cols["i"]),
-            backward_weight_s=tuple(cols["w"]),
-            activation_bytes=tuple(cols["act"]),
-            p2p_s=p2p if p.pp > 1 else 0.0,
-        )
-        return costs, params
-
-    def _add_stage(
-        self,
-        cols: dict[str, list[float]],
-        parts: list[OpCost],
-        comms: list[dict[str, float]],
-        layer_count: int,
-    ) -> None:
-        per_axis = {k: sum(c[k] for c in comms) for k in ("tp", "cp", "ep")}
-        self.stage_comm.append({k: 2 * v for k, v in per_axis.items()})
-        one_way = sum(per_axis.values())
-        f = sum(c.forward_s for c in parts) + one_way
-        bi = sum(c.backward_input_s for c in parts) + one_way
-        bw = sum(c.backward_weight_s for c in parts)
-        b = sum(c.backward_s for c in parts) + one_way
-        act = sum(c.activation_bytes for c in parts)
-        if self.plan.recompute is Recompute.FULL:
-            b, bi = b + f, bi + f
-            act = layer_count * self.tokens * self.model.hidden_size * self.act_bytes
-        cols["f"].append(f)
-        cols["b"].append(b)
-        cols["i"].append(bi)
-        cols["w"].append(bw)
-        cols["act"].append(act)
-
-    def _needs(self, kind: str) -> bool:
-        return any(self._kind(i) == kind for i in range(self.model.num_layers))
-
-    def _kind(self, layer: int) -> str:
-        return "moe_layer" if self.model.is_moe and layer >= self.model.num_dense_layers else "layer"
-
-    def estimate(self) -> Estimate:
-        p, w = self.plan, self.workload
-        m = p.num_microbatches(w)
+    def costs(self) -> PlanCosts:
+        p, model, ctx, cols = self.plan, self.model, self.ctx, self.cols
         if p.recompute is Recompute.SELECTIVE:
             self.notes.append("selective recompute priced as none (the profile measures whole blocks)")
-        costs, stage_params = self.stage_costs()
-        sim = simulate(
-            build_schedule(p.schedule if p.pp > 1 else "1f1b", pp=p.pp, num_microbatches=m, vpp=p.vpp), costs
-        )
-        on_rank = [
-            [s for s in range(len(stage_params)) if sim.schedule.stage_to_rank[s] == r] for r in range(p.pp)
-        ]
-        ranks = [sum(stage_params[s] for s in stages) for stages in on_rank]
-        critical = max(range(p.pp), key=lambda r: sim.busy_s[r])
-        for k in ("tp", "cp", "ep"):
-            self.comm[k] = m * sum(self.stage_comm[s][k] for s in on_rank[critical])
-        dp_s = self._dp_s(max(ranks))
-        opt_s = self.prof.manifest["optimizer_s_per_parameter"] * max(ranks) / (p.dp if p.zero_stage else 1)
-        step_s = sim.makespan_s + dp_s + opt_s
-        return self._assemble(sim, ranks, step_s, dp_s, opt_s, m)
+        full = p.recompute is Recompute.FULL
+        ops = self.op_costs()
+        held = self.stage_held
+        n = self.schedule.num_stages
 
-    def _dp_s(self, rank_params: float) -> float:
-        p = self.plan
-        if p.dp == 1:
-            return 0.0
-        grad_bytes = rank_params * 4.0
-        fn = comm.reduce_scatter_s if p.zero_stage >= 2 else comm.all_reduce_s
-        t = float(fn(self.cluster, grad_bytes, p.dp, axis_stride(p, "dp")))
-        self.notes.append("data-parallel gradient reduction not overlapped with the backward pass")
-        self.comm["dp"] = t
-        return t
+        def blocks(field: str) -> np.ndarray:
+            """Per stage, the sum of ``field`` over the blocks it holds."""
+            out = np.zeros(n)
+            for kind, count in (("layer", held["dense"]), ("moe_layer", held["moe"])):
+                if kind in ops:
+                    out = out + count * getattr(ops[kind], field)
+            return out
 
-    def _assemble(
-        self, sim: Any, ranks: list[float], step_s: float, dp_s: float, opt_s: float, m: int
-    ) -> Estimate:
-        p, w, model, cluster = self.plan, self.workload, self.model, self.cluster
-        tokens_per_s = w.tokens_per_step / step_s
-        peak = cluster.device.peak(w.dtype)
-        mfu = model.model_flop_per_token(w.seq_len) * tokens_per_s / (p.num_devices * peak)
-        exposed = {k: v for k, v in self.comm.items() if k != "dp"}
-        busy = max(sim.busy_s)
-        breakdown = (
-            StepBreakdown(  # pipeline sends are waits inside the simulated makespan: counted as bubble
-                compute_s=busy - sum(exposed.values()),
-                exposed_tp_comm_s=exposed["tp"],
-                exposed_cp_comm_s=exposed["cp"],
-                exposed_ep_comm_s=exposed["ep"],
-                exposed_dp_comm_s=dp_s,
-                bubble_s=sim.makespan_s - busy,
-                optimizer_s=opt_s,
-            )
+        def whole(field: str) -> np.ndarray:
+            emb, head = np.asarray(held["embedding"]), np.asarray(held["head"])
+            return blocks(field) + emb * getattr(ops["embedding"], field) + head * getattr(ops["head"], field)
+
+        f, b, i, w = (whole(t) for t in _TIMES)
+        act = whole("activation_bytes")
+        layer_f = blocks("forward_s")
+        if full:  # the blocks' forward runs again before their backward; each keeps only its input
+            b, i = b + layer_f, i + layer_f
+            layer_input = step.tokens(ctx, cols) * model.hidden_size * BYTES_PER_ELEMENT[self.workload.dtype]
+            if p.sequence_parallel:
+                layer_input = layer_input / p.tp
+            num_blocks = np.asarray(held["dense"]) + np.asarray(held["moe"])
+            act = act - blocks("activation_bytes") + num_blocks * float(layer_input)
+
+        comm_only = _comm_only(step.layer_pair(ctx, cols))
+        fsdp = step.fsdp_layer_s(ctx, cols, self._layer_compute_s(ops, full))
+        comm = step.share_s(comm_only, held, fsdp)
+        comm_f, comm_b = _stage_array(comm["f"], n), _stage_array(comm["i"], n)
+        forward = f + comm_f
+        backward = b + comm_b
+        backward_input = i + comm_b
+        backward_weight = w.copy()
+        backward_input[0], backward_weight[0] = 0.0, backward[0]  # torch: stage 0's backward is one fused W
+
+        split = self.schedule.uses_split_backward()
+        stage_compute = f + np.where(split & (np.arange(n) > 0), i + w, b)
+        stages = StageCosts(
+            forward_s=tuple(forward),
+            backward_s=tuple(backward),
+            backward_input_s=tuple(backward_input),
+            backward_weight_s=tuple(backward_weight),
+            activation_bytes=tuple(act),
+            p2p_s=float(step.pp_hop_s(ctx, cols)),
         )
-        return Estimate(
-            backend="torch-profile",
-            model=model,
-            cluster=cluster,
-            workload=w,
-            plan=p,
-            step_time_s=step_s,
-            tokens_per_s=tokens_per_s,
-            mfu=mfu,
-            hfu=mfu * (4 / 3 if p.recompute is Recompute.FULL else 1.0),
-            model_flop_per_s_per_device=mfu * peak,
-            bubble_fraction=sim.bubble_fraction_of_step,
-            breakdown=breakdown,
-            memory=self._memory(sim, ranks),
-            memory_capacity_bytes=cluster.device.hbm_bytes,
-            timeline=sim.timeline,
-            measured=False,
+        rank_comm = step.share_s(comm_only, self.rank_held, fsdp)
+        dense, expert = step.params_held(ctx, cols, self.rank_held)
+        static = step.static_memory(ctx, cols, self.rank_held)
+        static["activation_extra_bytes"] = self._recompute_working_bytes(ops, full)
+        shard = np.where(cols["zero_stage"] >= 1, cols["dp"] * cols["cp"], 1)
+        owned = (dense + expert) / shard
+        if p.dp * p.cp > 1 and p.zero_stage < 3:
+            self.notes.append("data-parallel gradient reduction not overlapped with the backward pass")
+        return PlanCosts(
+            schedule=self.schedule,
+            stages=stages,
+            rank_compute_s=self._per_rank_sum(stage_compute),
+            rank_comm_s={k: _per_rank(rank_comm[k], p.pp) for k in COMM_KINDS},
+            dp_comm_s=float(np.max(step.dp_comm_s(ctx, cols, dense, expert))),
+            optimizer_s=float(self.prof.manifest["optimizer_s_per_parameter"] * np.max(owned)),
+            rank_memory={k: _per_rank(v, p.pp) for k, v in static.items()},
             notes=tuple(dict.fromkeys(self.notes)),
         )
 
-    def _memory(self, sim: Any, ranks: list[float]) -> pl.DataFrame:
-        p = self.plan
-        shard = {k: (p.dp if p.zero_stage >= z else 1) for k, z in (("param", 3), ("grad", 2), ("opt", 1))}
-        opt_bytes = OPTIMIZER_STATE_BYTES[str(self.workload.optimizer)]
-        rows = [
-            {
-                "rank": r,
-                "parameters_bytes": n * self.act_bytes / shard["param"],
-                "gradients_bytes": n * 4.0 / shard["grad"],
-                "optimizer_states_bytes": n * opt_bytes / shard["opt"],
-                "activations_bytes": float(sim.peak_activation_bytes_per_rank[r]),
-                "buffers_bytes": 0.0,
-                "other_bytes": 0.0,
-            }
-            for r, n in enumerate(ranks)
-        ]
-        frame = pl.DataFrame(rows)
-        return frame.with_columns(total_bytes=pl.sum_horizontal(frame.columns[1:]))
+    def _layer_compute_s(self, ops: dict[str, OpCost], full: bool) -> float:
+        """Measured F + B (+ the recomputed F) of one block, the mean over the model's blocks: the compute
+        ZeRO-3 prefetches its gathers behind."""
+        model = self.model
+        total = 0.0
+        for kind, count in (
+            ("layer", model.num_layers - model.num_moe_layers),
+            ("moe_layer", model.num_moe_layers),
+        ):
+            if kind in ops and count:
+                c = ops[kind]
+                total += count * (c.forward_s * (2 if full else 1) + c.backward_s)
+        return total / model.num_layers
+
+    def _recompute_working_bytes(self, ops: dict[str, OpCost], full: bool) -> np.ndarray:
+        """Full recompute: one block's measured activations, live while it is recomputed and run backward."""
+        held = self.rank_held
+        work = np.zeros(self.plan.pp)
+        if full:
+            for kind, count in (("layer", held["dense"]), ("moe_layer", held["moe"])):
+                if kind in ops:
+                    work = np.maximum(work, np.where(np.asarray(count) > 0, ops[kind].activation_bytes, 0.0))
+        return work
+
+    def _per_rank_sum(self, per_stage: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.plan.pp)
+        np.add.at(out, np.asarray(self.schedule.stage_to_rank), per_stage)
+        return out
+
+
+def _comm_only(pair: step.LayerPair) -> step.LayerPair:
+    """The step model's layer costs with the compute zeroed: ``step.share_s`` on it gives the exposed
+    communication of what a stage or rank holds (f: forward, i: backward, and by kind)."""
+
+    def no_compute(layer: LayerCosts) -> LayerCosts:
+        return layer._replace(compute_f_s=0.0, compute_i_s=0.0, compute_w_s=0.0)
+
+    moe = no_compute(pair.moe) if pair.moe is not None else None
+    return step.LayerPair(no_compute(pair.dense), moe, EdgeCosts(0.0, 0.0, 0.0, 0.0, 0.0))
+
+
+def _stage_array(values: Any, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(values, dtype=float), n).copy()
+
+
+def _per_rank(values: Any, pp: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(values, dtype=float), pp).copy()

@@ -81,7 +81,7 @@ def _print_human(est: Any) -> None:
     click.echo(
         f"step time {s['step_time_s']:.3f} s   tokens/s {s['tokens_per_s']:,.0f}   "
         f"MFU {s['mfu']:.1%}   HFU {s['hfu']:.1%}   {s['tflops_per_device']:.0f} TFLOP/s per device   "
-        f"pipeline idle {s['bubble_fraction']:.1%} (mean over ranks)"
+        f"bubble {s['bubble_fraction']:.1%} (critical rank)"
     )
     fits = "fits" if s["fits"] else "DOES NOT FIT"
     click.echo(

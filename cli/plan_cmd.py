@@ -134,7 +134,7 @@ def _plan_rows(frame: Any, objective: str, multi: bool, limit: int) -> tuple[lis
     cols = (
         ["#"]
         + (["nodes"] if multi else [])
-        + ["plan", "tokens/s", "MFU", "step s", "memory", "bubble (crit. rank)", "bottleneck"]
+        + ["plan", "tokens/s", "MFU", "step s", "memory", "bubble", "bottleneck"]
     )
     if objective == "time":
         cols.append("days to train")

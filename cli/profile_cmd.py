@@ -4,58 +4,15 @@ Torch is imported only inside the command functions, through ``backends``. A pro
 ``manifest.json`` and ``ops.parquet`` (schema: :mod:`workbench.presets.profile_table`), the profiled model as a
 Hugging Face style ``config.json`` (so ``--model DIR/config.json`` works for a shrunk variant) and, for a
 CPU profile, ``device.toml``/``cluster.toml`` describing this host (so ``--cluster DIR/cluster.toml`` works).
+A shrunk variant (``--layers``/``--hidden``) follows ``workbench_backends.shrink.shrink_model``, the rule of
+``workbench run``. This module only parses and prints.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import click
-
-from workbench.specs.model import ModelSpec
-
-SHRINK_HEAD_DIM = 64
-"""Head size of a shrunk variant (keeps several heads at a small width)."""
-
-
-def _round_to(x: float, step: int = 64) -> int:
-    return max(step, int(round(x / step)) * step)
-
-
-def shrink_model(
-    spec: ModelSpec, *, num_layers: int | None = None, hidden_size: int | None = None
-) -> ModelSpec:
-    """A smaller variant for a quick look: ``num_layers`` blocks and width ``hidden_size``; heads, FFN widths
-    and vocabulary scale with the width (rounded to 64), the query/key-value head ratio is kept, experts
-    and top-k are kept. Named ``<name>-L<layers>-H<hidden>``. ValueError for sizes < 1 or a width < 64."""
-    if num_layers is not None and num_layers < 1:
-        raise ValueError(f"--layers must be >= 1, got {num_layers}")
-    if hidden_size is not None and (hidden_size < 64 or hidden_size % 64):
-        raise ValueError(f"--hidden must be a multiple of 64 and >= 64, got {hidden_size}")
-    out = spec
-    if num_layers is not None:
-        out = replace(out, num_layers=num_layers, num_dense_layers=min(spec.num_dense_layers, num_layers - 1))
-    if hidden_size is not None:
-        r = hidden_size / spec.hidden_size
-        head_dim = min(spec.head_dim, SHRINK_HEAD_DIM)
-        heads = max(1, hidden_size // head_dim)
-        kv = max(1, heads * spec.num_key_value_heads // spec.num_attention_heads)
-        while heads % kv:
-            kv -= 1
-        out = replace(
-            out,
-            hidden_size=hidden_size,
-            head_dim=head_dim,
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            vocab_size=_round_to(spec.vocab_size * r),
-            ffn_hidden_size=_round_to(spec.ffn_hidden_size * r) if spec.ffn_hidden_size else 0,
-            moe_ffn_hidden_size=_round_to(spec.moe_ffn_hidden_size * r) if spec.is_moe else 0,
-        )
-    if out is spec:
-        return spec
-    return replace(out, name=f"{spec.name}-L{out.num_layers}-H{out.hidden_size}")
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -134,6 +91,8 @@ def profile_cmd(
     out = Path(out_dir)
     if (out / MANIFEST_NAME).exists() and not force:
         raise click.ClickException(f"{out / MANIFEST_NAME} exists; pass --force to overwrite it")
+    from workbench_backends.shrink import shrink_model
+
     base = load_model(model_name)
     spec = shrink_model(base, num_layers=layers, hidden_size=hidden)
     shapes_args = (_ints(tp, "--tp"), _ints(micro_batch, "--micro-batch"), _ints(seq_len, "--seq-len"))

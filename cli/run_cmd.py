@@ -1,16 +1,16 @@
 """``workbench run``: train the plan for real at small scale with torchrun and show measured beside predicted.
 
-The model preset is shrunk with ``--layers``/``--hidden``/``--vocab`` (``shrink_model``), the job runs on this
+The model preset is shrunk with ``--layers``/``--hidden``/``--vocab`` (``workbench_backends.shrink.shrink_model``,
+the rule ``workbench profile`` uses, so a profile of the same shrunk model matches), the job runs on this
 machine through the ``real-run`` backend (one process per device of the plan: gloo on CPU, NCCL on GPUs), and
 ``--compare analytic|torch-profile`` prices the same shrunk model, workload and plan with that backend and
-prints predicted vs measured step time, bubble and per-op times.
+prints the figures of :func:`workbench.estimate.compare.compare` (step time, bubble, tokens/s, peak memory,
+per-op times). This module only parses and prints.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,123 +18,47 @@ from workbench_cli._common import echo_json, output_path, print_table
 
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate
-    from workbench.specs.model import ModelSpec
-
-COMPUTE_OPS = ("F", "B", "I", "W")
 
 
-def shrink_model(
-    model: ModelSpec,
-    *,
-    num_layers: int | None = None,
-    hidden_size: int | None = None,
-    vocab_size: int | None = None,
-) -> ModelSpec:
-    """``model`` with fewer layers and/or a smaller width, keeping its kind (GQA ratio, gating, MoE shape).
-
-    Width: ``head_dim`` is kept when it divides ``hidden_size`` (heads = hidden / head_dim), else the head count
-    is kept and head_dim = hidden / heads; key/value heads keep the query/kv group ratio (at least 1); FFN and
-    expert widths scale with hidden / original hidden (rounded, at least 1). Raises ValueError for a width
-    that fits neither rule or non-positive overrides.
-    """
-    changes: dict[str, Any] = {}
-    if num_layers is not None:
-        if num_layers < 1:
-            raise ValueError(f"--layers must be >= 1, got {num_layers}")
-        changes["num_layers"] = num_layers
-        changes["num_dense_layers"] = min(model.num_dense_layers, max(0, num_layers - 1))
-    if vocab_size is not None:
-        if vocab_size < 1:
-            raise ValueError(f"--vocab must be >= 1, got {vocab_size}")
-        changes["vocab_size"] = vocab_size
-    if hidden_size is not None and hidden_size != model.hidden_size:
-        changes.update(_width(model, hidden_size))
-    if not changes:
-        return model
-    suffix = "-".join(
-        f"{k[0]}{v}" for k, v in (("l", num_layers), ("h", hidden_size), ("v", vocab_size)) if v
-    )
-    return replace(model, name=f"{model.name}-{suffix}", **changes)
-
-
-def _width(model: ModelSpec, hidden: int) -> dict[str, Any]:
-    if hidden < 1:
-        raise ValueError(f"--hidden must be >= 1, got {hidden}")
-    group = model.num_attention_heads // model.num_key_value_heads
-    if hidden % model.head_dim == 0:
-        heads, head_dim = hidden // model.head_dim, model.head_dim
-    elif hidden % model.num_attention_heads == 0:
-        heads, head_dim = model.num_attention_heads, hidden // model.num_attention_heads
-    else:
-        raise ValueError(
-            f"--hidden {hidden} must be a multiple of head_dim={model.head_dim} or of the "
-            f"{model.num_attention_heads} attention heads"
-        )
-    kv = max(1, heads // group)
-    while heads % kv:
-        kv -= 1
-    ratio = hidden / model.hidden_size
-
-    def scaled(n: int) -> int:
-        return max(1, round(n * ratio)) if n else 0
-
+def _fmt(key: str, value: float | None) -> str:
+    """A compared quantity (SI units) for display."""
+    if value is None:
+        return "-"
     return {
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": head_dim,
-        "ffn_hidden_size": scaled(model.ffn_hidden_size),
-        "moe_ffn_hidden_size": scaled(model.moe_ffn_hidden_size),
-    }
+        "step_time_s": f"{value * 1e3:.2f}",
+        "bubble_fraction": f"{value:.3f}",
+        "tokens_per_s": f"{value:,.0f}",
+        "peak_memory_bytes": f"{value / 2**20:.1f}",
+    }.get(key, f"{value * 1e3:.2f}")
 
 
-def per_op_times(est: Estimate) -> dict[tuple[int, str], float]:
-    """Median duration (s) of each (stage, op) over micro-batches, compute ops only."""
-    groups: dict[tuple[int, str], list[float]] = {}
-    for row in est.timeline.iter_rows(named=True):
-        if row["op"] in COMPUTE_OPS:
-            groups.setdefault((row["stage"], row["op"]), []).append(row["end_s"] - row["start_s"])
-    return {k: statistics.median(v) for k, v in sorted(groups.items())}
+_UNITS = {"step_time_s": " (ms)", "peak_memory_bytes": " (MiB)"}
 
 
-def comparison(predicted: Estimate, measured: Estimate) -> dict[str, Any]:
-    """Predicted vs measured: step time, bubble fraction and per-(stage, op) median times, seconds."""
-    pred_ops, meas_ops = per_op_times(predicted), per_op_times(measured)
-    ops = [
-        {"stage": s, "op": op, "predicted_s": pred_ops.get((s, op)), "measured_s": meas_ops.get((s, op))}
-        for s, op in sorted(set(pred_ops) | set(meas_ops))
-    ]
-    return {
-        "backend": predicted.backend,
-        "step_time_s": {
-            "predicted": predicted.step_time_s,
-            "measured": measured.step_time_s,
-            "error_frac": predicted.step_time_s / measured.step_time_s - 1.0,
-        },
-        "bubble_fraction": {"predicted": predicted.bubble_fraction, "measured": measured.bubble_fraction},
-        "ops": ops,
-    }
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x * 1e3:.2f}"
+def _err(frac: float | None) -> str:
+    return "" if frac is None else f"{frac * 100:+.1f} %"
 
 
 def print_comparison(cmp: dict[str, Any]) -> None:
-    st, bub = cmp["step_time_s"], cmp["bubble_fraction"]
+    """The table of :func:`workbench.estimate.compare.compare`'s figures."""
+    from workbench.estimate.compare import QUANTITIES
+
     rows = [
-        ["step time (ms)", _ms(st["predicted"]), _ms(st["measured"]), f"{st['error_frac'] * 100:+.1f} %"],
-        ["bubble fraction", f"{bub['predicted']:.3f}", f"{bub['measured']:.3f}", ""],
+        [label + _UNITS.get(key, ""), _fmt(key, cmp[key]["predicted"]), _fmt(key, cmp[key]["measured"])]
+        + [_err(cmp[key]["error_frac"])]
+        for key, label in QUANTITIES
     ]
     for o in cmp["ops"]:
-        err = (
-            f"{(o['predicted_s'] / o['measured_s'] - 1) * 100:+.1f} %"
-            if o["predicted_s"] and o["measured_s"]
-            else ""
+        rows.append(
+            [
+                f"stage {o['stage']} {o['op']} (ms)",
+                _fmt("op", o["predicted_s"]),
+                _fmt("op", o["measured_s"]),
+                _err(o["error_frac"]),
+            ]
         )
-        rows.append([f"stage {o['stage']} {o['op']} (ms)", _ms(o["predicted_s"]), _ms(o["measured_s"]), err])
     print_table(
-        f"Predicted ({cmp['backend']}) vs measured (real-run)",
+        f"Predicted ({cmp['backend']}) vs measured ({cmp['measured_backend']})",
         ["quantity", "predicted", "measured", "predicted/measured - 1"],
         rows,
     )
@@ -159,8 +83,15 @@ def _print_summary(est: Estimate, losses: list[float], reference: list[float] | 
 @click.command("run")
 @click.option("--model", required=True, help="Model preset id or HF config.json path.")
 @click.option("--layers", type=int, default=None, help="Shrink to this many layers (>= pp * vpp).")
-@click.option("--hidden", type=int, default=None, help="Shrink to this width (heads and FFN follow).")
-@click.option("--vocab", type=int, default=None, help="Shrink the vocabulary (default: the model's).")
+@click.option(
+    "--hidden",
+    type=int,
+    default=None,
+    help="Shrink to this width, a multiple of 64 (heads, FFN, vocab follow).",
+)
+@click.option(
+    "--vocab", type=int, default=None, help="Vocabulary size (default: the model's, scaled with --hidden)."
+)
 @click.option("--seq-len", type=int, required=True, help="Tokens per sequence.")
 @click.option("--global-batch", type=int, required=True, help="Sequences per optimizer step.")
 @click.option("--tp", type=int, default=1, show_default=True)
@@ -202,6 +133,9 @@ def _print_summary(est: Estimate, losses: list[float], reference: list[float] | 
 @click.option("--force", is_flag=True, help="Overwrite existing --trace/--report files.")
 def run_cmd(**kw: Any) -> None:
     """Run the plan for real (torchrun on this machine) with a shrunk model; measured beside predicted."""
+    from workbench_backends.shrink import shrink_model
+
+    from workbench.estimate.compare import compare
     from workbench.estimate.registry import get_backend
     from workbench.pipeline.schedules import default_vpp
     from workbench.presets.catalog import load_model
@@ -248,7 +182,7 @@ def run_cmd(**kw: Any) -> None:
         raise click.ClickException(f"real run failed: {str(exc).splitlines()[0]}") from None
     run = backend.last_run
     predicted = get_backend(kw["compare"]).estimate(model, cluster, workload, plan) if kw["compare"] else None
-    cmp = comparison(predicted, measured) if predicted is not None else None
+    cmp = compare(predicted, measured) if predicted is not None else None
     if trace is not None:
         from workbench.pipeline.trace import chrome_trace
 

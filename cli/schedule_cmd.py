@@ -135,8 +135,8 @@ def summary_dict(result: SimResult) -> dict[str, Any]:
         "num_microbatches": s.num_microbatches,
         "actions": s.as_text(),
         "makespan": result.makespan_s,
-        "bubble_fraction_of_step": result.bubble_fraction_of_step,
-        "bubble_over_ideal": result.bubble_over_ideal,
+        "mean_idle_fraction": result.bubble_fraction_of_step,
+        "idle_over_busy": result.bubble_over_ideal,
         "idle_per_rank": list(result.idle_in_span_s),
         "idle_frac_per_rank": list(result.idle_frac_per_rank),
         "idle_of_step_per_rank": list(result.idle_s),
@@ -165,8 +165,8 @@ def _print(result: SimResult, summary: dict[str, Any]) -> None:
         rows,
     )
     click.echo(f"makespan: {result.makespan_s:.6g}")
-    click.echo(f"bubble, share of the step (idle / (pp x makespan)): {result.bubble_fraction_of_step:.4f}")
-    click.echo(f"bubble over ideal (idle / busy): {result.bubble_over_ideal:.4f}")
+    click.echo(f"mean idle, share of pp x makespan: {result.bubble_fraction_of_step:.4f}")
+    click.echo(f"idle over busy: {result.bubble_over_ideal:.4f}")
     click.echo("per-rank idle in its own span: " + ", ".join(f"{x:.4f}" for x in result.idle_frac_per_rank))
     click.echo(
         "peak in-flight micro-batches per rank (full-stage units): "

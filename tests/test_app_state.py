@@ -170,3 +170,16 @@ def test_interleaved_schedule_gets_two_virtual_stages(store: WorkbenchStore) -> 
     # 80 layers over pp=8: vpp in {1, 2, 5, 10 > MAX_VPP}; interleaving needs >= 2 (Narayanan et al. 2021, sec 2.2)
     assert store.state.param.vpp.objects == [1, 2, 5] and store.state.vpp == 2
     assert store.violations == [] and store.estimate is not None and store.estimate.plan.vpp == 2
+
+
+def test_violations_go_to_their_record_control() -> None:
+    from workbench.specs.rules import Violation
+
+    grouped = choices.violations_by_control(
+        [
+            Violation(key="devices", control="cluster", sentence="tp=8 reads like a tp rule"),
+            Violation(key="tp_divides_heads", control="tp", sentence="a"),
+            Violation(key="tp_kv_heads", control="tp", sentence="b"),
+        ]
+    )
+    assert grouped == {"cluster": ["tp=8 reads like a tp rule"], "tp": ["a", "b"]}

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from workbench_cli.run_cmd import shrink_model
+from workbench_backends.shrink import shrink_model
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from workbench.presets.catalog import load_model
+from workbench.presets.profile_table import read_profile
 
 TINY_HF = {
     "architectures": ["LlamaForCausalLM"],
@@ -102,11 +103,19 @@ def test_existing_trace_file_is_not_overwritten(tiny_config: Path, tmp_path: Pat
     assert trace.read_text() == "keep"
 
 
-def test_shrink_keeps_head_dim_and_gqa_ratio() -> None:
+def test_shrink_is_the_profiles_rule_with_a_vocabulary_override() -> None:
+    # One rule for `workbench run` and `workbench profile`: heads of at most 64, the GQA ratio kept, widths
+    # scaled; so a run of a shrunk model finds the profile of the same shrunk model.
     base = load_model("llama-3.1-8b")  # 32 heads of 128, 8 kv heads, ffn 14336, hidden 4096
     small = shrink_model(base, num_layers=2, hidden_size=512, vocab_size=1000)
     assert (small.num_layers, small.hidden_size, small.vocab_size) == (2, 512, 1000)
-    assert (small.head_dim, small.num_attention_heads, small.num_key_value_heads) == (128, 4, 1)
+    assert (small.head_dim, small.num_attention_heads, small.num_key_value_heads) == (64, 8, 2)
     assert small.ffn_hidden_size == 14336 * 512 // 4096
+    assert small.name == "llama-3.1-8b-L2-H512-V1000"
+    profiled = read_profile(ROOT / "profiles" / "measured" / "llama-3.1-8b-L2-H512-cpu-fp32")
+    assert profiled.matches(shrink_model(base, num_layers=4, hidden_size=512), "host-cpu", "fp32")
+    assert shrink_model(base) is base
     with pytest.raises(ValueError, match="--hidden"):
         shrink_model(base, hidden_size=100)
+    with pytest.raises(ValueError, match="--vocab"):
+        shrink_model(base, vocab_size=0)

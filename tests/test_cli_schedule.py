@@ -25,8 +25,8 @@ def test_json_output() -> None:
     data = json.loads(out.stdout)
     assert data["actions"][0][:4] == ["0F0", "0F1", "0F2", "0F3"]
     assert data["makespan"] == pytest.approx(33.0)
-    assert data["bubble_fraction_of_step"] == pytest.approx(3 / 11)
-    assert data["bubble_over_ideal"] == pytest.approx(3 / 8)
+    assert data["mean_idle_fraction"] == pytest.approx(3 / 11)
+    assert data["idle_over_busy"] == pytest.approx(3 / 8)
     assert data["idle_per_rank"] == pytest.approx([9.0, 6.0, 3.0, 0.0])
     assert data["peak_inflight_per_rank"] == [4, 3, 2, 1]
 
@@ -48,7 +48,7 @@ def test_table_trace_csv_and_no_overwrite(tmp_path: Path) -> None:
     )
     out = cli(*args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "makespan" in out.stdout and "bubble" in out.stdout and "2F0" in out.stdout
+    assert "makespan" in out.stdout and "mean idle" in out.stdout and "2F0" in out.stdout
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     again = cli(*args, cwd=tmp_path)
     assert again.returncode != 0 and "exists" in again.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from workbench_cli.profile_cmd import shrink_model
+from workbench_backends.shrink import shrink_model
 
 from workbench.presets.catalog import load_model, resolve
 from workbench.presets.hf_config import load_json_object, shrunk_hf_config

@@ -9,9 +9,11 @@ import statistics
 from pathlib import Path
 
 import pytest
+from workbench_backends.real_estimate import pipeline_idle
 from workbench_backends.real_run import RunResult, bubble_fraction, local_cluster, real_run, to_estimate
 from workbench_backends.real_schedule import Recorder
 
+from workbench.estimate.metrics import throughput
 from workbench.pipeline.schedules import build_schedule
 from workbench.specs.estimate import TIMELINE_COLUMNS
 from workbench.specs.hardware import DType
@@ -98,7 +100,23 @@ def test_pp2_measured_estimate(pp2_run: tuple[RunResult, ParallelPlan, Workload]
     assert est.step_time_s == pytest.approx(statistics.median(run.step_times_s()))
     assert est.tokens_per_s == pytest.approx(workload.tokens_per_step / est.step_time_s)
     assert 0.0 <= est.bubble_fraction < 1.0
+    # One definition of each figure (workbench.estimate.metrics): the bubble is the critical rank's idle time
+    # over the step, and the breakdown's parts add up to the step time.
+    assert est.bubble_fraction == pytest.approx(est.breakdown.bubble_s / est.step_time_s)
+    assert est.breakdown.total_s == pytest.approx(est.step_time_s)
+    figures = throughput(
+        TINY,
+        workload,
+        step_time_s=est.step_time_s,
+        num_devices=plan.num_devices,
+        peak_flop_per_s=est.cluster.device.peak(workload.dtype),
+        recompute_code=0,
+    )
+    assert (est.mfu, est.hfu) == pytest.approx((figures["mfu"], figures["hfu"]))
     assert est.memory.height == 2 and (est.memory["parameters_bytes"] > 0).all()
+    # Memory columns mean what they mean for every backend: the measured peak beyond the counted model
+    # states is not split into activations and buffers, it is other_bytes.
+    assert (est.memory["activations_bytes"] == 0).all() and (est.memory["buffers_bytes"] == 0).all()
     # stage 0 holds the embedding (256 x 64) and blocks 0-1; stage 1 blocks 2-3 and the head (64 + 64 x 256)
     block = 2 * 64 + 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128
     params = est.memory.sort("rank")["parameters_bytes"].to_list()
@@ -106,15 +124,17 @@ def test_pp2_measured_estimate(pp2_run: tuple[RunResult, ParallelPlan, Workload]
 
 
 def test_bubble_fraction_closed_form() -> None:
-    # two ranks, each busy 2 s of a 4 s makespan -> idle share (2*4 - 4) / (2*4) = 0.5
+    # Pipeline span 4 s; rank 0 busy 2.5 s (the critical rank), rank 1 busy 2 s: the bubble is the critical
+    # rank's idle 1.5 s over the step (5 s with the optimizer), not the mean idle share (8 - 4.5) / 8.
     rows = [
         {"rank": 0, "op": "F", "start_s": 0.0, "end_s": 1.0},
-        {"rank": 0, "op": "B", "start_s": 2.0, "end_s": 3.0},
+        {"rank": 0, "op": "B", "start_s": 2.0, "end_s": 3.5},
         {"rank": 1, "op": "F", "start_s": 1.0, "end_s": 2.0},
         {"rank": 1, "op": "B", "start_s": 3.0, "end_s": 4.0},
         {"rank": 1, "op": "wait", "start_s": 0.0, "end_s": 1.0},
     ]
-    assert bubble_fraction(rows, pp=2) == pytest.approx(0.5)
+    assert pipeline_idle(rows) == (0, pytest.approx(2.5), pytest.approx(1.5), pytest.approx(4.0))
+    assert bubble_fraction(rows, step_time_s=5.0) == pytest.approx(1.5 / 5.0)
 
 
 def test_recorder_labels_waits_with_the_next_compute_action() -> None:

@@ -175,10 +175,12 @@ def _predicted_and_measured():
 
 def _gpipe_step_ms(forward_s: float, pp: int = 4, m: int = 8) -> tuple[float, float]:
     """(step time ms, bubble fraction) of the sample GPipe estimate in closed form: makespan
-    (m + p - 1)(F + B) + 2 (p - 1) c with B = 2F, c = F/20, plus the sample's TP (F), DP (2F) and
-    optimizer (F) terms; bubble = 1 - per-rank busy m (F + B) / makespan (GPipe, arXiv:1811.06965)."""
+    (m + p - 1)(F + B) + 2 (p - 1) c with B = 2F, c = F/20, plus the sample's DP (2F) and optimizer (F)
+    terms; bubble = the critical rank's idle (p - 1)(F + B) over the step, pipeline sends excluded (GPipe,
+    arXiv:1811.06965; ``workbench.estimate.metrics``)."""
     makespan_s = (m + pp - 1) * 3 * forward_s + 2 * (pp - 1) * forward_s / 20
-    return (makespan_s + 4 * forward_s) * 1e3, 1 - m * 3 * forward_s / makespan_s
+    step_s = makespan_s + 3 * forward_s
+    return step_s * 1e3, (pp - 1) * 3 * forward_s / step_s
 
 
 def test_report_overlays_predicted_and_measured_with_a_table(tmp_path):

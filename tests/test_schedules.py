@@ -138,6 +138,13 @@ TORCH_MAP = [
 ]
 
 
+def test_torch_map_is_the_records() -> None:
+    from workbench.pipeline.schedules import get_schedule
+
+    for ours, theirs, _ in TORCH_MAP:
+        assert get_schedule(ours).torch_class == f"Schedule{theirs}"
+
+
 def _torch_order(cls_name: str, pp: int, m: int, vpp: int) -> list[list[str]] | None:
     from unittest import mock
 

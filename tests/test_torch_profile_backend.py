@@ -8,11 +8,19 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
+from workbench_backends.torch_profile import _fitted_cluster, profile_costs
 
-from tests.test_profile_table import SPEC, _write
+from tests.test_profile_table import SPEC, _row, _write
+from workbench.cost import step
+from workbench.cost.step import OPTIMIZER_BYTES_PER_PARAM, StepContext
+from workbench.estimate.analytic import analytic_costs, estimate_plan
+from workbench.estimate.metrics import hardware_flop_per_token, throughput
 from workbench.estimate.registry import get_backend
+from workbench.presets.calibration import Calibration
+from workbench.presets.profile_table import find_profile, host_cluster, read_profile
 from workbench.specs.estimate import Backend
 from workbench.specs.hardware import ClusterSpec, DeviceSpec, NetworkLevel
 from workbench.specs.plan import ParallelPlan, Workload
@@ -41,8 +49,8 @@ def test_single_rank_step_is_sum_of_op_costs(tmp_path: Path) -> None:
         SPEC, _cluster(1), Workload(seq_len=128, global_batch_size=4, dtype="fp32"), ParallelPlan()
     )
     # 4 ops per micro-batch (embedding, 2 layers, head), each F = 1.2 ms and B = 2.4 ms; 4 micro-batches;
-    # AdamW 1e-8 s per parameter over 4 x 10 parameters.
-    assert est.step_time_s == pytest.approx(4 * 4 * 3.6e-3 + 40 * 1e-8)
+    # AdamW 1e-8 s per parameter over the parameters the rank holds (the model's count, as the step model has it).
+    assert est.step_time_s == pytest.approx(4 * 4 * 3.6e-3 + SPEC.total_parameters() * 1e-8)
     assert est.bubble_fraction == pytest.approx(0.0)
     assert est.memory["activations_bytes"][0] == pytest.approx(4 * 1000)  # one micro-batch in flight
 
@@ -53,9 +61,15 @@ def test_pipeline_matches_1f1b_closed_form(tmp_path: Path) -> None:
         SPEC, _cluster(2), Workload(seq_len=128, global_batch_size=4, dtype="fp32"), ParallelPlan(pp=2)
     )
     # Two equal stages (embedding + block 0, block 1 + head), F = 2.4 ms, B = 4.8 ms: (m + p - 1)(F + B)
-    # (Narayanan et al. 2021, section 2.2.1).
-    assert est.step_time_s == pytest.approx(5 * 7.2e-3 + 20 * 1e-8)
-    assert est.bubble_fraction == pytest.approx(1 / 5, rel=1e-6)
+    # (Narayanan et al. 2021, section 2.2.1); the optimizer runs over the larger rank's parameters.
+    rank_params = max(
+        SPEC.embedding_parameters() + SPEC.layer_parameters(0),
+        SPEC.layer_parameters(1) + SPEC.lm_head_parameters(),
+    )
+    step_s = 5 * 7.2e-3 + rank_params * 1e-8
+    assert est.step_time_s == pytest.approx(step_s)
+    # The bubble as metrics defines it: the critical rank's idle time (p - 1)(F + B) over the step time.
+    assert est.bubble_fraction == pytest.approx(7.2e-3 / step_s, rel=1e-6)
 
 
 def test_stage_zero_backward_is_one_fused_w_in_zero_bubble(tmp_path: Path) -> None:
@@ -103,6 +117,138 @@ def test_missing_profile_says_what_to_record(tmp_path: Path) -> None:
         backend.estimate(
             SPEC, _cluster(2), Workload(seq_len=128, global_batch_size=4, dtype="fp32"), ParallelPlan(tp=2)
         )
+
+
+# ---- one cost path: the same stage split, communication and memory accounting as the analytic backend ------
+EXAMPLE_PROFILE = (
+    Path(__file__).resolve().parents[1] / "profiles" / "measured" / "llama-3.1-8b-L2-H512-cpu-fp32"
+)
+SLOW_LINK = NetworkLevel(name="host", bytes_per_s=1e9, latency_s=1e-5)
+STATE_AND_BUFFERS = ("parameters_bytes", "gradients_bytes", "optimizer_states_bytes", "buffers_bytes")
+
+
+def _both_costs(root: Path, model, cluster: ClusterSpec, wl: Workload, plan: ParallelPlan):
+    """(torch-profile, analytic with the neutral calibration) PlanCosts of one plan on the fitted cluster."""
+    prof = find_profile(root, model, cluster.device.id, str(wl.dtype))
+    fitted = _fitted_cluster(cluster, prof)
+    ours = profile_costs(prof, model, fitted, wl, plan)
+    return prof, fitted, ours, analytic_costs(model, fitted, wl, plan, Calibration())
+
+
+def _assert_same_step_model_terms(ours, theirs, ctx: StepContext, seconds_per_param: float) -> None:
+    """Everything that does not come from the measured op table is the step model's, term for term."""
+    assert (ours.schedule.name, ours.schedule.pp, ours.schedule.num_stages) == (
+        theirs.schedule.name,
+        theirs.schedule.pp,
+        theirs.schedule.num_stages,
+    )
+    assert ours.stages.p2p_s == pytest.approx(theirs.stages.p2p_s, rel=1e-12)
+    assert ours.dp_comm_s == pytest.approx(theirs.dp_comm_s, rel=1e-12)
+    for kind in ("tp", "cp", "ep"):
+        np.testing.assert_allclose(ours.rank_comm_s[kind], theirs.rank_comm_s[kind], rtol=1e-12)
+    for part in STATE_AND_BUFFERS:
+        np.testing.assert_allclose(ours.rank_memory[part], theirs.rank_memory[part], rtol=1e-12)
+    # The optimizer runs over the same locally owned parameters: measured s/parameter here, 30 B per
+    # parameter over the HBM bandwidth there.
+    assert ours.optimizer_s / theirs.optimizer_s == pytest.approx(
+        seconds_per_param * ctx.hbm_bytes_per_s / OPTIMIZER_BYTES_PER_PARAM, rel=1e-9
+    )
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        ParallelPlan(pp=2),
+        ParallelPlan(pp=2, schedule="zb-h1"),
+        ParallelPlan(dp=2),
+        ParallelPlan(dp=2, zero_stage=1),
+        ParallelPlan(dp=2, zero_stage=2),
+        ParallelPlan(dp=4, zero_stage=3, recompute="full"),
+        ParallelPlan(pp=2, dp=2, zero_stage=1, micro_batch_size=2),
+    ],
+    ids=lambda p: p.describe(),
+)
+def test_example_profile_shares_the_step_model_with_analytic(plan: ParallelPlan) -> None:
+    prof = read_profile(EXAMPLE_PROFILE)
+    model, wl = prof.model, Workload(seq_len=128, global_batch_size=8, dtype="fp32")
+    base = host_cluster(prof, num_devices=plan.num_devices)
+    cluster = replace(base, levels=(replace(base.levels[0], bytes_per_s=1e8, latency_s=1e-3),))
+    _, fitted, ours, theirs = _both_costs(EXAMPLE_PROFILE, model, cluster, wl, plan)
+    assert fitted.levels[0].bytes_per_s == prof.manifest["collective_fit"][0]["bytes_per_s"]  # fit applied
+    ctx = StepContext.build(model, fitted, wl, Calibration())
+    _assert_same_step_model_terms(ours, theirs, ctx, prof.manifest["optimizer_s_per_parameter"])
+    if plan.zero_stage == 3:  # ZeRO-3 gathers priced by the step model, behind the measured compute
+        assert (ours.rank_comm_s["fsdp"] > 0).all()
+    est = get_backend("torch-profile", profile=str(EXAMPLE_PROFILE)).estimate(model, cluster, wl, plan)
+    analytic = estimate_plan(model, fitted, wl, plan, calibration=Calibration())
+    for part in STATE_AND_BUFFERS:  # the memory table: same column meanings, same model states
+        assert est.memory[part].to_list() == pytest.approx(analytic.memory[part].to_list(), rel=1e-12)
+    assert est.breakdown.total_s == pytest.approx(est.step_time_s, rel=1e-9)
+
+
+def test_tensor_and_context_parallel_communication_is_the_step_models(tmp_path: Path) -> None:
+    rows = [
+        {**_row(op, b, tp=2), "cp": 2, "num_tokens": b * 64}
+        for op in ("embedding", "layer", "head")
+        for b in (1, 4)
+    ]
+    root = _write_rows(tmp_path, rows)
+    wl = Workload(seq_len=128, global_batch_size=4, dtype="fp32")
+    plan = ParallelPlan(tp=2, cp=2, sequence_parallel=True)
+    cluster = replace(_cluster(4), levels=(SLOW_LINK,))
+    prof, fitted, ours, theirs = _both_costs(root, SPEC, cluster, wl, plan)
+    assert (ours.rank_comm_s["tp"] > 0).all() and (ours.rank_comm_s["cp"] > 0).all()
+    _assert_same_step_model_terms(ours, theirs, StepContext.build(SPEC, fitted, wl, Calibration()), 1e-8)
+    # stage time = measured compute of 4 ops (F = 1.2 ms each) + the step model's exposed forward
+    # communication of the 2 blocks
+    pair = step.layer_pair(StepContext.build(SPEC, fitted, wl, Calibration()), step.plan_columns(plan, wl))
+    comm_f = 2 * float(pair.dense.tp_f_s + pair.dense.cp_f_s)
+    assert comm_f > 0 and ours.stages.forward_s[0] == pytest.approx(4 * 1.2e-3 + comm_f, rel=1e-12)
+
+
+def _write_rows(tmp: Path, rows: list[dict]) -> Path:
+    folder = _write(tmp)
+    pl.DataFrame([*pl.read_parquet(folder / "ops.parquet").to_dicts(), *rows]).write_parquet(
+        folder / "ops.parquet"
+    )
+    return folder
+
+
+def test_uneven_split_is_the_step_models(tmp_path: Path) -> None:
+    """6 blocks over 4 stages: the remainder goes to the middle stages (1, 2, 2, 1 blocks), as
+    ``step.stage_holdings`` (Megatron's uneven split) has it, so every stage runs 2 ops of 1.2 ms forward."""
+    _write(tmp_path)
+    model = replace(SPEC, num_layers=6)
+    wl = Workload(seq_len=128, global_batch_size=4, dtype="fp32")
+    plan = ParallelPlan(pp=4)
+    prof = find_profile(tmp_path, model, "host-cpu", "fp32")
+    costs = profile_costs(prof, model, _cluster(4), wl, plan)
+    held = step.stage_holdings(model, 4, np.arange(4))
+    assert held["dense"].tolist() == [1, 2, 2, 1]
+    assert costs.stages.forward_s == pytest.approx((2.4e-3,) * 4)
+    assert costs.stages.activation_bytes == pytest.approx((2000.0,) * 4)
+
+
+def test_hfu_follows_metrics_not_four_thirds_of_mfu() -> None:
+    prof = read_profile(EXAMPLE_PROFILE)
+    model, wl = prof.model, Workload(seq_len=128, global_batch_size=8, dtype="fp32")
+    est = get_backend("torch-profile", profile=str(EXAMPLE_PROFILE)).estimate(
+        model, host_cluster(prof), wl, ParallelPlan(recompute="full")
+    )
+    figures = throughput(
+        model,
+        wl,
+        step_time_s=est.step_time_s,
+        num_devices=1,
+        peak_flop_per_s=host_cluster(prof).device.peak(wl.dtype),
+        recompute_code=2,
+    )
+    assert est.hfu == pytest.approx(float(figures["hfu"]), rel=1e-12)
+    assert est.mfu == pytest.approx(float(figures["mfu"]), rel=1e-12)
+    assert est.hfu / est.mfu == pytest.approx(
+        hardware_flop_per_token(model, 128, 2) / model.model_flop_per_token(128), rel=1e-12
+    )
+    assert est.hfu != pytest.approx(est.mfu * 4 / 3, rel=1e-3)
 
 
 # ---- real measurement -------------------------------------------------------------------------------------

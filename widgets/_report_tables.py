@@ -68,7 +68,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
         "TFLOP/s per device",
         "peak memory (GiB)",
         "fits",
-        "pipeline idle (mean over ranks)",
+        "bubble (critical rank)",
     ]
     numeric = [True, False, False, True, True, True, True, True, False, True]
     rows, classes = [], []
@@ -92,24 +92,29 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
 
 
 def comparison_table(predicted: Estimate, measured: Estimate) -> dict[str, Any]:
-    """Predicted vs measured: step time, bubble fraction, tokens/s, peak memory, and the relative error
-    predicted / measured - 1 (blank where the measured value is 0)."""
+    """Predicted vs measured (:func:`workbench.estimate.compare.compare`): step time, bubble fraction,
+    tokens/s, peak memory, and the relative error predicted / measured - 1 ("-" where the measured value is 0)."""
+    from workbench.estimate.compare import compare
 
-    def err(p: float, m: float) -> str:
-        return f"{(p / m - 1) * 100:+.1f} %" if m else "-"
-
-    quantities = [
-        ("step time (ms)", predicted.step_time_s * MS_PER_S, measured.step_time_s * MS_PER_S, ",.2f"),
-        ("bubble fraction (%)", predicted.bubble_fraction * 100, measured.bubble_fraction * 100, ".1f"),
-        ("tokens/s", predicted.tokens_per_s, measured.tokens_per_s, ",.0f"),
-        (
-            "peak memory per rank (GiB)",
-            predicted.peak_memory_bytes / GIB,
-            measured.peak_memory_bytes / GIB,
-            ",.3f",
-        ),
-    ]
-    rows = [[name, format(p, fmt), format(m, fmt), err(p, m)] for name, p, m, fmt in quantities]
+    cmp = compare(predicted, measured)
+    display = {  # key -> (label, scale to the display unit, format)
+        "step_time_s": ("step time (ms)", MS_PER_S, ",.2f"),
+        "bubble_fraction": ("bubble fraction (%)", 100.0, ".1f"),
+        "tokens_per_s": ("tokens/s", 1.0, ",.0f"),
+        "peak_memory_bytes": ("peak memory per rank (GiB)", 1 / GIB, ",.3f"),
+    }
+    rows = []
+    for key, (label, scale, fmt) in display.items():
+        fig = cmp[key]
+        err = fig["error_frac"]
+        rows.append(
+            [
+                label,
+                format(fig["predicted"] * scale, fmt),
+                format(fig["measured"] * scale, fmt),
+                "-" if err is None else f"{err * 100:+.1f} %",
+            ]
+        )
     return {
         "header": [
             "quantity",

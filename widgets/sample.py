@@ -1,8 +1,8 @@
 """Illustrative ``Estimate`` objects for demos, benchmarks and the figure tests.
 
-The timeline is real: ``workbench.pipeline.schedules.build_schedule`` priced by ``workbench.pipeline.simulate.simulate`` with
-uniform stage costs. Memory and the step breakdown are *synthetic* round numbers (stated in the
-Estimate's notes), chosen to exercise every part of the figures, not to predict anything: use a backend
+The timeline is real: ``workbench.pipeline.schedules.build_schedule`` with uniform stage costs, assembled by
+``workbench.estimate.assemble`` like every backend's. Memory and the communication parts are *synthetic*
+round numbers (stated in the Estimate's notes), chosen to exercise every part of the figures, not to predict anything: use a backend
 (``workbench estimate``) for real numbers.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import polars as pl
 
+from workbench.estimate.assemble import PlanCosts, assemble
 from workbench.pipeline.schedules import build_schedule
-from workbench.pipeline.simulate import SimResult, StageCosts, simulate
-from workbench.specs.estimate import MEMORY_COLUMNS, Estimate, StepBreakdown
+from workbench.pipeline.simulate import StageCosts
+from workbench.specs.estimate import Estimate
 from workbench.specs.hardware import ClusterSpec, DeviceSpec, NetworkLevel
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload
@@ -87,57 +87,27 @@ def sample_estimate(
         backward_s=2 * forward_s,
         backward_weight_s=forward_s if split else 0.0,
         p2p_s=forward_s / 20,
-        activation_bytes=activation_bytes,
+        activation_bytes=activation_bytes * memory_scale,
     )
-    sim = simulate(schedule, costs)
-    breakdown = StepBreakdown(
-        compute_s=sim.makespan_s * (1 - sim.bubble_fraction_of_step),
-        bubble_s=sim.makespan_s * sim.bubble_fraction_of_step,
-        exposed_tp_comm_s=forward_s,
-        exposed_dp_comm_s=2 * forward_s,
+    pp, gib = plan.pp, float(2**30)
+    base = {"parameters_bytes": 8, "gradients_bytes": 8, "optimizer_states_bytes": 24, "buffers_bytes": 1}
+    rank_memory = {k: np.full(pp, v * gib * memory_scale) for k, v in base.items()}
+    rank_memory["activation_extra_bytes"] = np.zeros(pp)
+    per_stage = np.add(costs.forward_s, costs.backward_s)
+    busy = np.bincount(schedule.stage_to_rank, weights=per_stage, minlength=pp)  # per micro-batch
+    plan_costs = PlanCosts(
+        schedule=schedule,
+        stages=costs,
+        rank_compute_s=0.9 * busy,
+        rank_comm_s={"tp": 0.1 * busy},
+        dp_comm_s=2 * forward_s,
         optimizer_s=forward_s,
-    )
-    step_s = breakdown.total_s
-    tokens_per_s = workload.tokens_per_step / step_s
-    mfu = (
-        tokens_per_s * model.model_flop_per_token(seq_len) / (plan.num_devices * cluster.device.peak("bf16"))
-    )
-    return Estimate(
-        backend="sample",
-        model=model,
-        cluster=cluster,
-        workload=workload,
-        plan=plan,
-        step_time_s=step_s,
-        tokens_per_s=tokens_per_s,
-        mfu=mfu,
-        hfu=mfu,
-        bubble_fraction=sim.bubble_fraction_of_step,
-        model_flop_per_s_per_device=mfu * cluster.device.peak("bf16"),
-        breakdown=breakdown,
-        memory=_memory(sim, memory_scale),
-        memory_capacity_bytes=cluster.device.hbm_bytes,
-        timeline=sim.timeline,
-        activation_timeline=sim.inflight.select("rank", "time_s", "activation_bytes"),
+        rank_memory=rank_memory,
+        overhead_bytes=2 * gib * memory_scale,
         notes=("sample estimate: real simulated schedule, synthetic memory and breakdown",),
     )
-
-
-def _memory(sim: SimResult, scale: float) -> pl.DataFrame:
-    pp = sim.schedule.pp
-    act = np.asarray(sim.peak_activation_bytes_per_rank)
-    gib = float(2**30)
-    base = {
-        "parameters_bytes": 8 * gib,
-        "gradients_bytes": 8 * gib,
-        "optimizer_states_bytes": 24 * gib,
-        "buffers_bytes": 1 * gib,
-        "other_bytes": 2 * gib,
-    }
-    cols = {k: np.full(pp, v * scale) for k, v in base.items()}
-    cols["activations_bytes"] = act * scale
-    frame = pl.DataFrame({"rank": np.arange(pp), **{k: cols[k] for k in MEMORY_COLUMNS}})
-    return frame.with_columns(total_bytes=pl.sum_horizontal(*MEMORY_COLUMNS))
+    est = assemble(model, cluster, workload, plan, plan_costs, backend="sample")
+    return replace(est, timeline=est.timeline.filter(est.timeline["op"] != "comm"))  # compute actions only
 
 
 def renamed(estimate: Estimate, model_name: str) -> Estimate:

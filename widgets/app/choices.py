@@ -1,33 +1,25 @@
 """Which values a control may offer, and which control each violated rule belongs to.
 
 Pure functions over the core specs (no widgets): the Store calls them to narrow the selectors of the
-``WorkbenchState`` so that only valid degrees are offered, and to place each sentence of
-``ParallelPlan.validate`` next to the control the user should change.
+``WorkbenchState`` so that only valid degrees are offered (each list is the candidates that pass the rules
+of ``workbench.specs.rules`` it names), and to place each ``Violation`` next to its ``control``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import numpy as np
+
 from workbench.pipeline.schedules import SCHEDULE_NAMES, default_vpp, required_vpp, schedule_rule_violations
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload
+from workbench.specs.rules import RuleContext, Violation, passes
 
 MAX_VPP = 8
 """Largest virtual-stage count offered (Megatron's interleaved runs use 2-6)."""
 MAX_MICRO_BATCH_SIZE = 64
 """Largest micro-batch size offered."""
-
-CONTROL_OF_PREFIX: tuple[tuple[str, str], ...] = (
-    ("dp*tp*pp*cp", "num_nodes"),
-    ("dp*micro_batch_size", "micro_batch_size"),
-    ("pp*vpp", "pp"),
-    ("tp=", "tp"),
-    ("cp=", "cp"),
-    ("ep=", "ep"),
-    ("vpp=", "vpp"),
-    ("sequence_parallel", "sequence_parallel"),
-)
-"""How ``plan_violations`` sentences start, and the control each belongs to; anything else is the
-schedule's own rule (``schedule_rule_violations``) and goes next to the schedule selector."""
 
 
 def divisors(n: int) -> list[int]:
@@ -37,48 +29,53 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def tp_choices(model: ModelSpec, num_devices: int) -> list[int]:
-    """Tensor-parallel degrees: divide the devices and the attention heads; tp and the key/value heads
-    divide one another (the rules of ``workbench.specs.rules``)."""
-    kv = model.num_key_value_heads
-    return [
-        d
-        for d in divisors(num_devices)
-        if model.num_attention_heads % d == 0 and (model.attention == "mla" or kv % d == 0 or d % kv == 0)
-    ]
+def _passing(candidates: list[int], keys: tuple[str, ...], ctx: RuleContext, **cols: object) -> list[int]:
+    """The candidates (the column named ``cols``'s array) that break none of the rules ``keys``."""
+    ok = passes(keys, cols, ctx)
+    return [c for c, good in zip(candidates, np.broadcast_to(ok, (len(candidates),)), strict=True) if good]
 
 
-def cp_choices(workload: Workload, devices_left: int) -> list[int]:
-    """Context-parallel degrees: divide the devices left after tp and the sequence length."""
-    return [d for d in divisors(devices_left) if workload.seq_len % d == 0]
+def context(model: ModelSpec, workload: Workload) -> RuleContext:
+    """What the choice rules read of the model and the workload."""
+    return RuleContext(model=model, seq_len=workload.seq_len, global_batch_size=workload.global_batch_size)
 
 
-def pp_choices(model: ModelSpec, devices_left: int) -> list[int]:
-    """Pipeline degrees: divide the devices left after tp and cp, and the layers."""
-    return [d for d in divisors(devices_left) if model.num_layers % d == 0]
+def tp_choices(ctx: RuleContext, num_devices: int) -> list[int]:
+    """Tensor-parallel degrees: divisors of the devices that split the attention and key/value heads."""
+    d = divisors(num_devices)
+    return _passing(d, ("tp_divides_heads", "tp_kv_heads"), ctx, tp=np.array(d))
 
 
-def vpp_choices(model: ModelSpec, pp: int) -> list[int]:
+def cp_choices(ctx: RuleContext, devices_left: int) -> list[int]:
+    """Context-parallel degrees: divisors of the devices left after tp that divide the sequence."""
+    d = divisors(devices_left)
+    return _passing(d, ("sequence",), ctx, cp=np.array(d))
+
+
+def pp_choices(ctx: RuleContext, devices_left: int) -> list[int]:
+    """Pipeline degrees: divisors of the devices left after tp and cp that divide the layers (vpp = 1)."""
+    d = divisors(devices_left)
+    return _passing(d, ("layers",), ctx, pp=np.array(d), vpp=1)
+
+
+def vpp_choices(ctx: RuleContext, pp: int) -> list[int]:
     """Virtual stages per rank: 1 without a pipeline, else v <= MAX_VPP with pp*v dividing the layers."""
-    if pp == 1:
-        return [1]
-    return [v for v in range(1, MAX_VPP + 1) if model.num_layers % (pp * v) == 0]
+    v = list(range(1, MAX_VPP + 1))
+    return _passing(v, ("layers", "vpp_needs_pp"), ctx, pp=pp, vpp=np.array(v)) or [1]
 
 
-def micro_batch_choices(workload: Workload, dp: int) -> list[int]:
-    """Micro-batch sizes b with dp*b dividing the global batch (b <= MAX_MICRO_BATCH_SIZE); [1] if even
-    dp alone does not divide it (the violation then says so)."""
-    if workload.global_batch_size % dp:
-        return [1]
-    per_replica = workload.global_batch_size // dp
-    return [b for b in divisors(per_replica) if b <= MAX_MICRO_BATCH_SIZE] or [1]
+def micro_batch_choices(ctx: RuleContext, dp: int) -> list[int]:
+    """Micro-batch sizes b <= MAX_MICRO_BATCH_SIZE with dp*b dividing the global batch; [1] if even dp
+    alone does not divide it (the violation then says so)."""
+    b = list(range(1, MAX_MICRO_BATCH_SIZE + 1))
+    return _passing(b, ("batch",), ctx, dp=dp, micro_batch_size=np.array(b)) or [1]
 
 
-def ep_choices(model: ModelSpec, dp: int, cp: int, tp: int) -> list[int]:
+def ep_choices(ctx: RuleContext, dp: int, cp: int, tp: int) -> list[int]:
     """Expert-parallel degrees: 1 for dense models, else divisors of the routed experts that divide dp*cp*tp."""
-    if not model.is_moe:
-        return [1]
-    return [e for e in divisors(model.num_experts) if (dp * cp * tp) % e == 0]
+    e = divisors(max(ctx.need_model().num_experts, 1))
+    keys = ("ep_needs_moe", "ep_divides_experts", "ep_divides_groups")
+    return _passing(e, keys, ctx, ep=np.array(e), dp=dp, cp=cp, tp=tp) or [1]
 
 
 def nearest(value: int, options: list[int]) -> int:
@@ -98,18 +95,18 @@ def plan_choices(
         options[field], picks[field] = valid, nearest(current[field], valid)
         return picks[field]
 
-    n = num_devices
-    tp = pick("tp", tp_choices(model, n) or [1])
-    cp = pick("cp", cp_choices(workload, n // tp) if n % tp == 0 else [1])
-    pp = pick("pp", pp_choices(model, n // (tp * cp)) if n % (tp * cp) == 0 else [1])
+    n, ctx = num_devices, context(model, workload)
+    tp = pick("tp", tp_choices(ctx, n) or [1])
+    cp = pick("cp", cp_choices(ctx, n // tp) if n % tp == 0 else [1])
+    pp = pick("pp", pp_choices(ctx, n // (tp * cp)) if n % (tp * cp) == 0 else [1])
     dp = max(1, n // (tp * cp * pp))
     fixed_vpp = required_vpp(schedule) if pp > 1 else None
-    vpp_options = vpp_choices(model, pp)
+    vpp_options = vpp_choices(ctx, pp)
     if fixed_vpp is None and pp > 1 and current["vpp"] < default_vpp(schedule):  # interleaved: at least 2
         current = {**current, "vpp": default_vpp(schedule)}
     pick("vpp", [fixed_vpp] if fixed_vpp in vpp_options else vpp_options)
-    pick("micro_batch_size", micro_batch_choices(workload, dp))
-    pick("ep", ep_choices(model, dp, cp, tp))
+    pick("micro_batch_size", micro_batch_choices(ctx, dp))
+    pick("ep", ep_choices(ctx, dp, cp, tp))
     return options, picks
 
 
@@ -128,10 +125,10 @@ def schedule_disabled_reasons(plan: ParallelPlan, workload: Workload) -> dict[st
     return out
 
 
-def violations_by_control(sentences: list[str]) -> dict[str, list[str]]:
-    """Group ``ParallelPlan.validate`` sentences by the control that fixes them (see CONTROL_OF_PREFIX)."""
+def violations_by_control(violations: Iterable[Violation]) -> dict[str, list[str]]:
+    """Sentences of ``ParallelPlan.violations`` grouped by the control that fixes them (``Violation.control``:
+    a plan field, or ``"cluster"``)."""
     out: dict[str, list[str]] = {}
-    for sentence in sentences:
-        control = next((c for prefix, c in CONTROL_OF_PREFIX if sentence.startswith(prefix)), "schedule")
-        out.setdefault(control, []).append(sentence)
+    for v in violations:
+        out.setdefault(v.control, []).append(v.sentence)
     return out

@@ -37,7 +37,10 @@ class WorkbenchStore(param.Parameterized):
 
     state = param.ClassSelector(class_=WorkbenchState, doc="The choices this store follows.")
     estimate = param.Parameter(default=None, doc="Estimate of the current plan, None while it is invalid.")
-    violations = param.List(default=[], doc="Sentences from ParallelPlan.validate (empty: valid).")
+    violations = param.List(
+        default=[],
+        doc="Violation records (key, control, sentence) of ParallelPlan.violations (empty: valid).",
+    )
     error = param.String(default="", doc="Why the last estimate failed (a bad field, a backend error).")
     disabled_schedules = param.Dict(default={}, doc="Schedule name -> why it cannot run this pipeline.")
     backend_reasons = param.Dict(default={}, doc="Backend name -> why it is unavailable here.")
@@ -182,7 +185,7 @@ class WorkbenchStore(param.Parameterized):
         self.disabled_schedules = choices.schedule_disabled_reasons(plan, workload)
         if self.state.param.schedule.objects != list(self._schedule_names()):
             self.state.param.schedule.objects = list(self._schedule_names())
-        violations = plan.validate(model, cluster, workload)
+        violations = plan.violations(model, cluster, workload)
         if violations:
             self.param.update(estimate=None, violations=violations, error="")
             return

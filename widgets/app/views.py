@@ -37,6 +37,7 @@ from workbench_widgets.plots.timeline import (
 )
 
 from workbench.specs.plan import PLAN_FIELDS
+from workbench.specs.rules import CONTROLS
 
 MS_PER_S, GIB = 1e3, 2**30
 LABELS: Mapping[str, str] = MappingProxyType(
@@ -114,6 +115,11 @@ def control(state: WorkbenchState, name: str) -> pn.widgets.Widget:
     return pn.widgets.Select.from_param(p, **kwargs)
 
 
+NOTE_OF_CONTROL: Mapping[str, str] = MappingProxyType({"cluster": "num_nodes"})
+"""Where the note of a rule's control (``Violation.control``) sits when the control is not itself a widget:
+the cluster's device count is changed through its node count."""
+
+
 class Composer(param.Parameterized):
     """The controls for cluster, model, workload, plan and backend, with each violation under its control."""
 
@@ -148,9 +154,9 @@ class Composer(param.Parameterized):
 
     def _show_problems(self, *_: Any) -> None:
         grouped = violations_by_control(self.store.violations)
-        for name in PLAN_CONTROLS + ("num_nodes",):
+        for name in CONTROLS:  # every rule's control has a note; a fixed plan clears it
             text = " ".join(grouped.get(name, []))
-            self.notes[name].param.update(object=text, visible=bool(text))
+            self.notes[NOTE_OF_CONTROL.get(name, name)].param.update(object=text, visible=bool(text))
         reasons = self.store.backend_reasons
         self.widgets["backend"].disabled_options = _others(reasons, self.store.state.backend)
         backend_text = " ".join(f"{n}: {r}." for n, r in reasons.items())
@@ -210,7 +216,7 @@ def summary_markdown(estimate: Any) -> str:
             "Peak memory per device",
             f"{e.peak_memory_bytes / GIB:,.1f} GiB of {e.memory_capacity_bytes / GIB:,.1f} GiB ({fits})",
         ),
-        ("Pipeline bubble", f"{e.bubble_fraction * 100:.1f} % of the step"),
+        ("Bubble", f"{e.bubble_fraction * 100:.1f} % of the step (critical rank)"),
         ("Backend", f"{e.backend}{' (measured)' if e.measured else ''}"),
     ]
     table = "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)

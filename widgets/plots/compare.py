@@ -5,8 +5,8 @@ rank's communication/wait lane where either side has one) is split into two thin
 and *measured* below, on one shared x axis in ms from the step start. Both rows use the Okabe-Ito op
 colours of ``_style``; predicted blocks are drawn light with an outline, measured blocks solid, and every
 lane sits on its own shaded band so the pair reads as one unit. The two makespans are vertical lines
-(predicted dashed, measured solid) and the title gives the step-time error, predicted / measured - 1 (the
-sign convention of ``workbench run --compare``).
+(predicted dashed, measured solid) and the title gives the step-time error, predicted / measured - 1
+(:func:`workbench.estimate.compare.step_time_error_frac`, the figure ``workbench run --compare`` prints).
 
 Dense timelines are aggregated exactly as in ``workbench_widgets.plots.timeline``: above ``max_blocks`` blocks (both
 sides together) every row is rasterised by ``_lanes.aggregate_runs`` into about 2-pixel bins coloured by
@@ -38,6 +38,8 @@ from workbench_widgets.plots._style import (
 )
 from workbench_widgets.plots.timeline import MAX_BLOCKS
 
+from workbench.estimate.compare import step_time_error_frac
+
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate
 
@@ -50,15 +52,6 @@ _HALF = 0.4
 """Half height of a row's compute blocks (rows are 1 apart); communication/wait rows use ``_HALF_COMM``."""
 _HALF_COMM = 0.25
 _MAKESPAN_DASH = {"predicted": "dashed", "measured": "solid"}
-
-
-def step_time_error_frac(predicted: Estimate, measured: Estimate) -> float:
-    """Relative step-time error predicted / measured - 1 (positive: the prediction is slower).
-
-    Raises ValueError if the measured step time is not > 0."""
-    if not measured.step_time_s > 0:
-        raise ValueError(f"measured step_time_s must be > 0 seconds, got {measured.step_time_s!r}")
-    return predicted.step_time_s / measured.step_time_s - 1.0
 
 
 def comparison_timeline_figure(

@@ -82,10 +82,17 @@ class StepContext:
     def build(
         cls, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cal: Calibration
     ) -> StepContext:
-        parts = {"flash": cal.flash_attention, "dropout": cal.dropout, "act_bytes": ACT_BYTES}
-        dense = activation_parts(model, **parts)
+        flash, dropout = cal.flash_attention, cal.dropout
+        dense = activation_parts(model, flash=flash, dropout=dropout, act_bytes=ACT_BYTES)
         moe = (
-            activation_parts(model, moe_layer=True, capacity_factor=cal.capacity_factor, **parts)
+            activation_parts(
+                model,
+                flash=flash,
+                dropout=dropout,
+                act_bytes=ACT_BYTES,
+                moe_layer=True,
+                capacity_factor=cal.capacity_factor,
+            )
             if model.is_moe
             else dense
         )

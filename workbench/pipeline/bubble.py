@@ -26,28 +26,18 @@ from typing import Any
 
 import numpy as np
 
+from workbench.pipeline.schedules.registry import get_schedule
+
 Array = Any
 
 FAMILIES: tuple[str, ...] = ("1f1b", "interleaved", "zb-h1", "zb-h2", "v", "capped")
-"""Bubble families; ``family_of`` maps schedule names onto them."""
-
-_NAME_FAMILY = {
-    "gpipe": 0,
-    "1f1b": 0,
-    "interleaved-1f1b": 1,
-    "looped-bfs": 1,
-    "zb-h1": 2,
-    "zb-h2": 3,
-    "zbv": 4,
-    "dualpipev": 4,
-    "v-half": 5,
-    "v-min": 5,
-}
+"""Bubble families; each schedule's record names its own (``ScheduleSpec.bubble_family``)."""
 
 
 def family_of(names: tuple[str, ...]) -> np.ndarray:
-    """Per schedule name, its index in ``FAMILIES`` (int8). KeyError for an unknown name."""
-    return np.array([_NAME_FAMILY[n] for n in names], dtype=np.int8)
+    """Per schedule name, the index in ``FAMILIES`` of its record's ``bubble_family`` (int8).
+    ValueError for an unknown name (``workbench.pipeline.schedules.get_schedule``)."""
+    return np.array([FAMILIES.index(get_schedule(n).bubble_family) for n in names], dtype=np.int8)
 
 
 def bubble_s(family: Array, *, pp: Array, vpp: Array, m: Array, f_s: Array, i_s: Array, w_s: Array) -> Array:

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from workbench.pipeline.schedules.registry import get_schedule
+
 Array = Any
 
 
@@ -40,12 +42,14 @@ PEAK_FAMILIES: tuple[str, ...] = (
     "v-min",
     "dualpipev",
 )
-"""Schedules with their own closed form, indexed by the family code ``family_codes`` returns."""
+"""Closed forms of the activation peak, indexed by the family code ``family_codes`` returns; each schedule's
+record names its own (``ScheduleSpec.peak_family``)."""
 
 
 def family_codes(names: tuple[str, ...]) -> np.ndarray:
-    """Per schedule code, its index in ``PEAK_FAMILIES``."""
-    return np.array([PEAK_FAMILIES.index(n) for n in names], dtype=np.int8)
+    """Per schedule name, the index in ``PEAK_FAMILIES`` of its record's ``peak_family`` (int8).
+    ValueError for an unknown name (``workbench.pipeline.schedules.get_schedule``)."""
+    return np.array([PEAK_FAMILIES.index(get_schedule(n).peak_family) for n in names], dtype=np.int8)
 
 
 def peak_chunks(family: Array, *, pp: Array, vpp: Array, m: Array) -> tuple[Array, Array]:

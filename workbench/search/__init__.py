@@ -2,7 +2,8 @@
 
 ``search(model, cluster, workload, constraints)`` returns a ``SearchResult`` (frames documented in
 :mod:`workbench.search.result`). Modules: ``space`` (constraints and the plan space), ``grid`` (chunks of plan
-columns and rule checks), ``peak_memory`` and ``screen`` (closed-form memory and step time on arrays),
+columns and rule checks), ``screen`` (the step model of :mod:`workbench.cost.step` on arrays, with the
+closed-form pipeline terms),
 ``rank`` (objectives, top-k, Pareto), ``run`` (the chunked screen), ``refine`` (full backend, explanations),
 ``planner`` (``search``).
 """

@@ -2,8 +2,9 @@
 
 A chunk is a dict of equal-length numpy arrays (one entry per plan): tp, cp, pp, dp, ep, vpp,
 micro_batch_size, zero_stage, recompute_code, sequence_parallel, schedule_code and num_microbatches
-(0 where dp * micro_batch_size does not divide the global batch). ``rule_reasons`` mirrors ``workbench.specs.rules.plan_violations`` and
-``workbench.pipeline.schedules.schedule_rule_violations`` elementwise (a test checks the two agree).
+(0 where dp * micro_batch_size does not divide the global batch). ``rule_reasons`` evaluates the masks of the
+rule table (``workbench.specs.rules.rule_table``) that ``ParallelPlan.validate`` reads, grouped by their
+planner reason.
 """
 
 from __future__ import annotations
@@ -13,23 +14,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workbench.specs.model import AttentionKind
+from workbench.specs.rules import REJECTION_REASONS, RuleContext, rule_table
 
 if TYPE_CHECKING:
     from workbench.search.space import PlanSpace
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import Workload
 
-REASONS: tuple[tuple[str, str], ...] = (
-    ("heads", "tp does not split the attention and key/value heads"),
-    ("layers", "pp*vpp does not divide the layers"),
-    ("batch", "dp*micro_batch_size does not divide the global batch"),
-    ("sequence", "cp does not divide the sequence length"),
-    ("experts", "ep does not divide dp*cp*tp"),
-    ("schedule", "breaks the schedule's micro-batch rules"),
-    ("memory", "exceeds the device memory"),
-)
-"""Rejection reasons in the order they are checked: a plan is counted under the first one it breaks."""
+REASONS: tuple[tuple[str, str], ...] = (*REJECTION_REASONS, ("memory", "exceeds the device memory"))
+"""Rejection reasons in the order they are checked: a plan is counted under the first one it breaks. All but
+memory are the rule table's (``Rule.reason``)."""
 
 REASON_INDEX = {key: i for i, (key, _) in enumerate(REASONS)}
 MEMORY_REASON = REASON_INDEX["memory"]
@@ -79,45 +73,37 @@ def plan_columns(space: PlanSpace, start: int, stop: int, global_batch_size: int
 def schedule_rule_mask(
     names: tuple[str, ...], code: np.ndarray, pp: np.ndarray, vpp: np.ndarray, m: np.ndarray
 ) -> np.ndarray:
-    """True where (schedule, pp, vpp, m) breaks a rule of ``schedule_rule_violations`` (pp > 1 only).
+    """True where (schedule, pp, vpp, m) breaks a rule of the schedule registry (``SCHEDULE_RULES``; pp > 1
+    only), ``code`` indexing ``names``."""
+    from workbench.pipeline.schedules import SCHEDULE_RULES
 
-    Same rules, elementwise: gpipe/1f1b/zb-h2 need vpp = 1 and V schedules vpp = 2; 1f1b needs m >= pp;
-    interleaved-1f1b needs vpp >= 2; interleaved-1f1b and zb-h1 with vpp >= 2 need m divisible by
-    max(1, m // pp); dualpipev needs m >= 2 pp.
-    """
-    from workbench.pipeline.schedules import required_vpp
-
-    need = np.array([required_vpp(n) or 0 for n in names])[code]
-    is_name = {
-        n: (code == names.index(n)) if n in names else np.zeros(len(code), dtype=bool)
-        for n in ("1f1b", "interleaved-1f1b", "zb-h1", "dualpipev")
-    }
-    rounds = np.maximum(1, m // np.maximum(pp, 1))
-    bad = (need > 0) & (vpp != need)
-    bad |= is_name["1f1b"] & (m < pp)
-    bad |= is_name["interleaved-1f1b"] & (vpp < 2)
-    bad |= (is_name["interleaved-1f1b"] | is_name["zb-h1"]) & (vpp >= 2) & (m % rounds != 0)
-    bad |= is_name["dualpipev"] & (m < 2 * pp)
-    return bad & (pp > 1)
+    cols = {"schedule_code": code, "pp": pp, "vpp": vpp, "num_microbatches": m}
+    ctx = RuleContext(schedule_names=names)
+    bad = np.zeros(np.shape(code), dtype=bool)
+    for rule in SCHEDULE_RULES:
+        bad |= rule.violated(cols, ctx)
+    return bad
 
 
 def rule_reasons(
     cols: dict[str, np.ndarray], model: ModelSpec, workload: Workload, schedule_names: tuple[str, ...]
 ) -> np.ndarray:
-    """Index into ``REASONS`` of the first rule each plan breaks, -1 if none (memory is not checked here)."""
-    tp, cp, pp, dp, ep = cols["tp"], cols["cp"], cols["pp"], cols["dp"], cols["ep"]
-    kv = model.num_key_value_heads
-    kv_ok = (kv % tp == 0) | (tp % kv == 0) | (model.attention is AttentionKind.MLA)
-    m = cols["num_microbatches"]
-    masks = [
-        (model.num_attention_heads % tp != 0) | ~kv_ok,
-        model.num_layers % (pp * cols["vpp"]) != 0,
-        m == 0,
-        workload.seq_len % cp != 0,
-        (ep > 1) & ((dp * cp * tp) % ep != 0),
-        schedule_rule_mask(schedule_names, cols["schedule_code"], pp, cols["vpp"], np.maximum(m, 1)),
-    ]
-    reason = np.full(len(tp), -1, dtype=np.int8)
-    for i in range(len(masks) - 1, -1, -1):
-        reason[masks[i]] = i
+    """Index into ``REASONS`` of the first rule each plan breaks, -1 if none (memory is not checked here).
+
+    Every rule of the table with a ``reason`` is evaluated on the columns; rules without one never break in
+    the planner's space (``workbench.search.space``)."""
+    ctx = RuleContext(
+        model=model,
+        seq_len=workload.seq_len,
+        global_batch_size=workload.global_batch_size,
+        schedule_names=schedule_names,
+    )
+    n = len(cols["tp"])
+    broken = {key: np.zeros(n, dtype=bool) for key, _ in REJECTION_REASONS}
+    for rule in rule_table():
+        if rule.reason is not None:
+            broken[rule.reason] |= rule.violated(cols, ctx)
+    reason = np.full(n, -1, dtype=np.int8)
+    for i in range(len(REJECTION_REASONS) - 1, -1, -1):
+        reason[broken[REJECTION_REASONS[i][0]]] = i
     return reason

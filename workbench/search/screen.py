@@ -37,7 +37,7 @@ RANKS = ("first", "last")
 class ScreenContext:
     """Everything the screen needs that does not change from plan to plan."""
 
-    step: step.StepContext
+    step_ctx: step.StepContext
     schedule_names: tuple[str, ...]
     peak_family: np.ndarray
     """Per schedule code: its ``workbench.pipeline.peak.PEAK_FAMILIES`` index."""
@@ -51,11 +51,11 @@ class ScreenContext:
 
     @property
     def model(self) -> ModelSpec:
-        return self.step.model
+        return self.step_ctx.model
 
     @property
     def workload(self) -> Workload:
-        return self.step.workload
+        return self.step_ctx.workload
 
     def holdings(self, cols: Cols, rank: str) -> step.Holdings:
         """What the ``first`` or ``last`` pipeline rank of every plan holds."""
@@ -74,7 +74,7 @@ class ScreenContext:
         }
         n = len(lay["pp"])
         return cls(
-            step=step.StepContext.build(model, cluster, workload, cal),
+            step_ctx=step.StepContext.build(model, cluster, workload, cal),
             schedule_names=space.schedule_names,
             peak_family=peak.family_codes(space.schedule_names),
             bubble_family=bubble.family_of(space.schedule_names),
@@ -94,7 +94,7 @@ def screen_memory(ctx: ScreenContext, cols: Cols) -> Cols:
 def _stored_peak_bytes(ctx: ScreenContext, cols: Cols, held: step.Holdings, rank: str) -> Any:
     """Closed-form peak of stored activations on the first or the last rank (the pipeline term)."""
     pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
-    sizes = step.activation_sizes(ctx.step, cols)
+    sizes = step.activation_sizes(ctx.step_ctx, cols)
     family = ctx.peak_family[cols["schedule_code"]]
     chunks0, chunks_last = peak.peak_chunks(family, pp=pp, vpp=vpp, m=m)
     chunks = chunks0
@@ -118,9 +118,9 @@ def _stored_peak_bytes(ctx: ScreenContext, cols: Cols, held: step.Holdings, rank
 
 def _rank_total(ctx: ScreenContext, cols: Cols, rank: str) -> Any:
     held = ctx.holdings(cols, rank)
-    cal = ctx.step.cal
+    cal = ctx.step_ctx.cal
     parts = step.memory_columns(
-        step.static_memory(ctx.step, cols, held),
+        step.static_memory(ctx.step_ctx, cols, held),
         _stored_peak_bytes(ctx, cols, held, rank),
         overhead_bytes=cal.framework_overhead_bytes,
         fragmentation_frac=cal.fragmentation_frac,
@@ -128,13 +128,14 @@ def _rank_total(ctx: ScreenContext, cols: Cols, rank: str) -> Any:
     return sum(parts.values())
 
 
-def rank_terms(ctx: ScreenContext, cols: Cols, rank: str) -> dict[str, Any]:
+def rank_terms(
+    ctx: ScreenContext, cols: Cols, rank: str, layers: tuple[step.LayerPair, Any] | None = None
+) -> dict[str, Any]:
     """Every non-pipeline term of the ``first`` or ``last`` pipeline rank of every plan: f, i, w, compute and
     the exposed tp, cp, ep and fsdp seconds per micro-batch (``step.share_s``), the pipeline hop ``p2p_s``,
     ``dp_comm_s`` and ``optimizer_s`` per step, and the static memory parts (``step.static_memory``)."""
-    sc = ctx.step
-    pair = step.layer_pair(sc, cols)
-    fsdp = step.fsdp_layer_s(sc, cols, step.mean_layer_compute_s(sc.model, pair))
+    sc = ctx.step_ctx
+    pair, fsdp = layers or _layers(ctx, cols)
     held = ctx.holdings(cols, rank)
     dense, expert = step.params_held(sc, cols, held)
     return {
@@ -146,19 +147,24 @@ def rank_terms(ctx: ScreenContext, cols: Cols, rank: str) -> dict[str, Any]:
     }
 
 
+def _layers(ctx: ScreenContext, cols: Cols) -> tuple[step.LayerPair, Any]:
+    """Per-layer costs and ZeRO-3's exposed per-layer communication (shared by both ranks of a plan)."""
+    pair = step.layer_pair(ctx.step_ctx, cols)
+    return pair, step.fsdp_layer_s(ctx.step_ctx, cols, step.mean_layer_compute_s(ctx.model, pair))
+
+
 def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
     """Closed-form step time of every plan, its breakdown (seconds, ``StepBreakdown`` names), tokens_per_s,
     mfu, hfu and bubble_fraction. The pipeline makespan is ``workbench.pipeline.bubble.makespan_s`` on the
     first and the last rank's share; the slower one is the critical rank whose parts the breakdown reports."""
-    sc, model = ctx.step, ctx.model
+    model = ctx.model
     pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
-    pair = step.layer_pair(sc, cols)
-    fsdp = step.fsdp_layer_s(sc, cols, step.mean_layer_compute_s(model, pair))
+    pair, fsdp = layers = _layers(ctx, cols)
     everything = {"dense": model.num_layers - model.num_moe_layers, "moe": model.num_moe_layers}
     whole = step.share_s(pair, {**everything, "embedding": True, "head": True}, fsdp)
     best: dict[str, Any] = {}
     for rank in RANKS:
-        share = rank_terms(ctx, cols, rank)
+        share = rank_terms(ctx, cols, rank, layers)
         others = tuple((whole[k] - share[k]) / np.maximum(pp - 1, 1) for k in ("f", "i", "w"))
         share["makespan"] = bubble.makespan_s(
             ctx.bubble_family[cols["schedule_code"]],

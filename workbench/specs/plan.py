@@ -12,6 +12,7 @@ from workbench.specs.hardware import DType
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
+    from workbench.specs.rules import Violation
 
 
 class Optimizer(StrEnum):
@@ -154,6 +155,24 @@ class ParallelPlan:
 
     def validate(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> list[str]:
         """Every violated constraint as a sentence a user can act on; an empty list means the plan is valid."""
-        from workbench.specs.rules import plan_violations
+        return [v.sentence for v in self.violations(model, cluster, workload)]
 
-        return plan_violations(self, model, cluster, workload)
+    def violations(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> list[Violation]:
+        """Every broken rule of the rule table (``workbench.specs.rules``) as a record: key, control, sentence."""
+        from workbench.specs.rules import RuleContext, plan_violations
+
+        ctx = RuleContext(
+            model=model,
+            cluster=cluster,
+            seq_len=workload.seq_len,
+            global_batch_size=workload.global_batch_size,
+            schedule_names=(self.schedule,),
+        )
+        return plan_violations(self.rule_row(workload), ctx)
+
+    def rule_row(self, workload: Workload) -> dict[str, int]:
+        """The plan as the rules read it (``workbench.specs.rules.RULE_COLUMNS``); schedule_code 0 stands for
+        ``self.schedule``."""
+        row = {f: int(getattr(self, f)) for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size")}
+        row["sequence_parallel"] = int(self.sequence_parallel)
+        return {**row, "schedule_code": 0, "num_microbatches": self.num_microbatches(workload)}

@@ -1,6 +1,6 @@
 """The rule table: every constraint a ``ParallelPlan`` must meet, one record per rule.
 
-A rule is checked three ways from the same record: ``plan_violations`` (one plan: a batch of one), the
+A rule is checked three ways from the same record: ``ParallelPlan.violations`` (one plan: a batch of one), the
 planner's grid (``workbench.search.grid``: millions of plans, counted by ``reason``) and the app (the
 choice lists of ``workbench_widgets.app.choices`` and the note under ``control``). The schedule's own
 rules come from the schedule registry (``workbench.pipeline.schedules.registry.SCHEDULE_RULES``).
@@ -18,12 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.specs.plan import PLAN_FIELDS
-
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
-    from workbench.specs.plan import ParallelPlan, Workload
 
 Columns = Mapping[str, Any]
 """Plan column name -> numpy array (or a scalar that broadcasts against the other columns)."""
@@ -44,8 +41,22 @@ RULE_COLUMNS: tuple[str, ...] = (
 )
 """The plan columns a rule mask may read."""
 
-CONTROLS: tuple[str, ...] = (*PLAN_FIELDS, "cluster")
-"""What a user changes to fix a rule: a plan field, or the cluster (its device count)."""
+CONTROLS: tuple[str, ...] = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "micro_batch_size",
+    "zero_stage",
+    "sequence_parallel",
+    "recompute",
+    "schedule",
+    "cluster",
+)
+"""What a user changes to fix a rule: a plan field (``workbench.specs.plan.PLAN_FIELDS``) or the cluster
+(its device count)."""
 
 REJECTION_REASONS: tuple[tuple[str, str], ...] = (
     ("heads", "tp does not split the attention and key/value heads"),
@@ -60,12 +71,16 @@ REJECTION_REASONS: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RuleContext:
-    """What the rules read besides the plan columns. Each part is needed only by the rules that read it."""
+    """What the rules read besides the plan columns. Each part is needed only by the rules that read it
+    (``need_*`` raise ValueError naming the missing part)."""
 
     model: ModelSpec | None = None
-    workload: Workload | None = None
     cluster: ClusterSpec | None = None
     """Needed only by the device-count rule (the planner's space meets it by construction)."""
+    seq_len: int | None = None
+    """The workload's tokens per sequence."""
+    global_batch_size: int | None = None
+    """The workload's sequences per optimizer step."""
     schedule_names: tuple[str, ...] = ()
     """``schedule_code`` i means ``schedule_names[i]``."""
 
@@ -74,10 +89,15 @@ class RuleContext:
             raise ValueError("RuleContext: this rule reads the model; pass model=")
         return self.model
 
-    def need_workload(self) -> Workload:
-        if self.workload is None:
-            raise ValueError("RuleContext: this rule reads the workload; pass workload=")
-        return self.workload
+    def need_seq_len(self) -> int:
+        if self.seq_len is None:
+            raise ValueError("RuleContext: this rule reads the sequence length; pass seq_len=")
+        return self.seq_len
+
+    def need_global_batch_size(self) -> int:
+        if self.global_batch_size is None:
+            raise ValueError("RuleContext: this rule reads the global batch; pass global_batch_size=")
+        return self.global_batch_size
 
     def need_cluster(self) -> ClusterSpec:
         if self.cluster is None:
@@ -205,12 +225,10 @@ PLAN_RULES: tuple[Rule, ...] = (
         control="micro_batch_size",
         reason="batch",
         reads=("dp", "micro_batch_size"),
-        mask=lambda c, ctx: (
-            ctx.need_workload().global_batch_size % (np.asarray(c["dp"]) * c["micro_batch_size"]) != 0
-        ),
+        mask=lambda c, ctx: ctx.need_global_batch_size() % (np.asarray(c["dp"]) * c["micro_batch_size"]) != 0,
         sentence=lambda r, ctx: (
             f"dp*micro_batch_size = {r['dp']}*{r['micro_batch_size']} = {r['dp'] * r['micro_batch_size']} "
-            f"must divide the global batch of {ctx.need_workload().global_batch_size} sequences."
+            f"must divide the global batch of {ctx.need_global_batch_size()} sequences."
         ),
     ),
     Rule(
@@ -218,10 +236,8 @@ PLAN_RULES: tuple[Rule, ...] = (
         control="cp",
         reason="sequence",
         reads=("cp",),
-        mask=lambda c, ctx: ctx.need_workload().seq_len % np.asarray(c["cp"]) != 0,
-        sentence=lambda r, ctx: (
-            f"cp={r['cp']} must divide the sequence length {ctx.need_workload().seq_len}."
-        ),
+        mask=lambda c, ctx: ctx.need_seq_len() % np.asarray(c["cp"]) != 0,
+        sentence=lambda r, ctx: f"cp={r['cp']} must divide the sequence length {ctx.need_seq_len()}.",
     ),
     Rule(
         key="ep_needs_moe",
@@ -316,21 +332,10 @@ def passes(keys: Iterable[str], cols: Columns, ctx: RuleContext) -> np.ndarray:
     return ~np.asarray(bad, dtype=bool)
 
 
-def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray]:
-    """``plan`` as a batch of one (``RULE_COLUMNS``); its ``schedule_code`` 0 means ``plan.schedule``."""
-    cols = {f: np.array([getattr(plan, f)]) for f in RULE_COLUMNS[:8]}
-    cols["schedule_code"] = np.array([0])
-    cols["num_microbatches"] = np.array([plan.num_microbatches(workload)])
-    return cols
-
-
-def plan_violations(
-    plan: ParallelPlan, model: ModelSpec, cluster: ClusterSpec, workload: Workload
-) -> list[Violation]:
-    """Every rule of ``rule_table()`` that ``plan`` breaks, in table order (empty list: the plan is valid)."""
-    ctx = RuleContext(model=model, workload=workload, cluster=cluster, schedule_names=(plan.schedule,))
-    cols = plan_columns(plan, workload)
-    row = {k: int(v[0]) for k, v in cols.items()}
+def plan_violations(row: Row, ctx: RuleContext) -> list[Violation]:
+    """Every rule of ``rule_table()`` that the plan ``row`` (one value per ``RULE_COLUMNS`` entry) breaks,
+    in table order; the row is checked as a batch of one. ``ParallelPlan.violations`` is the usual entry."""
+    cols = {c: np.array([row[c]]) for c in RULE_COLUMNS}
     return [
         Violation(key=r.key, control=r.control, sentence=r.sentence(row, ctx))
         for r in rule_table()

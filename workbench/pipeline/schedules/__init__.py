@@ -14,22 +14,33 @@ from workbench.pipeline.schedules.actions import (
     write_schedule_csv,
 )
 from workbench.pipeline.schedules.registry import (
+    REGISTRY,
     SCHEDULE_NAMES,
+    SCHEDULE_RULES,
+    SCHEDULES,
     build_schedule,
     default_vpp,
+    get_schedule,
     required_vpp,
     schedule_rule_violations,
     uses_split_backward,
     uses_v_placement,
 )
+from workbench.pipeline.schedules.spec import Placement, ScheduleSpec
 
 __all__ = [
     "OPS",
+    "REGISTRY",
+    "SCHEDULES",
     "SCHEDULE_NAMES",
+    "SCHEDULE_RULES",
     "Action",
+    "Placement",
     "Schedule",
+    "ScheduleSpec",
     "build_schedule",
     "default_vpp",
+    "get_schedule",
     "parse_action",
     "read_schedule_csv",
     "required_vpp",

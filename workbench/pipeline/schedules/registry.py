@@ -1,152 +1,287 @@
-"""Schedules by name: the rules each one puts on (pp, vpp, micro-batches) and ``build_schedule``."""
+"""The schedule registry: one ``ScheduleSpec`` record per built-in schedule, and what derives from them.
+
+Adding a schedule means adding its generator (in ``classic``, ``vshape`` or ``greedy``) and one record to
+``SCHEDULES``; the names, vpp defaults, the rules (``SCHEDULE_RULES``), the closed-form families of
+``workbench.pipeline.bubble`` and ``workbench.pipeline.peak`` and the torch class of the real-run backend
+all read the record.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
+
+import numpy as np
 
 from workbench.pipeline.schedules import classic, greedy, vshape
 from workbench.pipeline.schedules.actions import Action, Schedule
+from workbench.pipeline.schedules.rules import schedule_rules
+from workbench.pipeline.schedules.spec import Placement, ScheduleSpec, index_schedules
+from workbench.specs.rules import Rule, RuleContext
 
-SCHEDULE_NAMES: tuple[str, ...] = (
-    "gpipe",
-    "1f1b",
-    "interleaved-1f1b",
-    "looped-bfs",
-    "zb-h1",
-    "zb-h2",
-    "zbv",
-    "v-half",
-    "v-min",
-    "dualpipev",
+Rows = list[list[Action]]
+
+MEGATRON = "Megatron-LM"
+TORCH = "torch.distributed.pipelining"
+ZERO_BUBBLE = "sail-sg/zero-bubble-pipeline-parallelism"
+DUALPIPE = "deepseek-ai/DualPipe"
+ZB_PAPER = "Qi et al., Zero Bubble Pipeline Parallelism, arXiv:2401.10241"
+CM_PAPER = "Qi et al., Pipeline Parallelism with Controllable Memory, arXiv:2405.15362 (NeurIPS 2024)"
+
+
+def _gpipe(p: int, v: int, m: int) -> Rows:
+    return classic.gpipe(p, m)
+
+
+def _one_f_one_b(p: int, v: int, m: int) -> Rows:
+    return classic.one_f_one_b(p, m)
+
+
+def _zb_h2(p: int, v: int, m: int) -> Rows:
+    """ZB-H2: greedy zero-bubble order with a cap of 2p-1 micro-batches per rank."""
+    return greedy.greedy_zero_bubble(
+        stage_to_rank=classic.looping_placement(p, 1), num_microbatches=m, cap_chunks=[2 * p - 1] * p
+    )
+
+
+def _zbv(p: int, v: int, m: int) -> Rows:
+    return vshape.zbv(p, m)
+
+
+def _v_capped(full_stage_units: int, p: int, m: int) -> Rows:
+    return greedy.greedy_zero_bubble(
+        stage_to_rank=vshape.v_placement(p), num_microbatches=m, cap_chunks=[2 * full_stage_units] * p
+    )
+
+
+def _v_half(p: int, v: int, m: int) -> Rows:
+    """V-Half: V placement capped at (p+2)//2 micro-batches' activations per rank."""
+    return _v_capped((p + 2) // 2, p, m)
+
+
+def _v_min(p: int, v: int, m: int) -> Rows:
+    """V-Min: V placement capped at (p+4)//3 micro-batches' activations per rank."""
+    return _v_capped((p + 4) // 3, p, m)
+
+
+def _dualpipev(p: int, v: int, m: int) -> Rows:
+    return vshape.dualpipev(p, m)
+
+
+LOOPING, V = Placement.LOOPING, Placement.V
+
+SCHEDULES: tuple[ScheduleSpec, ...] = (
+    ScheduleSpec(
+        name="gpipe",
+        generator=_gpipe,
+        placement=LOOPING,
+        split_backward=False,
+        required_vpp=1,
+        default_vpp=1,
+        bubble_family="1f1b",
+        peak_family="gpipe",
+        source="Huang et al., GPipe, arXiv:1811.06965",
+        torch_class="ScheduleGPipe",
+        frameworks=(TORCH,),
+    ),
+    ScheduleSpec(
+        name="1f1b",
+        generator=_one_f_one_b,
+        placement=LOOPING,
+        split_backward=False,
+        required_vpp=1,
+        default_vpp=1,
+        min_microbatches_per_rank=1,
+        bubble_family="1f1b",
+        peak_family="1f1b",
+        source="Narayanan et al., PipeDream-2BW, arXiv:2006.09503; Megatron-LM SC21, arXiv:2104.04473 Sec. 2.2.1",
+        torch_class="Schedule1F1B",
+        frameworks=(MEGATRON, TORCH),
+    ),
+    ScheduleSpec(
+        name="interleaved-1f1b",
+        generator=classic.interleaved_1f1b,
+        placement=LOOPING,
+        split_backward=False,
+        required_vpp=None,
+        default_vpp=2,
+        min_vpp=2,
+        microbatches_in_rounds=True,
+        bubble_family="interleaved",
+        peak_family="interleaved-1f1b",
+        source="Narayanan et al., Megatron-LM SC21, arXiv:2104.04473 Sec. 2.2",
+        torch_class="ScheduleInterleaved1F1B",
+        frameworks=(MEGATRON, TORCH),
+    ),
+    ScheduleSpec(
+        name="looped-bfs",
+        generator=classic.looped_bfs,
+        placement=LOOPING,
+        split_backward=False,
+        required_vpp=None,
+        default_vpp=1,
+        bubble_family="interleaved",
+        peak_family="looped-bfs",
+        source="Lamy-Poirier, Breadth-First Pipeline Parallelism, arXiv:2211.05953",
+        torch_class="ScheduleLoopedBFS",
+        frameworks=(TORCH,),
+    ),
+    ScheduleSpec(
+        name="zb-h1",
+        generator=classic.zb_h1,
+        placement=LOOPING,
+        split_backward=True,
+        required_vpp=None,
+        default_vpp=1,
+        microbatches_in_rounds=True,
+        bubble_family="zb-h1",
+        peak_family="zb-h1",
+        source=f"{ZB_PAPER} Sec. 3.1",
+        torch_class="ScheduleInterleavedZeroBubble",
+        frameworks=(ZERO_BUBBLE, TORCH),
+    ),
+    ScheduleSpec(
+        name="zb-h2",
+        generator=_zb_h2,
+        placement=LOOPING,
+        split_backward=True,
+        required_vpp=1,
+        default_vpp=1,
+        bubble_family="zb-h2",
+        peak_family="zb-h2",
+        source=f"{ZB_PAPER} Sec. 3.2",
+        frameworks=(ZERO_BUBBLE,),
+    ),
+    ScheduleSpec(
+        name="zbv",
+        generator=_zbv,
+        placement=V,
+        split_backward=True,
+        required_vpp=2,
+        default_vpp=2,
+        bubble_family="v",
+        peak_family="zbv",
+        source=f"{ZB_PAPER} Sec. 6",
+        torch_class="ScheduleZBVZeroBubble",
+        frameworks=(ZERO_BUBBLE, TORCH),
+    ),
+    ScheduleSpec(
+        name="v-half",
+        generator=_v_half,
+        placement=V,
+        split_backward=True,
+        required_vpp=2,
+        default_vpp=2,
+        bubble_family="capped",
+        peak_family="v-half",
+        source=CM_PAPER,
+        frameworks=(ZERO_BUBBLE,),
+    ),
+    ScheduleSpec(
+        name="v-min",
+        generator=_v_min,
+        placement=V,
+        split_backward=True,
+        required_vpp=2,
+        default_vpp=2,
+        bubble_family="capped",
+        peak_family="v-min",
+        source=CM_PAPER,
+        frameworks=(ZERO_BUBBLE,),
+    ),
+    ScheduleSpec(
+        name="dualpipev",
+        generator=_dualpipev,
+        placement=V,
+        split_backward=True,
+        required_vpp=2,
+        default_vpp=2,
+        min_microbatches_per_rank=2,
+        bubble_family="v",
+        peak_family="dualpipev",
+        source="DeepSeek-AI, DeepSeek-V3 Technical Report, arXiv:2412.19437 Sec. 3.2.1",
+        torch_class="ScheduleDualPipeV",
+        frameworks=(DUALPIPE, TORCH),
+    ),
 )
 """Every built-in schedule, in the order of the literature."""
 
-_V_NAMES = frozenset({"zbv", "v-half", "v-min", "dualpipev"})
-_SPLIT_NAMES = frozenset({"zb-h1", "zb-h2", "zbv", "v-half", "v-min", "dualpipev"})
+REGISTRY: Mapping[str, ScheduleSpec] = index_schedules(SCHEDULES)
+"""Name -> record (read-only; built once, refusing duplicate names)."""
+
+SCHEDULE_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+SCHEDULE_RULES: tuple[Rule, ...] = schedule_rules(REGISTRY)
+"""The schedules' rows of the rule table (``workbench.specs.rules.rule_table``): they hold for plans with
+pp > 1 and a defined micro-batch count."""
+_ANY_PP_RULES = schedule_rules(REGISTRY, plans_only=False)
 
 
-def _check_name(name: str) -> None:
-    if name not in SCHEDULE_NAMES:
+def get_schedule(name: str) -> ScheduleSpec:
+    """The record of schedule ``name``. Raises ValueError listing the valid names."""
+    if name not in REGISTRY:
         raise ValueError(f"unknown schedule {name!r}; valid names: {', '.join(SCHEDULE_NAMES)}")
+    return REGISTRY[name]
 
 
 def required_vpp(name: str) -> int | None:
     """Stages per rank the schedule needs exactly (1 or 2), or None if it takes any allowed value."""
-    _check_name(name)
-    if name in _V_NAMES:
-        return 2
-    if name in ("gpipe", "1f1b", "zb-h2"):
-        return 1
-    return None
+    return get_schedule(name).required_vpp
 
 
 def default_vpp(name: str) -> int:
     """Stages per rank to use when the caller gives none: 2 for V schedules and interleaved-1f1b, else 1."""
-    fixed = required_vpp(name)
-    if fixed is not None:
-        return fixed
-    return 2 if name == "interleaved-1f1b" else 1
+    return get_schedule(name).default_vpp
 
 
 def uses_split_backward(name: str) -> bool:
-    """True if the schedule splits backward into I (inputs) and W (weights) passes (DualPipeV mixes
-    full B passes with I/W ones; it counts as split)."""
-    _check_name(name)
-    return name in _SPLIT_NAMES
+    """True if the schedule splits backward into I (inputs) and W (weights) passes."""
+    return get_schedule(name).split_backward
 
 
 def uses_v_placement(name: str) -> bool:
     """True if rank r holds stages r and 2p-1-r (V shape) instead of r, r+p, ... (looping)."""
-    _check_name(name)
-    return name in _V_NAMES
+    return get_schedule(name).placement is Placement.V
 
 
 def schedule_rule_violations(name: str, *, pp: int, vpp: int, num_microbatches: int) -> list[str]:
     """Sentences naming every rule of schedule ``name`` that (pp, vpp, num_microbatches) breaks; [] if fine.
 
-    Rules: GPipe, 1F1B and ZB-H2 take vpp=1; 1F1B needs m >= pp (warm-up of pp-1 forwards);
-    interleaved-1f1b needs vpp >= 2 and, like interleaved zb-h1, m divisible by the number of rounds
-    max(1, m // pp) (torch's relaxation of Megatron's m % pp == 0); V schedules take vpp=2;
-    DualPipeV needs m >= 2*pp.
+    The rules are ``SCHEDULE_RULES``, read off the record: its required or minimum vpp and its micro-batch
+    rule (m >= k * pp; m divisible by max(1, m // pp) rounds with vpp >= 2). An unknown name is a violation.
     """
-    if name not in SCHEDULE_NAMES:
-        return [f"unknown schedule {name!r}; valid names: {', '.join(SCHEDULE_NAMES)}."]
     out = []
     for field, value in (("pp", pp), ("vpp", vpp), ("num_microbatches", num_microbatches)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             out.append(f"{field} must be an integer >= 1, got {value!r}.")
     if out:
         return out
-    fixed = required_vpp(name)
-    if fixed is not None and vpp != fixed:
-        why = "V placement: stages r and 2p-1-r" if fixed == 2 else "one stage per rank"
-        out.append(f"{name} needs vpp={fixed} ({why}), got vpp={vpp}.")
-    if name == "1f1b" and num_microbatches < pp:
-        out.append(
-            f"1f1b needs at least pp={pp} micro-batches, got {num_microbatches} (use gpipe or more micro-batches)."
-        )
-    if name == "interleaved-1f1b" and vpp < 2:
-        out.append(f"interleaved-1f1b needs vpp >= 2 stages per rank, got vpp={vpp} (use 1f1b for vpp=1).")
-    if name in ("interleaved-1f1b", "zb-h1") and vpp >= 2:
-        rounds = max(1, num_microbatches // pp)
-        if num_microbatches % rounds:
-            out.append(
-                f"{name} with vpp={vpp} needs micro-batches divisible by the number of rounds "
-                f"max(1, m // pp) = {rounds}, got m={num_microbatches} (a multiple of pp={pp} always works)."
-            )
-    if name == "dualpipev" and num_microbatches < 2 * pp:
-        out.append(f"dualpipev needs at least 2*pp = {2 * pp} micro-batches, got {num_microbatches}.")
-    return out
-
-
-def _v_cap(pp: int, full_stage_units: int) -> list[int]:
-    return [2 * full_stage_units] * pp
-
-
-_Builder = Callable[[int, int, int], list[list[Action]]]
-_BUILDERS: dict[str, _Builder] = {
-    "gpipe": lambda p, v, m: classic.gpipe(p, m),
-    "1f1b": lambda p, v, m: classic.one_f_one_b(p, m),
-    "interleaved-1f1b": classic.interleaved_1f1b,
-    "looped-bfs": classic.looped_bfs,
-    "zb-h1": classic.zb_h1,
-    "zb-h2": lambda p, v, m: greedy.greedy_zero_bubble(
-        stage_to_rank=classic.looping_placement(p, 1), num_microbatches=m, cap_chunks=[2 * p - 1] * p
-    ),
-    "zbv": lambda p, v, m: vshape.zbv(p, m),
-    "v-half": lambda p, v, m: greedy.greedy_zero_bubble(
-        stage_to_rank=vshape.v_placement(p), num_microbatches=m, cap_chunks=_v_cap(p, (p + 2) // 2)
-    ),
-    "v-min": lambda p, v, m: greedy.greedy_zero_bubble(
-        stage_to_rank=vshape.v_placement(p), num_microbatches=m, cap_chunks=_v_cap(p, (p + 4) // 3)
-    ),
-    "dualpipev": lambda p, v, m: vshape.dualpipev(p, m),
-}
+    row = {"pp": pp, "vpp": vpp, "schedule_code": 0, "num_microbatches": num_microbatches}
+    cols = {k: np.array([v]) for k, v in row.items()}
+    ctx = RuleContext(schedule_names=(name,))
+    return [r.sentence(row, ctx) for r in _ANY_PP_RULES if r.violated(cols, ctx)[0]]
 
 
 def build_schedule(name: str, *, pp: int, num_microbatches: int, vpp: int | None = None) -> Schedule:
     """Build the named schedule for ``pp`` ranks, ``num_microbatches`` micro-batches and ``vpp``
-    stages per rank (None: ``default_vpp(name)``).
+    stages per rank (None: the record's ``default_vpp``).
 
     Raises ValueError listing the valid names for an unknown name, or the broken rules
-    (``schedule_rule_violations``). See each generator in ``classic``, ``vshape`` and ``greedy``
-    for its source paper.
+    (``schedule_rule_violations``). Each record's ``source`` and generator docstring cite its paper.
     """
-    _check_name(name)
-    vpp = default_vpp(name) if vpp is None else vpp
+    spec = get_schedule(name)
+    vpp = spec.default_vpp if vpp is None else vpp
     problems = schedule_rule_violations(name, pp=pp, vpp=vpp, num_microbatches=num_microbatches)
     if problems:
         raise ValueError(
             f"schedule {name!r} with pp={pp}, vpp={vpp}, m={num_microbatches}: " + " ".join(problems)
         )
-    rows = _BUILDERS[name](pp, vpp, num_microbatches)
-    placement = vshape.v_placement(pp) if name in _V_NAMES else classic.looping_placement(pp, vpp)
+    rows = spec.generator(pp, vpp, num_microbatches)
     return Schedule(
         name=name,
         pp=pp,
         vpp=vpp,
         num_microbatches=num_microbatches,
         num_stages=pp * vpp,
-        stage_to_rank=placement,
+        stage_to_rank=spec.stage_to_rank(pp, vpp),
         actions=tuple(tuple(row) for row in rows),
     )

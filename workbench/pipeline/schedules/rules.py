@@ -28,7 +28,7 @@ def _spec(registry: Mapping[str, ScheduleSpec], r: Row, ctx: RuleContext) -> Sch
     return registry[ctx.schedule_names[r["schedule_code"]]]
 
 
-def _applies(c: Columns) -> Any:
+def _pipelined(c: Columns) -> Any:
     return (np.asarray(c["pp"]) > 1) & (np.asarray(c["num_microbatches"]) > 0)
 
 
@@ -58,9 +58,17 @@ def _rounds_sentence(registry: Mapping[str, ScheduleSpec], r: Row, ctx: RuleCont
     )
 
 
-def schedule_rules(registry: Mapping[str, ScheduleSpec]) -> tuple[Rule, ...]:
-    """The rules of every schedule of ``registry`` (name -> record), vectorised over schedule codes."""
+def schedule_rules(registry: Mapping[str, ScheduleSpec], *, plans_only: bool = True) -> tuple[Rule, ...]:
+    """The rules of every schedule of ``registry`` (name -> record), vectorised over schedule codes.
+
+    ``plans_only``: the rules hold only where a plan runs the schedule (pp > 1 and a defined micro-batch
+    count; ``ParallelPlan`` ignores the schedule otherwise); False checks them for any pp (building a
+    schedule on its own).
+    """
     reg = registry
+
+    def _applies(c: Columns) -> Any:
+        return _pipelined(c) if plans_only else True
 
     def known(c: Columns, ctx: RuleContext) -> Any:
         return _applies(c) & ~_field(reg, ctx, lambda s: True, False)[c["schedule_code"]]
@@ -84,7 +92,9 @@ def schedule_rules(registry: Mapping[str, ScheduleSpec]) -> tuple[Rule, ...]:
         return _applies(c) & on & (np.asarray(c["vpp"]) >= 2) & (m % per != 0)
 
     def rule(key: str, mask: Any, sentence: Any) -> Rule:
-        return Rule(key=key, control="schedule", reason="schedule", reads=_READS, mask=mask, sentence=sentence)
+        return Rule(
+            key=key, control="schedule", reason="schedule", reads=_READS, mask=mask, sentence=sentence
+        )
 
     return (
         rule(
