@@ -39,16 +39,17 @@ class StageModule(nn.Module):
 
 
 def stage_layer_range(stage: int, num_stages: int, num_layers: int) -> range:
-    """Blocks of ``stage``: the torch-profile backend's split (contiguous, earlier stages take the remainder),
-    so measured and predicted stages hold the same blocks. ValueError if there are fewer blocks than stages."""
+    """Blocks of ``stage``: the core's one split (``workbench.cost.step.stage_layer_span``), so measured and
+    predicted stages hold the same blocks. ValueError if there are fewer blocks than stages."""
     if num_layers < num_stages:
         raise ValueError(
             f"the model has {num_layers} layers but the plan has {num_stages} pipeline stages "
             "(pp * vpp); use --layers >= pp * vpp"
         )
-    base, extra = divmod(num_layers, num_stages)
-    first = stage * base + min(stage, extra)
-    return range(first, first + base + (1 if stage < extra else 0))
+    from workbench.cost.step import stage_layer_span
+
+    first, count = (int(x) for x in stage_layer_span(num_layers, num_stages, stage))
+    return range(first, first + count)
 
 
 def _seeded(seed: int, index: int, build: Any) -> nn.Module:

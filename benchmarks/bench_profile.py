@@ -22,9 +22,9 @@ def main() -> None:
     args = parser.parse_args()
     import torch
     from workbench_backends.profile_record import Shape, record_profile
+    from workbench_backends.shrink import shrink_model
     from workbench_backends.torch_model import build_model, random_tokens
     from workbench_backends.torch_profile import TorchProfileBackend
-    from workbench_cli.profile_cmd import shrink_model
 
     from workbench.presets.catalog import load_model
     from workbench.presets.profile_table import host_cluster, read_profile, write_profile

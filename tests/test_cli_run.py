@@ -119,3 +119,25 @@ def test_shrink_is_the_profiles_rule_with_a_vocabulary_override() -> None:
         shrink_model(base, hidden_size=100)
     with pytest.raises(ValueError, match="--vocab"):
         shrink_model(base, vocab_size=0)
+
+
+def test_comparison_table_prints_the_core_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    from dataclasses import replace
+
+    from workbench_cli.run_cmd import print_comparison
+    from workbench_widgets.sample import sample_estimate
+
+    from workbench.estimate.compare import compare
+    from workbench.specs.plan import ParallelPlan
+
+    plan = ParallelPlan(pp=2, schedule="1f1b")
+    predicted = sample_estimate(plan=plan, num_microbatches=4, forward_s=2e-3)
+    measured = replace(
+        sample_estimate(plan=plan, num_microbatches=4, forward_s=3e-3), backend="real-run", measured=True
+    )
+    cmp = compare(predicted, measured)
+    print_comparison(cmp)
+    out = capsys.readouterr().out
+    assert f"{predicted.step_time_s * 1e3:.2f}" in out and f"{measured.step_time_s * 1e3:.2f}" in out
+    assert f"{cmp['step_time_s']['error_frac'] * 100:+.1f} %" in out
+    assert "tokens/s" in out and "peak memory per rank (MiB)" in out and "stage 1 B (ms)" in out

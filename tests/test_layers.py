@@ -19,10 +19,7 @@ CONTRACTS = {
 }
 
 # Temporary: known violations waiting for their fix (module -> module in the reason).
-_KNOWN_BROKEN: dict[str, str] = {
-    "core-rooms": "specs.rules.rule_table -> pipeline.schedules.registry (the rule table, being reworked)",
-    "core-acyclic": "specs.rules -> specs.plan -> specs.rules (validate) and specs -> pipeline (rule table, being reworked)",
-}
+_KNOWN_BROKEN: dict[str, str] = {}
 
 
 def _lint_imports() -> str:

@@ -64,7 +64,8 @@ class Workbench:
 
     @property
     def violations(self) -> list[str]:
-        return list(self.store.violations)
+        """The sentences of every plan rule the current plan breaks (empty: valid)."""
+        return [v.sentence for v in self.store.violations]
 
     @property
     def search_results(self) -> Any:

@@ -160,17 +160,23 @@ def _stage_position(num_stages: Array, stage: Array) -> Array:
     return np.where((stage == 0) | (stage == num_stages - 1), edge, middle)
 
 
-def stage_holdings(model: ModelSpec, num_stages: Array, stage: Array) -> Holdings:
-    """What pipeline ``stage`` of ``num_stages`` holds, elementwise. Layers go in order (dense-first layers on
-    the first stages); when the stages do not divide the layers, the remainder goes one each to the middle
-    stages nearest the centre, sparing the first and the last (embedding and LM head), as Megatron-LM's uneven
-    split does."""
-    base, extra = np.divmod(model.num_layers, num_stages)
+def stage_layer_span(num_layers: int, num_stages: Array, stage: Array) -> tuple[Array, Array]:
+    """(first layer, layer count) of pipeline ``stage`` of ``num_stages``, elementwise: layers go in order; when
+    the stages do not divide them, the remainder goes one each to the middle stages nearest the centre,
+    sparing the first and the last (embedding and LM head), as Megatron-LM's uneven split does."""
+    base, extra = np.divmod(num_layers, num_stages)
     count = base + (_stage_position(num_stages, stage) < extra)
     start = stage * base
     top = int(np.max(np.where(extra > 0, stage, 0))) if np.size(stage) else 0
     for t in range(top):  # stages before ``stage`` that took a remainder layer
         start = start + ((t < stage) & (_stage_position(num_stages, t) < extra))
+    return start, count
+
+
+def stage_holdings(model: ModelSpec, num_stages: Array, stage: Array) -> Holdings:
+    """What pipeline ``stage`` of ``num_stages`` holds, elementwise: the layers of ``stage_layer_span``
+    (dense-first layers land on the first stages), the embedding on stage 0 and the LM head on the last."""
+    start, count = stage_layer_span(model.num_layers, num_stages, stage)
     dense = np.clip(model.num_layers - model.num_moe_layers - start, 0, count)
     return {"dense": dense, "moe": count - dense, "embedding": stage == 0, "head": stage == num_stages - 1}
 

@@ -80,7 +80,8 @@ class Estimate:
     model_flop_per_s_per_device: float
     """Achieved model FLOP/s per device (printed as TFLOP/s per device)."""
     bubble_fraction: float
-    """Idle share of the step on the pipeline (the simulator's ``bubble_fraction_of_step``)."""
+    """The critical (busiest) pipeline rank's idle time, pipeline sends excluded, over the step time
+    (``workbench.estimate.metrics.bubble_fraction``); the one figure shown as "bubble" everywhere."""
     breakdown: StepBreakdown
     memory: pl.DataFrame
     memory_capacity_bytes: float

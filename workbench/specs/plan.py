@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from workbench.specs.errors import check_choice, check_int
 from workbench.specs.hardware import DType
+from workbench.specs.rules import PLAN_FIELDS as PLAN_FIELDS  # re-exported: the plan's user-chosen fields
 
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
@@ -39,21 +40,6 @@ class Axis(StrEnum):
     DP = "dp"
     PP = "pp"
 
-
-PLAN_FIELDS: tuple[str, ...] = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "vpp",
-    "micro_batch_size",
-    "zero_stage",
-    "sequence_parallel",
-    "recompute",
-    "schedule",
-)
-"""The fields of ``ParallelPlan`` that a user chooses (all but ``rank_order``), in display order."""
 
 DEFAULT_RANK_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
 """Innermost first: tensor-parallel ranks are adjacent (inside a node), pipeline stages outermost."""

@@ -41,7 +41,7 @@ RULE_COLUMNS: tuple[str, ...] = (
 )
 """The plan columns a rule mask may read."""
 
-CONTROLS: tuple[str, ...] = (
+PLAN_FIELDS: tuple[str, ...] = (
     "dp",
     "tp",
     "pp",
@@ -53,9 +53,11 @@ CONTROLS: tuple[str, ...] = (
     "sequence_parallel",
     "recompute",
     "schedule",
-    "cluster",
 )
-"""What a user changes to fix a rule: a plan field (``workbench.specs.plan.PLAN_FIELDS``) or the cluster
+"""The fields of ``ParallelPlan`` that a user chooses (all but ``rank_order``), in display order."""
+
+CONTROLS: tuple[str, ...] = (*PLAN_FIELDS, "cluster")
+"""What a user changes to fix a rule: a plan field (``PLAN_FIELDS``) or the cluster
 (its device count)."""
 
 REJECTION_REASONS: tuple[tuple[str, str], ...] = (
@@ -118,8 +120,8 @@ class Rule:
     control: str
     """The control that fixes it (one of ``CONTROLS``); the app shows the sentence under it."""
     reason: str | None
-    """Key of ``REJECTION_REASONS`` the planner counts it under; None: the planner's space never holds a
-    plan that breaks it (``workbench.search.space`` builds only such plans), so the grid skips it."""
+    """Key of ``REJECTION_REASONS`` the planner counts it under; None: the planner's space holds no plan that
+    breaks it (``workbench.search.space`` leaves such plans out), so the grid does not evaluate it."""
     reads: tuple[str, ...]
     """The ``RULE_COLUMNS`` its mask reads (a choice list passes these, and only these)."""
     mask: Mask
@@ -162,7 +164,7 @@ class Violation:
         return self.sentence
 
 
-def _ep_used(c: Columns, ctx: RuleContext) -> Any:
+def _ep_used(c: Columns) -> Any:
     return np.asarray(c["ep"]) > 1
 
 
@@ -244,7 +246,7 @@ PLAN_RULES: tuple[Rule, ...] = (
         control="ep",
         reason="experts",
         reads=("ep",),
-        mask=lambda c, ctx: _ep_used(c, ctx) & (not ctx.need_model().is_moe),
+        mask=lambda c, ctx: _ep_used(c) & (not ctx.need_model().is_moe),
         sentence=lambda r, ctx: (
             f"ep={r['ep']} needs a mixture-of-experts model; {ctx.need_model().name} is dense (use ep=1)."
         ),
@@ -255,9 +257,7 @@ PLAN_RULES: tuple[Rule, ...] = (
         reason="experts",
         reads=("ep",),
         mask=lambda c, ctx: (
-            _ep_used(c, ctx)
-            & ctx.need_model().is_moe
-            & (ctx.need_model().num_experts % np.asarray(c["ep"]) != 0)
+            _ep_used(c) & ctx.need_model().is_moe & (ctx.need_model().num_experts % np.asarray(c["ep"]) != 0)
         ),
         sentence=lambda r, ctx: (
             f"ep={r['ep']} must divide the {ctx.need_model().num_experts} routed experts."
@@ -268,7 +268,7 @@ PLAN_RULES: tuple[Rule, ...] = (
         control="ep",
         reason="experts",
         reads=("ep", "dp", "cp", "tp"),
-        mask=lambda c, ctx: _ep_used(c, ctx) & ((np.asarray(c["dp"]) * c["cp"] * c["tp"]) % c["ep"] != 0),
+        mask=lambda c, ctx: _ep_used(c) & ((np.asarray(c["dp"]) * c["cp"] * c["tp"]) % c["ep"] != 0),
         sentence=lambda r, ctx: (
             f"ep={r['ep']} must divide dp*cp*tp = {r['dp'] * r['cp'] * r['tp']} "
             "(expert groups are carved from them)."
@@ -309,7 +309,8 @@ def index_rules(rules: Iterable[Rule]) -> Mapping[str, Rule]:
 
 def rule_table() -> tuple[Rule, ...]:
     """Every rule: ``PLAN_RULES`` then the schedule registry's ``SCHEDULE_RULES`` (unique keys)."""
-    # The schedule records live one layer up (pipeline); the import is deferred so specs stays loadable alone.
+    # The schedule records live one room up (pipeline): this is the core's only specs -> pipeline import,
+    # kept because ParallelPlan.validate must see the schedule rules (import-linter's core-rooms flags it).
     from workbench.pipeline.schedules.registry import SCHEDULE_RULES
 
     return tuple(index_rules((*PLAN_RULES, *SCHEDULE_RULES)).values())
