@@ -19,15 +19,28 @@ if TYPE_CHECKING:
 
 
 class AnalyticBackend:
-    """Analytic cost model. ``calibration``: a Calibration, a file name under ``profiles/calibration/`` or a
-    path (default ``default``; ``neutral`` gives plain roofline + alpha-beta without fitted overlaps)."""
+    """Analytic cost model. ``calibration``: a Calibration, or the fitted constants by file name under
+    ``profiles/calibration/`` or path (default ``default``; ``neutral`` gives plain roofline + alpha-beta
+    without fitted constants); ``framework``: the framework profile id or path (default: the generic
+    profile); ``kernels``: a kernel table file or ``workbench microbench`` folder replacing the published
+    table of its device."""
 
     name = "analytic"
 
-    def __init__(self, calibration: Calibration | str = "default") -> None:
-        self.calibration = (
-            calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
-        )
+    def __init__(
+        self,
+        calibration: Calibration | str = "default",
+        framework: str | None = None,
+        kernels: str | None = None,
+    ) -> None:
+        if isinstance(calibration, Calibration):
+            self.calibration = calibration.with_framework(framework) if framework else calibration
+        else:
+            from workbench.presets.frameworks import DEFAULT_FRAMEWORK
+
+            self.calibration = load_calibration(
+                calibration, framework=framework or DEFAULT_FRAMEWORK, kernels=kernels
+            )
 
     def unavailable_reason(self) -> str | None:
         return None

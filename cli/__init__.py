@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workbench_cli.profile_cmd",
     "workbench_cli.run_cmd",
     "workbench_cli.plan_cmd",
+    "workbench_cli.microbench_cmd",
 )
 
 

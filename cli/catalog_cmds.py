@@ -184,6 +184,42 @@ def show_model(name_or_path: str, seq_len: int, as_json: bool) -> None:
     print_table(f"Model {s['name']}", ["field", "value"], rows)
 
 
+@click.command("frameworks")
+@click.argument("framework_id", required=False)
+@_JSON
+def frameworks_cmd(framework_id: str | None, as_json: bool) -> None:
+    """List the framework profiles (how a software stack runs a plan), or show one with every field's
+    value, the fitted value in use and its source."""
+    from dataclasses import asdict
+
+    from workbench.presets.calibration import load_calibration
+    from workbench.presets.frameworks import all_frameworks, load_framework
+
+    if framework_id is None:
+        rows = [p.describe() | {"aliases": list(p.aliases)} for p in all_frameworks()]
+        if as_json:
+            echo_json(rows)
+            return
+        keys = ["id", "name", "schedules", "zero_stages", "features", "attention", "elementwise", "fitted"]
+        print_table("Framework profiles", keys, [[r[k] for k in keys] for r in rows])
+        return
+    prof = load_framework(framework_id)
+    used = load_calibration(framework=prof).framework
+    fields = {k: v for k, v in asdict(prof).items() if k not in ("sources", "description", "aliases")}
+    if as_json:
+        echo_json({"profile": asdict(prof), "in_use": asdict(used)})
+        return
+    click.echo(f"{prof.name}: {prof.description}")
+    print_table(
+        f"Framework profile {prof.id}",
+        ["field", "value", "in use (fitted)", "source"],
+        [
+            [k, str(v), str(getattr(used, k)) if k in prof.fitted else "", prof.sources.get(k, "")]
+            for k, v in fields.items()
+        ],
+    )
+
+
 def register(group: click.Group) -> None:
-    for cmd in (models_cmd, devices_cmd, clusters_cmd, show_group):
+    for cmd in (models_cmd, devices_cmd, clusters_cmd, frameworks_cmd, show_group):
         group.add_command(cmd)

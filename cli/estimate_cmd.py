@@ -113,6 +113,14 @@ def _print_human(est: Any) -> None:
     default=None,
     help="torch-profile backend: measured profile folder (default: profiles/measured).",
 )
+@click.option(
+    "--framework",
+    default=None,
+    help="Framework profile id or TOML path (analytic; see `workbench frameworks`).",
+)
+@click.option(
+    "--kernels", default=None, help="Kernel table TOML or `workbench microbench` folder (analytic backend)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--trace", "trace_path", default=None, help="Write the timeline as a Chrome trace JSON file.")
 @click.option(
@@ -131,6 +139,8 @@ def _print_human(est: Any) -> None:
 def estimate_cmd(
     backend: str,
     profile_dir: str | None,
+    framework: str | None,
+    kernels: str | None,
     as_json: bool,
     trace_path: str | None,
     force: bool,
@@ -146,7 +156,14 @@ def estimate_cmd(
     problems = plan.validate(model, cluster, workload)
     if problems:
         raise click.ClickException("infeasible plan: " + " ".join(problems))
-    impl = get_backend(backend, **({"profile": profile_dir} if profile_dir else {}))
+    options: dict[str, Any] = {"profile": profile_dir} if profile_dir else {}
+    if framework or kernels:
+        if backend != "analytic":
+            raise click.BadParameter(
+                "--framework and --kernels apply to the analytic backend", param_hint="--backend"
+            )
+        options.update(framework=framework, kernels=kernels)
+    impl = get_backend(backend, **options)
     why = impl.unavailable_reason()
     if why:
         raise click.ClickException(f"backend {backend!r} is unavailable: {why}")

@@ -71,6 +71,15 @@ def build_constraints(kw: dict[str, Any]) -> Any:
     )
 
 
+def _calibration(kw: dict[str, Any]) -> Any:
+    from workbench.presets.calibration import load_calibration
+    from workbench.presets.frameworks import DEFAULT_FRAMEWORK
+
+    return load_calibration(
+        kw["calibration"] or "default", framework=kw["framework"] or DEFAULT_FRAMEWORK, kernels=kw["kernels"]
+    )
+
+
 def _run_search(
     model: Any,
     cluster: Any,
@@ -87,7 +96,7 @@ def _run_search(
         objective=kw["objective"],
         top_k=kw["top"],
         token_budget=kw["token_budget"],
-        calibration=kw["calibration"],
+        calibration=_calibration(kw),
         backend=kw["backend"],
     )
     if not show_progress:
@@ -270,7 +279,13 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 @click.option(
     "--sequence-parallel/--no-sequence-parallel", default=None, help="Force sequence parallelism on/off."
 )
-@click.option("--calibration", default=None, help="Calibration name or path (default: default).")
+@click.option("--calibration", default=None, help="Fitted constants name or path (default: default).")
+@click.option(
+    "--framework",
+    default=None,
+    help="Framework profile id or path: price with it and offer only what it runs (see `workbench frameworks`).",
+)
+@click.option("--kernels", default=None, help="Kernel table TOML or `workbench microbench` folder.")
 @click.option("--backend", default="analytic", show_default=True, help="Backend that refines the top plans.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--csv", "csv_path", default=None, help="Write the ranked plans as CSV.")

@@ -124,21 +124,34 @@ def profile_cmd(
 @click.option("--profile", "profile_dir", required=True, help="Profile folder (from workbench profile).")
 @click.option("--device", "device_id", required=True, help="Device preset id the profile was measured on.")
 @click.option(
-    "--out", "out_path", default=None, help="Calibration TOML to write (default: <profile>/calibration.toml)."
+    "--kernels",
+    default=None,
+    help="Kernel table to start from: a `workbench microbench` folder or TOML (default: the device's published one).",
 )
-@click.option("--force", is_flag=True, help="Overwrite an existing calibration file.")
+@click.option(
+    "--out", "out_path", default=None, help="Kernel table TOML to write (default: <profile>/kernels.toml)."
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing kernel table file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fit as one JSON object.")
-def calibrate_cmd(profile_dir: str, device_id: str, out_path: str | None, force: bool, as_json: bool) -> None:
-    """Fit the analytic backend's matmul efficiency curve (and attention/HBM fractions) of a device to a
-    measured profile; write a calibration file the analytic backend loads; print the error before and after."""
+def calibrate_cmd(
+    profile_dir: str, device_id: str, kernels: str | None, out_path: str | None, force: bool, as_json: bool
+) -> None:
+    """Fit a device's kernel table (GEMM curve, attention and HBM fractions) to a measured per-op profile,
+    starting from a microbench or published table; write the table (``--kernels`` of estimate, plan and
+    validate reads it); print the error before and after."""
     from workbench_cli._common import echo_json, output_path, print_table
 
     from workbench.calibrate import calibrate_device, write_calibration
+    from workbench.presets.kernels import kernel_table_names, load_kernel_table
     from workbench.presets.profile_table import read_profile
 
     prof = read_profile(profile_dir)
-    target = output_path(out_path or Path(profile_dir) / "calibration.toml", force=force)
-    fit = calibrate_device(prof, device_id)
+    target = output_path(out_path or Path(profile_dir) / "kernels.toml", force=force)
+    if kernels:
+        start = load_kernel_table(kernels)
+    else:
+        start = load_kernel_table(device_id) if device_id in kernel_table_names() else None
+    fit = calibrate_device(prof, device_id, start=start)
     write_calibration(target, fit)
     if as_json:
         echo_json({**fit.summary(), "path": str(target)})

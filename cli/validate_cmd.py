@@ -21,18 +21,53 @@ def _fmt(v: Any) -> str:
     default=None,
     help="Validation CSV (default: profiles/validation/training_public.csv, a copy of shared/validation).",
 )
-@click.option("--calibration", default="default", show_default=True, help="Calibration name or TOML path.")
+@click.option(
+    "--calibration", default="default", show_default=True, help="Fitted constants name or TOML path."
+)
+@click.option(
+    "--framework", default=None, help="Price every row with this framework profile (default: each row's own)."
+)
+@click.option("--kernels", default=None, help="Kernel table TOML or `workbench microbench` folder to add.")
+@click.option(
+    "--cv",
+    type=click.Choice(["source"]),
+    default=None,
+    help="Leave one source out: refit the constants without each source and score it (out-of-sample).",
+)
+@click.option(
+    "--write-fit", "fit_path", default=None, help="With --cv: write the in-sample fit as a TOML file."
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing --write-fit file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def validate_cmd(data: str | None, calibration: str, as_json: bool) -> None:
-    """Run the analytic model on every row of a validation file and print the errors."""
+def validate_cmd(
+    data: str | None,
+    calibration: str,
+    framework: str | None,
+    kernels: str | None,
+    cv: str | None,
+    fit_path: str | None,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Run the analytic model on every row of a validation file and print the errors (with --cv source:
+    the out-of-sample errors, in-sample beside them)."""
     from pathlib import Path
 
-    from workbench.validate import DEFAULT_DATA, run_validation
+    from workbench_cli._common import output_path
+
+    from workbench.validate import DEFAULT_DATA, run_validation, write_fits
 
     path = Path(data) if data else DEFAULT_DATA
     if not path.is_file():
         raise click.ClickException(f"{path}: no such file")
-    result = run_validation(path, calibration=calibration)
+    if fit_path and not cv:
+        raise click.BadParameter(
+            "needs --cv source (the in-sample fit is made there)", param_hint="--write-fit"
+        )
+    target = output_path(fit_path, force=force) if fit_path else None
+    result = run_validation(path, calibration=calibration, framework=framework, cv=cv, kernels=kernels)
+    if target is not None:
+        write_fits(target, result["fits"], source=f"workbench validate --cv source --data {path}")
     if as_json:
         echo_json(result)
         return
@@ -56,20 +91,44 @@ def validate_cmd(data: str | None, calibration: str, as_json: bool) -> None:
     )
     if result["skipped"]:
         print_table("Skipped rows", ["id", "reason"], [[s["id"], s["reason"]] for s in result["skipped"]])
-    by = result["mape_by_source"]
-    mem = result["memory_mape_by_source"]
     print_table(
-        "MAPE per source",
-        ["source", "throughput MAPE", "memory MAPE"],
+        "Fitted framework-profile constants" + (" (in-sample fit)" if cv else ""),
+        ["framework", "fit group", "constant", "value", "prior", "fitted"],
         [
-            [k, f"{by.get(k, 0):.1%}" if k in by else "-", f"{mem[k]:.1%}" if k in mem else "-"]
-            for k in sorted(set(by) | set(mem))
+            [
+                c["framework"],
+                c["group"],
+                c["constant"],
+                _fmt(c["value"]),
+                _fmt(c["prior"]),
+                "yes" if c["fitted"] else "no",
+            ]
+            for c in result["constants"]
         ],
     )
+    _print_mape(result, "out-of-sample (leave one source out)" if cv else "")
+    if cv:
+        _print_mape(result["in_sample"], "in-sample (fit on all rows)")
+
+
+def _pct(v: float | None) -> str:
+    return f"{v:.1%}" if v is not None else "-"
+
+
+def _print_mape(result: dict[str, Any], label: str) -> None:
+    by, mem = result["mape_by_source"], result["memory_mape_by_source"]
+    print_table(
+        "MAPE per source" + (f", {label}" if label else ""),
+        ["source", "throughput MAPE", "memory MAPE"],
+        [[k, _pct(by.get(k)), _pct(mem.get(k))] for k in sorted(set(by) | set(mem))],
+    )
+    prefix = f"{label}: " if label else ""
     overall = result["mape"]
-    click.echo(f"overall throughput MAPE: {overall:.1%}" if overall is not None else "no throughput rows")
+    click.echo(
+        f"{prefix}overall throughput MAPE: {_pct(overall)}" if overall is not None else "no throughput rows"
+    )
     if result["memory_mape"] is not None:
-        click.echo(f"peak memory MAPE: {result['memory_mape']:.1%}")
+        click.echo(f"{prefix}peak memory MAPE: {_pct(result['memory_mape'])}")
 
 
 def register(group: click.Group) -> None:

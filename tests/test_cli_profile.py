@@ -133,9 +133,11 @@ def test_calibrate_writes_loadable_file(profile_dir: Path, tmp_path: Path) -> No
     assert res.returncode == 0, res.stderr
     fit = json.loads(res.stdout)
     assert fit["error_after_frac"] >= 0 and fit["error_before_frac"] >= 0
-    from workbench.presets.calibration import load_calibration
+    from workbench.presets.kernels import load_kernel_table
 
-    assert load_calibration(target).devices["host-cpu"].matmul is not None
+    table = load_kernel_table(target)
+    assert table.device == "host-cpu" and table.measured
+    assert [list(p) for p in next(iter(table.gemm.values()))] == fit["matmul"]
     bad = _run(
         "calibrate",
         "--profile",
@@ -165,3 +167,27 @@ def _cuda() -> bool:
         return torch.cuda.is_available()
     except ImportError:
         return False
+
+
+def test_calibrate_starts_from_a_microbench_table(profile_dir: Path, tmp_path: Path) -> None:
+    """``workbench microbench --device cpu`` writes a table that ``calibrate --kernels`` reads: the error
+    before the fit is the error of that table, so it differs from a fit started from the preset's curve."""
+    bench = tmp_path / "mb"
+    res = _run("microbench", "--device", "cpu", "--quick", "--out", str(bench))
+    assert res.returncode == 0, res.stderr
+    runs = []
+    for name, extra in (("from_table", ["--kernels", str(bench)]), ("from_preset", [])):
+        out = _run(
+            "calibrate",
+            "--profile",
+            str(profile_dir),
+            "--device",
+            "host-cpu",
+            "--out",
+            str(tmp_path / f"{name}.toml"),
+            "--json",
+            *extra,
+        )
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout))
+    assert runs[0]["error_before_frac"] != pytest.approx(runs[1]["error_before_frac"])

@@ -183,9 +183,13 @@ def test_both_tiers_price_the_pipeline_hop_over_the_level_joining_first_and_last
     costs = analytic_costs(model, cluster, workload, plan, cal)
     payload = 8192 * model.hidden_size * 2 / 2  # one micro-batch of bf16 hidden states, 1/tp of it
     infiniband = cluster.levels[1]
-    expected = infiniband.latency_s + payload / (infiniband.bytes_per_s * cal.collective_efficiency_frac)
+    expected = infiniband.latency_s + payload / (
+        infiniband.bytes_per_s * cal.framework.collective_efficiency_frac
+    )
     assert costs.stages.p2p_s == pytest.approx(expected, rel=1e-12)
-    assert float(p2p_s(cluster, payload, 12, cal.collective_efficiency_frac)) == pytest.approx(expected)
+    assert float(p2p_s(cluster, payload, 12, cal.framework.collective_efficiency_frac)) == pytest.approx(
+        expected
+    )
     space = build_space(model, cluster, Constraints(fixed={"tp": 2, "pp": 4, "micro_batch_size": 1}))
     ctx = screen.ScreenContext.build(model, cluster, workload, cal, space)
     cols = grid.plan_columns(space, 0, len(space.layout["tp"]), workload.global_batch_size)

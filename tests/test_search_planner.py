@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -21,7 +19,7 @@ def test_gpt3_175b_on_1024_a100_uses_tp8_inside_a_node_and_a_pipeline():
     """Megatron-LM 2021 (Narayanan et al., arXiv:2104.04473, Table 1) trained GPT-3 175B on 1,024 A100 with
     tp=8 inside each DGX node and pp>1. Searched in that system's own option space: no ZeRO, no sequence or
     context parallelism, unfused attention with dropout, 1F1B or interleaved schedules."""
-    cal = dataclasses.replace(load_calibration("default"), flash_attention=False, dropout=True)
+    cal = load_calibration("default", framework="megatron-lm-2021")
     constraints = Constraints(
         zero_stages=(0,),
         sequence_parallel=(False,),

@@ -1,12 +1,14 @@
-"""Fit the analytic op-time model of one device to a measured profile (``workbench calibrate``).
+"""Fit one device's kernel table to a measured per-op profile (``workbench calibrate``).
 
 The analytic time of a profiled op is the roofline sum of :func:`workbench.cost.flops.op_times` over its ops
-(``layer_ops``, ``head_ops``, ``embedding_ops``). The fit adjusts the device's matmul efficiency curve
-(the fraction of the peak at fixed FLOP sizes, one point per decade spanned by the data, Calculon's
-efficiency-vs-size curve, Isaev et al. SC23), the fused-attention fraction and the HBM fraction, by
-coordinate search on the mean absolute log error of the forward and backward times (log error treats
-over- and under-prediction alike). Pure numpy/polars; the result is a calibration TOML in the format of
-:mod:`workbench.presets.calibration` (``[device."<id>"] matmul``, ``flash_attention_frac``, ``hbm_frac``).
+(``layer_ops``, ``head_ops``, ``embedding_ops``). The fit starts from a kernel table (a ``workbench
+microbench`` output, the published table of the device, or the device preset's curve) and adjusts the GEMM
+efficiency curve (the fraction of the peak at fixed FLOP sizes, one point per decade spanned by the data,
+Calculon's efficiency-vs-size curve, Isaev et al. SC23), the fused-attention forward and backward fractions
+and the HBM fraction, by coordinate search on the mean absolute log error of the forward and backward times
+of the profiled ops (log error treats over- and under-prediction alike). These are kernel-level timings of
+the device at hand, never end-to-end step times. The result is a kernel table
+(:mod:`workbench.presets.kernels` format) that ``--kernels`` hands to the analytic backend.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from workbench.cost.flops import embedding_ops, head_ops, layer_ops, op_times
+from workbench.presets.kernels import write_kernel_table
 from workbench.presets.profile_table import Profile, host_cluster
 from workbench.specs.hardware import BYTES_PER_ELEMENT, DeviceSpec, DType
+from workbench.specs.kernels import AttentionTable, KernelTable
 
 _FACTORS = (0.5, 0.7, 0.85, 1.15, 1.4, 2.0)
 _SWEEPS = 8
@@ -31,9 +35,14 @@ class CalibrationFit:
     """Fitted curve and fractions of ``device``, with the per-op comparison (seconds)."""
 
     device: DeviceSpec
+    dtype: str
     matmul: tuple[tuple[float, float], ...]
-    flash_attention_frac: float
+    attention_fwd_frac: float
+    attention_bwd_frac: float
     hbm_frac: float
+    seq_len: float
+    """Mean sequence length of the profiled ops (where the attention fractions hold)."""
+    head_dim: int
     error_before_frac: float
     """Mean |analytic / measured - 1| over the forward and backward time of every profiled op, before."""
     error_after_frac: float
@@ -44,12 +53,39 @@ class CalibrationFit:
         return {
             "device": self.device.id,
             "matmul": [list(p) for p in self.matmul],
-            "flash_attention_frac": self.flash_attention_frac,
+            "attention_fwd_frac": self.attention_fwd_frac,
+            "attention_bwd_frac": self.attention_bwd_frac,
             "hbm_frac": self.hbm_frac,
             "error_before_frac": self.error_before_frac,
             "error_after_frac": self.error_after_frac,
             "ops": self.rows,
         }
+
+    def table(self) -> KernelTable:
+        """The fit as a kernel table of the device (``measured = true``)."""
+        return KernelTable(
+            device=self.device.id,
+            gemm={self.dtype: self.matmul},
+            hbm_frac=self.hbm_frac,
+            attention=(
+                AttentionTable(
+                    family="sdpa",
+                    dtype=self.dtype,
+                    head_dim=self.head_dim,
+                    causal=True,
+                    seq_len=(self.seq_len,),
+                    fwd_frac=(self.attention_fwd_frac,),
+                    bwd_frac=(self.attention_bwd_frac,),
+                    source="fitted to the profiled layers' forward and backward times",
+                ),
+            ),
+            measured=True,
+            source=self.source,
+            provenance={
+                "error_before_frac": f"{self.error_before_frac:.4f}",
+                "error_after_frac": f"{self.error_after_frac:.4f}",
+            },
+        )
 
 
 def _device_for(prof: Profile, device_id: str) -> DeviceSpec:
@@ -65,10 +101,13 @@ def _device_for(prof: Profile, device_id: str) -> DeviceSpec:
     return load_device(device_id)
 
 
-def _analytic(prof: Profile, device: DeviceSpec, flash_frac: float) -> np.ndarray:
+def _analytic(
+    prof: Profile, device: DeviceSpec, curve: tuple[tuple[float, float], ...], attention: tuple[float, float]
+) -> np.ndarray:
     """(rows, 2) analytic forward and backward seconds of every profiled op."""
     model, dtype = prof.model, DType(prof.manifest["dtype"])
     act, peak = BYTES_PER_ELEMENT[dtype], device.peak(dtype)
+    hbm = device.hbm_bytes_per_s * device.hbm_efficiency_frac
     out = []
     for r in prof.ops.iter_rows(named=True):
         tokens, op = r["num_tokens"], r["op"]
@@ -86,7 +125,7 @@ def _analytic(prof: Profile, device: DeviceSpec, flash_frac: float) -> np.ndarra
                 act_bytes=act,
                 moe_layer=op == "moe_layer",
             )
-        t = op_times(ops, device, peak_flop_per_s=peak, flash_frac=flash_frac, flash=True)
+        t = op_times(ops, peak_flop_per_s=peak, gemm_curve=curve, hbm_bytes_per_s=hbm, attention=attention)
         out.append((float(t.fwd_s), float(t.bwd_input_s + t.bwd_weight_s)))
     return np.array(out)
 
@@ -116,25 +155,37 @@ def _curve_points(prof: Profile, device: DeviceSpec) -> list[float]:
     return [10.0**k for k in range(lo, hi + 1)]
 
 
-def calibrate_device(prof: Profile, device_id: str, *, flash_frac: float = 0.5) -> CalibrationFit:
-    """Fit ``device_id``'s curve to ``prof``. ValueError when the profile was measured on another device."""
+def calibrate_device(prof: Profile, device_id: str, *, start: KernelTable | None = None) -> CalibrationFit:
+    """Fit ``device_id``'s kernel rates to ``prof``, starting from ``start`` (a microbench or published table of
+    that device; None: the device preset's curve and a 0.5 attention fraction). ValueError when the profile
+    was measured on another device or ``start`` describes another device."""
     device = _device_for(prof, device_id)
+    if start is not None and start.device != device_id:
+        raise ValueError(f"kernel table of {start.device!r} cannot start a fit of {device_id!r}")
     prof = _fitted_rows(prof)
+    dtype = str(prof.manifest["dtype"])
+    seq = float(np.mean(prof.ops["seq_len"].to_numpy()))
+    head_dim = prof.model.qk_head_dim
+    curve0 = device.matmul_efficiency
+    attn0 = (0.5, 0.5)
+    if start is not None:
+        device = replace(device, hbm_efficiency_frac=start.hbm_frac)
+        if dtype in start.gemm or (dtype == "fp16" and "bf16" in start.gemm):
+            curve0 = start.gemm_curve(dtype)
+        hit = start.attention_fracs(
+            ("sdpa", "fa2", "fa3", "cudnn"), dtype=dtype, head_dim=head_dim, causal=True, seq_len=seq
+        )
+        if hit is not None:
+            attn0 = (float(hit[1]), float(hit[2]))
     measured = _measured(prof)
-    before = _analytic(prof, device, flash_frac)
+    before = _analytic(prof, device, curve0, attn0)
     xs = _curve_points(prof, device)
-    start_eff = np.interp(
-        np.log10(xs),
-        np.log10([p[0] for p in device.matmul_efficiency]),
-        [p[1] for p in device.matmul_efficiency],
-    )
-    params = [*start_eff.tolist(), flash_frac, device.hbm_efficiency_frac]
+    start_eff = np.interp(np.log10(xs), np.log10([p[0] for p in curve0]), [p[1] for p in curve0])
+    params = [*start_eff.tolist(), *attn0, device.hbm_efficiency_frac]
 
     def evaluate(values: list[float]) -> tuple[float, np.ndarray]:
-        dev = replace(
-            device, matmul_efficiency=tuple(zip(xs, values[:-2], strict=True)), hbm_efficiency_frac=values[-1]
-        )
-        pred = _analytic(prof, dev, values[-2])
+        dev = replace(device, hbm_efficiency_frac=values[-1])
+        pred = _analytic(prof, dev, tuple(zip(xs, values[:-3], strict=True)), (values[-3], values[-2]))
         return float(np.mean(np.abs(np.log(pred / measured)))), pred
 
     best, pred = evaluate(params)
@@ -149,7 +200,7 @@ def calibrate_device(prof: Profile, device_id: str, *, flash_frac: float = 0.5) 
                     best, pred, params, improved = score, trial_pred, trial, True
         if not improved:
             break
-    return _fit_result(prof, device, xs, params, measured, before, pred)
+    return _fit_result(prof, device, xs, params, measured, before, pred, dtype=dtype, seq_len=seq)
 
 
 def _fit_result(
@@ -160,6 +211,9 @@ def _fit_result(
     measured: np.ndarray,
     before: np.ndarray,
     after: np.ndarray,
+    *,
+    dtype: str,
+    seq_len: float,
 ) -> CalibrationFit:
     rows = []
     for k, r in enumerate(prof.ops.iter_rows(named=True)):
@@ -176,9 +230,13 @@ def _fit_result(
             )
     return CalibrationFit(
         device=device,
-        matmul=tuple(zip(xs, params[:-2], strict=True)),
-        flash_attention_frac=params[-2],
+        dtype=dtype,
+        matmul=tuple(zip(xs, params[:-3], strict=True)),
+        attention_fwd_frac=params[-3],
+        attention_bwd_frac=params[-2],
         hbm_frac=params[-1],
+        seq_len=seq_len,
+        head_dim=prof.model.qk_head_dim,
         error_before_frac=float(np.mean(np.abs(before / measured - 1))),
         error_after_frac=float(np.mean(np.abs(after / measured - 1))),
         rows=rows,
@@ -187,15 +245,5 @@ def _fit_result(
 
 
 def write_calibration(path: str | Path, fit: CalibrationFit) -> Path:
-    """Write the fit as a calibration TOML (``workbench.presets.calibration`` format); the caller checks overwrite."""
-    points = ", ".join(f"[{x:.6g}, {f:.4f}]" for x, f in fit.matmul)
-    text = (
-        f"# {fit.source}\n# mean |analytic/measured - 1|: before {fit.error_before_frac:.3f}, "
-        f'after {fit.error_after_frac:.3f}\n[source]\ntext = "{fit.source}"\n\n'
-        f'[device."{fit.device.id}"]\nmatmul = [{points}]\n'
-        f"flash_attention_frac = {fit.flash_attention_frac:.4f}\nhbm_frac = {fit.hbm_frac:.4f}\n"
-    )
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-    return target
+    """Write the fit as a kernel table (:mod:`workbench.presets.kernels` format); the caller checks overwrite."""
+    return write_kernel_table(path, fit.table())

@@ -1,24 +1,25 @@
-"""Predicted vs published: run a backend on every row of a validation CSV and measure the error.
+"""Predicted vs published: run the analytic model on every row of a validation CSV and measure the error.
 
 The file follows the schema of ``shared/validation/training_public.csv`` (its README defines every column).
-Per row: the model, cluster and plan are rebuilt from the columns; blanks that the README gives a fixed
-reading (cp, ep, MHA key/value heads) take it; other blanks take a documented default from
-``PLAN_DEFAULTS`` and are listed in the row's ``assumed`` field; rows that cannot be expressed (no parallel
-plan, unknown device or cluster, infeasible plan) go to ``skipped`` with the reason.
+Per row: the model, cluster and plan are rebuilt from the columns; the row's ``framework`` text picks a
+framework profile by alias (:func:`workbench.presets.frameworks.profile_for_text`; none matching: the
+default profile, listed under ``assumed``); blanks that the README gives a fixed reading (cp, ep, MHA
+key/value heads) take it; other blanks default through the profile or ``PLAN_DEFAULTS`` and are listed in
+the row's ``assumed`` field; rows that cannot be expressed (no parallel plan, blank architecture fields,
+unknown device or cluster, infeasible plan) go to ``skipped`` with the reason. A cluster that is not a
+preset may be described by ``clusters/<name>.toml`` (the cluster preset format) beside the CSV.
 
 Throughput metric per row, the first the row has: step time, tokens/s per device, TFLOP/s per device (in
 the row's FLOP definition: ``model`` = PaLM 6N + full-s^2 attention as MosaicML and Megatron count;
 ``hardware`` adds recompute as Megatron eq. 3), MFU (BF16 peak, or FP8 with ``+fp8-peak``).
-APE = |predicted - measured| / measured; MAPE = mean APE (overall, per source_key); memory MAPE over rows
-with ``measured_peak_memory_GiB`` (predicted: peak over pipeline ranks).
+APE = |predicted - measured| / measured; MAPE = mean APE (overall, per source_key). Peak memory is
+predicted as the profile's ``memory_report`` counts it (allocated: tensors; reserved: plus the allocator's
+fragmentation; required: plus the CUDA context) and scored over rows with ``measured_peak_memory_GiB``.
 
-Execution assumptions per source (``SOURCE_EXECUTION``): the Megatron-LM 2021-2022 papers ran attention
-unfused with dropout (Korthikanti et al. 2022 section 4.1 counts those tensors) and their Fig. 1 memory is a
-computed requirement (no allocator or framework allowance, README of the data set); Zero Bubble builds on
-Megatron-LM, whose memory report is the allocator's max allocated (again no allowance), while torchtitan
-reports max reserved (the default allowance applies); MosaicML reduces bf16
-gradients (FSDP precision PURE); torchtitan's selective recompute is per-op SAC (its default
-``selective_ac_option = "op"``).
+Fitting (:func:`fit_constants`): the only constants fitted to published runs are the fields each framework
+profile names as ``fitted``, per fit group, by coordinate search over physical ranges (``FIT_GRID``) on
+the throughput MAPE of that group's rows. ``cross_validate`` fits leaving one source out at a time and
+scores the left-out source with the constants fitted without it: the out-of-sample figures.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.presets.calibration import Calibration
-from workbench.presets.catalog import load_cluster, load_device, load_model, profiles_dir
+from workbench.presets.catalog import load_cluster, load_device, load_model, preset_names, profiles_dir
+from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework, profile_for_text
+from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import AttentionKind, ModelSpec, NormKind
 from workbench.specs.plan import ParallelPlan, Recompute, Workload
@@ -45,37 +48,13 @@ PLAN_DEFAULTS: dict[str, str] = {
     "zero_stage": "0",
     "schedule": "interleaved-1f1b when vpp > 1, else 1f1b",
     "vpp": "1 (2 for an interleaved schedule)",
-    "sequence_parallel": "tp > 1, except Megatron-LM 2021 (before sequence parallelism existed)",
+    "sequence_parallel": "tp > 1 when the framework profile's default_sequence_parallel is on",
+    "framework": "megatron-core-2024 when the framework text matches no profile alias",
     "dtype": "bf16",
     "vocab_size": "51200 (Megatron's padded GPT-2 vocabulary)",
     "ffn_hidden_size": "4 * hidden_size",
     "global_batch_size": "dp * micro_batch_size * 2 * pp",
     "cluster": "the device's DGX/HGX node (dgx-h100 for H100, dgx-a100 for A100)",
-}
-
-SOURCE_EXECUTION: dict[str, dict[str, Any]] = {
-    "NARAYANAN21_T1": {"flash_attention": False, "dropout": True},
-    "KORTHIKANTI22_T5": {
-        "flash_attention": False,
-        "dropout": True,
-        "fragmentation_frac": 0.0,
-        "framework_overhead_bytes": 0.0,
-    },
-    "KORTHIKANTI22_F1": {
-        "flash_attention": False,
-        "dropout": True,
-        "fragmentation_frac": 0.0,
-        "framework_overhead_bytes": 0.0,
-    },
-    "KORTHIKANTI22_ABS": {"flash_attention": False, "dropout": True},
-    "ZB_ICLR24": {
-        "flash_attention": False,
-        "dropout": True,
-        "fragmentation_frac": 0.0,
-        "framework_overhead_bytes": 0.0,
-    },
-    "MOSAIC_LLMFOUNDRY": {"grad_bytes_per_param": 2.0},
-    "TORCHTITAN_2412": {"selective_recompute": "op"},
 }
 
 DEFAULT_CLUSTER = {
@@ -109,7 +88,7 @@ class RowCase:
     cluster: ClusterSpec
     workload: Workload
     plan: ParallelPlan
-    execution: dict[str, Any]
+    framework: FrameworkProfile
     assumed: tuple[str, ...]
     row: dict[str, str] = field(repr=False)
 
@@ -128,7 +107,19 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
 
 def _num(row: dict[str, str], key: str) -> float | None:
     v = row.get(key, "").strip()
-    return float(v) if v else None
+    if not v:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise Unexpressible(f"column {key}: {v!r} is not a number") from None
+
+
+def _required(row: dict[str, str], key: str) -> int:
+    v = _num(row, key)
+    if v is None:
+        raise Unexpressible(f"blank required column: {key}")
+    return int(v)
 
 
 def _int(row: dict[str, str], key: str, default: int | None, assumed: list[str]) -> int:
@@ -143,7 +134,7 @@ def _int(row: dict[str, str], key: str, default: int | None, assumed: list[str])
 
 def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
     """A ModelSpec from the architecture columns (MLA dims from the deepseek-v3 preset)."""
-    h, a = int(row["hidden_size"]), int(row["num_attention_heads"])
+    h, a = _required(row, "hidden_size"), _required(row, "num_attention_heads")
     attention = row["attention"] or "mha"
     kv = int(_num(row, "num_key_value_heads") or a)
     gated = row["gated_mlp"] == "true"
@@ -163,14 +154,14 @@ def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
     if experts:
         extra.update(
             num_experts=experts,
-            experts_per_token=int(row["experts_per_token"]),
-            moe_ffn_hidden_size=int(row["moe_ffn_hidden_size"]),
+            experts_per_token=_required(row, "experts_per_token"),
+            moe_ffn_hidden_size=_required(row, "moe_ffn_hidden_size"),
             num_shared_experts=int(_num(row, "num_shared_experts") or 0),
             num_dense_layers=3 if attention == "mla" and ffn else 0,
         )
     return ModelSpec(
         name=row["model_name"] or row["id"],
-        num_layers=int(row["num_layers"]),
+        num_layers=_required(row, "num_layers"),
         hidden_size=h,
         num_attention_heads=a,
         num_key_value_heads=kv if attention != "mla" else a,
@@ -186,16 +177,24 @@ def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
     )
 
 
-def row_cluster(row: dict[str, str], assumed: list[str]) -> ClusterSpec:
-    """The row's cluster preset with the row's device and node count."""
+def row_cluster(row: dict[str, str], assumed: list[str], data_dir: Path | None = None) -> ClusterSpec:
+    """The row's cluster (a preset, or ``clusters/<name>.toml`` beside the CSV) with the row's device and
+    node count."""
     device = load_device(row["device"])
     name = row["cluster"] or DEFAULT_CLUSTER.get(row["device"])
     if not row["cluster"]:
         assumed.append("cluster")
     if name is None:
         raise Unexpressible(f"no cluster given and no default for device {row['device']}")
-    cluster = load_cluster(name)
-    n = int(row["num_devices"])
+    sidecar = data_dir / "clusters" / f"{name}.toml" if data_dir is not None else None
+    if name not in preset_names("cluster") and sidecar is not None and sidecar.is_file():
+        cluster = load_cluster(sidecar)
+    elif name in preset_names("cluster"):
+        cluster = load_cluster(name)
+    else:
+        where = f" or {sidecar}" if sidecar is not None else ""
+        raise Unexpressible(f"cluster {name!r} is neither a preset{where}")
+    n = _required(row, "num_devices")
     per_node = cluster.devices_per_node
     if n % per_node and n >= per_node:
         raise Unexpressible(f"{n} devices are not whole nodes of {per_node}")
@@ -204,14 +203,37 @@ def row_cluster(row: dict[str, str], assumed: list[str]) -> ClusterSpec:
     )
 
 
-def row_case(row: dict[str, str]) -> RowCase:
-    """Specs for one row; raises Unexpressible with the reason."""
+ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "device", "num_devices")
+"""Columns without which a row cannot be priced (no default is sensible)."""
+
+
+def row_framework(
+    row: dict[str, str], assumed: list[str], override: FrameworkProfile | None = None
+) -> FrameworkProfile:
+    """``override``, else the profile whose alias is the row's framework text, else the default profile."""
+    if override is not None:
+        return override
+    prof = profile_for_text(row.get("framework", ""))
+    if prof is None:
+        assumed.append("framework")
+        return load_framework(DEFAULT_FRAMEWORK)
+    return prof
+
+
+def row_case(
+    row: dict[str, str], *, framework: FrameworkProfile | None = None, data_dir: Path | None = None
+) -> RowCase:
+    """Specs for one row; raises Unexpressible with the reason. ``framework`` overrides the row's own."""
     assumed: list[str] = []
+    blank = [k for k in ARCHITECTURE if not row.get(k, "").strip()]
+    if blank:
+        raise Unexpressible(f"blank required column(s): {', '.join(blank)}")
     if not row["tp"] and not row["dp"] and not row["pp"]:
         raise Unexpressible("the source gives no parallel plan (tp, pp, dp blank)")
+    fw = row_framework(row, assumed, framework)
     model = row_model(row, assumed)
-    cluster = row_cluster(row, assumed)
-    n = int(row["num_devices"])
+    cluster = row_cluster(row, assumed, data_dir)
+    n = _required(row, "num_devices")
     tp, pp = _int(row, "tp", 1, assumed), _int(row, "pp", 1, assumed)
     cp = int(_num(row, "cp") or 1)
     dp = _int(row, "dp", n // (tp * pp * cp), assumed)
@@ -228,7 +250,7 @@ def row_case(row: dict[str, str]) -> RowCase:
     if row["sequence_parallel"]:
         sp = row["sequence_parallel"] == "true"
     else:
-        sp = tp > 1 and row["source_key"] != "NARAYANAN21_T1"
+        sp = tp > 1 and fw.default_sequence_parallel
         assumed.append("sequence_parallel")
     gbs = _int(row, "global_batch_size", dp * mbs * 2 * pp if pp > 1 else dp * mbs, assumed)
     dtype = row["dtype"] or "bf16"
@@ -249,7 +271,7 @@ def row_case(row: dict[str, str]) -> RowCase:
         recompute=Recompute(recompute),
         schedule=schedule,
     )
-    workload = Workload(seq_len=int(row["seq_len"]), global_batch_size=gbs, dtype=DType(dtype))
+    workload = Workload(seq_len=_required(row, "seq_len"), global_batch_size=gbs, dtype=DType(dtype))
     return RowCase(
         id=row["id"],
         source_key=row["source_key"],
@@ -257,7 +279,7 @@ def row_case(row: dict[str, str]) -> RowCase:
         cluster=cluster,
         workload=workload,
         plan=plan,
-        execution=SOURCE_EXECUTION.get(row["source_key"], {}),
+        framework=fw,
         assumed=tuple(assumed),
         row=row,
     )
@@ -286,48 +308,245 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def validate_rows(rows: list[dict[str, str]], *, calibration: Calibration) -> dict[str, Any]:
-    """Run the analytic model on every row. Returns the JSON object ``workbench validate --json`` prints:
-    rows (id, source_key, metric, predicted, measured, ape, assumed, plus memory fields), skipped (id,
-    reason), mape, mape_by_source, memory_mape, memory_mape_by_source."""
-    from workbench.estimate.analytic import estimate_plan
+def reported_memory_framework(fw: FrameworkProfile) -> FrameworkProfile:
+    """``fw`` with the memory allowances its report does not count (see ``MEMORY_REPORTS``)."""
+    if fw.memory_report == "allocated":
+        return dataclasses.replace(fw, fragmentation_frac=0.0, context_bytes=0.0)
+    if fw.memory_report == "reserved":
+        return dataclasses.replace(fw, context_bytes=0.0)
+    return fw
 
-    out_rows, skipped = [], []
+
+@dataclass
+class Prepared:
+    """Rows turned into cases once (fitting re-prices them many times)."""
+
+    cases: list[RowCase]
+    skipped: list[dict[str, Any]]
+
+
+def prepare(
+    rows: list[dict[str, str]],
+    *,
+    framework: FrameworkProfile | str | None = None,
+    data_dir: Path | None = None,
+) -> Prepared:
+    """Every row as a RowCase, or a skipped entry (id, source_key, reason)."""
+    override = load_framework(framework) if framework is not None else None
+    cases, skipped = [], []
     for row in rows:
         try:
-            case = row_case(row)
-            cal = dataclasses.replace(calibration, **case.execution)
-            est = estimate_plan(
-                case.model, case.cluster, case.workload, case.plan, calibration=cal, allow_uneven_layers=True
-            )
+            cases.append(row_case(row, framework=override, data_dir=data_dir))
         except (ValueError, LookupError) as exc:
             skipped.append(
                 {"id": row["id"], "source_key": row["source_key"], "reason": " ".join(str(exc).split())}
             )
-            continue
-        metric = next((m for m in METRICS if _num(row, m) is not None), None)
-        item: dict[str, Any] = {
-            "id": case.id,
-            "source_key": case.source_key,
-            "metric": metric,
-            "predicted": None,
-            "measured": None,
-            "ape": None,
-            "assumed": list(case.assumed),
-            "plan": case.plan.describe(),
-        }
-        if metric is not None:
-            measured = float(_num(row, metric))  # type: ignore[arg-type]
-            predicted = predicted_metric(case, est, metric)
-            item.update(predicted=predicted, measured=measured, ape=abs(predicted - measured) / measured)
-        mem = _num(row, "measured_peak_memory_GiB")
-        if mem is not None:
-            pred_mem = est.peak_memory_bytes / GIB
-            item.update(
-                predicted_memory_GiB=pred_mem, measured_memory_GiB=mem, memory_ape=abs(pred_mem - mem) / mem
+    return Prepared(cases, skipped)
+
+
+def score_case(case: RowCase, cal: Calibration) -> dict[str, Any]:
+    """Predicted vs measured for one case under ``cal`` (its framework replaced by the case's, with the
+    group's fitted constants). Raises ValueError for an infeasible plan."""
+    from workbench.estimate.analytic import estimate_plan
+
+    row = case.row
+    run_cal = cal.with_framework(case.framework)
+    run_cal = dataclasses.replace(run_cal, framework=reported_memory_framework(run_cal.framework))
+    est = estimate_plan(
+        case.model, case.cluster, case.workload, case.plan, calibration=run_cal, allow_uneven_layers=True
+    )
+    metric = next((m for m in METRICS if _num(row, m) is not None), None)
+    item: dict[str, Any] = {
+        "id": case.id,
+        "source_key": case.source_key,
+        "framework": case.framework.id,
+        "metric": metric,
+        "predicted": None,
+        "measured": None,
+        "ape": None,
+        "assumed": list(case.assumed),
+        "plan": case.plan.describe(),
+    }
+    if metric is not None:
+        measured = float(_num(row, metric))  # type: ignore[arg-type]
+        predicted = predicted_metric(case, est, metric)
+        item.update(predicted=predicted, measured=measured, ape=abs(predicted - measured) / measured)
+    mem = _num(row, "measured_peak_memory_GiB")
+    if mem is not None:
+        pred_mem = est.peak_memory_bytes / GIB
+        item.update(
+            predicted_memory_GiB=pred_mem, measured_memory_GiB=mem, memory_ape=abs(pred_mem - mem) / mem
+        )
+    return item
+
+
+def score(prepared: Prepared, cal: Calibration) -> dict[str, Any]:
+    """Score every prepared case; infeasible plans join ``skipped``. The summary of :func:`_summarise`."""
+    out, skipped = [], list(prepared.skipped)
+    for case in prepared.cases:
+        try:
+            out.append(score_case(case, cal))
+        except (ValueError, LookupError) as exc:
+            skipped.append(
+                {"id": case.id, "source_key": case.source_key, "reason": " ".join(str(exc).split())}
             )
-        out_rows.append(item)
-    return _summarise(out_rows, skipped)
+    return _summarise(out, skipped)
+
+
+def validate_rows(
+    rows: list[dict[str, str]],
+    *,
+    calibration: Calibration,
+    framework: FrameworkProfile | str | None = None,
+    data_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Run the analytic model on every row. Returns the JSON object ``workbench validate --json`` prints:
+    rows (id, source_key, framework, metric, predicted, measured, ape, assumed, plus memory fields), skipped
+    (id, reason), mape, mape_by_source, memory_mape, memory_mape_by_source, defaults, constants."""
+    result = score(prepare(rows, framework=framework, data_dir=data_dir), calibration)
+    result["constants"] = constants_table(calibration, prepare(rows, framework=framework, data_dir=data_dir))
+    return result
+
+
+FIT_GRID: dict[str, tuple[float, ...]] = {
+    "kernel_efficiency_frac": (0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0),
+    "host_overhead_per_layer_s": (0.0, 2.5e-5, 5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 4e-4, 6e-4, 8e-4),
+    "dp_comm_overlap_frac": (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0),
+    "fsdp_comm_overlap_frac": (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0),
+    "fp8_matmul_scale": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    "moe_dispatch_passes": (0.0, 2.0, 4.0, 8.0, 16.0, 32.0),
+}
+"""Physical range searched for each fittable constant (fractions; seconds per layer; FP8 rate ratio;
+HBM passes)."""
+
+FIT_ROWS_PER_SOURCE = 12
+"""A fit prices at most this many rows of each source (spread evenly over the source's rows), so that no
+large source outweighs the others and leave-one-source-out stays fast."""
+
+_SWEEPS = 2
+
+
+def _throughput_mape(cases: list[RowCase], cal: Calibration) -> float:
+    apes = []
+    for case in cases:
+        try:
+            ape = score_case(case, cal)["ape"]
+        except (ValueError, LookupError):
+            continue
+        if ape is not None:
+            apes.append(ape)
+    return sum(apes) / len(apes) if apes else 0.0
+
+
+def _fit_sample(cases: list[RowCase]) -> list[RowCase]:
+    by_source: dict[str, list[RowCase]] = {}
+    for case in cases:
+        if any(_num(case.row, m) is not None for m in METRICS):
+            by_source.setdefault(case.source_key, []).append(case)
+    out = []
+    for members in by_source.values():
+        step = max(1.0, len(members) / FIT_ROWS_PER_SOURCE)
+        out += [members[int(i * step)] for i in range(min(len(members), FIT_ROWS_PER_SOURCE))]
+    return out
+
+
+def _coordinate_search(
+    cases: list[RowCase], names: list[str], start: dict[str, float], cal_with: Any
+) -> dict[str, float]:
+    values = dict(start)
+    best = _throughput_mape(cases, cal_with(values))
+    for _ in range(_SWEEPS):
+        for name in names:
+            for candidate in FIT_GRID[name]:
+                if candidate == values[name]:
+                    continue
+                trial = {**values, name: candidate}
+                err = _throughput_mape(cases, cal_with(trial))
+                if err < best - 1e-6:
+                    best, values = err, trial
+    return values
+
+
+def fit_constants(cases: list[RowCase], calibration: Calibration) -> dict[str, dict[str, float]]:
+    """Fit the profiles' ``fitted`` constants to ``cases`` (throughput MAPE, coordinate search over
+    ``FIT_GRID`` on at most ``FIT_ROWS_PER_SOURCE`` rows per source): first the ``POOLED`` constants as one
+    value over every stack (group ``pooled``), then each fit group's own constants starting from those.
+    Groups absent from ``cases`` are not in the result: they get the pooled values (and their priors for
+    the rest)."""
+    from workbench.presets.calibration import POOLED_GROUP
+    from workbench.specs.framework import POOLED
+
+    sample = _fit_sample(cases)
+    pooled_names = [n for n in POOLED if any(n in c.framework.fitted for c in sample)]
+    prior = {n: float(getattr(load_framework(DEFAULT_FRAMEWORK), n)) for n in pooled_names}
+
+    def pooled_cal(vals: dict[str, float]) -> Calibration:
+        return dataclasses.replace(calibration, fits={POOLED_GROUP: dict(vals)})
+
+    pooled = _coordinate_search(sample, pooled_names, prior, pooled_cal) if sample else prior
+    fits: dict[str, dict[str, float]] = {POOLED_GROUP: pooled}
+    groups: dict[str, list[RowCase]] = {}
+    for case in sample:
+        groups.setdefault(case.framework.group, []).append(case)
+    for group, members in sorted(groups.items()):
+        names = sorted({f for c in members for f in c.framework.fitted})
+        start = {n: pooled.get(n, float(getattr(members[0].framework, n))) for n in names}
+
+        def cal_with(vals: dict[str, float], g: str = group) -> Calibration:
+            return dataclasses.replace(calibration, fits={POOLED_GROUP: pooled, g: dict(vals)})
+
+        fits[group] = _coordinate_search(members, names, start, cal_with)
+    return fits
+
+
+def constants_table(calibration: Calibration, prepared: Prepared) -> list[dict[str, Any]]:
+    """The fitted constants in use: one entry per (framework profile of the rows, fitted field)."""
+    seen = {c.framework.id: c.framework for c in prepared.cases}
+    out = []
+    for fid, prof in sorted(seen.items()):
+        applied = calibration.with_framework(prof).framework
+        for name in prof.fitted:
+            fitted = name in calibration.fits.get(prof.group, {})
+            out.append(
+                {
+                    "framework": fid,
+                    "group": prof.group,
+                    "constant": name,
+                    "value": getattr(applied, name),
+                    "prior": getattr(prof, name),
+                    "fitted": fitted,
+                }
+            )
+    return out
+
+
+def cross_validate(prepared: Prepared, calibration: Calibration) -> dict[str, Any]:
+    """Leave-one-source-out: for each source, fit every constant on the other sources' rows (pooled values
+    included) and score that source with them. Returns the summary of the out-of-sample predictions
+    (top-level keys as :func:`validate_rows`) with ``in_sample`` (the same keys for the fit on all rows),
+    ``folds`` (per source: the constants it was scored with), ``fits`` and ``constants`` (the in-sample
+    fit)."""
+    base = dataclasses.replace(calibration, fits={})
+    full = fit_constants(prepared.cases, base)
+    in_sample_cal = dataclasses.replace(base, fits=full)
+    in_sample = score(prepared, in_sample_cal)
+    out_rows, skipped, folds = [], list(prepared.skipped), {}
+    for source in sorted({c.source_key for c in prepared.cases}):
+        train = [c for c in prepared.cases if c.source_key != source]
+        test = [c for c in prepared.cases if c.source_key == source]
+        fits = fit_constants(train, base)
+        folds[source] = fits
+        fold = score(Prepared(test, []), dataclasses.replace(base, fits=fits))
+        out_rows += fold["rows"]
+        skipped += fold["skipped"]
+    result = _summarise(out_rows, skipped)
+    result["in_sample"] = {
+        k: in_sample[k] for k in ("mape", "mape_by_source", "memory_mape", "memory_mape_by_source")
+    }
+    result["folds"] = folds
+    result["fits"] = full
+    result["constants"] = constants_table(in_sample_cal, prepared)
+    return result
 
 
 def _summarise(rows: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> dict[str, Any]:
@@ -351,10 +570,38 @@ def _summarise(rows: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> dic
 
 
 def run_validation(
-    path: str | Path = DEFAULT_DATA, *, calibration: Calibration | str = "default"
+    path: str | Path = DEFAULT_DATA,
+    *,
+    calibration: Calibration | str = "default",
+    framework: FrameworkProfile | str | None = None,
+    cv: str | None = None,
+    kernels: str | Path | None = None,
 ) -> dict[str, Any]:
-    """``validate_rows`` on the CSV at ``path`` with a Calibration or calibration file name."""
+    """Validate the CSV at ``path``: with ``cv=None`` price every row with ``calibration`` (a Calibration or
+    fitted-constants file name); with ``cv="source"`` run :func:`cross_validate` (the file's fitted
+    constants are ignored: they are refitted per fold). ``framework`` forces one profile on every row;
+    ``kernels`` adds a kernel table (file or microbench folder)."""
     from workbench.presets.calibration import load_calibration
 
-    cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration)
-    return validate_rows(read_rows(path), calibration=cal)
+    if cv not in (None, "source"):
+        raise ValueError(f"cv must be 'source' (leave one source out), got {cv!r}")
+    cal = (
+        calibration
+        if isinstance(calibration, Calibration)
+        else load_calibration(calibration, kernels=kernels)
+    )
+    rows = read_rows(path)
+    data_dir = Path(path).parent
+    if cv is None:
+        return validate_rows(rows, calibration=cal, framework=framework, data_dir=data_dir)
+    return cross_validate(prepare(rows, framework=framework, data_dir=data_dir), cal)
+
+
+def write_fits(path: str | Path, fits: dict[str, dict[str, float]], *, source: str) -> Path:
+    """Write fitted constants in the ``profiles/calibration`` format (the caller decides about overwriting)."""
+    import tomli_w
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(tomli_w.dumps({"source": source, "fit": fits}).encode())
+    return target

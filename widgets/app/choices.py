@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from workbench.pipeline.schedules import SCHEDULE_NAMES, default_vpp, required_vpp, schedule_rule_violations
+from workbench.specs.framework import FrameworkProfile
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload
 from workbench.specs.rules import RuleContext, Violation, passes
@@ -110,14 +111,20 @@ def plan_choices(
     return options, picks
 
 
-def schedule_disabled_reasons(plan: ParallelPlan, workload: Workload) -> dict[str, str]:
-    """Schedule name -> why it cannot run this plan's pipeline (each at the vpp it would use); empty when
-    pp = 1 (the schedule is then ignored) or when dp*micro_batch_size does not divide the batch."""
+def schedule_disabled_reasons(
+    plan: ParallelPlan, workload: Workload, framework: FrameworkProfile | None = None
+) -> dict[str, str]:
+    """Schedule name -> why it cannot run this plan's pipeline (each at the vpp it would use, or because
+    ``framework`` does not run it); empty when pp = 1 (the schedule is then ignored) or when
+    dp*micro_batch_size does not divide the batch."""
     m = plan.num_microbatches(workload)
     if plan.pp == 1 or m == 0:
         return {}
     out = {}
     for name in SCHEDULE_NAMES:
+        if framework is not None and framework.schedules is not None and name not in framework.schedules:
+            out[name] = f"{framework.name} does not run it."
+            continue
         vpp = required_vpp(name) or max(plan.vpp, default_vpp(name))
         problems = schedule_rule_violations(name, pp=plan.pp, vpp=vpp, num_microbatches=m)
         if problems:

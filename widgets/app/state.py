@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import param
 
+from workbench.presets.frameworks import DEFAULT_FRAMEWORK, framework_names
+
 CUSTOM = "custom"
 """Selector value meaning: the fields as edited, not a preset."""
 UPLOADED = "uploaded config.json"
@@ -88,4 +90,9 @@ class WorkbenchState(param.Parameterized):
 
     backend = param.Selector(
         default="analytic", objects=["analytic"], doc="Registered backend that prices the plan."
+    )
+    framework = param.Selector(
+        default=DEFAULT_FRAMEWORK,
+        objects=framework_names(),
+        doc="Framework profile the analytic backend prices with (how the software stack runs the plan).",
     )

@@ -111,10 +111,19 @@ class WorkbenchStore(param.Parameterized):
         except Exception as exc:  # a broken third-party entry point must not take the app down
             return f"cannot load: {exc}"
 
+    def framework(self) -> Any:
+        """The chosen framework profile."""
+        from workbench.presets.frameworks import load_framework
+
+        return load_framework(self.state.framework)
+
     def backend(self, name: str) -> Any:
-        if name not in self._backends:
-            self._backends[name] = get_backend(name)
-        return self._backends[name]
+        """The backend instance; the analytic one prices with the chosen framework profile."""
+        framework = self.state.framework if name == "analytic" else None
+        key: Any = (name, framework) if framework else name
+        if key not in self._backends:
+            self._backends[key] = get_backend(name, **({"framework": framework} if framework else {}))
+        return self._backends[key]
 
     def _fill_cluster(self, preset: str) -> None:
         if preset != CUSTOM:
@@ -182,7 +191,7 @@ class WorkbenchStore(param.Parameterized):
             return
         finally:
             self._busy = False
-        self.disabled_schedules = choices.schedule_disabled_reasons(plan, workload)
+        self.disabled_schedules = choices.schedule_disabled_reasons(plan, workload, self.framework())
         if self.state.param.schedule.objects != list(self._schedule_names()):
             self.state.param.schedule.objects = list(self._schedule_names())
         violations = plan.violations(model, cluster, workload)
@@ -230,7 +239,7 @@ class WorkbenchStore(param.Parameterized):
         reason = self._unavailable(backend)
         if reason:
             raise ValueError(f"backend {backend!r} is unavailable: {reason}")
-        key = (model, cluster, workload, plan, backend)
+        key = (model, cluster, workload, plan, backend, self.state.framework)
         if key in self._estimates:
             self._estimates.move_to_end(key)
             return self._estimates[key]
@@ -266,6 +275,9 @@ class WorkbenchStore(param.Parameterized):
                 progress(frac)
 
         self.search_progress = 0.0
+        from workbench.presets.calibration import load_calibration
+
+        options.setdefault("calibration", load_calibration(framework=self.state.framework))
         result = run_planner(
             self.model_spec(), self.cluster_spec(), self.workload(), progress=report, **options
         )

@@ -73,6 +73,7 @@ LABELS: Mapping[str, str] = MappingProxyType(
         "recompute": "Recompute",
         "schedule": "Pipeline schedule",
         "backend": "Backend",
+        "framework": "Framework profile",
     }
 )
 CLUSTER_CONTROLS = (
@@ -130,7 +131,14 @@ class Composer(param.Parameterized):
         state = self.store.state
         self.widgets = {
             n: control(state, n)
-            for n in (*CLUSTER_CONTROLS, *MODEL_CONTROLS, *WORKLOAD_CONTROLS, *PLAN_CONTROLS, "backend")
+            for n in (
+                *CLUSTER_CONTROLS,
+                *MODEL_CONTROLS,
+                *WORKLOAD_CONTROLS,
+                *PLAN_CONTROLS,
+                "backend",
+                "framework",
+            )
         }
         self.notes = {
             n: pn.pane.Alert("", alert_type="danger", visible=False, width=WIDTH, margin=(0, 10))
@@ -192,7 +200,7 @@ class Composer(param.Parameterized):
             ),
             self._section("Workload", WORKLOAD_CONTROLS),
             self._section("Plan", PLAN_CONTROLS),
-            self._section("Backend", ("backend",)),
+            self._section("Backend", ("backend", "framework")),
             width=WIDTH + 40,
         )
 

@@ -32,7 +32,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from workbench.specs.hardware import DeviceSpec
 from workbench.specs.model import AttentionKind, ModelSpec
 
 Array = Any
@@ -43,6 +42,11 @@ UNFUSED_SCORE_PASSES = 6.0
 scale-mask-softmax reads and writes it (2), dropout reads it and writes output and mask (2.5, the mask is
 1 byte), the value GEMM reads it (0.5 counted with the mask rounding). Korthikanti et al. 2022 section 4.1
 lists the same tensors for memory (2 + 1 + 2 bytes per score)."""
+
+
+FLASH_BACKWARD_FLOP_RATIO = 2.5
+"""Backward FLOPs of a fused attention kernel over its forward FLOPs: it recomputes the scores, 5 GEMMs
+backward vs 2 forward (Dao 2023, FlashAttention-2, section 4.1)."""
 
 
 class Op(NamedTuple):
@@ -73,10 +77,19 @@ def roofline_time_s(
 
 
 def attention_ops(
-    model: ModelSpec, *, tokens: Array, seq_len: Array, tp: Array, act_bytes: float, flash: bool
+    model: ModelSpec,
+    *,
+    tokens: Array,
+    seq_len: Array,
+    tp: Array,
+    act_bytes: float,
+    flash: bool,
+    fused_elementwise: bool = True,
 ) -> list[Op]:
     """Projections and the attention core of one layer (MHA/GQA, or MLA with its low-rank projections,
-    DeepSeek-V2 arXiv:2405.04434 eqs. 1-14). ``tokens`` = b*s/cp on this device, ``seq_len`` the keys."""
+    DeepSeek-V2 arXiv:2405.04434 eqs. 1-14). ``tokens`` = b*s/cp on this device, ``seq_len`` the keys.
+    Without ``fused_elementwise`` (eager PyTorch modules) q, k, v are copied into the kernel's head-major
+    layout and the attention output back (``.transpose().contiguous()``): one read and one write each."""
     h, a = model.hidden_size, model.num_attention_heads
     dqk, dv = model.qk_head_dim, model.value_head_dim
     if model.attention is AttentionKind.MLA:
@@ -90,6 +103,9 @@ def attention_ops(
         q_w, kv_w = a * model.head_dim, model.num_key_value_heads * model.head_dim
         proj_w, proj_out = h * (q_w + 2 * kv_w) / tp, (q_w + 2 * kv_w) / tp
     ops = [Op("qkv_proj", "matmul", 2.0 * tokens * proj_w, act_bytes * (tokens * (h + proj_out) + proj_w))]
+    if not fused_elementwise:
+        layout = 2.0 * act_bytes * tokens * (proj_out + a * dv / tp)
+        ops.append(Op("layout_copies", "memory", 0.0, layout))
     score_flop = 2.0 * tokens * seq_len * a * (dqk + dv) / tp
     core_bytes = act_bytes * tokens * a * (2 * dqk + 2 * dv) / tp
     if flash:
@@ -114,9 +130,12 @@ def mlp_ops(
     act_bytes: float,
     moe_layer: bool,
     capacity_factor: float = 1.0,
+    dispatch_passes: float = 0.0,
 ) -> list[Op]:
-    """The dense MLP, or an MoE block: router, top-k routed experts (times the capacity factor) and shared
-    experts (DeepSeekMoE). Expert work per device is tokens*k/tp whatever the ep/etp split (balanced routing)."""
+    """The dense MLP, or an MoE block: router, the token permutation to the experts and back
+    (``dispatch_passes`` HBM passes over the routed tokens), top-k routed experts (times the capacity
+    factor) and shared experts (DeepSeekMoE). Expert work per device is tokens*k/tp whatever the ep/etp
+    split (balanced routing)."""
     h, n_mat = model.hidden_size, (3 if model.gated_mlp else 2)
     if not moe_layer:
         f = model.ffn_hidden_size
@@ -136,6 +155,7 @@ def mlp_ops(
     w_local = n_mat * h * f * e / ep
     ops = [
         Op("router", "matmul", 2.0 * tokens * h * e / tp, act_bytes * tokens * (h + e) / tp),
+        Op("moe_dispatch", "memory", 0.0, dispatch_passes * act_bytes * routed * h),
         Op(
             "experts",
             "matmul",
@@ -167,14 +187,26 @@ def elementwise_op(
     act_bytes: float,
     dropout: bool,
     moe_layer: bool,
+    fused: bool = True,
 ) -> Op:
-    """Norms (read+write), two residual adds (2 reads, 1 write), the MLP activation (gated: 2 reads, 1 write)
-    and dropout (read, write, 1-byte mask) of one layer. Parts outside the tp region are split only with
-    sequence parallelism (Korthikanti et al. 2022, section 4.2.2)."""
+    """Norms, residual adds, dropout and the MLP activation of one layer, as HBM passes of the hidden state
+    (``h``) or the MLP width (``f``). Fused (Megatron's bias-dropout-add and bias-SwiGLU fusions, Transformer
+    Engine, torch.compile): per sublayer one norm (read, write) and one dropout-add (read x and residual,
+    write, 1-byte mask); the activation reads its inputs and writes once (gated: 2f + f). Eager: dropout and
+    the residual add are separate kernels (read, write, mask; then 2 reads, 1 write) and a gated activation is
+    silu then a multiply (f + f, then 2f + f). Parts outside the tp region are split only with sequence
+    parallelism (Korthikanti et al. 2022, section 4.2.2)."""
     h = model.hidden_size
     f = model.moe_ffn_hidden_size * model.experts_per_token if moe_layer else model.ffn_hidden_size
-    outside = (2 * 2 + 2 * 3 + (2 * 2.5 if dropout else 0.0)) * h
-    inside = (3 if model.gated_mlp else 2) * f
+    mask = 0.5 if dropout else 0.0
+    if fused:
+        add = 3.0 + mask
+        act = 3.0 if model.gated_mlp else 2.0
+    else:
+        add = 3.0 + (2.0 + mask if dropout else 0.0)
+        act = 5.0 if model.gated_mlp else 2.0
+    outside = (2 * 2 + 2 * add) * h
+    inside = act * f
     split = np.where(sequence_parallel, tp, 1)
     return Op("norms_elementwise", "memory", 0.0, act_bytes * tokens * (outside / split + inside / tp))
 
@@ -192,9 +224,19 @@ def layer_ops(
     dropout: bool = False,
     moe_layer: bool = False,
     capacity_factor: float = 1.0,
+    fused_elementwise: bool = True,
+    dispatch_passes: float = 0.0,
 ) -> list[Op]:
     """All forward ops of one transformer block on one device for one micro-batch."""
-    ops = attention_ops(model, tokens=tokens, seq_len=seq_len, tp=tp, act_bytes=act_bytes, flash=flash)
+    ops = attention_ops(
+        model,
+        tokens=tokens,
+        seq_len=seq_len,
+        tp=tp,
+        act_bytes=act_bytes,
+        flash=flash,
+        fused_elementwise=fused_elementwise,
+    )
     ops += mlp_ops(
         model,
         tokens=tokens,
@@ -203,6 +245,7 @@ def layer_ops(
         act_bytes=act_bytes,
         moe_layer=moe_layer,
         capacity_factor=capacity_factor,
+        dispatch_passes=dispatch_passes,
     )
     ops.append(
         elementwise_op(
@@ -213,6 +256,7 @@ def layer_ops(
             act_bytes=act_bytes,
             dropout=dropout,
             moe_layer=moe_layer,
+            fused=fused_elementwise,
         )
     )
     return ops
@@ -248,34 +292,51 @@ class OpTimes(NamedTuple):
 
 def op_times(
     ops: list[Op],
-    device: DeviceSpec,
     *,
     peak_flop_per_s: float,
-    flash_frac: float,
-    flash: bool,
+    gemm_curve: tuple[tuple[float, float], ...],
+    hbm_bytes_per_s: float,
+    attention: tuple[Array, Array] | None,
     matmul_scale: float = 1.0,
 ) -> OpTimes:
     """Roofline time of each op, summed into forward, backward-input and backward-weight parts (see the
-    module docstring for the backward rules). ``matmul_scale`` multiplies the matmul efficiency (FP8)."""
-    hbm = device.hbm_bytes_per_s * device.hbm_efficiency_frac
+    module docstring for the backward rules). ``gemm_curve``: (flop, fraction) points of the GEMM efficiency
+    (:func:`matmul_efficiency_frac`); ``attention``: (forward, backward) fraction of the peak of the fused
+    attention kernel, or None for unfused attention (its score GEMMs run at the GEMM curve);
+    ``matmul_scale`` multiplies the efficiency of the weight GEMMs (the FP8 recipe's overhead);
+    ``hbm_bytes_per_s`` is the achieved bandwidth."""
     fwd = bwd_i = bwd_w = core = flop = 0.0
     for op in ops:
         size = op.flop if op.gemm_flop is None else op.gemm_flop
+        bwd_eff = None
         if op.kind == "matmul":
-            eff = matmul_efficiency_frac(size, device.matmul_efficiency) * matmul_scale
-        elif op.kind == "attention" and flash:
-            eff = flash_frac
+            eff = matmul_efficiency_frac(size, gemm_curve) * matmul_scale
+        elif op.kind == "attention" and attention is not None:
+            eff, bwd_eff = attention
         else:
-            eff = matmul_efficiency_frac(size, device.matmul_efficiency)
+            eff = matmul_efficiency_frac(size, gemm_curve)
         t = roofline_time_s(
-            op.flop, op.bytes, peak_flop_per_s=peak_flop_per_s, efficiency_frac=eff, hbm_bytes_per_s=hbm
+            op.flop,
+            op.bytes,
+            peak_flop_per_s=peak_flop_per_s,
+            efficiency_frac=eff,
+            hbm_bytes_per_s=hbm_bytes_per_s,
         )
         fwd = fwd + t
         flop = flop + op.flop
         if op.kind == "matmul":
             bwd_i, bwd_w = bwd_i + t, bwd_w + t
         elif op.kind == "attention":
-            bwd_i = bwd_i + t * (2.5 if flash else 2.0)
+            if bwd_eff is None:
+                bwd_i = bwd_i + 2 * t
+            else:
+                bwd_i = bwd_i + roofline_time_s(
+                    FLASH_BACKWARD_FLOP_RATIO * op.flop,
+                    2 * op.bytes,
+                    peak_flop_per_s=peak_flop_per_s,
+                    efficiency_frac=bwd_eff,
+                    hbm_bytes_per_s=hbm_bytes_per_s,
+                )
             core = core + t
         else:
             bwd_i = bwd_i + 2 * t

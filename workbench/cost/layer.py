@@ -54,14 +54,39 @@ class LayerCosts(NamedTuple):
     """Executed forward FLOPs (what HFU-style counters would see, causal half when fused)."""
 
 
-def compute_peak(device: DeviceSpec, dtype: DType | str, cal: Calibration) -> tuple[float, float, float]:
-    """(matmul peak, attention/other peak, matmul efficiency scale) for a dtype: FP8 runs use the FP8 peak
-    for the linear layers only (attention stays bf16) scaled by ``fp8_matmul_scale``."""
+class Rates(NamedTuple):
+    """What one device does for one dtype under a calibration: the peaks and curves ``op_times`` needs."""
+
+    mm_peak: float
+    """Peak of the weight GEMMs (the FP8 peak for FP8 runs)."""
+    other_peak: float
+    """Peak of everything else (attention and the rest stay 16-bit in FP8 runs)."""
+    mm_curve: tuple[tuple[float, float], ...]
+    other_curve: tuple[tuple[float, float], ...]
+    mm_scale: float
+    hbm_bytes_per_s: float
+
+
+def device_rates(device: DeviceSpec, dtype: DType | str, cal: Calibration) -> Rates:
+    """Peaks, GEMM curves (:meth:`Calibration.gemm_curve`) and achieved HBM bandwidth of ``device`` for a run
+    in ``dtype``: FP8 runs use the FP8 peak and curve for the linear layers only, scaled by the framework's
+    ``fp8_matmul_scale``; attention and the rest run at the 16-bit peak."""
     dtype = DType(dtype)
+    dev = cal.device(device)
+    hbm = dev.hbm_bytes_per_s * dev.hbm_efficiency_frac
     if dtype is DType.FP8:
-        half = device.peak(DType.BF16) if DType.BF16 in device.peak_flop_per_s else device.peak(DType.FP16)
-        return device.peak(DType.FP8), half, cal.fp8_matmul_scale
-    return device.peak(dtype), device.peak(dtype), 1.0
+        half_dtype = DType.BF16 if DType.BF16 in device.peak_flop_per_s else DType.FP16
+        half = device.peak(half_dtype)
+        return Rates(
+            device.peak(DType.FP8),
+            half,
+            cal.gemm_curve(device, "fp8"),
+            cal.gemm_curve(device, half_dtype.value),
+            cal.framework.fp8_matmul_scale,
+            hbm,
+        )
+    curve = cal.gemm_curve(device, dtype.value)
+    return Rates(device.peak(dtype), device.peak(dtype), curve, curve, 1.0, hbm)
 
 
 def layer_costs(
@@ -81,9 +106,10 @@ def layer_costs(
     cp_stride: Array,
     moe_layer: bool,
 ) -> LayerCosts:
-    """One layer's costs; ``tokens`` = micro_batch * seq_len / cp, recompute coded 0/1/2."""
-    device = cal.device(cluster.device)
-    mm_peak, other_peak, scale = compute_peak(device, dtype, cal)
+    """One layer's costs; ``tokens`` = micro_batch * seq_len / cp, recompute coded 0/1/2. The framework's
+    ``host_overhead_per_layer_s`` is added to the forward and once more to the backward pass."""
+    fw = cal.framework
+    rates = device_rates(cluster.device, dtype, cal)
     ops = layer_ops(
         model,
         tokens=tokens,
@@ -92,48 +118,56 @@ def layer_costs(
         ep=ep,
         sequence_parallel=sequence_parallel,
         act_bytes=ACT_BYTES,
-        flash=cal.flash_attention,
-        dropout=cal.dropout,
+        flash=fw.flash_attention,
+        dropout=fw.dropout,
         moe_layer=moe_layer,
-        capacity_factor=cal.capacity_factor,
+        capacity_factor=fw.capacity_factor,
+        fused_elementwise=fw.fused_elementwise,
+        dispatch_passes=fw.moe_dispatch_passes,
+    )
+    attention = (
+        cal.attention(cluster.device, dtype="bf16", seq_len=seq_len, head_dim=model.qk_head_dim)
+        if fw.flash_attention
+        else None
     )
     mm = op_times(
         [o for o in ops if o.kind == "matmul"],
-        device,
-        peak_flop_per_s=mm_peak,
-        flash_frac=cal.flash_frac(device),
-        flash=cal.flash_attention,
-        matmul_scale=scale,
+        peak_flop_per_s=rates.mm_peak,
+        gemm_curve=rates.mm_curve,
+        hbm_bytes_per_s=rates.hbm_bytes_per_s,
+        attention=attention,
+        matmul_scale=rates.mm_scale,
     )
     rest = op_times(
         [o for o in ops if o.kind != "matmul"],
-        device,
-        peak_flop_per_s=other_peak,
-        flash_frac=cal.flash_frac(device),
-        flash=cal.flash_attention,
+        peak_flop_per_s=rates.other_peak,
+        gemm_curve=rates.other_curve,
+        hbm_bytes_per_s=rates.hbm_bytes_per_s,
+        attention=attention,
     )
-    overhead = cal.layer_overhead_s + (cal.moe_layer_overhead_s if moe_layer else 0.0)
-    fwd = mm.fwd_s + rest.fwd_s + overhead
-    if cal.selective_recompute == "op":  # half the matmuls and every memory-bound op, not the attention
-        selective = 0.5 * mm.fwd_s + rest.fwd_s - rest.attention_core_fwd_s
+    overhead = fw.host_overhead_per_layer_s
+    slow = 1.0 / fw.kernel_efficiency_frac
+    fwd = (mm.fwd_s + rest.fwd_s) * slow + overhead
+    if fw.selective_recompute == "op":  # half the matmuls and every memory-bound op, not the attention
+        selective = (0.5 * mm.fwd_s + rest.fwd_s - rest.attention_core_fwd_s) * slow
     else:
-        selective = rest.attention_core_fwd_s
+        selective = rest.attention_core_fwd_s * slow
     recompute_s = np.select([recompute == 2, recompute == 1], [fwd, selective], 0.0)
-    comp_i = mm.bwd_input_s + rest.bwd_input_s + recompute_s + overhead
-    comp_w = mm.bwd_weight_s + rest.bwd_weight_s
-    eff = cal.collective_efficiency_frac
+    comp_i = (mm.bwd_input_s + rest.bwd_input_s) * slow + recompute_s + overhead
+    comp_w = (mm.bwd_weight_s + rest.bwd_weight_s) * slow
+    eff = fw.collective_efficiency_frac
     tp_one = all_reduce_s(cluster, tokens * model.hidden_size * ACT_BYTES, tp, tp_stride, eff)
-    tp_f = 2 * tp_one * (1 - cal.tp_comm_overlap_frac)
+    tp_f = 2 * tp_one * (1 - fw.tp_comm_overlap_frac)
     tp_b = tp_f * np.where(recompute == 2, 2.0, 1.0)
     kv_heads = (
         model.num_attention_heads if model.attention is AttentionKind.MLA else model.num_key_value_heads
     )
     kv_block = tokens * 2 * kv_heads * model.head_dim / tp * ACT_BYTES
-    cp_f = (cp - 1) * p2p_s(cluster, kv_block, cp_stride, eff) * (1 - cal.cp_comm_overlap_frac)
+    cp_f = (cp - 1) * p2p_s(cluster, kv_block, cp_stride, eff) * (1 - fw.cp_comm_overlap_frac)
     cp_b = cp_f * np.where(recompute == 2, 3.0, 2.0)
     if moe_layer:
-        a2a = tokens * model.experts_per_token * cal.capacity_factor * model.hidden_size * ACT_BYTES / tp
-        ep_f = 2 * all_to_all_s(cluster, a2a, ep, 1, eff) * (1 - cal.ep_comm_overlap_frac)
+        a2a = tokens * model.experts_per_token * fw.capacity_factor * model.hidden_size * ACT_BYTES / tp
+        ep_f = 2 * all_to_all_s(cluster, a2a, ep, 1, eff) * (1 - fw.ep_comm_overlap_frac)
     else:
         ep_f = 0.0 * tokens
     ep_b = ep_f * np.where(recompute == 2, 2.0, 1.0)
@@ -153,33 +187,37 @@ class EdgeCosts(NamedTuple):
 def edge_costs(
     model: ModelSpec, cluster: ClusterSpec, cal: Calibration, *, dtype: DType | str, tokens: Array, tp: Array
 ) -> EdgeCosts:
-    device = cal.device(cluster.device)
-    mm_peak, other_peak, scale = compute_peak(device, dtype, cal)
+    rates = device_rates(cluster.device, dtype, cal)
     head = head_ops(model, tokens=tokens, tp=tp, act_bytes=ACT_BYTES)
     mm = op_times(
         [o for o in head if o.kind == "matmul"],
-        device,
-        peak_flop_per_s=mm_peak,
-        flash_frac=1.0,
-        flash=False,
-        matmul_scale=scale,
+        peak_flop_per_s=rates.mm_peak,
+        gemm_curve=rates.mm_curve,
+        hbm_bytes_per_s=rates.hbm_bytes_per_s,
+        attention=None,
+        matmul_scale=rates.mm_scale,
     )
     loss = op_times(
         [o for o in head if o.kind != "matmul"],
-        device,
-        peak_flop_per_s=other_peak,
-        flash_frac=1.0,
-        flash=False,
+        peak_flop_per_s=rates.other_peak,
+        gemm_curve=rates.other_curve,
+        hbm_bytes_per_s=rates.hbm_bytes_per_s,
+        attention=None,
     )
     emb = op_times(
         embedding_ops(model, tokens=tokens, act_bytes=ACT_BYTES),
-        device,
-        peak_flop_per_s=other_peak,
-        flash_frac=1.0,
-        flash=False,
+        peak_flop_per_s=rates.other_peak,
+        gemm_curve=rates.other_curve,
+        hbm_bytes_per_s=rates.hbm_bytes_per_s,
+        attention=None,
     )
+    slow = 1.0 / cal.framework.kernel_efficiency_frac
     return EdgeCosts(
-        emb.fwd_s, emb.bwd_input_s, mm.fwd_s + loss.fwd_s, mm.bwd_input_s + loss.bwd_input_s, mm.bwd_weight_s
+        emb.fwd_s * slow,
+        emb.bwd_input_s * slow,
+        (mm.fwd_s + loss.fwd_s) * slow,
+        (mm.bwd_input_s + loss.bwd_input_s) * slow,
+        mm.bwd_weight_s * slow,
     )
 
 

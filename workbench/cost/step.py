@@ -82,7 +82,7 @@ class StepContext:
     def build(
         cls, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cal: Calibration
     ) -> StepContext:
-        flash, dropout = cal.flash_attention, cal.dropout
+        flash, dropout = cal.framework.flash_attention, cal.framework.dropout
         dense = activation_parts(model, flash=flash, dropout=dropout, act_bytes=ACT_BYTES)
         moe = (
             activation_parts(
@@ -91,7 +91,7 @@ class StepContext:
                 dropout=dropout,
                 act_bytes=ACT_BYTES,
                 moe_layer=True,
-                capacity_factor=cal.capacity_factor,
+                capacity_factor=cal.framework.capacity_factor,
             )
             if model.is_moe
             else dense
@@ -104,7 +104,7 @@ class StepContext:
             cal=cal,
             param_bytes=dtype_bytes(workload.dtype),
             optimizer_bytes=optimizer_state_bytes_per_param(
-                workload.optimizer, master_weights=cal.master_weights
+                workload.optimizer, master_weights=cal.framework.master_weights
             ),
             dense_parts=dense,
             moe_parts=moe,
@@ -241,12 +241,12 @@ def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: Array) -> tuple[
     model, cal = ctx.model, ctx.cal
     n, stride = cols["dp"] * cols["cp"], strides(cols)["dpcp"]
     layer_bytes = model.layer_parameters(model.num_layers - 1) / cols["tp"] * ctx.param_bytes
-    eff = cal.collective_efficiency_frac
+    eff = cal.framework.collective_efficiency_frac
     ag = all_gather_s(ctx.cluster, layer_bytes, n, stride, eff)
     rs = reduce_scatter_s(
-        ctx.cluster, layer_bytes / ctx.param_bytes * cal.grad_bytes_per_param, n, stride, eff
+        ctx.cluster, layer_bytes / ctx.param_bytes * cal.framework.grad_bytes_per_param, n, stride, eff
     )
-    keep = 1 - cal.fsdp_comm_overlap_frac
+    keep = 1 - cal.framework.fsdp_comm_overlap_frac
     on = (cols["zero_stage"] >= 3) & (n > 1)
     f = np.maximum(ag * keep, ag - layer_compute_s / 3)
     b = np.maximum((ag + rs) * keep, ag + rs - 2 * layer_compute_s / 3)
@@ -282,7 +282,7 @@ def pp_hop_s(ctx: StepContext, cols: Cols) -> Array:
     the slowest one sets it: the level that joins the first and the last pipeline rank. 0 where pp = 1."""
     payload = tokens(ctx, cols) * ctx.model.hidden_size * ACT_BYTES / cols["tp"]
     span = strides(cols)["pp"] * np.maximum(cols["pp"] - 1, 1)
-    hop = p2p_s(ctx.cluster, payload, span, ctx.cal.collective_efficiency_frac)
+    hop = p2p_s(ctx.cluster, payload, span, ctx.cal.framework.collective_efficiency_frac)
     return np.where(cols["pp"] > 1, hop, 0.0)
 
 
@@ -318,7 +318,11 @@ def dp_comm_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: 
     over dp*cp for non-expert weights and the expert-data-parallel group for experts; the calibration's
     overlap share is hidden."""
     cal, s = ctx.cal, strides(cols)
-    eff, g, z = cal.collective_efficiency_frac, cal.grad_bytes_per_param, cols["zero_stage"]
+    eff, g, z = (
+        cal.framework.collective_efficiency_frac,
+        cal.framework.grad_bytes_per_param,
+        cols["zero_stage"],
+    )
     groups = (
         (dense_params, cols["dp"] * cols["cp"], s["dpcp"]),
         (expert_params, _expert_dp(cols), cols["ep"] * expert_tp(cols)),
@@ -330,7 +334,7 @@ def dp_comm_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: 
             ctx.cluster, params * ctx.param_bytes, n, stride, eff
         )
         total = total + np.where((params > 0) & (n > 1) & (z < 3), np.where(z == 0, ar, rs_ag), 0.0)
-    return total * (1 - cal.dp_comm_overlap_frac)
+    return total * (1 - cal.framework.dp_comm_overlap_frac)
 
 
 def optimizer_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
@@ -366,7 +370,7 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
         "sequence_parallel": cols["sequence_parallel"],
         "recompute": cols["recompute_code"],
     }
-    op = ctx.cal.selective_recompute == "op"
+    op = ctx.cal.framework.selective_recompute == "op"
     parts = ctx.dense_parts
     freed = float(np.clip(1 - parts.weight_grad_inputs / (parts.outside_tp + parts.inside_tp), 0, 1))
     return ActivationSizes(
@@ -399,7 +403,7 @@ def static_memory(ctx: StepContext, cols: Cols, held: Holdings) -> dict[str, Arr
     kw: dict[str, Any] = {
         "zero_stage": cols["zero_stage"],
         "param_bytes": ctx.param_bytes,
-        "grad_bytes": ctx.cal.grad_bytes_per_param,
+        "grad_bytes": ctx.cal.framework.grad_bytes_per_param,
         "optimizer_bytes": ctx.optimizer_bytes,
     }
     d = model_state_bytes(num_params=dense, dp=cols["dp"] * cols["cp"], **kw)

@@ -91,8 +91,8 @@ def analytic_costs(
         dp_comm_s=float(np.max(step.dp_comm_s(ctx, cols, dense, expert))),
         optimizer_s=float(np.max(step.optimizer_s(ctx, cols, dense, expert))),
         rank_memory={k: _per_rank(v, plan.pp) for k, v in step.static_memory(ctx, cols, rank_held).items()},
-        overhead_bytes=cal.framework_overhead_bytes,
-        fragmentation_frac=cal.fragmentation_frac,
+        overhead_bytes=cal.framework.context_bytes,
+        fragmentation_frac=cal.framework.fragmentation_frac,
         notes=_notes(cal, plan),
     )
 
@@ -121,6 +121,9 @@ def estimate_plan(
     if problems:
         raise ValueError("infeasible plan: " + " ".join(problems))
     cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration or "default")
+    unsupported = cal.framework.unsupported(plan, dtype=workload.dtype)
+    if unsupported:
+        raise ValueError(f"framework {cal.framework.id} does not run: {'; '.join(unsupported)}")
     return assemble(
         model, cluster, workload, plan, analytic_costs(model, cluster, workload, plan, cal), backend=backend
     )
@@ -128,12 +131,12 @@ def estimate_plan(
 
 def _notes(cal: Calibration, plan: ParallelPlan) -> tuple[str, ...]:
     notes = [
-        f"calibration: {cal.name}",
+        f"framework: {cal.framework.id}; fitted constants: {cal.name}",
         "MFU: PaLM model FLOPs (6N + full-s^2 attention, no recompute) over the dense peak of the dtype",
         "attention: "
         + (
             "fused (FlashAttention), causal half executed"
-            if cal.flash_attention
+            if cal.framework.flash_attention
             else "unfused, full s^2 executed and stored"
         ),
     ]

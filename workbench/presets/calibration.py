@@ -1,164 +1,163 @@
-"""``Calibration``: every fitted constant and execution assumption of the analytic cost model, in one place.
+"""``Calibration``: what the analytic cost model prices a plan with, resolved in one place.
 
-The analytic formulas (:mod:`workbench.cost.flops`, :mod:`workbench.cost.comm`, :mod:`workbench.cost.memory`) take these
-values as arguments; none is written inside a formula. The named file ``profiles/calibration/default.toml``
-holds the fitted values (with their source: the public validation set, ``workbench validate``); the field
-defaults below are neutral (no overlap, the device preset's own efficiency curve) so that a model without a
-calibration file stays a plain roofline + alpha-beta model.
+A calibration joins three things that stay apart on disk:
 
-File keys (all optional)::
+- the **framework profile** (``profiles/frameworks/<id>.toml``, :mod:`workbench.specs.framework`): how the
+  software stack runs the plan (kernels it calls, fusion, overlap, memory it keeps and reports);
+- the **kernel tables** (``profiles/kernels/<device>.toml`` or a ``workbench microbench`` output,
+  :mod:`workbench.specs.kernels`): what the device's GEMM, attention and memory-bound kernels achieve,
+  from microbenchmarks, never from step times;
+- the **fitted constants** (``profiles/calibration/<name>.toml``): values of the few fields each profile
+  names as ``fitted``, per fit group, fitted by ``workbench validate`` to the public validation set.
 
-    [model]                      # global knobs, names as the fields below
-    tp_comm_overlap_frac = 0.0
-    [device."a100-sxm4-80gb"]    # per device preset id
-    matmul = [[1e9, 0.5], [1e12, 0.8]]   # (flop, fraction of dense peak) points
-    flash_attention_frac = 0.5           # FlashAttention kernel efficiency, fraction of dense peak
-    hbm_frac = 0.8
+The formulas (:mod:`workbench.cost`) read ``cal.framework.<field>`` and the device's rates through
+:meth:`Calibration.device`, :meth:`Calibration.gemm_curve` and :meth:`Calibration.attention`.
+
+Fitted-constants file::
+
+    source = "how the values were fitted"
+    [fit.pooled]                      # pooled over every stack: used by groups without their own fit
+    kernel_efficiency_frac = 0.8
+    [fit."megatron-lm-2021"]          # a fit group (a profile id, or the fit_group of a fork)
+    host_overhead_per_layer_s = 1.2e-4
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from workbench.presets.catalog import profiles_dir
+from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework
+from workbench.presets.kernels import kernel_table_names, load_kernel_table
+from workbench.specs.framework import FITTABLE, FrameworkProfile
 from workbench.specs.hardware import DeviceSpec
+from workbench.specs.kernels import KernelTable
 
+NEUTRAL = FrameworkProfile(
+    id="neutral",
+    name="neutral: plain roofline and alpha-beta, nothing hidden, no allowance",
+    schedules=None,
+    zero_stages=(0, 1, 2, 3),
+    context_parallel=True,
+    expert_parallel=True,
+    fp8=True,
+    uneven_stages=True,
+    collective_efficiency_frac=1.0,
+    fragmentation_frac=0.0,
+    context_bytes=0.0,
+    moe_dispatch_passes=0.0,
+    memory_report="required",
+)
+"""The profile of ``Calibration()``: fused FlashAttention-2, no overlap, ideal collectives, no memory allowance
+(the torch-profile backend and the plain model use it; it runs any plan)."""
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DeviceCalibration:
-    """Fitted efficiencies of one device; None keeps the device preset's value."""
+POOLED_GROUP = "pooled"
+"""Fit group of the constants fitted over every stack's runs at once (``workbench.specs.framework.POOLED``)."""
 
-    matmul: tuple[tuple[float, float], ...] | None = None
-    """(flop, fraction of the dense peak) points of the matmul efficiency curve (Calculon's idea)."""
-    flash_attention_frac: float | None = None
-    """Fraction of the dense peak a fused (FlashAttention) attention kernel reaches on executed FLOPs."""
-    hbm_frac: float | None = None
-    """Share of the peak HBM bandwidth memory-bound kernels reach."""
+FALLBACK_ATTENTION_FRAC = 0.5
+"""Fused-attention efficiency when a device has no kernel table: FlashAttention-2 reaches 50-73% of the A100
+peak forward and somewhat less backward (Dao 2023, arXiv:2307.08691, section 4.1)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Calibration:
-    """Fitted constants and execution assumptions; fractions are 0..1, times in seconds."""
+    """A framework profile (with its fitted constants applied) and the kernel tables of the devices."""
 
     name: str = "neutral"
-    flash_attention: bool = True
-    """Attention runs as a fused kernel (FlashAttention, Dao et al. 2022): it executes the causal half of the
-    score FLOPs, stores no s^2 activations and recomputes the scores in the backward pass. False: Megatron's
-    2021-2022 unfused path (full s^2 scores, softmax and dropout in HBM)."""
-    flash_attention_frac: float = 0.5
-    """Default FlashAttention efficiency when the device has no fitted value (FlashAttention-2, Dao 2023,
-    reports 50-73% of the A100 peak forward, lower backward)."""
-    selective_recompute: str = "attention"
-    """What ``recompute=selective`` recomputes: ``attention`` (Megatron: the attention core, Korthikanti et
-    al. 2022 section 4.3) or ``op`` (torchtitan's per-op SAC: every second matmul output and the attention
-    output are saved, the rest recomputed)."""
-    dropout: bool = False
-    """The model applies dropout (GPT-3/Megatron GPT: yes, Llama: no); adds masks to activations and passes."""
-    capacity_factor: float = 1.0
-    """MoE token capacity factor: expert work is top-k x capacity_factor tokens (1.0: dropless, balanced)."""
-    grad_bytes_per_param: float = 4.0
-    """Gradient accumulation buffer precision (Megatron main_grad fp32 = 4; FSDP pure bf16 = 2)."""
-    master_weights: bool = True
-    """fp32 master copy of the weights in the optimizer (mixed precision, Micikevicius et al. 2018)."""
-    tp_comm_overlap_frac: float = 0.0
-    """Share of tensor-parallel collectives hidden behind GEMMs (TE userbuffers, async TP)."""
-    cp_comm_overlap_frac: float = 0.0
-    """Share of context-parallel KV exchange hidden behind the attention kernel (ring attention)."""
-    ep_comm_overlap_frac: float = 0.0
-    """Share of expert-parallel all-to-all hidden behind compute."""
-    dp_comm_overlap_frac: float = 0.0
-    """Share of the data-parallel gradient reduction hidden behind the backward pass (bucketed)."""
-    fsdp_comm_overlap_frac: float = 0.0
-    """Share of the ZeRO-3 per-micro-batch parameter gathers and gradient reduce-scatters hidden behind compute."""
-    collective_efficiency_frac: float = 1.0
-    """Achieved share of the link bandwidth in large collectives (nccl-tests bus bandwidth over the link's)."""
-    layer_overhead_s: float = 0.0
-    """Fixed cost per layer per forward pass (kernel launches, framework); backward counts it twice."""
-    moe_layer_overhead_s: float = 0.0
-    """Extra fixed cost per MoE layer per forward pass (routing, token permutation, host syncs of dropless
-    token counts); backward counts it twice."""
-    fp8_matmul_scale: float = 1.0
-    """Efficiency of FP8 matrix multiplies relative to the bf16 curve (casts, scaling, smaller tiles)."""
-    fragmentation_frac: float = 0.0
-    """Allocator fragmentation allowance: share added on top of the counted memory."""
-    framework_overhead_bytes: float = 0.0
-    """Fixed per-device memory outside the model (CUDA context, NCCL and cuBLAS workspaces)."""
-    devices: dict[str, DeviceCalibration] = field(default_factory=dict)
-    """Per device preset id."""
+    framework: FrameworkProfile = NEUTRAL
+    kernels: dict[str, KernelTable] = field(default_factory=dict)
+    """Kernel table per device preset id; a device without one keeps its preset's efficiency curve."""
+    fits: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Fitted constants per fit group (what :meth:`with_framework` applies to a profile), and under
+    ``POOLED_GROUP`` the values pooled over every stack (for a group without its own fit)."""
 
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name.endswith("_frac") and not (isinstance(value, int | float) and 0 <= value <= 1):
-                raise ValueError(f"Calibration {self.name!r}: {f.name} must be in [0, 1], got {value!r}")
-        if self.selective_recompute not in ("attention", "op"):
-            raise ValueError(
-                f"Calibration {self.name!r}: selective_recompute must be attention or op, "
-                f"got {self.selective_recompute!r}"
-            )
-        if self.capacity_factor < 1 or self.grad_bytes_per_param <= 0:
-            raise ValueError(
-                f"Calibration {self.name!r}: capacity_factor must be >= 1 and grad_bytes_per_param > 0"
-            )
+    def with_framework(self, framework: FrameworkProfile | str) -> Calibration:
+        """The same kernels and fits, pricing with ``framework`` (its group's fitted constants applied)."""
+        prof = load_framework(framework)
+        values = {**self.fits.get(POOLED_GROUP, {}), **self.fits.get(prof.group, {})}
+        fitted: dict[str, Any] = {k: v for k, v in values.items() if k in prof.fitted}
+        return replace(self, framework=replace(prof, **fitted))
+
+    def table(self, device: DeviceSpec) -> KernelTable | None:
+        return self.kernels.get(device.id)
 
     def device(self, device: DeviceSpec) -> DeviceSpec:
-        """``device`` with this calibration's matmul curve and HBM share applied (unchanged if none)."""
-        cal = self.devices.get(device.id)
-        if cal is None:
+        """``device`` with its kernel table's bf16 GEMM curve and HBM share (unchanged without a table)."""
+        table = self.table(device)
+        if table is None:
             return device
-        changes: dict[str, Any] = {}
-        if cal.matmul is not None:
-            changes["matmul_efficiency"] = cal.matmul
-        if cal.hbm_frac is not None:
-            changes["hbm_efficiency_frac"] = cal.hbm_frac
-        return replace(device, **changes) if changes else device
+        changes: dict[str, Any] = {"hbm_efficiency_frac": table.hbm_frac}
+        if "bf16" in table.gemm:
+            changes["matmul_efficiency"] = table.gemm["bf16"]
+        return replace(device, **changes)
 
-    def flash_frac(self, device: DeviceSpec) -> float:
-        cal = self.devices.get(device.id)
-        return (
-            cal.flash_attention_frac
-            if cal and cal.flash_attention_frac is not None
-            else self.flash_attention_frac
-        )
+    def gemm_curve(self, device: DeviceSpec, dtype: str) -> tuple[tuple[float, float], ...]:
+        """GEMM (flop, fraction of ``dtype``'s dense peak) points: the kernel table's curve for ``dtype``, else
+        the bf16 curve, else the device preset's."""
+        table = self.table(device)
+        if table is not None:
+            for key in (dtype, "bf16"):
+                if key in table.gemm or (key == "fp16" and "bf16" in table.gemm):
+                    return table.gemm_curve(key)
+        return device.matmul_efficiency
+
+    def attention(self, device: DeviceSpec, *, dtype: str, seq_len: Any, head_dim: int) -> tuple[Any, Any]:
+        """(forward, backward) fraction of the dense peak of the framework's fused attention kernel on
+        ``device`` (causal, the kernel table's nearest head dim, interpolated in seq_len); the first family
+        of ``framework.attention_kernels`` the table has, else ``FALLBACK_ATTENTION_FRAC``."""
+        table = self.table(device)
+        families = self.framework.attention_kernels
+        if table is not None:
+            for key in (dtype, "bf16"):
+                hit = table.attention_fracs(
+                    families, dtype=key, head_dim=head_dim, causal=True, seq_len=seq_len
+                )
+                if hit is not None:
+                    return hit[1], hit[2]
+        return FALLBACK_ATTENTION_FRAC, FALLBACK_ATTENTION_FRAC
 
 
-_GLOBAL_KEYS = {f.name for f in fields(Calibration)} - {"name", "devices"}
-
-
-def calibration_from_dict(data: dict[str, Any], *, name: str) -> Calibration:
-    """Build from the parsed TOML (see the module docstring). Unknown keys raise ValueError."""
-    unknown = set(data) - {"model", "device", "source"}
+def fits_from_dict(data: dict[str, Any], *, where: str) -> dict[str, dict[str, float]]:
+    """The ``[fit.<group>]`` tables of a fitted-constants file; unknown keys raise ValueError."""
+    unknown = set(data) - {"fit", "source"}
     if unknown:
-        raise ValueError(
-            f"calibration {name}: unknown section(s) {sorted(unknown)}; allowed: model, device, source"
-        )
-    top = dict(data.get("model", {}))
-    bad = set(top) - _GLOBAL_KEYS
-    if bad:
-        raise ValueError(
-            f"calibration {name}: unknown key(s) {sorted(bad)} in [model]; allowed: {sorted(_GLOBAL_KEYS)}"
-        )
-    devices = {}
-    for dev_id, table in data.get("device", {}).items():
-        extra = set(table) - {"matmul", "flash_attention_frac", "hbm_frac"}
-        if extra:
-            raise ValueError(f"calibration {name}: unknown key(s) {sorted(extra)} in [device.{dev_id}]")
-        matmul = table.get("matmul")
-        devices[dev_id] = DeviceCalibration(
-            matmul=tuple((float(x), float(f)) for x, f in matmul) if matmul is not None else None,
-            flash_attention_frac=table.get("flash_attention_frac"),
-            hbm_frac=table.get("hbm_frac"),
-        )
-    return Calibration(name=name, devices=devices, **top)
+        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: fit, source")
+    fits: dict[str, dict[str, float]] = {}
+    for group, table in data.get("fit", {}).items():
+        bad = set(table) - set(FITTABLE)
+        if bad:
+            raise ValueError(
+                f"{where}: [fit.{group}] unknown key(s) {sorted(bad)}; allowed: {', '.join(FITTABLE)}"
+            )
+        fits[group] = {k: float(v) for k, v in table.items()}
+    return fits
 
 
-def load_calibration(name_or_path: str | Path = "default") -> Calibration:
-    """A calibration file by name (``profiles/calibration/<name>.toml``) or path; ``neutral`` gives the defaults."""
+def published_kernels() -> dict[str, KernelTable]:
+    """Every published kernel table, by device id."""
+    return {name: load_kernel_table(name) for name in kernel_table_names()}
+
+
+def load_calibration(
+    name_or_path: str | Path = "default",
+    *,
+    framework: FrameworkProfile | str = DEFAULT_FRAMEWORK,
+    kernels: str | Path | KernelTable | None = None,
+) -> Calibration:
+    """Resolve a calibration: fitted constants by name (``profiles/calibration/<name>.toml``) or path
+    (``neutral``: none, and the neutral profile unless ``framework`` is given explicitly), the framework
+    profile by id or path, the published kernel tables plus ``kernels`` (a table, file or microbench folder,
+    which replaces the published table of its device). ValueError names the bad file or key."""
+    tables = published_kernels()
+    if kernels is not None:
+        extra = kernels if isinstance(kernels, KernelTable) else load_kernel_table(kernels)
+        tables[extra.device] = extra
     if str(name_or_path) == "neutral":
-        return Calibration()
+        cal = Calibration(kernels=tables)
+        return cal if framework == DEFAULT_FRAMEWORK else cal.with_framework(framework)
     path = Path(name_or_path)
     if not path.suffix:
         path = profiles_dir() / "calibration" / f"{name_or_path}.toml"
@@ -169,4 +168,5 @@ def load_calibration(name_or_path: str | Path = "default") -> Calibration:
             data = tomllib.load(fh)
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"{path}: not valid TOML ({exc})") from None
-    return calibration_from_dict(data, name=path.stem)
+    cal = Calibration(name=path.stem, kernels=tables, fits=fits_from_dict(data, where=str(path)))
+    return cal.with_framework(framework)

@@ -17,7 +17,7 @@ from workbench.search.result import (
     rows_from_pool,
 )
 from workbench.search.run import Progress, screen_all
-from workbench.search.space import Constraints
+from workbench.search.space import Constraints, framework_constraints
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
@@ -77,6 +77,10 @@ def search(
         raise ValueError(f"top_k must be >= 0 and keep >= 1, got top_k={top_k}, keep={keep}")
     constraints = constraints or Constraints()
     cal = calibration if isinstance(calibration, _Cal) else load_calibration(calibration or "default")
+    unsupported = cal.framework.unsupported_dtype(workload.dtype)
+    if unsupported:
+        raise ValueError(f"framework {cal.framework.id} does not run {', '.join(unsupported)}")
+    constraints = framework_constraints(constraints, cal.framework)
     clusters = _clusters(cluster, nodes)
     if constraints.max_devices is not None and all(c.num_devices > constraints.max_devices for c in clusters):
         sizes = ", ".join(str(c.num_devices) for c in clusters)

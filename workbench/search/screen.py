@@ -122,8 +122,8 @@ def _rank_total(ctx: ScreenContext, cols: Cols, rank: str) -> Any:
     parts = step.memory_columns(
         step.static_memory(ctx.step_ctx, cols, held),
         _stored_peak_bytes(ctx, cols, held, rank),
-        overhead_bytes=cal.framework_overhead_bytes,
-        fragmentation_frac=cal.fragmentation_frac,
+        overhead_bytes=cal.framework.context_bytes,
+        fragmentation_frac=cal.framework.fragmentation_frac,
     )
     return sum(parts.values())
 

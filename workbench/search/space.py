@@ -14,12 +14,13 @@ rejection counted by ``workbench.search.grid``, not an exclusion from the space.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
+from workbench.specs.framework import FrameworkProfile
 from workbench.specs.plan import Recompute
 
 if TYPE_CHECKING:
@@ -108,6 +109,41 @@ class Constraints:
             return [c for c in candidates if c == self.fixed[axis]]
         cap = self.maximum.get(axis, default_max)
         return [c for c in candidates if cap is None or c <= cap]
+
+
+def framework_constraints(constraints: Constraints, framework: FrameworkProfile) -> Constraints:
+    """``constraints`` narrowed to what ``framework`` runs: its schedules (none: pp fixed to 1), ZeRO stages,
+    sequence parallelism, cp and ep only when it offers them. ValueError when nothing allowed is left."""
+    changes: dict[str, Any] = {}
+    fixed = dict(constraints.fixed)
+    if framework.schedules is not None:
+        kept = tuple(s for s in constraints.schedules if s in framework.schedules)
+        if kept:
+            changes["schedules"] = kept
+        else:
+            if constraints.fixed.get("pp", 1) > 1:
+                raise ValueError(
+                    f"framework {framework.id} runs none of the schedules {', '.join(constraints.schedules)} "
+                    f"(it runs: {', '.join(framework.schedules) or 'no pipeline parallelism'})"
+                )
+            fixed["pp"] = 1
+    stages = tuple(z for z in constraints.zero_stages if z in framework.zero_stages)
+    if not stages:
+        raise ValueError(
+            f"framework {framework.id} runs none of the ZeRO stages {constraints.zero_stages} "
+            f"(it runs: {framework.zero_stages})"
+        )
+    changes["zero_stages"] = stages
+    if not framework.sequence_parallel:
+        changes["sequence_parallel"] = (False,)
+    for axis, offered in (("cp", framework.context_parallel), ("ep", framework.expert_parallel)):
+        if not offered:
+            if constraints.fixed.get(axis, 1) > 1:
+                raise ValueError(
+                    f"framework {framework.id} offers no {axis} > 1 (fixed {axis}={fixed[axis]})"
+                )
+            fixed[axis] = 1
+    return replace(constraints, fixed=fixed, **changes)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,0 +1,152 @@
+"""Framework profiles, kernel tables and their use by the cost model, the planner and validate."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.cost.flops import matmul_efficiency_frac
+from workbench.estimate.analytic import estimate_plan
+from workbench.presets.calibration import Calibration, load_calibration
+from workbench.presets.catalog import load_cluster, load_model
+from workbench.presets.frameworks import all_frameworks, framework_names, load_framework, profile_for_text
+from workbench.presets.kernels import kernel_table_names, load_kernel_table
+from workbench.search import Constraints
+from workbench.search.space import framework_constraints
+from workbench.specs.plan import ParallelPlan, Workload
+from workbench.validate import cross_validate, prepare, read_rows, validate_rows
+
+VALIDATION = Path(__file__).resolve().parents[1] / "profiles" / "validation" / "training_public.csv"
+
+
+def test_every_profile_loads_names_sources_and_fits_only_fittable_fields() -> None:
+    names = framework_names()
+    assert {
+        "megatron-lm-2021",
+        "megatron-core-2024",
+        "deepspeed-2021",
+        "torchtitan-2024",
+        "llm-foundry-2023",
+    } <= set(names)
+    for prof in all_frameworks():
+        assert prof.sources, f"{prof.id} cites no source"
+        assert prof.fitted, f"{prof.id} names no fitted constant"
+
+
+def test_every_validation_framework_text_maps_to_a_profile() -> None:
+    texts = {r["framework"] for r in read_rows(VALIDATION)}
+    assert all(profile_for_text(t) is not None for t in texts), texts
+
+
+def test_bad_profile_file_names_file_and_key(tmp_path: Path) -> None:
+    bad = tmp_path / "x.toml"
+    bad.write_text('id = "x"\nname = "x"\nwarp_speed = 9\n')
+    with pytest.raises(ValueError, match=r"x\.toml.*warp_speed"):
+        load_framework(bad)
+    bad.write_text('id = "x"\nname = "x"\ndp_comm_overlap_frac = 1.5\n')
+    with pytest.raises(ValueError, match="dp_comm_overlap_frac"):
+        load_framework(bad)
+
+
+def test_published_kernel_tables_cover_the_validation_devices_and_cite_sources() -> None:
+    devices = {r["device"] for r in read_rows(VALIDATION)}
+    assert devices <= set(kernel_table_names())
+    for name in kernel_table_names():
+        table = load_kernel_table(name)
+        assert table.device == name and not table.measured and table.source
+        assert "bf16" in table.gemm
+
+
+def test_gemm_curve_of_the_kernel_table_is_what_the_cost_model_reads() -> None:
+    """The analytic GEMM time equals flop / (peak * table fraction * sustained share) for a large GEMM."""
+    cal = load_calibration(framework="megatron-core-2024")
+    device = load_cluster("dgx-h100").device
+    table = load_kernel_table("h100-sxm5-80gb")
+    assert cal.gemm_curve(device, "bf16") == table.gemm["bf16"]
+    frac = float(matmul_efficiency_frac(1e12, table.gemm["bf16"]))
+    assert frac == pytest.approx(
+        np.interp(12, np.log10([p[0] for p in table.gemm["bf16"]]), [p[1] for p in table.gemm["bf16"]])
+    )
+
+
+def test_eager_elementwise_and_unfused_attention_cost_more_time() -> None:
+    """Mechanisms, not fudge: eager element-wise ops and unfused attention add HBM passes, so the same plan
+    is slower under a profile that has them (all else equal)."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-a100")
+    work = Workload(seq_len=4096, global_batch_size=16)
+    plan = ParallelPlan(dp=8, micro_batch_size=1, zero_stage=1)
+    base = Calibration().with_framework(load_framework("megatron-core-2024"))
+    fw = base.framework
+    times = {}
+    for name, change in (
+        ("fused", {}),
+        ("eager", {"fused_elementwise": False}),
+        ("unfused", {"attention_kernels": ()}),
+    ):
+        cal = dataclasses.replace(base, framework=dataclasses.replace(fw, **change))
+        times[name] = estimate_plan(model, cluster, work, plan, calibration=cal).step_time_s
+    assert times["eager"] > times["fused"] and times["unfused"] > times["fused"]
+
+
+def test_planner_offers_only_what_the_framework_runs() -> None:
+    c = framework_constraints(Constraints(), load_framework("megatron-core-2024"))
+    assert set(c.schedules) == {"1f1b", "interleaved-1f1b"} and 2 not in c.zero_stages
+    foundry = framework_constraints(Constraints(), load_framework("llm-foundry-2023"))
+    assert foundry.fixed["pp"] == 1 and foundry.fixed["cp"] == 1 and foundry.sequence_parallel == (False,)
+    with pytest.raises(ValueError, match="ZeRO"):
+        framework_constraints(Constraints(zero_stages=(1,)), load_framework("llm-foundry-2023"))
+
+
+def test_estimate_refuses_a_schedule_the_framework_does_not_run() -> None:
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
+    plan = ParallelPlan(dp=2, pp=4, micro_batch_size=1, schedule="zb-h1")
+    cal = load_calibration(framework="megatron-core-2024")
+    with pytest.raises(ValueError, match="megatron-core-2024 does not run: schedule zb-h1"):
+        estimate_plan(model, cluster, Workload(seq_len=2048, global_batch_size=64), plan, calibration=cal)
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_blank_architecture_is_skipped_with_a_reason_and_custom_cluster_sidecar(tmp_path: Path) -> None:
+    rows = read_rows(VALIDATION)
+    zb = next(r for r in rows if r["source_key"] == "ZB_ICLR24")
+    blank = {**zb, "id": "X-001", "hidden_size": ""}
+    custom = {**zb, "id": "X-002", "cluster": "other-mine"}
+    (tmp_path / "clusters").mkdir()
+    src = load_cluster("other-a100-roce")
+    text = (
+        Path(__file__).resolve().parents[1] / "profiles" / "clusters" / "other-a100-roce.toml"
+    ).read_text()
+    (tmp_path / "clusters" / "other-mine.toml").write_text(text.replace(f'"{src.id}"', '"other-mine"', 1))
+    path = _write(tmp_path / "v.csv", [blank, custom, {**zb, "id": "X-003", "cluster": "nowhere"}])
+    result = validate_rows(read_rows(path), calibration=load_calibration(), data_dir=tmp_path)
+    reasons = {s["id"]: s["reason"] for s in result["skipped"]}
+    assert "hidden_size" in reasons["X-001"] and "nowhere" in reasons["X-003"]
+    assert [r["id"] for r in result["rows"]] == ["X-002"]
+
+
+def test_leave_one_source_out_scores_each_source_with_constants_fitted_without_it(tmp_path: Path) -> None:
+    """Two small sources of two stacks: the held-out source's stack has no rows in its fold, so its
+    constants are the pooled fit of the other source; in-sample it gets its own fit."""
+    rows = read_rows(VALIDATION)
+    zb = [r for r in rows if r["source_key"] == "ZB_ICLR24"][:3]
+    mosaic = [r for r in rows if r["source_key"] == "MOSAIC_LLMFOUNDRY"][:3]
+    prepared = prepare(zb + mosaic)
+    result = cross_validate(prepared, load_calibration())
+    assert set(result["mape_by_source"]) == {"ZB_ICLR24", "MOSAIC_LLMFOUNDRY"}
+    fold = result["folds"]["ZB_ICLR24"]
+    assert "megatron-lm-2021" not in fold and "llm-foundry-2023" in fold and "pooled" in fold
+    assert "megatron-lm-2021" in result["fits"]
+    assert set(result["in_sample"]) == {"mape", "mape_by_source", "memory_mape", "memory_mape_by_source"}
+    oos = [r["ape"] for r in result["rows"] if r["ape"] is not None]
+    assert result["mape"] == pytest.approx(sum(oos) / len(oos))

@@ -1,0 +1,83 @@
+"""Framework profiles on disk: ``profiles/frameworks/<id>.toml`` (spec: :mod:`workbench.specs.framework`).
+
+Keys are the fields of :class:`~workbench.specs.framework.FrameworkProfile` plus a ``[sources]`` table
+(field -> source). Unknown keys raise ValueError naming the file and listing the allowed keys; a validation
+row's ``framework`` text is matched to a profile by its ``aliases`` (:func:`profile_for_text`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from workbench.presets.catalog import profiles_dir
+from workbench.specs.framework import FrameworkProfile
+
+DEFAULT_FRAMEWORK = "generic"
+"""The profile a plan is priced with when the user names none: Megatron-Core's execution (the stack most large
+runs use today, sharing its fitted constants) offering every schedule and feature the workbench models."""
+
+_FIELDS = {f.name for f in fields(FrameworkProfile)}
+_TUPLES = {"aliases", "fitted", "schedules", "zero_stages", "attention_kernels"}
+
+
+def frameworks_dir() -> Path:
+    return profiles_dir() / "frameworks"
+
+
+def framework_names() -> list[str]:
+    """Profile ids, sorted."""
+    return sorted(p.stem for p in frameworks_dir().glob("*.toml"))
+
+
+def profile_from_dict(data: dict[str, Any], *, where: str) -> FrameworkProfile:
+    """Build a profile from parsed TOML; errors name ``where`` (the file) and the key."""
+    bad = set(data) - _FIELDS
+    if bad:
+        raise ValueError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_FIELDS)}")
+    values: dict[str, Any] = {
+        k: None if (k == "schedules" and v == "any") else tuple(v) if k in _TUPLES else v
+        for k, v in data.items()
+    }
+    try:
+        return FrameworkProfile(**values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+@cache
+def _load(path: Path) -> FrameworkProfile:
+    with path.open("rb") as fh:
+        try:
+            data = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: not valid TOML ({exc})") from None
+    return profile_from_dict(data, where=str(path))
+
+
+def load_framework(name_or_path: str | Path | FrameworkProfile = DEFAULT_FRAMEWORK) -> FrameworkProfile:
+    """A profile by id or TOML path (a profile passes through). ValueError lists the ids for an unknown one."""
+    if isinstance(name_or_path, FrameworkProfile):
+        return name_or_path
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = frameworks_dir() / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise ValueError(f"framework {str(name_or_path)!r}: unknown; known: {', '.join(framework_names())}")
+    return _load(path.resolve())
+
+
+def all_frameworks() -> list[FrameworkProfile]:
+    return [load_framework(n) for n in framework_names()]
+
+
+def profile_for_text(text: str) -> FrameworkProfile | None:
+    """The profile whose id or alias equals ``text`` (case-insensitive, stripped); None when none does."""
+    key = text.strip().lower()
+    for prof in all_frameworks():
+        if key == prof.id or key in (a.lower() for a in prof.aliases):
+            return prof
+    return None
