@@ -403,8 +403,9 @@ def validate_rows(
     """Run the analytic model on every row. Returns the JSON object ``workbench validate --json`` prints:
     rows (id, source_key, framework, metric, predicted, measured, ape, assumed, plus memory fields), skipped
     (id, reason), mape, mape_by_source, memory_mape, memory_mape_by_source, defaults, constants."""
-    result = score(prepare(rows, framework=framework, data_dir=data_dir), calibration)
-    result["constants"] = constants_table(calibration, prepare(rows, framework=framework, data_dir=data_dir))
+    prepared = prepare(rows, framework=framework, data_dir=data_dir)
+    result = score(prepared, calibration)
+    result["constants"] = constants_table(calibration, prepared)
     return result
 
 
