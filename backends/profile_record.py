@@ -288,7 +288,6 @@ def run_profile(
     spec: ModelSpec,
     *,
     base_model: str,
-    model_arg: str,
     shapes_args: tuple[list[int], ...],
     cp: int,
     ep: int,
@@ -303,10 +302,9 @@ def run_profile(
     force: bool,
     quiet: bool,
     overrides: dict[str, int],
-) -> None:
-    """What ``workbench profile`` does: measure, write the folder, print where it went."""
-    import click
-
+) -> tuple[int, str, bool]:
+    """What ``workbench profile`` does: measure and write the folder ``out``. Returns (rows, device name,
+    whether ``config.json`` was written) for the caller to print once the folder is in place."""
     from workbench.presets.profile_table import write_profile
 
     if device == "cuda" and not torch.cuda.is_available():
@@ -345,12 +343,7 @@ def run_profile(
     if device == "cpu":
         _host_files(out, manifest)
     has_config = write_model_config(out, base_model, spec) if spec.name != base_model else False
-    click.echo(f"wrote {out} ({len(ops)} rows, {manifest['device_name']}, {dtype})")
-    model_hint = out / "config.json" if has_config else model_arg
-    click.echo(
-        f"use it: workbench estimate --backend torch-profile --profile {out} --model {model_hint} "
-        f"--cluster {out / 'cluster.toml' if device == 'cpu' else '<cluster>'} --dtype {dtype} ..."
-    )
+    return len(ops), str(manifest["device_name"]), has_config
 
 
 def write_model_config(out: Path, base_name: str, spec: ModelSpec) -> bool:

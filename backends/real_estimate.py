@@ -237,7 +237,8 @@ def _notes(run: RunResult, times: list[float], waits_s: float) -> list[str]:
     notes = [
         f"measured on {ranks['device']} with torch {ranks['torch_version']}, schedule run by "
         f"{ranks['schedule_class']}; step time: median of {len(times)} steps after {run.warmup_steps} warm-up "
-        f"(min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms); run folder {run.run_dir}",
+        f"(min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms)"
+        + (f"; run folder {run.run_dir}" if run.run_dir.exists() else ""),
         f"time blocked on pipeline neighbours (wait) on the worst rank: {waits_s * 1e3:.1f} ms per step",
         "bubble: the critical rank's idle time in the pipeline's span (waits on pipeline sends included); "
         "exposed_dp_comm_s: the step outside that span and the optimizer (gradient reduction, barrier, "

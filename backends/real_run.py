@@ -7,17 +7,37 @@ turns it into the measured Estimate with ``workbench_backends.real_estimate.to_e
 that module).
 
 The model is the one given (shrink it first: ``workbench run --layers/--hidden``); the run is in fp32.
+
+Guarantees: the number of workers is checked against this machine before anything starts
+(``check_workers``: ``workbench_backends.launch.worker_limit`` with ``worker_bytes`` per worker); no process
+of the job outlives ``real_run`` (``workbench_backends.launch``); a temporary run folder (``wb-run-*`` in the
+temporary directory, made when no ``run_dir`` is given) is removed on every exit path, success, failure,
+timeout, KeyboardInterrupt, unless ``keep_run_dir``. A caller killed with SIGKILL cannot remove its folder:
+each temporary folder holds an ``owner`` file (pid and start time of the process that made it) and the next
+``real_run`` removes folders whose owner is gone (``sweep_stale_run_dirs``), ending any process still
+marked with that folder first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from workbench_backends.launch import LaunchConfig, run_torchrun
+from workbench_backends.launch import (
+    WORKER_BYTES,
+    LaunchConfig,
+    LaunchError,
+    WorkerLimit,
+    check_worker_count,
+    kill_job_processes,
+    process_start,
+    run_torchrun,
+)
 from workbench_backends.real_estimate import (
     COMPUTE_OPS,
     RunResult,
@@ -32,6 +52,13 @@ from workbench.specs.estimate import Estimate
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload
+
+RUN_DIR_PREFIX = "wb-run-"
+"""Name prefix of temporary run folders (in ``tempfile.gettempdir()``, i.e. ``$TMPDIR`` or /tmp)."""
+OWNER_FILE = "owner"
+"""In a temporary run folder: ``<pid> <start time>`` of the process that made it (``sweep_stale_run_dirs``)."""
+STATE_BYTES_PER_PARAM = 16
+"""fp32 weights, gradients and AdamW's two moments: 4 x 4 bytes per parameter."""
 
 
 def device_kind() -> str:
@@ -113,6 +140,81 @@ def check_plan(plan: ParallelPlan, model: ModelSpec, workload: Workload) -> Sche
     return build_schedule(plan.schedule, pp=plan.pp, num_microbatches=m, vpp=plan.vpp)
 
 
+def worker_bytes(model: ModelSpec, plan: ParallelPlan, *, check_loss: bool) -> int:
+    """Memory one worker is assumed to need: ``WORKER_BYTES`` (torch, gloo, a small model's activations) plus
+    ``STATE_BYTES_PER_PARAM`` per parameter of its pp x tp share of the model, plus, with ``check_loss``,
+    rank 0's single-process reference (the whole model's states) spread over the workers."""
+    total = model.total_parameters()
+    share = STATE_BYTES_PER_PARAM * total // (plan.pp * plan.tp)
+    reference = STATE_BYTES_PER_PARAM * total // plan.num_devices if check_loss else 0
+    return WORKER_BYTES + share + reference
+
+
+def check_workers(
+    model: ModelSpec, plan: ParallelPlan, *, check_loss: bool, device: str | None, asked: str | None = None
+) -> WorkerLimit:
+    """ValueError (one line naming ``asked``, default the plan, and this machine's limit) when the plan needs
+    more worker processes than this machine takes (``workbench_backends.launch.worker_limit``; with
+    ``device="cuda"`` also no more than the visible devices; ``device=None`` checks cores and memory only,
+    without importing torch)."""
+    devices = None
+    if device == "cuda":
+        import torch
+
+        devices = torch.cuda.device_count()
+    return check_worker_count(
+        plan.num_devices,
+        asked=asked or f"the plan {plan.describe()}",
+        per_worker_bytes=worker_bytes(model, plan, check_loss=check_loss),
+        devices=devices,
+    )
+
+
+def make_run_dir(parent: Path | None = None) -> Path:
+    """A new temporary run folder ``wb-run-*`` in ``parent`` (default: the temporary directory) with its
+    ``owner`` file, after removing stale ones there (``sweep_stale_run_dirs``)."""
+    sweep_stale_run_dirs(parent)
+    run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX, dir=parent))
+    try:
+        (run_dir / OWNER_FILE).write_text(f"{os.getpid()} {process_start(os.getpid())}\n")
+        return run_dir.resolve()
+    except BaseException:  # KeyboardInterrupt (or a SIGTERM turned into one) right after mkdtemp
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def sweep_stale_run_dirs(parent: Path | None = None) -> list[Path]:
+    """Remove this user's ``wb-run-*`` folders in ``parent`` (default: the temporary directory) whose
+    ``owner`` process is gone (a run whose caller was SIGKILLed), after SIGKILLing any process still marked
+    with the folder; return them. Folders without an ``owner`` file (kept ones, ``--run-dir`` ones) stay."""
+    folder = Path(parent) if parent is not None else Path(tempfile.gettempdir())
+    removed = []
+    for run_dir in sorted(folder.glob(RUN_DIR_PREFIX + "*")):
+        try:
+            if run_dir.is_symlink() or not run_dir.is_dir() or run_dir.stat().st_uid != os.getuid():
+                continue
+            pid, start = (run_dir / OWNER_FILE).read_text().split()
+            alive = process_start(int(pid)) == start if start != "None" else _pid_exists(int(pid))
+        except (OSError, ValueError):
+            continue
+        if not alive:
+            kill_job_processes(run_dir.resolve(), timeout_s=2.0)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            removed.append(run_dir)
+    return removed
+
+
+def _pid_exists(pid: int) -> bool:
+    """For a system without ``/proc`` start times: whether ``pid`` names a process (reused pids count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def real_run(
     model: ModelSpec,
     workload: Workload,
@@ -126,10 +228,16 @@ def real_run(
     executor: str = "auto",
     timeout_s: float = 300.0,
     run_dir: Path | None = None,
+    keep_run_dir: bool = False,
     device: str | None = None,
 ) -> RunResult:
-    """Launch the job and collect its per-rank results. ``run_dir`` must be empty or absent (None: a temp
-    folder). Raises ValueError for an unsupported plan, ``LaunchError`` when a rank fails or it times out."""
+    """Launch the job and collect its per-rank results.
+
+    ``run_dir`` must be empty or absent and is kept; None: a temporary folder (``make_run_dir``), removed
+    before this returns or raises unless ``keep_run_dir`` (``RunResult.run_dir`` then names a folder that is
+    gone). Raises ValueError for an unsupported plan or more workers than this machine takes (before anything
+    starts), ``LaunchError`` when a rank fails or it times out (for a removed temporary folder its message is
+    the pathless ``summary``, since the files it would name are gone)."""
     if steps <= warmup_steps:
         raise ValueError(f"steps must be > warmup_steps={warmup_steps}, got steps={steps}")
     if executor not in ("auto", "csv"):
@@ -137,30 +245,51 @@ def real_run(
             f"executor must be 'auto' (torch's class when torch has one) or 'csv', got {executor!r}"
         )
     schedule = check_plan(plan, model, workload)
-    run_dir = Path(tempfile.mkdtemp(prefix="wb-run-")) if run_dir is None else Path(run_dir)
-    run_dir = run_dir.resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if any(run_dir.iterdir()):
-        raise ValueError(f"run folder {run_dir} is not empty; give a new or empty folder")
     device = device or device_kind()
-    write_config(
-        run_dir,
-        model,
-        workload,
-        plan,
-        schedule,
-        steps=steps,
-        seed=seed,
-        lr=lr,
-        check_loss=check_loss,
-        executor=executor,
-        device=device,
-    )
-    launch = LaunchConfig(nproc_per_node=plan.num_devices, timeout_s=timeout_s)
-    wall_s = run_torchrun(
-        launch, "workbench_backends.run_worker", ["--run-dir", str(run_dir)], run_dir=run_dir
-    )
-    ranks = [json.loads((run_dir / f"rank{k}.json").read_text()) for k in range(plan.num_devices)]
+    check_workers(model, plan, check_loss=check_loss, device=device)
+    temporary = run_dir is None
+    remove = temporary and not keep_run_dir
+    if run_dir is not None:
+        run_dir = Path(run_dir).resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if any(run_dir.iterdir()):
+            raise ValueError(f"run folder {run_dir} is not empty; give a new or empty folder")
+    try:
+        if run_dir is None:
+            run_dir = make_run_dir()
+        write_config(
+            run_dir,
+            model,
+            workload,
+            plan,
+            schedule,
+            steps=steps,
+            seed=seed,
+            lr=lr,
+            check_loss=check_loss,
+            executor=executor,
+            device=device,
+        )
+        launch = LaunchConfig(nproc_per_node=plan.num_devices, timeout_s=timeout_s)
+        wall_s = run_torchrun(
+            launch, "workbench_backends.run_worker", ["--run-dir", str(run_dir)], run_dir=run_dir
+        )
+        ranks = [json.loads((run_dir / f"rank{k}.json").read_text()) for k in range(plan.num_devices)]
+    except LaunchError as exc:
+        if remove:  # the message's paths are about to go: keep what they held (rank, traceback)
+            raise LaunchError(
+                exc.summary, rank=exc.rank, traceback_text=exc.traceback_text, summary=exc.summary
+            ) from None
+        raise
+    finally:
+        if run_dir is not None:
+            # run_torchrun did; again in case it was cut short while ending the job
+            kill_job_processes(run_dir)
+            if remove:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            elif temporary:  # kept on request: not a stale folder for the next sweep
+                with contextlib.suppress(OSError):
+                    (run_dir / OWNER_FILE).unlink()
     return RunResult(
         run_dir=run_dir,
         ranks=ranks,
@@ -175,16 +304,22 @@ __all__ = [
     "COMPUTE_OPS",
     "LOOPBACK_BYTES_PER_S",
     "LOOPBACK_LATENCY_S",
+    "OWNER_FILE",
+    "RUN_DIR_PREFIX",
     "RealRunBackend",
     "RunResult",
     "bubble_fraction",
     "check_plan",
+    "check_workers",
     "device_kind",
     "local_cluster",
+    "make_run_dir",
     "memory_rows",
     "real_run",
+    "sweep_stale_run_dirs",
     "timeline_rows",
     "to_estimate",
+    "worker_bytes",
     "write_config",
 ]
 
@@ -193,8 +328,8 @@ class RealRunBackend:
     """Backend ``real-run``: ``estimate`` runs the plan for real with torchrun and returns a measured Estimate.
 
     Options: ``steps`` (optimizer steps, > warmup_steps), ``warmup_steps`` (steps left out of the timing),
-    ``timeout_s`` (whole job), ``run_dir`` (where config, logs and per-rank results go; None: a temp folder,
-    deleted afterwards unless ``keep_run_dir``), ``check_loss`` (rank 0 also trains the single-process
+    ``timeout_s`` (whole job), ``run_dir`` (where config, logs and per-rank results go, kept; None: a temp
+    folder, removed however the run ends unless ``keep_run_dir``), ``check_loss`` (rank 0 also trains the single-process
     reference; the difference is in the notes), ``executor`` (``auto``: torch's schedule class where one
     exists; ``csv``: always our CSV through torch's ``_PipelineScheduleRuntime``), ``seed``, ``lr``.
     """
@@ -241,13 +376,11 @@ class RealRunBackend:
     ) -> Estimate:
         """Run the plan (``plan.num_devices`` processes on this machine) and return the measured Estimate.
         Raises ValueError for an unsupported plan and ``workbench_backends.launch.LaunchError`` for a failed run."""
-        run = real_run(model, workload, plan, run_dir=self.run_dir, **self.options)
+        run = real_run(
+            model, workload, plan, run_dir=self.run_dir, keep_run_dir=self.keep_run_dir, **self.options
+        )
         self.last_run = run
-        try:
-            return to_estimate(run, model, cluster, workload, plan)
-        finally:
-            if not self.keep_run_dir:
-                shutil.rmtree(run.run_dir, ignore_errors=True)
+        return to_estimate(run, model, cluster, workload, plan)
 
 
 LOOPBACK_BYTES_PER_S = 2e9

@@ -14,17 +14,21 @@ Measurement (all ranks): every F/B/I/W and every wait on a pipeline neighbour, t
 from an origin taken right after a barrier at the start of each step (the common clock); the step time runs
 to the end of the optimizer step; peak memory (CUDA allocator peak, or the RSS high-water mark minus the RSS
 before the model was built on CPU); per-step losses on last-stage ranks. On any exception the rank writes
-``D/error-rank<k>.txt`` with its traceback and exits with code 1.
+``D/error-rank<k>.txt`` with its traceback and exits with code 1. Each finished step prints one line
+(``rank <k>: step <i> done``) to the rank's stdout log.
+
+Started by ``workbench_backends.launch`` behind its ``worker_guard`` (death signal, parent check and
+``D/pid-rank<k>`` before this module imports torch); ``main`` calls the guard again after the imports, so a
+worker started without it (a hand-written torchrun command) still dies with torchrun and exits at once if
+its torchrun died while torch was being imported.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import resource
-import signal
 import sys
 import time
 import traceback
@@ -36,6 +40,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from workbench_backends import real_schedule
+from workbench_backends.launch import worker_guard
 from workbench_backends.real_run import check_plan
 from workbench_backends.real_stages import (
     StageModule,
@@ -58,8 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run-dir", required=True, type=Path)
     run_dir = parser.parse_args(argv).run_dir
     rank = int(os.environ.get("RANK", "0"))
-    (run_dir / f"pid-rank{rank}").write_text(str(os.getpid()))
-    _die_with_parent()
+    worker_guard(run_dir)  # again, after the imports: torchrun may have died while torch was imported
     try:
         config = json.loads((run_dir / "config.json").read_text())
         result = run(config, rank)
@@ -72,12 +76,6 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(1)  # skip process-group teardown: neighbours may be gone
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent (the torchrun agent) dies."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
 def _rss_bytes() -> int:
@@ -114,10 +112,10 @@ def run(config: dict[str, Any], rank: int) -> dict[str, Any]:
         executor=config["executor"],
         csv_path=config.get("schedule_csv"),
     )
-    steps = [
-        _one_step(runner, optimizer, spec, workload, plan, coords, config, step, device)
-        for step in range(config["steps"])
-    ]
+    steps = []
+    for step in range(config["steps"]):
+        steps.append(_one_step(runner, optimizer, spec, workload, plan, coords, config, step, device))
+        print(f"rank {rank}: step {step} done", flush=True)
     peak = (
         torch.cuda.max_memory_allocated(device)
         if device.type == "cuda"

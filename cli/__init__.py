@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -37,35 +38,65 @@ for _name in COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point. Exit codes: 0 ok, 1 bad input or failed run, 2 usage error."""
+    """Console-script entry point. Exit codes: 0 ok, 1 bad input or failed run, 2 usage error.
+
+    Every error is one line on stderr, ``workbench COMMAND: error: MESSAGE``, with control characters of
+    the message (a file name holding ESC or a newline) escaped."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    prog = _command_path(args)
     try:
-        cli.main(args=argv, standalone_mode=False, prog_name="workbench")
+        cli.main(args=args, standalone_mode=False, prog_name="workbench")
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # click >= 8.2, bare group
+            exc.show()  # the group's help on stderr, not an error line
+            sys.exit(exc.exit_code)
+        where = exc.ctx.command_path if exc.ctx is not None else prog
+        _fail(where, f"{exc.format_message()} (see '{where} -h')", exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(prog, exc.format_message(), exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("workbench: aborted", err=True)
-        sys.exit(1)
+        _fail(prog, "aborted", 1)
     except (ValueError, OSError, LookupError) as exc:
         if os.environ.get("WORKBENCH_DEBUG"):
             raise
-        click.echo(f"workbench: error: {_one_line(exc)}", err=True)
-        sys.exit(1)
+        _fail(prog, _message(exc), 1)
     except Exception as exc:  # a bug of ours: still one line, with how to see more
         if os.environ.get("WORKBENCH_DEBUG"):
             raise
-        click.echo(
-            f"workbench: internal error ({type(exc).__name__}): {_one_line(exc)} "
-            "(set WORKBENCH_DEBUG=1 for the traceback)",
-            err=True,
+        _fail(
+            prog,
+            f"internal error ({type(exc).__name__}): {_message(exc)} (set WORKBENCH_DEBUG=1 for the traceback)",
+            1,
         )
-        sys.exit(1)
 
 
-def _one_line(exc: BaseException) -> str:
+def _fail(prog: str, message: str, code: int) -> NoReturn:
+    from workbench_cli._common import shown
+
+    click.echo(f"{prog}: error: {shown(message.strip())}", err=True)
+    sys.exit(code)
+
+
+def _command_path(args: list[str]) -> str:
+    """``workbench`` plus the (sub)command names at the front of ``args`` (``workbench show model``)."""
+    path, group = ["workbench"], cli
+    for arg in args:
+        if arg.startswith("-"):
+            continue
+        cmd = group.commands.get(arg)
+        if cmd is None:
+            break
+        path.append(arg)
+        if not isinstance(cmd, click.Group):
+            break
+        group = cmd
+    return " ".join(path)
+
+
+def _message(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     if isinstance(exc, KeyError) and exc.args:
         text = str(exc.args[0])
-    return " ".join(text.split())
+    return text

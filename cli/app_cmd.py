@@ -35,12 +35,20 @@ def register(group: click.Group) -> None:
     "--allow-websocket-origin",
     "origins",
     multiple=True,
-    help="Extra host[:port] allowed to open the app's websocket (repeatable; '*' allows any).",
+    help="Extra host[:port] allowed to open the app's websocket (repeatable). '*' allows any web site to drive "
+    "the app from a page open in the browser: a warning is printed.",
 )
 def app_cmd(port: int, address: str, show: bool, prefix: str, origins: tuple[str, ...]) -> None:
     """Serve the Parallelism Workbench web app until interrupted (Ctrl-C)."""
     if not address.strip():
         raise click.BadParameter("must be a host name or an IP address", param_hint="--address")
+    wild = [o for o in origins if "*" in o]
+    if wild:
+        click.echo(
+            f"workbench app: warning: --allow-websocket-origin {' '.join(wild)} lets pages of other web sites "
+            "open in your browser drive this app; use it only on a machine and network you trust",
+            err=True,
+        )
     server = importlib.import_module("workbench_widgets.app.server")
     server.run(
         port=port,

@@ -2,27 +2,51 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import click
-from workbench_cli._common import GIB, echo_json, output_path, print_table
+from workbench_cli._common import (
+    GIB,
+    Output,
+    Writer,
+    check_outputs,
+    echo_json,
+    output_file,
+    print_table,
+    shown,
+    staged_files,
+    text_writer,
+    write_outputs,
+)
+from workbench_cli._types import count
+
+from workbench.specs import limits as L
 
 
 def _plan_options(f: Any) -> Any:
     opts = [
         click.option("--model", required=True, help="Model preset id or HF config.json path."),
         click.option("--cluster", required=True, help="Cluster preset id or TOML path."),
-        click.option("--nodes", type=int, default=None, help="Number of nodes (default: the preset's)."),
-        click.option("--seq-len", type=int, required=True, help="Tokens per sequence."),
-        click.option("--global-batch", type=int, required=True, help="Sequences per optimizer step."),
-        click.option("--tp", type=int, default=1, show_default=True),
-        click.option("--pp", type=int, default=1, show_default=True),
-        click.option("--dp", type=int, default=None, help="Default: devices / (tp*pp*cp)."),
-        click.option("--cp", type=int, default=1, show_default=True),
-        click.option("--ep", type=int, default=1, show_default=True),
-        click.option("--vpp", type=int, default=1, show_default=True),
-        click.option("--micro-batch", type=int, default=1, show_default=True),
-        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True),
+        click.option(
+            "--nodes", type=count(L.MAX_NODES), default=None, help="Number of nodes (default: the preset's)."
+        ),
+        click.option("--seq-len", type=count(L.MAX_SEQ_LEN), required=True, help="Tokens per sequence."),
+        click.option(
+            "--global-batch",
+            type=count(L.MAX_GLOBAL_BATCH_SIZE),
+            required=True,
+            help="Sequences per optimizer step.",
+        ),
+        click.option("--tp", type=count(L.MAX_DEVICES), default=1, show_default=True),
+        click.option("--pp", type=count(L.MAX_PP), default=1, show_default=True),
+        click.option("--dp", type=count(L.MAX_DEVICES), default=None, help="Default: devices / (tp*pp*cp)."),
+        click.option("--cp", type=count(L.MAX_DEVICES), default=1, show_default=True),
+        click.option("--ep", type=count(L.MAX_DEVICES), default=1, show_default=True),
+        click.option("--vpp", type=count(L.MAX_VPP), default=1, show_default=True),
+        click.option("--micro-batch", type=count(L.MAX_GLOBAL_BATCH_SIZE), default=1, show_default=True),
+        click.option("--zero", type=count(3, minimum=0), default=0, show_default=True),
         click.option(
             "--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True
         ),
@@ -152,6 +176,14 @@ def estimate_cmd(
     """Estimate step time, throughput, MFU and memory of one parallel plan."""
     from workbench.estimate.registry import get_backend
 
+    csv_out = Output("--csv", Path(csv_dir), folder=True, files=CSV_TABLES) if csv_dir else None
+    check_outputs(
+        output_file("--trace", trace_path), output_file("--report", report_path), csv_out, force=force
+    )
+    if plan_index != 0:
+        raise click.BadParameter(
+            f"must be 0: estimate costs one plan, got {plan_index}", param_hint="--plan-index"
+        )
     model, cluster, workload, plan = build_inputs(kw)
     problems = plan.validate(model, cluster, workload)
     if problems:
@@ -167,37 +199,53 @@ def estimate_cmd(
     why = impl.unavailable_reason()
     if why:
         raise click.ClickException(f"backend {backend!r} is unavailable: {why}")
-    path = output_path(trace_path, force=force) if trace_path else None
-    report = output_path(report_path, force=force) if report_path else None
-    if plan_index != 0:
-        raise click.BadParameter(
-            f"must be 0: estimate costs one plan, got {plan_index}", param_hint="--plan-index"
-        )
     est = impl.estimate(model, cluster, workload, plan)
-    if report is not None or csv_dir is not None:
-        from workbench_widgets.report import (  # lazy: keeps the core pure
-            cli_command,
-            write_csv_tables,
-            write_report,
-        )
-
-        if report is not None:
-            write_report(report, estimates=[est], command=cli_command(), plan_index=plan_index, force=force)
-        if csv_dir is not None:
-            write_csv_tables(csv_dir, estimates=[est], plan_index=plan_index, force=force)
-    if path is not None:
-        from workbench.pipeline.trace import chrome_trace, write_chrome_trace
-
-        compute = est.timeline.filter(est.timeline["op"] != "comm")
-        write_chrome_trace(chrome_trace(compute, name=plan.describe()), path, force=force)
+    _write_outputs(est, trace_path, report_path, csv_dir, force)
     if as_json:
         echo_json(est.summary())
     else:
         _print_human(est)
-        if path is not None:
-            click.echo(f"trace written to {path}")
-        if report is not None:
-            click.echo(f"report written to {report} (open it in a browser; it works offline)")
+        if trace_path is not None:
+            click.echo(f"trace written to {shown(trace_path)}")
+        if report_path is not None:
+            click.echo(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
+        if csv_dir is not None:
+            click.echo(f"tables written to {shown(csv_dir)}")
+
+
+CSV_TABLES = ("plans.csv", "timeline.csv", "memory.csv", "activation.csv")
+"""The files ``--csv DIR`` may write (``workbench_widgets.report.write_csv_tables``)."""
+
+
+def _write_outputs(
+    est: Any, trace_path: str | None, report_path: str | None, csv_dir: str | None, force: bool
+) -> None:
+    """Render every requested output, then write them all at once (nothing is written if one fails)."""
+    writers: dict[Path, Writer] = {}
+    if trace_path is not None:
+        from workbench.pipeline.trace import chrome_trace
+
+        compute = est.timeline.filter(est.timeline["op"] != "comm")
+        text = json.dumps(chrome_trace(compute, name=est.plan.describe()))
+        writers[Path(trace_path)] = text_writer(text)
+    if report_path is None and csv_dir is None:
+        write_outputs(writers, force=force)
+        return
+    from workbench_widgets.report import (
+        cli_command,
+        render_report,
+        write_csv_tables,
+    )  # lazy: keeps the core pure
+
+    if report_path is not None:
+        html = render_report(estimates=[est], command=cli_command())
+        writers[Path(report_path)] = text_writer(html)
+    if csv_dir is None:
+        write_outputs(writers, force=force)
+        return
+    with staged_files(lambda tmp: write_csv_tables(tmp, estimates=[est], force=True)) as tables:
+        writers.update({Path(csv_dir) / name: w for name, w in tables.items()})
+        write_outputs(writers, force=force)
 
 
 def register(group: click.Group) -> None:

@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from workbench_cli._common import echo_json, output_path, print_table
+from workbench_cli._common import Output, check_outputs, echo_json, print_table, shown, write_folder
+from workbench_cli._types import count
+
+from workbench.specs import limits as L
 
 if TYPE_CHECKING:
     from workbench_backends.microbench import MicrobenchResult
@@ -30,16 +33,13 @@ def _command_line(ctx: click.Context) -> str:
     return shlex.join(parts)
 
 
-def _check_outputs(out: Path, force: bool) -> None:
+def _output(out: Path) -> Output:
+    """``--out``: a new or empty folder, or the folder of an earlier microbench (its kernels.toml)."""
     from workbench_backends.microbench import ATTENTION_CSV, GEMM_CSV
 
     from workbench.presets.kernels import TABLE_FILE
 
-    if out.exists() and not out.is_dir():
-        raise click.ClickException(f"{out} is a file; --out needs a folder")
-    if out.is_dir():
-        for name in (TABLE_FILE, GEMM_CSV, ATTENTION_CSV):
-            output_path(out / name, force=force)
+    return Output("--out", out, folder=True, files=(TABLE_FILE, GEMM_CSV, ATTENTION_CSV), marker=TABLE_FILE)
 
 
 @click.command("microbench")
@@ -53,20 +53,23 @@ def _check_outputs(out: Path, force: bool) -> None:
 @click.option("--quick", is_flag=True, help="Fewer sizes (a first look; the tests use it).")
 @click.option(
     "--repeats",
-    type=click.IntRange(min=1),
+    type=count(L.MAX_TIMING_REPEATS),
     default=5,
     show_default=True,
     help="Timed samples per point (median).",
 )
 @click.option(
     "--warmup",
-    type=click.IntRange(min=0),
+    type=count(L.MAX_TIMING_REPEATS, minimum=0),
     default=2,
     show_default=True,
     help="Untimed calls before each point.",
 )
 @click.option(
-    "--threads", type=click.IntRange(min=1), default=None, help="torch.set_num_threads (default: torch's)."
+    "--threads",
+    type=count(L.MAX_THREADS),
+    default=None,
+    help="torch.set_num_threads (default: torch's).",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing kernels.toml / gemm.csv / attention.csv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as one JSON object.")
@@ -88,7 +91,8 @@ def microbench_cmd(
     """Measure GEMM efficiency by size and dtype, causal SDPA attention forward/backward by sequence length
     and head dim, and copy bandwidth on this device; write a kernel table (fractions of the dense peak)."""
     out = Path(out_dir)
-    _check_outputs(out, force)
+    spec = _output(out)
+    check_outputs(spec, force=force)
     from rich.console import Console
     from workbench_backends.microbench import require_device, run_microbench, write_microbench
 
@@ -107,14 +111,16 @@ def microbench_cmd(
         command=_command_line(ctx),
         log=None if quiet or as_json else console.log,
     )
-    paths = write_microbench(out, result)
+    paths = write_folder(
+        out, lambda tmp: write_microbench(tmp, result), force=force, marker=spec.marker, owned=spec.files
+    )
     if as_json:
         from workbench.presets.kernels import kernel_table_to_dict
 
         echo_json({**kernel_table_to_dict(result.table), "paths": [str(p) for p in paths]})
         return
     _print(result)
-    click.echo(f"wrote {', '.join(str(p) for p in paths)}")
+    click.echo(f"wrote {', '.join(shown(p) for p in paths)}")
 
 
 def _print(result: MicrobenchResult) -> None:

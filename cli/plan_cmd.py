@@ -7,10 +7,25 @@ printed), 2 for usage errors.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
-from workbench_cli._common import GIB, echo_json, fmt_count, output_path, print_table
+from workbench_cli._common import (
+    GIB,
+    Writer,
+    check_outputs,
+    echo_json,
+    fmt_count,
+    output_file,
+    print_table,
+    shown,
+    text_writer,
+    write_outputs,
+)
+from workbench_cli._types import count
+
+from workbench.specs import limits as L
 
 PROGRESS_MIN_PLANS = 2_000_000
 """Searches at least this large show a screening progress bar on stderr (when it is a terminal); the
@@ -35,10 +50,21 @@ def _degrees(items: tuple[str, ...], option: str) -> dict[str, int]:
         axis, _, value = item.partition("=")
         axis = axis.strip().replace("-", "_")
         axis = "micro_batch_size" if axis in ("mbs", "micro_batch") else axis
-        if not value.strip().isdigit():
-            raise click.BadParameter(f"{option} takes AXIS=N (e.g. tp=8), got {item!r}")
-        out[axis] = int(value)
+        if not value.strip().isdigit() or len(value.strip()) > 18:
+            raise click.BadParameter(f"{option} takes AXIS=N (e.g. tp=8), got {shown(item)}")
+        try:
+            out[axis] = int(value)
+        except ValueError:  # a digit that int() does not read (e.g. a superscript)
+            raise click.BadParameter(f"{option} takes AXIS=N (e.g. tp=8), got {shown(item)}") from None
     return out
+
+
+def _token_budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """--token-budget: a finite number of tokens in (0, MAX_TOKEN_BUDGET] (click's float accepts nan and inf)."""
+    try:
+        return L.check_token_budget(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).removeprefix("search: token_budget ")) from None
 
 
 def build_constraints(kw: dict[str, Any]) -> Any:
@@ -205,31 +231,33 @@ def _print_misses(result: Any) -> None:
 
 
 def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
+    """Render the --csv and --report files, then write both at once (nothing is written if one fails)."""
+    writers: dict[Path, Writer] = {}
     if kw["csv_path"]:
-        result.plans.write_csv(output_path(kw["csv_path"], force=kw["force"]))
-        click.echo(f"wrote {kw['csv_path']}", err=True)
+        plans = result.plans
+        writers[Path(kw["csv_path"])] = lambda tmp: plans.write_csv(tmp)
     if kw["report_path"]:
         if not result.estimates:
             raise click.ClickException("--report needs at least one refined plan (use --top >= 1)")
         try:
             from workbench_widgets.report import (  # lazy: the core stays free of bokeh
                 cli_command,
-                write_report,
+                render_report,
             )
         except ImportError as exc:
             raise click.ClickException(
                 f"--report needs the visuals package workbench_widgets.report ({exc})"
             ) from None
-        write_report(
-            kw["report_path"],
+        html = render_report(
             estimates=list(result.estimates),
             command=cli_command(),
             search_results=result.report_frame(),
-            force=kw["force"],
             title=f"Plans for {result.model.name}",
             notes=[result.explanation] if result.explanation else [],
         )
-        click.echo(f"wrote {kw['report_path']}", err=True)
+        writers[Path(kw["report_path"])] = text_writer(html)
+    for path in write_outputs(writers, force=kw["force"]):
+        click.echo(f"wrote {shown(path)}", err=True)
 
 
 @click.command("plan")
@@ -238,9 +266,12 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 @click.option(
     "--nodes", default=None, help="Node count, or several separated by commas (default: the preset's)."
 )
-@click.option("--seq-len", type=click.IntRange(min=1), required=True, help="Tokens per sequence.")
+@click.option("--seq-len", type=count(L.MAX_SEQ_LEN), required=True, help="Tokens per sequence.")
 @click.option(
-    "--global-batch", type=click.IntRange(min=1), required=True, help="Sequences per optimizer step."
+    "--global-batch",
+    type=count(L.MAX_GLOBAL_BATCH_SIZE),
+    required=True,
+    help="Sequences per optimizer step.",
 )
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
 @click.option(
@@ -252,15 +283,25 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 )
 @click.option(
     "--top",
-    type=click.IntRange(min=0),
+    type=count(L.MAX_REFINED_PLANS, minimum=0),
     default=20,
     show_default=True,
     help="Plans refined with the full backend and shown.",
 )
 @click.option(
-    "--token-budget", type=float, default=1e12, show_default=True, help="Tokens of the training run."
+    "--token-budget",
+    type=float,
+    default=1e12,
+    show_default=True,
+    callback=_token_budget,
+    help="Tokens of the training run.",
 )
-@click.option("--max-devices", type=click.IntRange(min=1), default=None, help="Skip node counts above this.")
+@click.option(
+    "--max-devices",
+    type=count(L.MAX_DEVICES),
+    default=None,
+    help="Skip node counts above this.",
+)
 @click.option(
     "--headroom",
     type=click.FloatRange(0, 1, max_open=True),
@@ -296,12 +337,19 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     from workbench.presets.catalog import load_cluster, load_model
     from workbench.specs.plan import Workload
 
-    for key in ("csv_path", "report_path"):
-        if kw[key]:
-            output_path(kw[key], force=kw["force"])
+    check_outputs(
+        output_file("--csv", kw["csv_path"]), output_file("--report", kw["report_path"]), force=kw["force"]
+    )
+    if kw["report_path"] and kw["top"] == 0:
+        raise click.BadParameter(
+            "--report needs at least one refined plan; use --top >= 1", param_hint="--top"
+        )
     nodes = _ints(kw["nodes"], "--nodes")
-    if nodes is not None and min(nodes) < 1:
-        raise click.BadParameter(f"--nodes must be >= 1, got {kw['nodes']!r}")
+    if nodes is not None and (min(nodes) < 1 or max(nodes) > L.MAX_NODES or len(nodes) > L.MAX_NODE_COUNTS):
+        raise click.BadParameter(
+            f"--nodes takes 1 to {L.MAX_NODE_COUNTS} node counts, each in 1..{L.MAX_NODES:,} "
+            f"(workbench/specs/limits.py), got {shown(kw['nodes'])}"
+        )
     model = load_model(kw["model"])
     cluster = load_cluster(kw["cluster"], num_nodes=nodes[0] if nodes else None)
     workload = Workload(seq_len=kw["seq_len"], global_batch_size=kw["global_batch"], dtype=kw["dtype"])
@@ -314,12 +362,11 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
         echo_json(result.summary())
     else:
         _print_human(result)
-    if result.feasible:
-        _write_outputs(result, kw)
-    else:
-        if not as_json:
-            click.echo("workbench: no feasible plan under these constraints", err=True)
-        sys.exit(1)
+    if not result.feasible:
+        if as_json:
+            sys.exit(1)
+        raise click.ClickException("no feasible plan under these constraints")
+    _write_outputs(result, kw)
 
 
 def _print_human(result: Any) -> None:

@@ -13,17 +13,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from workbench_cli._types import count
+
+from workbench.specs import limits as L
 
 
-def _ints(text: str, option: str) -> list[int]:
+def _ints(text: str, option: str, maximum: int = L.MAX_DEVICES) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise click.BadParameter(
             f"expected comma-separated integers, got {text!r}", param_hint=option
         ) from None
-    if not values or any(v < 1 for v in values):
-        raise click.BadParameter(f"expected integers >= 1, got {text!r}", param_hint=option)
+    if not values or any(not 1 <= v <= maximum for v in values):
+        raise click.BadParameter(
+            f"expected integers in 1..{maximum:,} (workbench/specs/limits.py), got {text!r}",
+            param_hint=option,
+        )
     return values
 
 
@@ -32,8 +38,8 @@ def _ints(text: str, option: str) -> list[int]:
 @click.option("--tp", default="1", show_default=True, help="Tensor-parallel degrees, comma-separated.")
 @click.option("--micro-batch", default="1,2,4", show_default=True, help="Micro-batch sizes, comma-separated.")
 @click.option("--seq-len", default="128", show_default=True, help="Sequence lengths, comma-separated.")
-@click.option("--cp", type=int, default=1, show_default=True)
-@click.option("--ep", type=int, default=1, show_default=True)
+@click.option("--cp", type=count(L.MAX_DEVICES), default=1, show_default=True)
+@click.option("--ep", type=count(L.MAX_DEVICES), default=1, show_default=True)
 @click.option(
     "--dtype",
     type=click.Choice(["fp32", "bf16", "fp16"]),
@@ -47,13 +53,26 @@ def _ints(text: str, option: str) -> list[int]:
     help="Device preset id to file the profile under (default: host-cpu, "
     "or the preset whose name matches the GPU).",
 )
-@click.option("--layers", type=int, default=None, help="Shrink to this many blocks (a quick-look variant).")
 @click.option(
-    "--hidden", type=int, default=None, help="Shrink to this width (heads, FFN, vocab scale along)."
+    "--layers",
+    type=count(L.MAX_LAYERS),
+    default=None,
+    help="Shrink to this many blocks (a quick-look variant).",
 )
-@click.option("--repeats", type=int, default=5, show_default=True)
-@click.option("--warmup", type=int, default=2, show_default=True)
-@click.option("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's).")
+@click.option(
+    "--hidden",
+    type=count(L.MAX_HIDDEN_SIZE),
+    default=None,
+    help="Shrink to this width (heads, FFN, vocab scale along).",
+)
+@click.option("--repeats", type=count(L.MAX_TIMING_REPEATS), default=5, show_default=True)
+@click.option("--warmup", type=count(L.MAX_TIMING_REPEATS, minimum=0), default=2, show_default=True)
+@click.option(
+    "--threads",
+    type=count(L.MAX_THREADS),
+    default=None,
+    help="torch.set_num_threads (default: torch's).",
+)
 @click.option(
     "--collectives/--no-collectives",
     default=False,
@@ -85,39 +104,69 @@ def profile_cmd(
 ) -> None:
     """Measure forward, backward-input, backward-weight and fused backward of every op kind of a model at
     every (tp, micro-batch, seq-len) shape on this device; write a profile folder."""
+    from workbench_cli._common import Output, check_outputs, shown, write_folder
+
     from workbench.presets.catalog import load_model
     from workbench.presets.profile_table import MANIFEST_NAME
 
     out = Path(out_dir)
-    if (out / MANIFEST_NAME).exists() and not force:
-        raise click.ClickException(f"{out / MANIFEST_NAME} exists; pass --force to overwrite it")
+    check_outputs(Output("--out", out, folder=True, marker=MANIFEST_NAME), force=force)
     from workbench_backends.shrink import shrink_model
 
     base = load_model(model_name)
     spec = shrink_model(base, num_layers=layers, hidden_size=hidden)
-    shapes_args = (_ints(tp, "--tp"), _ints(micro_batch, "--micro-batch"), _ints(seq_len, "--seq-len"))
+    shapes_args = (
+        _ints(tp, "--tp"),
+        _ints(micro_batch, "--micro-batch", L.MAX_GLOBAL_BATCH_SIZE),
+        _ints(seq_len, "--seq-len", L.MAX_SEQ_LEN),
+    )
     dtype = dtype or ("fp32" if device == "cpu" else "bf16")
     from workbench_backends.profile_record import run_profile  # torch is imported from here on
 
-    run_profile(
-        spec,
-        base_model=base.name,
-        model_arg=model_name,
-        shapes_args=shapes_args,
-        cp=cp,
-        ep=ep,
-        dtype=dtype,
-        device=device,
-        device_id=device_id,
-        repeats=repeats,
-        warmup=warmup,
-        threads=threads,
-        collectives=collectives,
-        out=out,
-        force=force,
-        quiet=quiet,
-        overrides={k: v for k, v in (("num_layers", layers), ("hidden_size", hidden)) if v},
+    done: list[tuple[int, str, bool]] = []
+
+    def fill(folder: Path) -> None:  # measured into a temporary folder, moved into --out at the end
+        done.append(
+            run_profile(
+                spec,
+                base_model=base.name,
+                shapes_args=shapes_args,
+                cp=cp,
+                ep=ep,
+                dtype=dtype,
+                device=device,
+                device_id=device_id,
+                repeats=repeats,
+                warmup=warmup,
+                threads=threads,
+                collectives=collectives,
+                out=folder,
+                force=True,
+                quiet=quiet,
+                overrides={k: v for k, v in (("num_layers", layers), ("hidden_size", hidden)) if v},
+            )
+        )
+
+    write_folder(out, fill, force=force, marker=MANIFEST_NAME, owned=PROFILE_FILES)
+    rows, device_name, has_config = done[0]
+    click.echo(f"wrote {shown(out)} ({rows} rows, {shown(device_name)}, {dtype})")
+    model_hint = out / "config.json" if has_config else model_name
+    cluster_hint = out / "cluster.toml" if device == "cpu" else "<cluster>"
+    click.echo(
+        f"use it: workbench estimate --backend torch-profile --profile {shown(out)} --model {shown(model_hint)} "
+        f"--cluster {shown(cluster_hint)} --dtype {dtype} ..."
     )
+
+
+PROFILE_FILES = (
+    "manifest.json",
+    "ops.parquet",
+    "collectives.parquet",
+    "config.json",
+    "device.toml",
+    "cluster.toml",
+)
+"""What ``workbench profile`` writes into its folder (files of an earlier run not written again are removed)."""
 
 
 @click.command("calibrate")
@@ -139,20 +188,19 @@ def calibrate_cmd(
     """Fit a device's kernel table (GEMM curve, attention and HBM fractions) to a measured per-op profile,
     starting from a microbench or published table; write the table (``--kernels`` of estimate, plan and
     validate reads it); print the error before and after."""
-    from workbench_cli._common import echo_json, output_path, print_table
+    from workbench_cli._common import Output, check_outputs, echo_json, print_table, shown, write_outputs
 
     from workbench.calibrate import calibrate_device, write_calibration
     from workbench.presets.kernels import kernel_table_names, load_kernel_table
     from workbench.presets.profile_table import read_profile
 
+    target = Path(out_path) if out_path else Path(profile_dir) / "kernels.toml"
+    check_outputs(Output("--out", target), force=force)
     prof = read_profile(profile_dir)
-    target = output_path(out_path or Path(profile_dir) / "kernels.toml", force=force)
-    if kernels:
-        start = load_kernel_table(kernels)
-    else:
-        start = load_kernel_table(device_id) if device_id in kernel_table_names() else None
+    start_from = kernels or (device_id if device_id in kernel_table_names() else None)
+    start = load_kernel_table(start_from) if start_from else None
     fit = calibrate_device(prof, device_id, start=start)
-    write_calibration(target, fit)
+    write_outputs({target: lambda tmp: write_calibration(tmp, fit)}, force=force)
     if as_json:
         echo_json({**fit.summary(), "path": str(target)})
         return
@@ -172,7 +220,8 @@ def calibrate_cmd(
         rows,
     )
     click.echo(
-        f"mean |error| before {fit.error_before_frac:.1%}, after {fit.error_after_frac:.1%}; wrote {target}"
+        f"mean |error| before {fit.error_before_frac:.1%}, after {fit.error_after_frac:.1%}; "
+        f"wrote {shown(target)}"
     )
 
 

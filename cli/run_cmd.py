@@ -6,15 +6,40 @@ machine through the ``real-run`` backend (one process per device of the plan: gl
 ``--compare analytic|torch-profile`` prices the same shrunk model, workload and plan with that backend and
 prints the figures of :func:`workbench.estimate.compare.compare` (step time, bubble, tokens/s, peak memory,
 per-op times). This module only parses and prints.
+
+What the command guarantees (tested in ``tests/test_run_safety.py``): the worker count is checked against this
+machine before anything starts (``workbench_backends.real_run.check_workers``); no process of the run
+outlives it, whether it succeeds, fails, times out, or the command is interrupted (Ctrl-C, SIGTERM and SIGHUP
+are turned into an exception so that the cleanup runs; exit status 128 + signal number) or SIGKILLed
+(``workbench_backends.launch``); ``--trace``/``--report`` are checked at the start, written only after a
+successful run, into temporary files beside them that are moved into place without replacing a file that
+appeared meanwhile (``workbench_cli._common.write_outputs``); the temporary run folder is removed however the
+run ends (``--run-dir`` keeps one), and a failed run's error carries the failing rank's exception and the line
+that raised it instead of a path into a removed folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import click
-from workbench_cli._common import echo_json, output_path, print_table
+from workbench_cli._common import (
+    Writer,
+    check_outputs,
+    echo_json,
+    output_file,
+    print_table,
+    text_writer,
+    write_outputs,
+)
 
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate
@@ -80,6 +105,77 @@ def _print_summary(est: Estimate, losses: list[float], reference: list[float] | 
         click.echo(f"  note: {note}")
 
 
+@contextlib.contextmanager
+def stop_on_signals(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Turn the first of ``signums`` into ``workbench_backends.launch.Stopped`` (a KeyboardInterrupt, so
+    every ``finally`` runs: the job is ended, the temporary folder removed), and that into a one-line
+    ClickException with exit status 128 + the signal number. Later signals are ignored, so they cannot cut
+    the cleanup short. The handler also calls ``request_stop``: an exception raised while Python runs an
+    at-fork or ``__del__`` callback is dropped, the request is not. Outside the main thread (where Python
+    cannot install handlers) it does nothing."""
+    from workbench_backends.launch import Stopped, clear_stop, request_stop
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not caught:
+            caught.append(signum)
+            request_stop(signum)
+            if not _starting_a_process(frame):  # there Python would drop it; run_torchrun sees the request
+                raise Stopped(signum)
+
+    clear_stop()
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    except Stopped as exc:
+        signum = exc.signum if exc.signum is not None else (caught or [signal.SIGTERM])[0]
+        # click reads the exit status from the class: one made for this signal
+        stopped = type("StoppedBySignal", (click.ClickException,), {"exit_code": 128 + signum})
+        raise stopped(
+            f"stopped by {signal.Signals(signum).name}; the run's processes were ended and its "
+            "temporary folder removed"
+        ) from None
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+        clear_stop()
+
+
+def _starting_a_process(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside ``subprocess.Popen``'s fork (its at-fork callbacks drop exceptions)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_execute_child" and code.co_filename.endswith("subprocess.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def failure_message(exc: BaseException, run_dir: str | None) -> str:
+    """One line for a failed run: the launcher's pathless summary (rank and exception), where the failing
+    rank raised it (innermost frame of its traceback), and where the logs are, or how to keep them."""
+    text = getattr(exc, "summary", "") or (str(exc).splitlines() or [type(exc).__name__])[0]
+    frames = _FRAME_RE.findall(getattr(exc, "traceback_text", "") or "")
+    if frames:
+        path, line, func = frames[-1]
+        text += f" (raised in {func} at {path}:{line})"
+    if run_dir:
+        return f"real run failed: {text}; logs and tracebacks in {run_dir}"
+    return f"real run failed: {text}; rerun with --run-dir DIR to keep the logs"
+
+
+def _asked_workers(kw: dict[str, Any]) -> str:
+    given = [f"--{axis} {kw[axis]}" for axis in ("dp", "tp", "pp") if kw[axis] != 1]
+    return " ".join(given) or "--dp 1 --tp 1 --pp 1"
+
+
 @click.command("run")
 @click.option("--model", required=True, help="Model preset id or HF config.json path.")
 @click.option("--layers", type=int, default=None, help="Shrink to this many layers (>= pp * vpp).")
@@ -112,7 +208,12 @@ def _print_summary(est: Estimate, losses: list[float], reference: list[float] | 
 @click.option(
     "--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Seconds for the job."
 )
-@click.option("--run-dir", default=None, help="Keep config, logs and per-rank results in this (new) folder.")
+@click.option(
+    "--run-dir",
+    default=None,
+    help="Keep config, logs, tracebacks and per-rank results in this new or empty folder "
+    "(default: a temporary wb-run-* folder, removed however the run ends).",
+)
 @click.option(
     "--executor",
     type=click.Choice(["auto", "csv"]),
@@ -128,11 +229,49 @@ def _print_summary(est: Estimate, losses: list[float], reference: list[float] | 
     help="Also price the plan with this backend: print predicted vs measured, overlay both in --report.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--trace", "trace_path", default=None, help="Write the measured timeline as a Chrome trace.")
-@click.option("--report", "report_path", default=None, help="Write a self-contained HTML report.")
-@click.option("--force", is_flag=True, help="Overwrite existing --trace/--report files.")
+@click.option(
+    "--trace",
+    "trace_path",
+    default=None,
+    help="Write the measured timeline as a Chrome trace (only after a successful run).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    default=None,
+    help="Write a self-contained HTML report (only after a successful run).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Overwrite existing --trace/--report files, also ones that appeared during the run.",
+)
 def run_cmd(**kw: Any) -> None:
-    """Run the plan for real (torchrun on this machine) with a shrunk model; measured beside predicted."""
+    """Run the plan for real (torchrun on this machine) with a shrunk model; measured beside predicted.
+
+    Workers: dp x tp x pp processes. More than this machine takes (2 per usable CPU core, and what the
+    available memory holds at about 400 MiB plus the model's states each; on GPUs one per device) is refused
+    before anything starts.
+
+    No orphans: every process of the run ends when the run succeeds, fails or times out, and when this
+    command is interrupted (Ctrl-C; SIGTERM or SIGHUP, exit status 128 + the signal) or killed (SIGKILL: the
+    workers die with it within seconds).
+
+    Outputs: --trace and --report are checked at the start and written only after a successful run, each to a
+    temporary file beside it and then moved into place; a file that appeared at that path during the run is
+    left alone and the command fails, unless --force. A failed run writes neither.
+
+    Temporary folder: without --run-dir, config, logs and results go to a new folder in $TMPDIR (named
+    wb-run-*) that is removed however the run ends (one left by a SIGKILLed run is removed by the next
+    run); a failed run's error names the failing rank, its exception and the line that raised it.
+    --run-dir DIR keeps all of it.
+    """
+    with stop_on_signals():
+        _run(kw)
+
+
+def _run(kw: dict[str, Any]) -> None:
+    from workbench_backends.real_run import check_workers, device_kind
     from workbench_backends.shrink import shrink_model
 
     from workbench.estimate.compare import compare
@@ -142,8 +281,9 @@ def run_cmd(**kw: Any) -> None:
     from workbench.specs.hardware import DType
     from workbench.specs.plan import ParallelPlan, Workload
 
-    trace = output_path(kw["trace_path"], force=kw["force"]) if kw["trace_path"] else None
-    report = output_path(kw["report_path"], force=kw["force"]) if kw["report_path"] else None
+    trace_out = output_file("--trace", kw["trace_path"])
+    report_out = output_file("--report", kw["report_path"])
+    check_outputs(trace_out, report_out, force=kw["force"])
     model = shrink_model(
         load_model(kw["model"]), num_layers=kw["layers"], hidden_size=kw["hidden"], vocab_size=kw["vocab"]
     )
@@ -158,6 +298,9 @@ def run_cmd(**kw: Any) -> None:
         zero_stage=kw["zero"],
         schedule=kw["schedule"],
     )
+    asked = _asked_workers(kw)
+    # cores and memory, before torch is imported and before any process starts
+    check_workers(model, plan, check_loss=not kw["no_check_loss"], device=None, asked=asked)
     backend: Any = get_backend(
         "real-run",
         steps=kw["steps"],
@@ -170,25 +313,32 @@ def run_cmd(**kw: Any) -> None:
     reason = backend.unavailable_reason()
     if reason:
         raise click.ClickException(f"the real-run backend cannot run here: {reason}")
+    # on CUDA also the devices (torch is imported by now); before local_cluster's micro-benchmarks
+    check_workers(model, plan, check_loss=not kw["no_check_loss"], device=device_kind(), asked=asked)
     cluster = backend.local_cluster(plan.num_devices)
     problems = plan.validate(model, cluster, workload)
     if problems:
         raise ValueError(f"invalid plan {plan.describe()}: " + " ".join(problems))
+    from workbench_backends.launch import LaunchError, check_stop
+
     try:
         measured = backend.estimate(model, cluster, workload, plan)
-    except (
-        RuntimeError
-    ) as exc:  # workbench_backends.launch.LaunchError: first line names the rank and the error
-        raise click.ClickException(f"real run failed: {str(exc).splitlines()[0]}") from None
+    except LaunchError as exc:
+        raise click.ClickException(failure_message(exc, kw["run_dir"])) from None
+    check_stop()  # a stop whose exception Python dropped (see stop_on_signals): no outputs then
     run = backend.last_run
     predicted = get_backend(kw["compare"]).estimate(model, cluster, workload, plan) if kw["compare"] else None
     cmp = compare(predicted, measured) if predicted is not None else None
-    if trace is not None:
+    writers: dict[str | Path, Writer] = {}
+    if trace_out is not None:
         from workbench.pipeline.trace import chrome_trace
 
-        trace.write_text(json.dumps(chrome_trace(measured.timeline, name=f"real run {plan.describe()}")))
-    if report is not None:
-        _write_report(report, measured, predicted, kw)
+        text = json.dumps(chrome_trace(measured.timeline, name=f"real run {plan.describe()}"))
+        writers[trace_out.path] = text_writer(text)
+    if report_out is not None:
+        writers[report_out.path] = lambda tmp: _write_report(tmp, measured, predicted, kw)
+    check_stop()
+    written = write_outputs(writers, force=kw["force"]) if writers else []
     if kw["as_json"]:
         echo_json(
             {
@@ -205,9 +355,8 @@ def run_cmd(**kw: Any) -> None:
     _print_summary(measured, run.losses(), run.reference_losses)
     if cmp is not None:
         print_comparison(cmp)
-    for path in (trace, report):
-        if path is not None:
-            click.echo(f"wrote {path}")
+    for path in written:
+        click.echo(f"wrote {path}")
 
 
 def _write_report(path: Any, measured: Estimate, predicted: Estimate | None, kw: dict[str, Any]) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
-from workbench_cli._common import echo_json, output_path, print_table
+from workbench_cli._common import Writer, check_outputs, echo_json, output_file, print_table, write_outputs
+from workbench_cli._types import amount, count
 
 from workbench.pipeline.schedules import (
     SCHEDULE_NAMES,
@@ -16,16 +18,27 @@ from workbench.pipeline.schedules import (
 )
 from workbench.pipeline.simulate import SimResult, StageCosts, simulate
 from workbench.pipeline.trace import chrome_trace, write_chrome_trace
+from workbench.specs import limits as L
 
 
 @click.command("schedule")
 @click.argument("name", type=click.Choice([*SCHEDULE_NAMES, "custom"]))
-@click.option("--pp", type=click.IntRange(min=1), help="Pipeline ranks (read from the CSV with --from-csv).")
 @click.option(
-    "--microbatches", "num_microbatches", type=click.IntRange(min=1), help="Micro-batches per step."
+    "--pp",
+    type=count(L.MAX_PP),
+    help="Pipeline ranks (read from the CSV with --from-csv).",
 )
 @click.option(
-    "--vpp", type=click.IntRange(min=1), default=None, help="Stages per rank (default: the schedule's)."
+    "--microbatches",
+    "num_microbatches",
+    type=count(L.MAX_MICROBATCHES),
+    help="Micro-batches per step.",
+)
+@click.option(
+    "--vpp",
+    type=count(L.MAX_VPP),
+    default=None,
+    help="Stages per rank (default: the schedule's).",
 )
 @click.option(
     "--from-csv", "from_csv", type=click.Path(dir_okay=False), help="Load a torch/torchtitan CSV schedule."
@@ -33,7 +46,7 @@ from workbench.pipeline.trace import chrome_trace, write_chrome_trace
 @click.option(
     "--f-time",
     "f_time",
-    type=click.FloatRange(min=0),
+    type=amount(L.MAX_ACTION_TIME),
     default=1.0,
     show_default=True,
     help="Forward time of one full pipeline stage.",
@@ -41,7 +54,7 @@ from workbench.pipeline.trace import chrome_trace, write_chrome_trace
 @click.option(
     "--b-time",
     "b_time",
-    type=click.FloatRange(min=0),
+    type=amount(L.MAX_ACTION_TIME),
     default=2.0,
     show_default=True,
     help="Full backward time of one full pipeline stage.",
@@ -49,7 +62,7 @@ from workbench.pipeline.trace import chrome_trace, write_chrome_trace
 @click.option(
     "--w-time",
     "w_time",
-    type=click.FloatRange(min=0),
+    type=amount(L.MAX_ACTION_TIME),
     default=1.0,
     show_default=True,
     help="Weight-gradient part of the backward (I = b - w).",
@@ -57,7 +70,7 @@ from workbench.pipeline.trace import chrome_trace, write_chrome_trace
 @click.option(
     "--p2p-time",
     "p2p_time",
-    type=click.FloatRange(min=0),
+    type=amount(L.MAX_ACTION_TIME),
     default=0.0,
     show_default=True,
     help="Point-to-point time between stages on different ranks.",
@@ -85,13 +98,12 @@ def schedule_cmd(
 
     Times are in any one unit (seconds by convention); with vpp stages per rank each stage takes 1/vpp.
     """
-    schedule = _load(name, pp, num_microbatches, vpp, from_csv)
     if w_time > b_time:
         raise click.BadParameter(
             f"--w-time ({w_time}) must not exceed --b-time ({b_time})", param_hint="--w-time"
         )
-    trace_out = output_path(trace_path, force=force) if trace_path else None
-    csv_out = output_path(csv_path, force=force) if csv_path else None
+    check_outputs(output_file("--trace", trace_path), output_file("--csv", csv_path), force=force)
+    schedule = _load(name, pp, num_microbatches, vpp, from_csv)
     costs = StageCosts.uniform(
         num_stages=schedule.num_stages,
         vpp=schedule.vpp,
@@ -101,12 +113,13 @@ def schedule_cmd(
         p2p_s=p2p_time,
     )
     result = simulate(schedule, costs)
-    if trace_out is not None:
-        write_chrome_trace(
-            chrome_trace(result.timeline, name=schedule.name, comm=result.comm), trace_out, force=force
-        )
-    if csv_out is not None:
-        write_schedule_csv(schedule, csv_out, force=force)
+    writers: dict[Path, Writer] = {}
+    if trace_path:
+        trace = chrome_trace(result.timeline, name=schedule.name, comm=result.comm)
+        writers[Path(trace_path)] = lambda tmp: write_chrome_trace(trace, tmp, force=True)
+    if csv_path:
+        writers[Path(csv_path)] = lambda tmp: write_schedule_csv(schedule, tmp, force=True)
+    write_outputs(writers, force=force)
     summary = summary_dict(result)
     if as_json:
         echo_json(summary)

@@ -51,23 +51,21 @@ def validate_cmd(
 ) -> None:
     """Run the analytic model on every row of a validation file and print the errors (with --cv source:
     the out-of-sample errors, in-sample beside them)."""
-    from pathlib import Path
+    from workbench_cli._common import check_outputs, output_file, write_outputs
 
-    from workbench_cli._common import output_path
-
+    from workbench.specs.files import check_input_file
     from workbench.validate import DEFAULT_DATA, run_validation, write_fits
 
-    path = Path(data) if data else DEFAULT_DATA
-    if not path.is_file():
-        raise click.ClickException(f"{path}: no such file")
     if fit_path and not cv:
         raise click.BadParameter(
             "needs --cv source (the in-sample fit is made there)", param_hint="--write-fit"
         )
-    target = output_path(fit_path, force=force) if fit_path else None
+    check_outputs(output_file("--write-fit", fit_path), force=force)
+    path = check_input_file(data or DEFAULT_DATA, "file")  # a directory or a FIFO is named as such
     result = run_validation(path, calibration=calibration, framework=framework, cv=cv, kernels=kernels)
-    if target is not None:
-        write_fits(target, result["fits"], source=f"workbench validate --cv source --data {path}")
+    if fit_path:
+        source = f"workbench validate --cv source --data {path}"
+        write_outputs({fit_path: lambda tmp: write_fits(tmp, result["fits"], source=source)}, force=force)
     if as_json:
         echo_json(result)
         return

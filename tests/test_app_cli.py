@@ -26,7 +26,7 @@ def test_port_in_use_is_one_line(workbench_cli) -> None:
         proc = workbench_cli("app", "--port", str(port), timeout=120)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("workbench: error:"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("workbench app: error:"), proc.stderr
     assert "Traceback" not in proc.stderr
 
 

@@ -1,4 +1,5 @@
-"""``workbench run`` through the real console script: JSON output, measured estimate, clear errors."""
+"""``workbench run`` through the real console script: JSON output, measured estimate, clear errors, outputs
+written only after a successful run and never over a file that appeared meanwhile, the worker cap."""
 
 from __future__ import annotations
 
@@ -141,3 +142,83 @@ def test_comparison_table_prints_the_core_figures(capsys: pytest.CaptureFixture[
     assert f"{predicted.step_time_s * 1e3:.2f}" in out and f"{measured.step_time_s * 1e3:.2f}" in out
     assert f"{cmp['step_time_s']['error_frac'] * 100:+.1f} %" in out
     assert "tokens/s" in out and "peak memory per rank (MiB)" in out and "stage 1 B (ms)" in out
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_more_workers_than_the_machine_takes_is_one_line_naming_the_option(tiny_config: Path) -> None:
+    proc = run_cli(
+        "run",
+        "--model",
+        str(tiny_config),
+        "--layers",
+        "1000",
+        "--seq-len",
+        "16",
+        "--global-batch",
+        "4",
+        "--pp",
+        "1000",
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    line = _one_line(proc.stderr)
+    assert "--pp 1000 needs 1000 worker processes but this machine allows at most " in line
+    assert "usable CPU cores" in line and "GiB per worker" in line
+
+
+def test_output_that_appears_during_the_run_is_left_alone(tmp_path: Path) -> None:
+    # --report appears while the run is going: nothing is written (not even --trace), the file is untouched,
+    # no temporary file is left beside it, and the run folder is removed.
+    from tests.test_run_safety import start_run, wait_for
+
+    out = tmp_path / "out"
+    out.mkdir()
+    trace, report = out / "t.json", out / "r.html"
+    proc, tmpdir = start_run(tmp_path, "--trace", str(trace), "--report", str(report), steps=2)
+    wait_for("folder", proc, tmpdir)
+    report.write_text("mine")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    line = _one_line(err)
+    assert f"{report} appeared while the command ran" in line and "--force" in line
+    assert report.read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == ["r.html"]
+    assert list(tmpdir.glob("wb-run-*")) == []
+
+
+def test_failed_run_writes_no_output_and_leaves_no_folder(tmp_path: Path) -> None:
+    from tests.test_run_safety import processes_of, start_run
+
+    trace, report = tmp_path / "t.json", tmp_path / "r.html"
+    proc, tmpdir = start_run(tmp_path, "--timeout", "1", "--trace", str(trace), "--report", str(report))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    line = _one_line(err)
+    assert "real run failed: the run did not finish within 1 s and was stopped" in line
+    assert "rerun with --run-dir DIR to keep the logs" in line
+    assert not trace.exists() and not report.exists()
+    assert list(tmpdir.glob("wb-run-*")) == [] and not processes_of(tmpdir)
+
+
+def test_failure_message_carries_the_failing_line_instead_of_a_removed_path() -> None:
+    from workbench_backends.launch import LaunchError
+    from workbench_cli.run_cmd import failure_message
+
+    tb = (
+        "rank 1:\nTraceback (most recent call last):\n"
+        '  File "/w/backends/run_worker.py", line 70, in main\n    result = run(config, rank)\n'
+        '  File "/w/backends/real_stages.py", line 12, in forward\n    x / 0\n'
+        "ZeroDivisionError: division by zero"
+    )
+    summary = "rank 1 failed: ZeroDivisionError: division by zero"
+    exc = LaunchError(summary, rank=1, traceback_text=tb, summary=summary)
+    assert failure_message(exc, None) == (
+        f"real run failed: {summary} (raised in forward at /w/backends/real_stages.py:12); "
+        "rerun with --run-dir DIR to keep the logs"
+    )
+    assert failure_message(exc, "runs/a").endswith("; logs and tracebacks in runs/a")

@@ -150,3 +150,64 @@ def test_leave_one_source_out_scores_each_source_with_constants_fitted_without_i
     assert set(result["in_sample"]) == {"mape", "mape_by_source", "memory_mape", "memory_mape_by_source"}
     oos = [r["ape"] for r in result["rows"] if r["ape"] is not None]
     assert result["mape"] == pytest.approx(sum(oos) / len(oos))
+
+
+def test_fsdp_under_a_pipeline_keeps_the_stage_gathered_on_torchtitan() -> None:
+    """torchtitan keeps a pipeline stage's weights gathered (bf16) and its gradients unsharded (fp32) across
+    micro-batches: per rank that is the stage's parameters / tp times 2 and 4 bytes (closed form), instead of
+    the ZeRO-3 share / (dp*cp); a stack that reshards keeps the ZeRO-3 share."""
+    model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", num_nodes=8)
+    work = Workload(seq_len=4096, global_batch_size=64)
+    plan = ParallelPlan(dp=4, tp=4, pp=4, micro_batch_size=1, zero_stage=3, sequence_parallel=True)
+    titan = load_calibration(framework="torchtitan-2024")
+    resharding = dataclasses.replace(
+        titan, framework=dataclasses.replace(titan.framework, fsdp_reshard_with_pp=True)
+    )
+    kept = estimate_plan(model, cluster, work, plan, calibration=titan).memory.row(1, named=True)
+    sharded = estimate_plan(model, cluster, work, plan, calibration=resharding).memory.row(1, named=True)
+    stage_params = 20 * model.layer_parameters(0) / 4  # rank 1 holds 20 of the 80 layers, split over tp=4
+    assert kept["parameters_bytes"] == pytest.approx(2 * stage_params, rel=1e-9)
+    assert kept["gradients_bytes"] == pytest.approx(4 * stage_params, rel=1e-9)
+    assert sharded["parameters_bytes"] == pytest.approx(2 * stage_params / 4, rel=1e-9)
+    assert sharded["gradients_bytes"] == pytest.approx(4 * stage_params / 4, rel=1e-9)
+
+
+def test_ring_attention_uses_the_kernels_its_implementation_wraps() -> None:
+    """torchtitan 2024's ring attention wraps FlashAttention-2 only: with cp > 1 the step costs what it costs
+    under a profile that names only fa2; with cp = 1 what it costs under its cuDNN preference."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
+    work = Workload(seq_len=32768, global_batch_size=8, dtype="bf16")
+    titan = load_calibration(framework="torchtitan-2024")
+    fw = titan.framework
+    only = {
+        k: dataclasses.replace(
+            titan, framework=dataclasses.replace(fw, attention_kernels=(k,), cp_attention_kernels=None)
+        )
+        for k in ("fa2", "cudnn")
+    }
+
+    def step(plan: ParallelPlan, cal: Calibration) -> float:
+        return estimate_plan(model, cluster, work, plan, calibration=cal).step_time_s
+
+    ring = ParallelPlan(dp=4, cp=2, micro_batch_size=1, zero_stage=3)
+    flat = ParallelPlan(dp=8, micro_batch_size=1, zero_stage=3)
+    assert step(ring, titan) == pytest.approx(step(ring, only["fa2"]), rel=1e-12)
+    assert step(ring, titan) != pytest.approx(step(ring, only["cudnn"]), rel=1e-3)
+    assert step(flat, titan) == pytest.approx(step(flat, only["cudnn"]), rel=1e-12)
+
+
+def test_blank_micro_batch_of_a_row_follows_the_stacks_default() -> None:
+    """torchtitan splits a data-parallel rank's batch into pp x vpp micro-batches when none is set; Megatron
+    rows default to one sample per micro-batch."""
+    from workbench.validate import row_case
+
+    row = next(r for r in read_rows(VALIDATION) if r["id"] == "TORCHTITAN_2412-013")
+    assert not row["micro_batch_size"] and row["global_batch_size"] == "256"
+    case = row_case(row)
+    assert case.plan.micro_batch_size == 256 // 8 // 8  # local batch 32 over 8 stages
+    interleaved = row_case({**row, "schedule": "interleaved-1f1b", "vpp": "2"})
+    assert interleaved.plan.micro_batch_size == 256 // 8 // 16
+    no_batch = row_case({**row, "global_batch_size": ""})
+    assert no_batch.workload.global_batch_size == 8 * 8  # dp x stages micro-batches of one sample
+    megatron = row_case(row, framework=load_framework("megatron-core-2024"))
+    assert megatron.plan.micro_batch_size == 1

@@ -1,25 +1,34 @@
 """The torchrun launcher: a failing rank surfaces its rank and traceback, timeouts and killed workers leave
-no process behind."""
+no process behind, a killed launcher takes its workers with it, the worker count is capped by the machine."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import workbench_backends.launch as launch
 from workbench_backends.launch import (
+    ENV_LAUNCHER_PID,
+    ENV_RUN_MARKER,
+    EXIT_PARENT_GONE,
     LaunchConfig,
     LaunchError,
+    check_worker_count,
     free_port,
+    kill_job_processes,
     recorded_worker_pids,
     run_torchrun,
     torchrun_command,
 )
+
+from tests.test_run_safety import SURVIVAL_S, assert_nothing_left, processes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,6 +109,18 @@ def test_command_uses_loopback_rendezvous_and_no_restarts(tmp_path: Path) -> Non
     endpoint = next(c for c in cmd if c.startswith("--rdzv-endpoint="))
     assert endpoint.startswith("--rdzv-endpoint=127.0.0.1:")
     assert cmd[-4:] == ["-m", "workbench_backends.run_worker", "--run-dir", "x"]
+    guarded = torchrun_command(
+        LaunchConfig(nproc_per_node=2), "mod", ["--run-dir", "x"], log_dir=tmp_path, pid_dir=tmp_path
+    )
+    assert guarded[-7:] == [
+        "-m",
+        "workbench_backends.launch",
+        "--pid-dir",
+        str(tmp_path),
+        "mod",
+        "--run-dir",
+        "x",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -122,6 +143,7 @@ def test_failing_rank_names_rank_and_traceback(tmp_path: Path) -> None:
     err = info.value
     assert err.rank == 1
     assert str(err).startswith("rank 1 failed: ZeroDivisionError: rank one divides by zero (traceback: ")
+    assert err.summary == "rank 1 failed: ZeroDivisionError: rank one divides by zero"
     assert "Traceback" in err.traceback_text
     run_dir = tmp_path / "run"
     assert not [p for p in _pids(run_dir) if _alive(p)]
@@ -161,3 +183,134 @@ def test_killing_a_worker_mid_run_leaves_no_process(tmp_path: Path) -> None:
     assert not [p for p in _pids(run_dir) if _alive(p)]
     assert not recorded_worker_pids(run_dir)
     assert not _torchrun_pids(run_dir)
+
+
+# The worker's start-up guard: it runs the module only under a live torchrun started by a live launcher.
+PROBE = "import pathlib, sys; pathlib.Path(sys.argv[1], 'ran').write_text('yes')\n"
+
+
+def _guarded(tmp_path: Path, launcher_pid: int, *, fake_torchrun: bool) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "wb_probe.py").write_text(PROBE)
+    guard = [
+        sys.executable,
+        "-m",
+        "workbench_backends.launch",
+        "--pid-dir",
+        str(tmp_path),
+        "wb_probe",
+        str(tmp_path),
+    ]
+    # A parent whose command line names torch.distributed.run, started by this test process.
+    parent = [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[2:]))"]
+    cmd = [*parent, "torch.distributed.run", *guard] if fake_torchrun else guard
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "RANK": "3",
+        ENV_LAUNCHER_PID: str(launcher_pid),
+    }
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_worker_guard_runs_the_module_under_torchrun_of_a_live_launcher(tmp_path: Path) -> None:
+    proc = _guarded(tmp_path, os.getpid(), fake_torchrun=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "ran").read_text() == "yes"
+    assert (tmp_path / "pid-rank3").read_text().strip().isdigit()
+
+
+@pytest.mark.parametrize(
+    ("fake_torchrun", "launcher", "why"),
+    [
+        (False, "self", "is not torchrun"),
+        (True, "other", "the launcher (pid 1) that started its torchrun is gone"),
+    ],
+)
+def test_worker_guard_exits_when_its_torchrun_or_launcher_is_gone(
+    tmp_path: Path, fake_torchrun: bool, launcher: str, why: str
+) -> None:
+    # A worker whose torchrun died before the worker set its death signal has been re-parented (pid 1 or a
+    # subreaper): not torchrun, or not a child of the launcher. It must exit before importing anything.
+    proc = _guarded(tmp_path, os.getpid() if launcher == "self" else 1, fake_torchrun=fake_torchrun)
+    assert proc.returncode == EXIT_PARENT_GONE
+    assert why in proc.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "pid-rank3").exists()
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from workbench_backends.launch import LaunchConfig, run_torchrun
+    run_dir = Path(sys.argv[1])
+    run_torchrun(LaunchConfig(nproc_per_node=2, timeout_s=120), "wb_fake_worker",
+                 ["--run-dir", str(run_dir), "--mode", "hang"], run_dir=run_dir)
+""")
+
+
+def test_sigkill_to_the_launcher_while_workers_start_leaves_no_process(tmp_path: Path) -> None:
+    # The race the worker guard closes: the launcher (hence torchrun) dies while the workers are still
+    # starting Python or importing torch, before a death signal set after the imports would exist.
+    (tmp_path / "wb_fake_worker.py").write_text(WORKER)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "TMPDIR": str(tmp_path)}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(run_dir)], env=env)
+    deadline = time.monotonic() + 120
+    while True:
+        procs = processes_of(tmp_path)
+        agents = {p for p, cmd in procs.items() if "torch.distributed.run" in cmd}
+        workers = [p for p in procs if Path(f"/proc/{p}/stat").exists() and _parent(p) in agents]
+        if workers:
+            break
+        assert driver.poll() is None and time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.005)
+    killed = time.monotonic()
+    driver.kill()
+    driver.wait()
+    assert_nothing_left(tmp_path, killed)
+    assert time.monotonic() - killed < SURVIVAL_S
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def test_kill_job_processes_ends_every_process_marked_with_the_run(tmp_path: Path) -> None:
+    # A straggler in a session of its own, not recorded anywhere: found by the marker in its environment.
+    env = {**os.environ, ENV_RUN_MARKER: str(tmp_path.resolve())}
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    marked = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        assert kill_job_processes(tmp_path, timeout_s=5) == [marked.pid]
+        assert marked.wait(timeout=5) == -signal.SIGKILL
+        assert other.poll() is None
+    finally:
+        other.kill()
+        marked.kill()
+        other.wait()
+
+
+def test_worker_count_is_capped_by_cores_and_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(launch, "usable_cores", lambda: 2)
+    monkeypatch.setattr(launch, "available_memory_bytes", lambda: 10 * launch.WORKER_BYTES)
+    assert check_worker_count(4, asked="--pp 2 --dp 2").max_workers == 2 * launch.WORKERS_PER_CORE >= 4
+    with pytest.raises(ValueError) as info:
+        check_worker_count(1000, asked="--pp 1000")
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert msg.startswith("--pp 1000 needs 1000 worker processes but this machine allows at most 4 (")
+    assert "2 usable CPU cores x 2 = 4" in msg and "per worker = 10" in msg
+    monkeypatch.setattr(launch, "available_memory_bytes", lambda: 3 * launch.WORKER_BYTES)
+    with pytest.raises(ValueError, match="allows at most 3 .*per worker = 3"):
+        check_worker_count(4, asked="--pp 4")
+    with pytest.raises(ValueError, match="allows at most 1 .*1 CUDA devices"):
+        check_worker_count(2, asked="--pp 2", devices=1)
+
+
+def test_available_memory_is_read_from_this_machine() -> None:
+    available = launch.available_memory_bytes()
+    assert available is not None and 0 < available <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 1 <= launch.usable_cores() <= (os.cpu_count() or 1)

@@ -1,5 +1,7 @@
 """The JupyterLab launcher entry: the jupyter-server-proxy entry point resolves, its command starts the app
-under the Lab prefix, and (slow) a real Jupyter server lists the tile and proxies the app."""
+under the Lab prefix and accepts the session websocket only with the origin the proxy presents (never any
+origin), and (slow) a real Jupyter server lists the tile and proxies the app, and the proxied page gets its
+websocket in Chromium."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, ROOT, needs_chromium
+from tests.test_app_safety import TIMELINE_TITLE_JS, websocket_handshake
 
 SERVER_NAME = "parallelism-workbench"
 
@@ -56,6 +59,8 @@ def test_entry_point_resolves_to_the_documented_server() -> None:
     assert entry["absolute_url"] is True and entry["new_browser_tab"] is False
     assert entry["timeout"] >= 60  # a cold start of Python + Panel; the proxy's default (5 s) is too short
     cmd = entry["command"]
+    assert "--allow-websocket-origin" not in cmd and not any("*" in part for part in cmd)
+    assert entry["request_headers_override"] == {"Origin": "http://127.0.0.1:{port}"}
     assert cmd[cmd.index("--port") + 1] == "{port}"
     assert cmd[cmd.index("--prefix") + 1] == "{base_url}parallelism-workbench"
     assert cmd[cmd.index("--address") + 1] == "127.0.0.1"
@@ -74,6 +79,16 @@ def test_entry_point_command_starts_the_app_under_the_prefix(tmp_path: Path) -> 
     try:
         page = wait_for_http(f"http://127.0.0.1:{port}{base_url}{SERVER_NAME}/", 60)
         assert "<title>Parallelism Workbench</title>" in page
+        ws, lab = f"{base_url}{SERVER_NAME}/ws", "127.0.0.1:8888"
+        # What the proxy forwards: the Host it received (here a reverse proxy's upstream name, not the page's
+        # host) and the Origin it is told to present: accepted by the app's own list.
+        proxied = _entry()["request_headers_override"]["Origin"].format(port=port)
+        assert websocket_handshake(port, ws, proxied, host=lab) == 101
+        # The Lab page's origin as it would arrive without the override: refused (tornado then asks bokeh's
+        # list, which holds only the app's own origin; older tornado asks it for every Origin).
+        assert websocket_handshake(port, ws, "https://lab.example", host=lab) == 403
+        # A page of another site that finds the app's port.
+        assert websocket_handshake(port, ws, "http://evil.example", fetch_site="cross-site") == 403
     finally:
         _stop(proc)
 
@@ -85,20 +100,13 @@ def test_jupyter_server_lists_the_tile_and_proxies_the_app(tmp_path: Path) -> No
     from workbench_widgets.app.server import wait_for_http
 
     port, token = _free_port(), "workbench-test-token"
-    cmd = [
-        sys.executable,
-        "-m",
-        "jupyter_server",
-        "--no-browser",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={tmp_path}",
-        "--ServerApp.port_retries=0",
-        "--allow-root",
-    ]
     proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        _jupyter_command(port, token, tmp_path),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -109,6 +117,54 @@ def test_jupyter_server_lists_the_tile_and_proxies_the_app(tmp_path: Path) -> No
         assert "<title>Parallelism Workbench</title>" in page
     finally:
         _stop(proc)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@needs_chromium
+def test_the_proxied_app_gets_its_websocket_in_chromium(tmp_path: Path) -> None:
+    """The page opened through a real Jupyter server's proxy draws its timeline: the session websocket went
+    browser -> Jupyter (same origin) -> app (the origin the proxy presents)."""
+    pytest.importorskip("jupyter_server_proxy")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from workbench_widgets.app.server import wait_for_http
+
+    port, token = _free_port(), "workbench-test-token"
+    proc = subprocess.Popen(
+        _jupyter_command(port, token, tmp_path),
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/api/status?token={token}", 60)
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{port}/{SERVER_NAME}/?token={token}", timeout=90_000)
+                page.wait_for_function(TIMELINE_TITLE_JS, timeout=90_000)
+                assert "pp=8" in page.evaluate(TIMELINE_TITLE_JS)
+            finally:
+                browser.close()
+    finally:
+        _stop(proc)
+
+
+def _jupyter_command(port: int, token: str, root: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "jupyter_server",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--ServerApp.port_retries=0",
+        "--allow-root",
+    ]
 
 
 def _get(url: str, token: str, timeout: float = 30) -> str:

@@ -1,16 +1,33 @@
 """Real torchrun runs of a tiny model: loss equals a single-process reference, the timeline is the schedule's.
 
 The two CI runs: a 2-process pipeline (pp=2, 1f1b, m=8) and a 4-process pp=2 x dp=2 run, 3 steps each.
+Also: the temporary run folder is removed however the run ends (unless kept), stale ones are swept, and a
+plan needing more workers than the machine takes is refused before anything starts.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
+import workbench_backends.launch as launch
+from workbench_backends.launch import ENV_RUN_MARKER, WORKER_BYTES, LaunchError, process_start
 from workbench_backends.real_estimate import pipeline_idle
-from workbench_backends.real_run import RunResult, bubble_fraction, local_cluster, real_run, to_estimate
+from workbench_backends.real_run import (
+    OWNER_FILE,
+    RunResult,
+    bubble_fraction,
+    local_cluster,
+    real_run,
+    sweep_stale_run_dirs,
+    to_estimate,
+    worker_bytes,
+)
 from workbench_backends.real_schedule import Recorder
 
 from workbench.estimate.metrics import throughput
@@ -66,16 +83,21 @@ def _check_timeline(run: RunResult, plan: ParallelPlan, m: int) -> None:
             assert starts == sorted(starts) and all(a[4] >= a[3] >= 0 for a in step["actions"])
 
 
-def tiny_run(plan: ParallelPlan, workload: Workload, run_dir: Path) -> RunResult:
+def tiny_run(plan: ParallelPlan, workload: Workload, run_dir: Path | None) -> RunResult:
     """A real torchrun job of the tiny model for ``STEPS`` steps (loss checked by the tests, not the run)."""
     return real_run(TINY, workload, plan, steps=STEPS, check_loss=False, timeout_s=120, run_dir=run_dir)
 
 
 @pytest.fixture(scope="module")
 def pp2_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, ParallelPlan, Workload]:
+    """The pp=2 run, in a temporary run folder made in a temporary directory of its own."""
     workload = Workload(seq_len=32, global_batch_size=8, dtype=DType.FP32)
     plan = ParallelPlan(pp=2, schedule="1f1b", micro_batch_size=1)
-    run = tiny_run(plan, workload, tmp_path_factory.mktemp("pp2"))
+    previous, tempfile.tempdir = tempfile.tempdir, str(tmp_path_factory.mktemp("pp2"))
+    try:
+        run = tiny_run(plan, workload, None)
+    finally:
+        tempfile.tempdir = previous
     return run, plan, workload
 
 
@@ -83,6 +105,12 @@ def test_pp2_1f1b_loss_matches_single_process(pp2_run: tuple[RunResult, Parallel
     run, _, workload = pp2_run
     _check_loss(run, workload)
     assert run.wall_s < 60
+
+
+def test_pp2_temporary_run_folder_is_removed(pp2_run: tuple[RunResult, ParallelPlan, Workload]) -> None:
+    run, _, _ = pp2_run
+    assert run.run_dir.name.startswith("wb-run-")
+    assert not run.run_dir.exists() and list(run.run_dir.parent.iterdir()) == []
 
 
 def test_pp2_1f1b_timeline_is_complete_and_ordered(pp2_run: tuple[RunResult, ParallelPlan, Workload]) -> None:
@@ -156,3 +184,70 @@ def test_unsupported_plans_are_refused() -> None:
         real_run(TINY, workload, ParallelPlan(dp=3))
     with pytest.raises(ValueError, match="steps must be"):
         real_run(TINY, workload, ParallelPlan(), steps=1, warmup_steps=1)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_failed_run_removes_its_temporary_folder_unless_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep: bool
+) -> None:
+    from tests.test_run_safety import processes_of
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    workload = Workload(seq_len=16, global_batch_size=4, dtype=DType.FP32)
+    with pytest.raises(LaunchError, match="did not finish within 1 s") as info:
+        real_run(
+            TINY, workload, ParallelPlan(pp=2), steps=2, check_loss=False, timeout_s=1, keep_run_dir=keep
+        )
+    left = list(tmp_path.glob("wb-run-*"))
+    assert not processes_of(tmp_path)  # the run's processes carry the folder's path in their environment
+    if keep:  # kept: named in the message, and no longer a stale folder for the next sweep
+        (run_dir,) = left
+        assert str(run_dir) in str(info.value) and not (run_dir / OWNER_FILE).exists()
+        assert sweep_stale_run_dirs(tmp_path) == [] and run_dir.exists()
+    else:  # removed: the message names no file that is gone
+        assert left == [] and str(tmp_path) not in str(info.value)
+
+
+def test_more_workers_than_the_machine_takes_are_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(launch, "usable_cores", lambda: 1)
+    workload = Workload(seq_len=16, global_batch_size=4, dtype=DType.FP32)
+    with pytest.raises(
+        ValueError, match=r"^the plan .* needs 4 worker processes but this machine allows at most 2 "
+    ):
+        real_run(TINY, workload, ParallelPlan(pp=4), steps=2, check_loss=False, device="cpu")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_worker_memory_counts_the_model_states() -> None:
+    plan = ParallelPlan(pp=2, dp=2)
+    params = TINY.total_parameters()
+    assert worker_bytes(TINY, plan, check_loss=False) == WORKER_BYTES + 16 * params // 2
+    assert worker_bytes(TINY, plan, check_loss=True) == WORKER_BYTES + 16 * params // 2 + 16 * params // 4
+
+
+def test_sweep_removes_only_folders_whose_owner_is_gone(tmp_path: Path) -> None:
+    me = os.getpid()
+    folders = {name: tmp_path / name for name in ("wb-run-stale", "wb-run-live", "wb-run-kept", "other")}
+    for folder in folders.values():
+        folder.mkdir()
+    (folders["wb-run-stale"] / OWNER_FILE).write_text(f"{me} 0\n")  # this pid, another start: a reused pid
+    (folders["wb-run-live"] / OWNER_FILE).write_text(f"{me} {process_start(me)}\n")
+    (folders["other"] / OWNER_FILE).write_text(f"{me} 0\n")
+    # a straggler of the stale run (its owner was SIGKILLed): ended before the folder goes
+    env = {**os.environ, ENV_RUN_MARKER: str(folders["wb-run-stale"].resolve())}
+    straggler = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        # until exec completes, /proc shows the parent's environment (no marker): wait for the exec
+        needle = f"{ENV_RUN_MARKER}={env[ENV_RUN_MARKER]}".encode()
+        deadline = time.monotonic() + 10
+        while needle not in Path(f"/proc/{straggler.pid}/environ").read_bytes().split(b"\0"):
+            assert time.monotonic() < deadline, "the straggler never exec'd"
+            time.sleep(0.01)
+        assert sweep_stale_run_dirs(tmp_path) == [folders["wb-run-stale"]]
+        assert straggler.wait(timeout=5) < 0
+    finally:
+        straggler.kill()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "wb-run-kept", "wb-run-live"]

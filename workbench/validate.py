@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from typing import Any
 from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import load_cluster, load_device, load_model, preset_names, profiles_dir
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework, profile_for_text
+from workbench.specs import limits
+from workbench.specs.files import check_input_file
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import AttentionKind, ModelSpec, NormKind
@@ -93,42 +96,194 @@ class RowCase:
     row: dict[str, str] = field(repr=False)
 
 
+COLUMNS: tuple[str, ...] = (
+    "id",
+    "source_key",
+    "source",
+    "confidence",
+    "notes",
+    "model_name",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "ffn_hidden_size",
+    "vocab_size",
+    "seq_len",
+    "gated_mlp",
+    "num_experts",
+    "experts_per_token",
+    "moe_ffn_hidden_size",
+    "num_shared_experts",
+    "attention",
+    "device",
+    "num_devices",
+    "devices_per_node",
+    "cluster",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "sequence_parallel",
+    "micro_batch_size",
+    "global_batch_size",
+    "recompute",
+    "zero_stage",
+    "schedule",
+    "dtype",
+    "framework",
+    "measured_tflops_per_device",
+    "measured_mfu",
+    "measured_hfu",
+    "measured_tokens_per_s_per_device",
+    "measured_step_time_s",
+    "measured_peak_memory_GiB",
+    "flops_definition",
+)
+"""The columns of a validation file, in the order of ``training_public.csv`` (its README defines each one)."""
+
+
+def _counts(maximum: int, *columns: str, minimum: int = 1) -> dict[str, tuple[bool, float, float, bool]]:
+    return {c: (True, minimum, maximum, False) for c in columns}
+
+
+NUMERIC_COLUMNS: dict[str, tuple[bool, float, float, bool]] = {
+    **_counts(limits.MAX_LAYERS, "num_layers"),
+    **_counts(limits.MAX_HIDDEN_SIZE, "hidden_size"),
+    **_counts(limits.MAX_ATTENTION_HEADS, "num_attention_heads", "num_key_value_heads"),
+    **_counts(limits.MAX_FFN_HIDDEN_SIZE, "ffn_hidden_size", "moe_ffn_hidden_size"),
+    **_counts(limits.MAX_VOCAB_SIZE, "vocab_size"),
+    **_counts(limits.MAX_SEQ_LEN, "seq_len"),
+    **_counts(limits.MAX_EXPERTS, "num_experts", "experts_per_token"),
+    **_counts(limits.MAX_EXPERTS, "num_shared_experts", minimum=0),
+    **_counts(limits.MAX_DEVICES, "num_devices", "devices_per_node", "tp", "dp", "cp", "ep"),
+    **_counts(limits.MAX_PP, "pp"),
+    **_counts(limits.MAX_VPP, "vpp"),
+    **_counts(limits.MAX_GLOBAL_BATCH_SIZE, "micro_batch_size", "global_batch_size"),
+    **_counts(3, "zero_stage", minimum=0),
+    "measured_tflops_per_device": (False, 0.0, 1e6, False),
+    "measured_mfu": (False, 0.0, 1.0, False),
+    "measured_hfu": (False, 0.0, 1.0, False),
+    "measured_tokens_per_s_per_device": (False, 0.0, 1e12, False),
+    "measured_step_time_s": (False, 0.0, 1e9, False),
+    "measured_peak_memory_GiB": (False, 0.0, 2.0**20, False),
+}
+"""Numeric column -> (integer, lowest, highest, lowest allowed): what a filled cell may hold (blank always may).
+Counts are integers in 1..their bound of ``workbench.specs.limits`` (``num_shared_experts`` and ``zero_stage``
+from 0); measured values are finite and > 0, utilisations at most 1 (the other upper ends are far above any
+device: 10^6 TFLOP/s, 10^12 tokens/s, 10^9 s, 1 PiB)."""
+
+
+def _check_cell(value: str, integer: bool, low: float, high: float, low_ok: bool) -> str | None:
+    """Why the cell ``value`` is not allowed (None when it is, or when it is blank)."""
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return "is not a number"
+    kind = "an integer" if integer else "a finite number"
+    low_text = f">= {low:g}" if low_ok or integer else f"> {low:g}"
+    allowed = f"must be {kind} {low_text} and <= {high:g}"
+    if not math.isfinite(number) or (integer and number != int(number)):
+        return allowed
+    if number < low or (number == low and not (low_ok or integer)) or number > high:
+        return allowed
+    return None
+
+
 def read_rows(path: str | Path) -> list[dict[str, str]]:
-    """The CSV rows as dicts (ValueError for a missing id or source_key column, or a duplicate id)."""
-    with Path(path).open(newline="", encoding="utf-8") as fh:
-        rows = list(csv.DictReader(fh))
-    if rows and not {"id", "source_key"} <= set(rows[0]):
-        raise ValueError(f"{path}: not a validation file (needs id and source_key columns)")
+    """The CSV rows as dicts. ValueError naming the file (and the line, row id, column and value) for: no data
+    rows, more rows or columns than ``limits.MAX_VALIDATION_ROWS`` / ``MAX_CSV_COLUMNS`` (reading stops there), a
+    missing column (``COLUMNS``), a duplicate id, a row with more or fewer cells than the header, a
+    cell that is not CSV (e.g. longer than ``limits.MAX_CSV_FIELD_CHARS``), and a filled numeric cell outside
+    its range (``NUMERIC_COLUMNS``: counts >= 1, measured values finite and > 0)."""
+    where = check_input_file(path, "validation CSV file")
+    with where.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        rows: list[dict[str, str]] = []
+        lines: list[int] = []
+        try:
+            if len(reader.fieldnames or ()) > limits.MAX_CSV_COLUMNS:
+                raise ValueError(
+                    f"{where}: {len(reader.fieldnames or ()):,} columns; at most {limits.MAX_CSV_COLUMNS} "
+                    "(MAX_CSV_COLUMNS in workbench/specs/limits.py)"
+                )
+            for row in reader:
+                if len(rows) >= limits.MAX_VALIDATION_ROWS:
+                    raise ValueError(
+                        f"{where}: more than {limits.MAX_VALIDATION_ROWS:,} rows "
+                        "(MAX_VALIDATION_ROWS in workbench/specs/limits.py)"
+                    )
+                if None in row or None in row.values():  # DictReader's marks of too many or too few cells
+                    raise ValueError(
+                        f"{where}: line {reader.line_num}: the row has a different number of cells than the "
+                        f"header ({len(reader.fieldnames or ())})"
+                    )
+                rows.append(row)
+                lines.append(reader.line_num)
+        except csv.Error as exc:
+            raise ValueError(f"{where}: line {reader.line_num}: not a readable CSV row ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not rows:
+        raise ValueError(f"{where}: no data rows (a validation file needs a header and at least one row)")
+    if not {"id", "source_key"} <= set(rows[0]):
+        raise ValueError(f"{where}: not a validation file (needs id and source_key columns)")
+    missing = [c for c in COLUMNS if c not in rows[0]]
+    if missing:
+        raise ValueError(
+            f"{where}: missing column(s) {', '.join(missing)}; a validation file has the columns of "
+            "profiles/validation/training_public.csv (see its README)"
+        )
     ids = [r["id"] for r in rows]
     if len(set(ids)) != len(ids):
-        raise ValueError(f"{path}: duplicate row ids")
+        raise ValueError(f"{where}: duplicate row ids")
+    for row, line in zip(rows, lines, strict=True):
+        for col, rule in NUMERIC_COLUMNS.items():
+            problem = _check_cell(row.get(col, ""), *rule)
+            if problem:
+                raise ValueError(
+                    f"{where}: line {line} (row {limits.shown(row['id'])}): column {col}: "
+                    f"{limits.shown(row[col].strip())} {problem}"
+                )
     return rows
 
 
 def _num(row: dict[str, str], key: str) -> float | None:
-    v = row.get(key, "").strip()
+    v = (row.get(key) or "").strip()
     if not v:
         return None
     try:
-        return float(v)
+        number = float(v)
     except ValueError:
-        raise Unexpressible(f"column {key}: {v!r} is not a number") from None
+        raise Unexpressible(f"column {key}: {limits.shown(v)} is not a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise Unexpressible(f"column {key}: {limits.shown(v)} must be a finite number >= 0")
+    return number
 
 
 def _required(row: dict[str, str], key: str) -> int:
     v = _num(row, key)
     if v is None:
         raise Unexpressible(f"blank required column: {key}")
+    if v < 1:
+        raise Unexpressible(f"column {key}: {v:g} must be an integer >= 1")
     return int(v)
 
 
-def _int(row: dict[str, str], key: str, default: int | None, assumed: list[str]) -> int:
+def _int(row: dict[str, str], key: str, default: int | None, assumed: list[str], *, minimum: int = 1) -> int:
     v = _num(row, key)
     if v is None:
         if default is None:
             raise Unexpressible(f"{key} is blank and has no default")
         assumed.append(key)
         return default
+    if v < minimum:
+        raise Unexpressible(f"column {key}: {v:g} must be an integer >= {minimum}")
     return int(v)
 
 
@@ -237,13 +392,13 @@ def row_case(
     tp, pp = _int(row, "tp", 1, assumed), _int(row, "pp", 1, assumed)
     cp = int(_num(row, "cp") or 1)
     dp = _int(row, "dp", n // (tp * pp * cp), assumed)
-    mbs = _int(row, "micro_batch_size", 1, assumed)
     schedule = row["schedule"] or ""
     vpp = _int(row, "vpp", 2 if schedule == "interleaved-1f1b" else 1, assumed) if pp > 1 else 1
     if not schedule:
         schedule = "interleaved-1f1b" if vpp > 1 else "1f1b"
         if pp > 1:
             assumed.append("schedule")
+    mbs = _int(row, "micro_batch_size", _default_mbs(row, fw, dp=dp, stages=pp * vpp), assumed)
     recompute = row["recompute"] or ("full" if row["flops_definition"] == "hardware" else "none")
     if not row["recompute"]:
         assumed.append("recompute")
@@ -252,7 +407,8 @@ def row_case(
     else:
         sp = tp > 1 and fw.default_sequence_parallel
         assumed.append("sequence_parallel")
-    gbs = _int(row, "global_batch_size", dp * mbs * 2 * pp if pp > 1 else dp * mbs, assumed)
+    per_rank = (pp * vpp if fw.default_microbatches == "stages" else 2 * pp) if pp > 1 else 1
+    gbs = _int(row, "global_batch_size", dp * mbs * per_rank, assumed)
     dtype = row["dtype"] or "bf16"
     if not row["dtype"]:
         assumed.append("dtype")
@@ -266,7 +422,7 @@ def row_case(
         ep=int(_num(row, "ep") or 1),
         vpp=vpp,
         micro_batch_size=mbs,
-        zero_stage=_int(row, "zero_stage", 0, assumed),
+        zero_stage=_int(row, "zero_stage", 0, assumed, minimum=0),
         sequence_parallel=sp,
         recompute=Recompute(recompute),
         schedule=schedule,
@@ -283,6 +439,18 @@ def row_case(
         assumed=tuple(assumed),
         row=row,
     )
+
+
+def _default_mbs(row: dict[str, str], fw: FrameworkProfile, *, dp: int, stages: int) -> int:
+    """The micro-batch size of a row that gives none: the stack's ``default_microbatches`` rule (``stages``:
+    the data-parallel rank's batch split into pp x vpp micro-batches, when the row gives the global batch and
+    pp > 1), else 1."""
+    gbs = _num(row, "global_batch_size")
+    if fw.default_microbatches == "stages" and stages > 1 and gbs is not None and dp > 0:
+        local = int(gbs) // dp
+        if local % stages == 0 and local >= stages:
+            return local // stages
+    return 1
 
 
 def predicted_metric(case: RowCase, est: Any, metric: str) -> float:

@@ -113,6 +113,15 @@ class WorkbenchApp:
     def _show_plan(self) -> None:
         self.tabs.active = PLAN_TAB
 
+    def on_page_error(self, exc: BaseException) -> None:
+        """Panel's exception handler of this session (``build_app``): an exception in a callback of the page,
+        e.g. a widget refusing what the browser sent (digits beyond an integer field's range arrive as a
+        float), is said in the page, and every control is sent its value again so the page shows the choices
+        in force. Panel has logged the traceback already."""
+        self.store.refuse("A value from the page", exc)
+        for widget in self.composer.widgets.values():
+            widget.param.trigger("value")
+
     def _report_file(self) -> io.BytesIO:
         return io.BytesIO(report_html(self.store).encode("utf-8"))
 
@@ -127,7 +136,16 @@ class WorkbenchApp:
         )
 
 
+DISCONNECTED = "Connection to the workbench server lost: reload the page (your choices are not kept)."
+
+
 def build_app() -> pn.viewable.Viewable:
-    """A fresh app for one session (the function Panel's server calls per browser tab)."""
-    pn.extension("tabulator")
-    return WorkbenchApp().panel()
+    """A fresh app for one session (the function Panel's server calls per browser tab).
+
+    Notifications are on so that a refused input is also a toast and a lost websocket is said in the page;
+    an exception in any callback of the session is said in the page (``WorkbenchApp.on_page_error``).
+    """
+    pn.extension("tabulator", notifications=True, disconnect_notification=DISCONNECTED)
+    app = WorkbenchApp()
+    pn.config.exception_handler = app.on_page_error  # set inside the session: this session's only
+    return app.panel()

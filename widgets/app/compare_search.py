@@ -9,6 +9,7 @@ by the same builders as the Plan tab, with their x and y ranges made equal so th
 from __future__ import annotations
 
 import asyncio
+import html
 from collections.abc import Callable
 from typing import Any
 
@@ -94,8 +95,8 @@ class SearchView(param.Parameterized):
         try:
             frame = await asyncio.to_thread(self.store.search)
             self.status.object = f"{frame.height:,} plans ranked, best first."
-        except (ValueError, RuntimeError) as exc:
-            self.status.object = f"Search failed: {exc}"
+        except Exception as exc:  # any failure is said in the page, and the button comes back
+            self.status.object = f"Search failed: {_reason(exc)}"
         finally:
             self.button.disabled, self.progress.visible = False, False
 
@@ -176,8 +177,8 @@ class CompareView(param.Parameterized):
             return
         try:
             b = self.store.compare()
-        except (ValueError, RuntimeError) as exc:
-            self.message.object, b = f"Plan B not priced: {exc}", None
+        except Exception as exc:  # said in the page; the rest of the session goes on
+            self.message.object, b = f"Plan B not priced: {_reason(exc)}", None
         a = self.store.pinned
         if b is None:
             self.message.object = self.message.object or "Plan B is not valid: fix the plan in the Plan tab."
@@ -202,3 +203,11 @@ class CompareView(param.Parameterized):
 
     def panel(self) -> pn.Column:
         return pn.Column(pn.Row(self.pin_button, self.backend), self.message, self.sides, self.breakdown)
+
+
+def _reason(exc: BaseException) -> str:
+    """``exc`` for the page: its message (HTML-escaped), with its type unless it is a ValueError of ours."""
+    text = str(exc) or type(exc).__name__
+    if not isinstance(exc, ValueError | RuntimeError):
+        text = f"{text} ({type(exc).__name__})"
+    return html.escape(text)

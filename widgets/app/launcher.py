@@ -4,8 +4,19 @@ jupyter-server-proxy starts the command on a free port the first time the tile i
 ``{base_url}parallelism-workbench/`` to it. ``absolute_url=True`` forwards the full path, which the app
 expects because it is served under that ``--prefix``; a cold start of Python, Panel and the presets takes
 a few seconds, so the start timeout is 60 s (the proxy's default of 5 s is too short).
-The browser's websocket arrives with the Lab page's origin, unknown here, so every origin is accepted;
-the app still listens on 127.0.0.1 only.
+
+Origins: the app accepts its session websocket only from its own origin, ``127.0.0.1:{port}`` (no
+``--allow-websocket-origin``, and never ``*``, which let a page of any web site open in the browser drive the
+app on its local port). The browser's websocket reaches the proxy with the Lab page's origin, which cannot be
+known here (host names, reverse proxies, JupyterHub), and the proxy forwards the browser's headers. So the
+proxy is told to present the app's own origin instead: ``request_headers_override`` sets
+``Origin: http://127.0.0.1:{port}`` on every request it forwards (jupyter-server-proxy >= 4 fills in
+``{port}``), which the app's list accepts whatever Host the proxy forwards and whatever the tornado version
+(tornado 6.6, installed here, first trusts a forwarded ``Sec-Fetch-Site: same-origin`` or an Origin equal to
+the Host; older versions ask bokeh's list for every Origin). That is sound because the proxy only forwards
+what the Jupyter server accepted: an authenticated request, whose Origin Jupyter checked unless it carried the
+Lab's token (which a page of another site does not have). A page of another site that connects to the app's
+port directly keeps its own Origin and gets 403 from the app, which listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ PROXY_NAME = "parallelism-workbench"
 LAUNCHER_TITLE = "Parallelism Workbench"
 START_TIMEOUT_S = 60
 ICON = Path(__file__).with_name("icon.svg")
+APP_ORIGIN = "http://127.0.0.1:{port}"
+"""The Origin the proxy presents to the app (``{port}`` is filled in by jupyter-server-proxy)."""
 
 
 def command() -> list[str]:
@@ -33,9 +46,12 @@ def command() -> list[str]:
         "127.0.0.1",
         "--prefix",
         "{base_url}" + PROXY_NAME,
-        "--allow-websocket-origin",
-        "*",
     ]
+
+
+def request_headers() -> dict[str, str]:
+    """Headers the proxy sets on every request it forwards to the app: the app's own origin."""
+    return {"Origin": APP_ORIGIN}
 
 
 def setup_workbench_proxy() -> dict[str, Any]:
@@ -48,5 +64,6 @@ def setup_workbench_proxy() -> dict[str, Any]:
         "absolute_url": True,
         "timeout": START_TIMEOUT_S,
         "new_browser_tab": False,
+        "request_headers_override": request_headers(),
         "launcher_entry": entry,
     }

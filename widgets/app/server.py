@@ -1,8 +1,19 @@
 """Serving the app with Panel's server (the machinery behind ``panel serve``).
 
-``run`` blocks (the ``workbench app`` command); ``start_in_thread`` returns a served app in a daemon thread
-for tests and notebooks, stopped with ``.stop()``. Both listen on ``address`` only (default 127.0.0.1) and
-call ``workbench_widgets.app.app.build_app`` once per browser session.
+``run`` blocks (the ``workbench app`` command); ``ThreadedApp`` is a served app in a daemon thread for tests
+and notebooks, stopped with ``.stop()``. Both listen on ``address`` only (default 127.0.0.1) and call
+``workbench_widgets.app.app.build_app`` once per browser session.
+
+Who may drive a session: the session's websocket is accepted only from a page whose ``Origin`` is the app's
+own ``host:port`` (this address, and ``localhost``/``127.0.0.1`` when it is one of them) plus the hosts
+given in ``extra_origins``; any other origin gets HTTP 403 at the handshake, so a page of another web site
+open in the same browser cannot drive the app (listening on 127.0.0.1 alone does not stop that). Behind
+JupyterLab the proxy presents the app's own origin (``launcher``).
+
+Message size: the server accepts websocket messages up to WEBSOCKET_MAX_MESSAGE_BYTES (4 MiB; bokeh's
+default is 20 MB). The only big message a page sends is an upload, which the upload control keeps under
+``store.MAX_UPLOAD_BYTES`` (1 MiB, 1.4 MB as base64) in the browser; a bigger message makes tornado close
+that session's websocket (code 1009), and the page then says the connection was lost.
 """
 
 from __future__ import annotations
@@ -15,6 +26,10 @@ from typing import Any
 
 import panel as pn
 from workbench_widgets.app.app import TITLE, build_app
+
+WEBSOCKET_MAX_MESSAGE_BYTES = 4 * 2**20
+"""Largest websocket message the server accepts (tornado's ``websocket_max_message_size``): four times the
+upload limit as base64."""
 
 
 def normalise_prefix(prefix: str) -> str:
@@ -48,6 +63,7 @@ def _serve_kwargs(port: int, address: str, prefix: str, extra_origins: list[str]
         "show": False,
         "verbose": False,
         "websocket_origin": websocket_origins(address, port, extra_origins),
+        "websocket_max_message_size": WEBSOCKET_MAX_MESSAGE_BYTES,
     }
     if prefix:
         kwargs["prefix"] = normalise_prefix(prefix)

@@ -7,6 +7,8 @@ served app, each with its own State and Store, share nothing.
 
 from __future__ import annotations
 
+import json
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -27,6 +29,9 @@ from workbench.specs.model import ModelSpec
 from workbench.specs.plan import PLAN_FIELDS, ParallelPlan, Workload
 
 ESTIMATE_CACHE_SIZE = 32
+MAX_UPLOAD_BYTES = 2**20
+"""Largest file the app reads (1 MiB): a Hugging Face ``config.json`` is a few KB. The upload control refuses a
+bigger file in the browser, before any byte is sent (``views.ConfigUpload``), and ``upload_file`` again here."""
 FAST_BACKENDS = frozenset({"analytic"})
 """Backends quick enough to price a plan inline on every change; others (profiling, real runs) run in the
 background when the Store is given ``run_in_background``."""
@@ -51,6 +56,10 @@ class WorkbenchStore(param.Parameterized):
     compare_backend = param.Selector(default="analytic", objects=["analytic"], doc="Backend of plan B.")
     compared = param.Parameter(default=None, doc="Plan B: the current plan priced by compare_backend.")
     working = param.String(default="", doc="What runs in the background now ('' when idle).")
+    refused = param.String(
+        default="",
+        doc="Why the last input was not used ('' once one is): the choices before it were put back.",
+    )
 
     def __init__(
         self,
@@ -68,12 +77,16 @@ class WorkbenchStore(param.Parameterized):
         self._backends: dict[str, Any] = {}
         self._estimates: OrderedDict[tuple, Estimate] = OrderedDict()
         self._busy = False
+        self._refusal: BaseException | None = None
+        self._uploading = False
         self._fill_options()
         self._fill_cluster(self.state.cluster_preset)
         self._fill_model(self.state.model_preset)
         names = [p.name for p in self.state.param.objects().values() if p.name != "name"]
-        self.state.param.watch(self._on_state_change, names)
+        # Last, after the widgets linked to the State: a pass that puts the choices back has the final word.
+        self.state.param.watch(self._on_state_change, names, precedence=10)
         self.refresh()
+        self._last_good = self._choices()
 
     # ----- specs from the state (see workbench_widgets.app.specs) ---------------------------------------------------
     def cluster_spec(self) -> ClusterSpec:
@@ -133,15 +146,70 @@ class WorkbenchStore(param.Parameterized):
         if preset != UPLOADED or self.state.uploaded_config:
             self.state.param.update(**specs.model_fields(self.base_model()))
 
-    def upload_config(self, config: dict[str, Any]) -> None:
-        """Use a parsed Hugging Face ``config.json`` as the model (ValueError if it is not one we read)."""
-        model_from_hf_config(config)
-        self.state.param.update(uploaded_config=config, model_preset=UPLOADED)
+    def upload_config(self, config: dict[str, Any], *, source: str = "config.json") -> None:
+        """Use a parsed Hugging Face ``config.json`` as the model.
+
+        ValueError, with the choices left as they were and the reason in ``refused``, if it is not a config
+        we read or pricing the model it describes fails with anything but a ValueError (a ValueError of the
+        pass, e.g. a plan rule, is shown in ``error`` as for any other choice).
+        """
+        try:
+            model_from_hf_config(config)
+        except Exception as exc:  # the reader's ValueError, or anything a malformed file provokes
+            raise self.refuse(source, exc) from exc
+        self._refusal, self._uploading = None, True
+        try:
+            self.state.param.update(uploaded_config=config, model_preset=UPLOADED)
+        finally:
+            self._uploading = False
+        if self._refusal is not None:  # the pass failed and put the previous model back
+            raise self.refuse(source, self._refusal) from self._refusal
+        self.refused = ""
+
+    def upload_file(self, data: bytes, filename: str = "config.json") -> None:
+        """Read an uploaded ``config.json`` (bytes as sent) and use it (``upload_config``).
+
+        ValueError, nothing changed and the reason in ``refused``, for a file over MAX_UPLOAD_BYTES, not UTF-8,
+        not JSON, not a JSON object, or not a config we read.
+        """
+        name = filename or "config.json"
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise self.refuse(name, ValueError(too_big_message(len(data))))
+        try:
+            config = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise self.refuse(name, ValueError(f"not UTF-8 text ({exc.reason} at byte {exc.start})")) from exc
+        except RecursionError as exc:
+            raise self.refuse(name, ValueError("JSON nested too deeply")) from exc
+        except ValueError as exc:
+            raise self.refuse(name, ValueError(f"not JSON ({exc})")) from exc
+        if not isinstance(config, dict):
+            raise self.refuse(name, ValueError(f"a JSON object was expected, got {type(config).__name__}"))
+        self.upload_config(config, source=name)
+
+    def refuse(self, what: str, exc: BaseException) -> ValueError:
+        """Publish why ``what`` (an input: a file, a field) was not used in ``refused``; returns it as a
+        ValueError to raise."""
+        reason = str(exc) or type(exc).__name__
+        if not isinstance(exc, ValueError):  # not a message of ours: say what kind of failure it was
+            reason = f"{reason} ({type(exc).__name__})"
+        self.refused = f"{what} not used: {reason}"
+        return ValueError(self.refused)
 
     def _on_state_change(self, *events: param.parameterized.Event) -> None:
         if self._busy:  # our own normalising updates; the outer pass sees them
             return
-        changed = {e.name for e in events}
+        try:
+            self._pass({e.name for e in events})
+        except Exception as exc:
+            # Any failure of a pass (an overflow, a division by zero...) puts the last good choices back.
+            self._put_back(events, exc)
+            return
+        self._last_good = self._choices()
+        if self.refused:
+            self.refused = ""
+
+    def _pass(self, changed: set[str]) -> None:
         self._busy = True
         try:
             if "cluster_preset" in changed:
@@ -153,6 +221,30 @@ class WorkbenchStore(param.Parameterized):
         finally:
             self._busy = False
         self.refresh()
+
+    def _choices(self) -> dict[str, Any]:
+        return {k: v for k, v in self.state.param.values().items() if k != "name"}
+
+    def _put_back(self, events: tuple[param.parameterized.Event, ...], exc: Exception) -> None:
+        """Restore the choices of the last pass that worked, recompute, and say in ``refused`` what was not used."""
+        self._refusal = exc
+        s, good = self.state, self._last_good
+        self._busy = True
+        try:
+            for name, value in good.items():  # a half-done pass may have narrowed a selector's options
+                p = s.param[name]
+                if isinstance(p, param.Selector) and value not in p.objects:
+                    p.objects = [*p.objects, value]
+            with param.edit_constant(s):
+                s.param.update(**{k: v for k, v in good.items() if getattr(s, k) != v})
+        finally:
+            self._busy = False
+        try:
+            self.refresh()
+        except Exception as again:  # the restored choices worked before; report, never raise into the page
+            self.param.update(estimate=None, violations=[], error=f"{again} ({type(again).__name__})")
+        if not self._uploading:  # upload_config says it once, naming the file
+            self.refuse(", ".join(f"{s.param[e.name].label} = {short(e.new)}" for e in events), exc)
 
     def _normalise_plan(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> None:
         """Narrow the degree selectors to valid values and move the current ones onto them.
@@ -204,16 +296,22 @@ class WorkbenchStore(param.Parameterized):
             self.param.update(
                 estimate=None, violations=[], error="", working=f"{backend} is pricing {plan.describe()}…"
             )
-            self.run_in_background(lambda: self._settle(key))
+            self.run_in_background(lambda: self._settle(key, background=True))
             return
         self._settle(key)
 
-    def _settle(self, key: tuple) -> None:
+    def _settle(self, key: tuple, *, background: bool = False) -> None:
         """Price ``key`` = (model, cluster, workload, plan, backend) and publish it, unless the choices moved on
-        meanwhile (a background run whose plan is no longer the current one is dropped)."""
+        meanwhile (a background run whose plan is no longer the current one is dropped).
+
+        A ValueError, RuntimeError or OSError is published as ``error``; any other exception propagates to the
+        pass (which puts the previous choices back), except in the background, where nobody would see it.
+        """
         try:
             estimate = self.estimate_of(*key)
-        except (ValueError, RuntimeError, OSError) as exc:
+        except Exception as exc:
+            if not background and not isinstance(exc, ValueError | RuntimeError | OSError):
+                raise
             if self._current_key() == key:
                 self.param.update(estimate=None, violations=[], error=str(exc), working="")
             return
@@ -296,3 +394,20 @@ class WorkbenchStore(param.Parameterized):
         e = self.estimate
         self.compared = self.estimate_of(e.model, e.cluster, e.workload, e.plan, self.compare_backend)
         return self.compared
+
+
+def too_big_message(size: int) -> str:
+    """Why a file of ``size`` bytes is refused (the upload control in the browser shows the same)."""
+    return (
+        f"{size:,} bytes is more than the {MAX_UPLOAD_BYTES:,}-byte limit of an upload "
+        "(a Hugging Face config.json is a few KB)"
+    )
+
+
+def short(value: Any, width: int = 40) -> str:
+    """``value`` for a message: a huge integer by its digit count (never converted to text: Python refuses
+    past 4,300 digits), anything else cut to ``width`` characters."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        return f"{'a negative' if value < 0 else 'a'} {int(math.log10(abs(value))) + 1}-digit integer"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"

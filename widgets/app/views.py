@@ -7,9 +7,9 @@ Every number shown carries its unit; conversions from SI happen here and nowhere
 
 from __future__ import annotations
 
-import json
+import html
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from types import MappingProxyType
 from typing import Any
 
@@ -21,7 +21,8 @@ from panel.io.state import set_curdoc
 from panel.io.state import state as pn_state
 from workbench_widgets.app.choices import violations_by_control
 from workbench_widgets.app.state import WorkbenchState
-from workbench_widgets.app.store import WorkbenchStore
+from workbench_widgets.app.store import MAX_UPLOAD_BYTES, WorkbenchStore, too_big_message
+from workbench_widgets.app.upload import ConfigUpload
 from workbench_widgets.plots import (
     estimate_memory_figure,
     estimates_breakdown_figure,
@@ -142,23 +143,50 @@ class Composer(param.Parameterized):
         }
         self.notes = {
             n: pn.pane.Alert("", alert_type="danger", visible=False, width=WIDTH, margin=(0, 10))
-            for n in (*PLAN_CONTROLS, "num_nodes", "backend", "model_preset")
+            for n in (*PLAN_CONTROLS, "num_nodes", "backend")
         }
-        self.upload = pn.widgets.FileInput(accept=".json", width=WIDTH, css_classes=["wb-upload"])
-        self.upload.param.watch(self._on_upload, "value")
+        self.upload = ConfigUpload(max_bytes=MAX_UPLOAD_BYTES, width=WIDTH, css_classes=["wb-upload"])
+        self.upload.param.watch(self._on_upload, "file")
         self.error = pn.pane.Alert("", alert_type="warning", visible=False, width=WIDTH)
+        self.refused = pn.pane.Alert(
+            "", alert_type="danger", visible=False, width=WIDTH, css_classes=["wb-refused"]
+        )
         self.store.param.watch(
             self._show_problems, ["violations", "error", "disabled_schedules", "backend_reasons"]
         )
+        self.store.param.watch(self._show_refused, "refused")
         self._show_problems()
 
     def _on_upload(self, event: param.parameterized.Event) -> None:
-        note = self.notes["model_preset"]
+        """A file from ``ConfigUpload``: refused for its size in the browser, or its bytes to the Store."""
+        file = event.new or {}
+        name = str(file.get("name") or "config.json")
         try:
-            self.store.upload_config(json.loads(event.new.decode("utf-8")))
-            note.visible = False
-        except (ValueError, UnicodeDecodeError) as exc:
-            note.object, note.visible = f"config.json not used: {exc}", True
+            data = ConfigUpload.content(file)
+        except ValueError as exc:
+            self.store.refuse(name, exc)
+            return
+        if data is None:  # over the limit: the browser sent only its name and size
+            size = file.get("size")
+            self.store.refuse(name, ValueError(too_big_message(size if isinstance(size, int) else 0)))
+            return
+        # A ValueError means the Store has put the reason in ``refused``, which ``_show_refused`` shows.
+        with suppress(ValueError):
+            self.store.upload_file(data, name)
+
+    def _show_refused(self, *_: Any) -> None:
+        """The Store's ``refused`` in the danger alert atop the composer, and in a served page also as a toast
+        (seen wherever the page is scrolled). Both are HTML: the text, which may quote a file name, is escaped."""
+        text = self.store.refused
+        self.refused.param.update(object=html.escape(text), visible=bool(text))
+        doc = pn_state.curdoc
+        if (
+            text
+            and doc is not None
+            and doc.session_context is not None
+            and pn_state.notifications is not None
+        ):
+            pn_state.notifications.error(html.escape(text, quote=False), duration=8000)
 
     def _show_problems(self, *_: Any) -> None:
         grouped = violations_by_control(self.store.violations)
@@ -175,7 +203,7 @@ class Composer(param.Parameterized):
         self.widgets["schedule"].disabled_options = _others(
             self.store.disabled_schedules, self.store.state.schedule
         )
-        self.error.param.update(object=self.store.error, visible=bool(self.store.error))
+        self.error.param.update(object=html.escape(self.store.error), visible=bool(self.store.error))
 
     def _section(self, title: str, names: tuple[str, ...], extra: tuple = ()) -> pn.Card:
         rows: list[Any] = []
@@ -187,13 +215,14 @@ class Composer(param.Parameterized):
 
     def panel(self) -> pn.Column:
         return pn.Column(
+            self.refused,
             self.error,
             self._section("Cluster", CLUSTER_CONTROLS),
             self._section(
                 "Model",
                 MODEL_CONTROLS[:1],
                 (
-                    pn.pane.Markdown("or upload a `config.json`:"),
+                    pn.pane.Markdown(f"or upload a `config.json` (up to {MAX_UPLOAD_BYTES // 2**20} MiB):"),
                     self.upload,
                     *[self.widgets[n] for n in MODEL_CONTROLS[1:]],
                 ),

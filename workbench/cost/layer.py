@@ -125,11 +125,18 @@ def layer_costs(
         fused_elementwise=fw.fused_elementwise,
         dispatch_passes=fw.moe_dispatch_passes,
     )
-    attention = (
-        cal.attention(cluster.device, dtype="bf16", seq_len=seq_len, head_dim=model.qk_head_dim)
-        if fw.flash_attention
-        else None
-    )
+    attention = None
+    if fw.flash_attention:
+        attention = cal.attention(cluster.device, dtype="bf16", seq_len=seq_len, head_dim=model.qk_head_dim)
+        if fw.cp_attention_kernels is not None:  # the ring implementation's own kernels where cp > 1
+            ring = cal.attention(
+                cluster.device,
+                dtype="bf16",
+                seq_len=seq_len,
+                head_dim=model.qk_head_dim,
+                families=fw.cp_attention_kernels,
+            )
+            attention = (np.where(cp > 1, ring[0], attention[0]), np.where(cp > 1, ring[1], attention[1]))
     mm = op_times(
         [o for o in ops if o.kind == "matmul"],
         peak_flop_per_s=rates.mm_peak,

@@ -226,6 +226,18 @@ def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
     return LayerPair(dense, moe, edges)
 
 
+def zero_exec(ctx: StepContext, cols: Cols) -> Array:
+    """The ZeRO stage the stack executes: the plan's, except ZeRO-3 under a pipeline on a stack that keeps
+    the stage's weights gathered and its gradients unsharded across micro-batches
+    (``fsdp_reshard_with_pp`` False; torchtitan: ``reshard_after_forward = not pp_enabled``, and
+    torch.distributed.pipelining's stage turns off gradient sync and resharding until the last backward),
+    which runs and holds memory like ZeRO-1."""
+    z = cols["zero_stage"]
+    if ctx.cal.framework.fsdp_reshard_with_pp:
+        return z
+    return np.where((z >= 3) & (cols["pp"] > 1), 1, z)
+
+
 def mean_layer_compute_s(model: ModelSpec, pair: LayerPair) -> Array:
     """Mean F + I + W seconds of one layer over the model's dense and MoE layers."""
     d = pair.dense.compute_f_s + pair.dense.compute_i_s + pair.dense.compute_w_s
@@ -247,7 +259,7 @@ def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: Array) -> tuple[
         ctx.cluster, layer_bytes / ctx.param_bytes * cal.framework.grad_bytes_per_param, n, stride, eff
     )
     keep = 1 - cal.framework.fsdp_comm_overlap_frac
-    on = (cols["zero_stage"] >= 3) & (n > 1)
+    on = (zero_exec(ctx, cols) >= 3) & (n > 1)
     f = np.maximum(ag * keep, ag - layer_compute_s / 3)
     b = np.maximum((ag + rs) * keep, ag + rs - 2 * layer_compute_s / 3)
     return np.where(on, f, 0.0), np.where(on, b, 0.0)
@@ -314,14 +326,15 @@ def _expert_dp(cols: Cols) -> Array:
 
 def dp_comm_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
     """Exposed gradient reduction after the last backward, seconds: ZeRO 0 all-reduces the gradients, 1-2
-    reduce-scatter them and all-gather the updated weights, 3 does its work per layer (``fsdp_layer_s``);
-    over dp*cp for non-expert weights and the expert-data-parallel group for experts; the calibration's
-    overlap share is hidden."""
+        reduce-scatter them and all-gather the updated weights, 3 does its work per layer (``fsdp_layer_s``), by
+    the stage the stack executes (``zero_exec``);
+        over dp*cp for non-expert weights and the expert-data-parallel group for experts; the calibration's
+        overlap share is hidden."""
     cal, s = ctx.cal, strides(cols)
     eff, g, z = (
         cal.framework.collective_efficiency_frac,
         cal.framework.grad_bytes_per_param,
-        cols["zero_stage"],
+        zero_exec(ctx, cols),
     )
     groups = (
         (dense_params, cols["dp"] * cols["cp"], s["dpcp"]),
@@ -400,8 +413,9 @@ def static_memory(ctx: StepContext, cols: Cols, held: Holdings) -> dict[str, Arr
     recompute working set, plus the logits on the rank that holds the LM head)."""
     model, tp = ctx.model, cols["tp"]
     dense, expert = params_held(ctx, cols, held)
+    zero = zero_exec(ctx, cols)
     kw: dict[str, Any] = {
-        "zero_stage": cols["zero_stage"],
+        "zero_stage": zero,
         "param_bytes": ctx.param_bytes,
         "grad_bytes": ctx.cal.framework.grad_bytes_per_param,
         "optimizer_bytes": ctx.optimizer_bytes,
@@ -410,7 +424,7 @@ def static_memory(ctx: StepContext, cols: Cols, held: Holdings) -> dict[str, Arr
     e = model_state_bytes(num_params=expert, dp=_expert_dp(cols), **kw)
     sizes = activation_sizes(ctx, cols)
     buffers = np.where(tp > 1, 2 * tokens(ctx, cols) * model.hidden_size * ACT_BYTES, 0.0) + np.where(
-        cols["zero_stage"] >= 3, 2 * model.layer_parameters(model.num_layers - 1) / tp * ctx.param_bytes, 0.0
+        zero >= 3, 2 * model.layer_parameters(model.num_layers - 1) / tp * ctx.param_bytes, 0.0
     )
     return {
         **{k: a + b for k, a, b in zip(STATE_COLUMNS, d, e, strict=True)},

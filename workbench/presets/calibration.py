@@ -24,17 +24,18 @@ Fitted-constants file::
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from workbench.presets.catalog import profiles_dir
+from workbench.presets.catalog import profiles_dir, read_toml
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework
 from workbench.presets.kernels import kernel_table_names, load_kernel_table
-from workbench.specs.framework import FITTABLE, FrameworkProfile
+from workbench.specs.files import check_input_file
+from workbench.specs.framework import FITTABLE, FrameworkProfile, check_number
 from workbench.specs.hardware import DeviceSpec
 from workbench.specs.kernels import KernelTable
+from workbench.specs.limits import shown
 
 NEUTRAL = FrameworkProfile(
     id="neutral",
@@ -104,12 +105,21 @@ class Calibration:
                     return table.gemm_curve(key)
         return device.matmul_efficiency
 
-    def attention(self, device: DeviceSpec, *, dtype: str, seq_len: Any, head_dim: int) -> tuple[Any, Any]:
+    def attention(
+        self,
+        device: DeviceSpec,
+        *,
+        dtype: str,
+        seq_len: Any,
+        head_dim: int,
+        families: tuple[str, ...] | None = None,
+    ) -> tuple[Any, Any]:
         """(forward, backward) fraction of the dense peak of the framework's fused attention kernel on
         ``device`` (causal, the kernel table's nearest head dim, interpolated in seq_len); the first family
-        of ``framework.attention_kernels`` the table has, else ``FALLBACK_ATTENTION_FRAC``."""
+        of ``families`` (default ``framework.attention_kernels``) the table has, else
+        ``FALLBACK_ATTENTION_FRAC``."""
         table = self.table(device)
-        families = self.framework.attention_kernels
+        families = self.framework.attention_kernels if families is None else families
         if table is not None:
             for key in (dtype, "bf16"):
                 hit = table.attention_fracs(
@@ -125,14 +135,21 @@ def fits_from_dict(data: dict[str, Any], *, where: str) -> dict[str, dict[str, f
     unknown = set(data) - {"fit", "source"}
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: fit, source")
+    if not isinstance(data.get("source", ""), str):
+        raise ValueError(f"{where}: source must be a string, got {shown(data['source'])}")
+    groups = data.get("fit", {})
+    if not isinstance(groups, dict):
+        raise ValueError(f"{where}: fit must be a table of [fit.<group>] tables, got {shown(groups)}")
     fits: dict[str, dict[str, float]] = {}
-    for group, table in data.get("fit", {}).items():
+    for group, table in groups.items():
+        if not isinstance(table, dict):
+            raise ValueError(f"{where}: fit.{group} must be a table of constants, got {shown(table)}")
         bad = set(table) - set(FITTABLE)
         if bad:
             raise ValueError(
                 f"{where}: [fit.{group}] unknown key(s) {sorted(bad)}; allowed: {', '.join(FITTABLE)}"
             )
-        fits[group] = {k: float(v) for k, v in table.items()}
+        fits[group] = {k: check_number(f"{where} [fit.{group}]", k, v) for k, v in table.items()}
     return fits
 
 
@@ -161,12 +178,12 @@ def load_calibration(
     path = Path(name_or_path)
     if not path.suffix:
         path = profiles_dir() / "calibration" / f"{name_or_path}.toml"
+    if path.exists() and not path.is_file():  # a directory or a FIFO says so
+        check_input_file(path, "calibration file")
+    if not path.is_file() and Path(name_or_path).exists():
+        check_input_file(name_or_path, "calibration file")  # e.g. a FIFO without a suffix: never opened
     if not path.is_file():
         raise ValueError(f"calibration {str(name_or_path)!r}: no such file {path}")
-    with path.open("rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, "calibration file")
     cal = Calibration(name=path.stem, kernels=tables, fits=fits_from_dict(data, where=str(path)))
     return cal.with_framework(framework)

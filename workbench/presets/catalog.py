@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import math
 import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from workbench.presets.hf_config import load_json_object, model_from_hf_config
-from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType, NetworkLevel
+from workbench.specs.files import check_input_file
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType, NetworkLevel, efficiency_points
+from workbench.specs.limits import check_real, shown
 from workbench.specs.model import ModelSpec
 
 KINDS = {"model": ("models", ".json"), "device": ("hardware", ".toml"), "cluster": ("clusters", ".toml")}
@@ -56,8 +59,8 @@ def resolve(kind: str, name_or_path: str | Path) -> Path:
     candidate = profiles_dir() / folder / f"{name_or_path}{suffix}"
     if candidate.is_file():
         return candidate
-    if looks_like_path:
-        raise FileNotFoundError(f"{path}: no such {kind} file")
+    if looks_like_path or path.exists():  # a directory or a FIFO says so (stat only, never opened)
+        check_input_file(path, f"{kind} file")
     names = preset_names(kind)
     close = difflib.get_close_matches(str(name_or_path), names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -76,12 +79,20 @@ def model_metadata(name_or_path: str | Path) -> dict[str, Any]:
     return {k.lstrip("_"): v for k, v in data.items() if k.startswith("_")}
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
+    """Parse a TOML file (a regular file of at most ``limits.MAX_INPUT_FILE_BYTES``); every failure is a
+    ValueError naming the file: bad syntax, bad UTF-8, nesting too deep for the parser."""
+    path = check_input_file(path, what)
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid TOML (nested too deeply for the parser)") from None
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path}: not valid TOML ({' '.join(str(exc).split())[:200]})") from None
+
+
+_read_toml = read_toml
 
 
 class _Table:
@@ -106,11 +117,30 @@ class _Table:
             or isinstance(value, bool)
             and bool not in (kind if isinstance(kind, tuple) else (kind,))
         ):
-            raise ValueError(f"{self.origin}: key {key!r} has the wrong type: {value!r}")
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            names = [
+                "a number" if k is int and float in kinds else _KIND_NAMES.get(k, k.__name__) for k in kinds
+            ]
+            want = " or ".join(dict.fromkeys(names))
+            raise ValueError(f"{self.origin}: key {key!r} must be {want}, got {shown(value)}")
         return value
 
     def number(self, key: str, default: Any = ...) -> Any:
-        return self.get(key, (int, float), default)
+        """A finite number (nan, inf and integers too large for a float refused)."""
+        value = self.get(key, (int, float), default)
+        if value is default:
+            return value
+        return check_real(self.origin, f"key {key!r}", value, minimum=-math.inf, min_open=False)
+
+
+_KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    dict: "a table",
+    list: "a list",
+    bool: "true or false",
+}
 
 
 def _device_from_toml(data: dict[str, Any], origin: str) -> DeviceSpec:
@@ -123,7 +153,9 @@ def _device_from_toml(data: dict[str, Any], origin: str) -> DeviceSpec:
     eff = _Table(top.get("efficiency", dict, {}), f"{origin} [efficiency]", {"matmul", "hbm_frac"})
     extra: dict[str, Any] = {}
     if "matmul" in eff.data:
-        extra["matmul_efficiency"] = tuple((float(x), float(f)) for x, f in eff.get("matmul", list))
+        extra["matmul_efficiency"] = efficiency_points(
+            f"{origin} [efficiency]", eff.get("matmul", list), "matmul"
+        )
     if "hbm_frac" in eff.data:
         extra["hbm_efficiency_frac"] = float(eff.number("hbm_frac"))
     try:
@@ -137,7 +169,8 @@ def _device_from_toml(data: dict[str, Any], origin: str) -> DeviceSpec:
             **extra,
         )
     except ValueError as exc:
-        raise ValueError(f"{origin}: {exc}") from None
+        text = str(exc)
+        raise ValueError(text if text.startswith(origin) else f"{origin}: {text}") from None
 
 
 def load_device(name_or_path: str | Path) -> DeviceSpec:
@@ -158,11 +191,16 @@ def _level_from_toml(data: Any, origin: str) -> NetworkLevel:
             latency_s=float(t.number("latency_us")) * 1e-6,
         )
     except ValueError as exc:
-        raise ValueError(f"{origin}: {exc}") from None
+        text = str(exc)
+        raise ValueError(text if text.startswith(origin) else f"{origin}: {text}") from None
 
 
 def _device_ref(ref: str, cluster_path: Path) -> str | Path:
     """A cluster's ``device``: a preset id, or a TOML path, relative paths taken from the cluster file's folder."""
+    if not ref.strip():
+        raise ValueError(
+            f"{cluster_path}: key 'device' must name a device preset or a device TOML file, got {ref!r}"
+        )
     if not ref.endswith(".toml"):
         return ref
     local = cluster_path.parent / ref

@@ -7,21 +7,22 @@ row's ``framework`` text is matched to a profile by its ``aliases`` (:func:`prof
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from workbench.presets.catalog import profiles_dir
+from workbench.presets.catalog import profiles_dir, read_toml
+from workbench.specs.files import check_input_file
 from workbench.specs.framework import FrameworkProfile
+from workbench.specs.limits import shown
 
 DEFAULT_FRAMEWORK = "generic"
 """The profile a plan is priced with when the user names none: Megatron-Core's execution (the stack most large
 runs use today, sharing its fitted constants) offering every schedule and feature the workbench models."""
 
 _FIELDS = {f.name for f in fields(FrameworkProfile)}
-_TUPLES = {"aliases", "fitted", "schedules", "zero_stages", "attention_kernels"}
+_TUPLES = {"aliases", "fitted", "schedules", "zero_stages", "attention_kernels", "cp_attention_kernels"}
 
 
 def frameworks_dir() -> Path:
@@ -38,6 +39,11 @@ def profile_from_dict(data: dict[str, Any], *, where: str) -> FrameworkProfile:
     bad = set(data) - _FIELDS
     if bad:
         raise ValueError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_FIELDS)}")
+    for key in _TUPLES & set(data):
+        value = data[key]
+        if not isinstance(value, list) and not (key == "schedules" and value == "any"):
+            any_ = ' or "any"' if key == "schedules" else ""
+            raise ValueError(f"{where}: {key} must be a list{any_}, got {shown(value)}")
     values: dict[str, Any] = {
         k: None if (k == "schedules" and v == "any") else tuple(v) if k in _TUPLES else v
         for k, v in data.items()
@@ -50,12 +56,7 @@ def profile_from_dict(data: dict[str, Any], *, where: str) -> FrameworkProfile:
 
 @cache
 def _load(path: Path) -> FrameworkProfile:
-    with path.open("rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: not valid TOML ({exc})") from None
-    return profile_from_dict(data, where=str(path))
+    return profile_from_dict(read_toml(path, "framework file"), where=str(path))
 
 
 def load_framework(name_or_path: str | Path | FrameworkProfile = DEFAULT_FRAMEWORK) -> FrameworkProfile:
@@ -65,6 +66,8 @@ def load_framework(name_or_path: str | Path | FrameworkProfile = DEFAULT_FRAMEWO
     path = Path(name_or_path)
     if not path.is_file():
         path = frameworks_dir() / f"{name_or_path}.toml"
+    if not path.is_file() and Path(name_or_path).exists():  # a directory or a FIFO says so
+        check_input_file(name_or_path, "framework file")
     if not path.is_file():
         raise ValueError(f"framework {str(name_or_path)!r}: unknown; known: {', '.join(framework_names())}")
     return _load(path.resolve())

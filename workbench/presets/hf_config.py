@@ -13,7 +13,41 @@ from pathlib import Path
 from typing import Any
 
 from workbench.presets.profile_table import shape_key
+from workbench.specs.files import check_input_file
+from workbench.specs.limits import MAX_LAYERS, MODEL_MAXIMUM, check_count, shown
 from workbench.specs.model import AttentionKind, ModelSpec, NormKind
+
+_FIELD_OF_KEY = {
+    "num_hidden_layers": "num_layers",
+    "n_layer": "num_layers",
+    "hidden_size": "hidden_size",
+    "n_embd": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "n_head": "num_attention_heads",
+    "num_key_value_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "intermediate_size": "ffn_hidden_size",
+    "n_inner": "ffn_hidden_size",
+    "moe_intermediate_size": "moe_ffn_hidden_size",
+    "vocab_size": "vocab_size",
+    "n_positions": "num_learned_positions",
+    "num_local_experts": "num_experts",
+    "num_experts": "num_experts",
+    "n_routed_experts": "num_experts",
+    "num_experts_per_tok": "experts_per_token",
+    "n_shared_experts": "num_shared_experts",
+    "first_k_dense_replace": "num_dense_layers",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
+}
+"""config.json key -> the ModelSpec field whose bound (``workbench.specs.limits.MODEL_MAXIMUM``) it takes; other
+integer keys (``decoder_sparse_step``, ``moe_layer_freq``) are bounded by ``MAX_LAYERS``."""
+
+_MAY_BE_ZERO = {"n_shared_experts", "first_k_dense_replace", "q_lora_rank"}
+"""Keys whose 0 means "none" (no shared experts, no dense layers, queries not compressed)."""
 
 
 class _Reader:
@@ -23,12 +57,18 @@ class _Reader:
         self.cfg, self.origin = cfg, origin
 
     def int(self, *keys: str, default: int | None = None) -> int:
+        """The first of ``keys`` present: an integer in its range (>= 1, or >= 0 where 0 means none; at most
+        the bound of its ModelSpec field), checked before any arithmetic uses it."""
         for key in keys:
             value = self.cfg.get(key)
             if value is not None:
                 if isinstance(value, bool) or not isinstance(value, int):
-                    raise ValueError(f"{self.origin}: field {key!r} must be an integer, got {value!r}")
-                return value
+                    raise ValueError(f"{self.origin}: field {key!r} must be an integer, got {shown(value)}")
+                field = _FIELD_OF_KEY.get(key)
+                maximum, limit = MODEL_MAXIMUM[field] if field else (MAX_LAYERS, "MAX_LAYERS")
+                minimum = 0 if key in _MAY_BE_ZERO else 1
+                label = f"field {key!r}"
+                return check_count(self.origin, label, value, minimum=minimum, maximum=maximum, limit=limit)
         if default is None:
             raise ValueError(f"{self.origin}: missing field {' or '.join(repr(k) for k in keys)}")
         return default
@@ -36,7 +76,7 @@ class _Reader:
     def bool(self, key: str, default: bool) -> bool:
         value = self.cfg.get(key, default)
         if not isinstance(value, bool):
-            raise ValueError(f"{self.origin}: field {key!r} must be true or false, got {value!r}")
+            raise ValueError(f"{self.origin}: field {key!r} must be true or false, got {shown(value)}")
         return value
 
 
@@ -186,12 +226,13 @@ SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(_READERS)
 
 def load_json_object(path: Path) -> dict[str, Any]:
     """Parse a JSON file that must hold one object; errors name the file."""
+    check_input_file(path)  # a directory or a FIFO is named as such, and a FIFO is never opened
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid JSON (nested too deeply for the parser)") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
+        raise ValueError(f"{path}: not valid JSON ({' '.join(str(exc).split())[:200]})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -208,16 +249,17 @@ def model_from_hf_config(source: Mapping[str, Any] | str | Path, *, name: str | 
         path = Path(source)
         cfg: Mapping[str, Any] = load_json_object(path)
         origin = str(path)
-        default_name = path.parent.name if path.stem == "config" else path.stem
+        default_name = (path.parent.name if path.stem == "config" else path.stem) or "model"
     elif isinstance(source, Mapping):
         cfg, origin, default_name = source, "config", str(source.get("_name_or_path") or "model")
     else:
         raise ValueError(f"expected a path or a dict for a Hugging Face config, got {type(source).__name__}")
     archs = cfg.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs else None
-    if arch not in _READERS:
+    if not isinstance(arch, str) or arch not in _READERS:
         raise ValueError(
-            f"{origin}: field 'architectures' is {archs!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"{origin}: field 'architectures' is {shown(archs)}; it must be a list whose first entry is a "
+            f"supported architecture; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     try:
         return _READERS[arch](_Reader(cfg, origin), name or default_name)

@@ -28,12 +28,15 @@ folder, the file, or a device id (the published table).
 
 from __future__ import annotations
 
-import tomllib
+import math
 from pathlib import Path
 from typing import Any
 
-from workbench.presets.catalog import profiles_dir
+from workbench.presets.catalog import profiles_dir, read_toml
+from workbench.specs.files import check_input_file
+from workbench.specs.hardware import efficiency_points
 from workbench.specs.kernels import AttentionTable, KernelTable
+from workbench.specs.limits import check_real, shown
 
 TABLE_FILE = "kernels.toml"
 """Name of the table inside a microbench output folder."""
@@ -52,57 +55,77 @@ def kernel_table_names() -> list[str]:
     return sorted(p.stem for p in kernels_dir().glob("*.toml"))
 
 
+def _need(where: str, name: str, value: Any, kind: type, what: str) -> Any:
+    """``value`` if it is a ``kind`` (a bool only where ``kind`` is bool), else ValueError naming the key."""
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ValueError(f"{where}: {name} must be {what}, got {shown(value)}")
+    return value
+
+
+def _numbers(where: str, name: str, value: Any) -> tuple[float, ...]:
+    """A list of finite numbers (ranges are checked by the spec)."""
+    _need(where, name, value, list, "a list of numbers")
+    return tuple(check_real(where, name, v, minimum=-math.inf, min_open=False) for v in value)
+
+
 def kernel_table_from_dict(data: dict[str, Any], *, where: str) -> KernelTable:
-    """Build a table from parsed TOML; ``where`` (the file) prefixes every error."""
+    """Build a table from parsed TOML; ``where`` (the file) prefixes every error, which names the key, the bad
+    value and what is allowed."""
     bad = set(data) - _TOP
     if bad:
         raise ValueError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {sorted(_TOP)}")
     for key in ("device", "hbm", "gemm"):
         if key not in data:
             raise ValueError(f"{where}: missing required key {key!r}")
-    hbm = data["hbm"]
+    hbm = _need(where, "hbm", data["hbm"], dict, "a table")
     if "achieved_frac" not in hbm:
         raise ValueError(f"{where}: [hbm] needs achieved_frac")
     gemm = {}
-    for dtype, table in data["gemm"].items():
+    for dtype, table in _need(where, "gemm", data["gemm"], dict, "a table of [gemm.<dtype>] tables").items():
+        _need(where, f"gemm.{dtype}", table, dict, "a table")
         if "points" not in table:
             raise ValueError(f"{where}: [gemm.{dtype}] needs points")
-        gemm[dtype] = tuple((float(x), float(f)) for x, f in table["points"])
+        gemm[dtype] = efficiency_points(where, table["points"], f"gemm.{dtype}.points")
     attention = []
-    for i, t in enumerate(data.get("attention", [])):
+    for i, t in enumerate(_need(where, "attention", data.get("attention", []), list, "a list of tables")):
+        _need(where, f"attention[{i}]", t, dict, "a table")
         extra = set(t) - _ATTN
         missing = _ATTN - {"source"} - set(t)
         if extra or missing:
             raise ValueError(
                 f"{where}: attention[{i}] has unknown keys {sorted(extra)} / misses {sorted(missing)}"
             )
+        at = f"attention[{i}]"
         try:
             attention.append(
                 AttentionTable(
-                    family=t["family"],
-                    dtype=t["dtype"],
-                    head_dim=int(t["head_dim"]),
-                    causal=bool(t["causal"]),
-                    seq_len=tuple(float(s) for s in t["seq_len"]),
-                    fwd_frac=tuple(float(f) for f in t["fwd_frac"]),
-                    bwd_frac=tuple(float(f) for f in t["bwd_frac"]),
-                    source=t.get("source", ""),
+                    family=_need(where, f"{at}.family", t["family"], str, "a string"),
+                    dtype=_need(where, f"{at}.dtype", t["dtype"], str, "a string"),
+                    head_dim=_need(where, f"{at}.head_dim", t["head_dim"], int, "an integer"),
+                    causal=_need(where, f"{at}.causal", t["causal"], bool, "true or false"),
+                    seq_len=_numbers(where, f"{at}.seq_len", t["seq_len"]),
+                    fwd_frac=_numbers(where, f"{at}.fwd_frac", t["fwd_frac"]),
+                    bwd_frac=_numbers(where, f"{at}.bwd_frac", t["bwd_frac"]),
+                    source=_need(where, f"{at}.source", t.get("source", ""), str, "a string"),
                 )
             )
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            text = str(exc)
+            raise ValueError(text if text.startswith(where) else f"{where}: {text}") from None
+    provenance = _need(where, "provenance", data.get("provenance", {}), dict, "a table of strings")
     try:
         return KernelTable(
-            device=str(data["device"]),
+            device=_need(where, "device", data["device"], str, "a device id string"),
             gemm=gemm,
-            hbm_frac=float(hbm["achieved_frac"]),
+            hbm_frac=check_real(where, "hbm.achieved_frac", hbm["achieved_frac"], maximum=1.0),
             attention=tuple(attention),
-            measured=bool(data.get("measured", False)),
-            source=str(data.get("source", "")),
-            provenance={str(k): str(v) for k, v in data.get("provenance", {}).items()},
+            measured=_need(where, "measured", data.get("measured", False), bool, "true or false"),
+            source=_need(where, "source", data.get("source", ""), str, "a string"),
+            provenance={str(k): str(v) for k, v in provenance.items()},
         )
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        text = str(exc)
+        raise ValueError(text if text.startswith(where) else f"{where}: {text}") from None
 
 
 def kernel_table_to_dict(table: KernelTable) -> dict[str, Any]:
@@ -149,14 +172,13 @@ def load_kernel_table(name_or_path: str | Path) -> KernelTable:
         path = path / TABLE_FILE
     elif not path.suffix:
         path = kernels_dir() / f"{name_or_path}.toml"
+    if path.exists() and not path.is_file():  # a directory or a FIFO says so
+        check_input_file(path, "kernel table file")
+    if not path.is_file() and Path(name_or_path).exists() and not Path(name_or_path).is_dir():
+        check_input_file(name_or_path, "kernel table file")  # e.g. a FIFO without a suffix: never opened
     if not path.is_file():
         raise ValueError(
             f"kernel table {str(name_or_path)!r}: no such file {path}; published tables: "
             f"{', '.join(kernel_table_names()) or 'none'}"
         )
-    with path.open("rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: not valid TOML ({exc})") from None
-    return kernel_table_from_dict(data, where=str(path))
+    return kernel_table_from_dict(read_toml(path, "kernel table file"), where=str(path))

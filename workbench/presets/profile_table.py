@@ -26,6 +26,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.specs.files import check_input_file
+from workbench.specs.limits import MAX_PROFILE_ROWS, check_real, shown
 from workbench.specs.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -212,27 +214,142 @@ def write_profile(
     return out
 
 
-def read_profile(folder: str | Path) -> Profile:
-    """Load a profile folder. Raises ValueError for a missing/corrupt manifest or an unknown schema version."""
+_MANIFEST_STRINGS = ("device_id", "device_kind", "device_name", "dtype")
+_MANIFEST_RATES = ("device_peak_flop_per_s", "device_memory_bytes_per_s")
+_KEY_COLUMNS = ("tp", "cp", "ep", "micro_batch_size", "seq_len")
+"""Integer columns of ``ops.parquet`` a lookup filters on (each >= 1)."""
+
+
+def _check_manifest(manifest: Any, where: Path) -> dict[str, Any]:
+    """The parsed manifest if it holds what the readers use, with the types they need; ValueError naming the
+    file, the key and the value otherwise (the model is checked by building its ``ModelSpec``)."""
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(manifest).__name__}")
+    if manifest.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(
+            f"{where}: schema_version {shown(manifest.get('schema_version'))}; this workbench reads {SCHEMA_VERSION}"
+        )
+    for key in _MANIFEST_STRINGS:
+        if not isinstance(manifest.get(key), str) or not manifest[key]:
+            raise ValueError(f"{where}: {key} must be a non-empty string, got {shown(manifest.get(key))}")
+    for key in _MANIFEST_RATES:
+        check_real(str(where), key, manifest.get(key))
+    for key in ("device_memory_bytes", "optimizer_s_per_parameter"):
+        if key in manifest:
+            check_real(str(where), key, manifest[key], min_open=key == "device_memory_bytes")
+    fits = manifest.get("collective_fit", [])
+    if not isinstance(fits, list) or any(
+        not isinstance(f, dict) or not isinstance(f.get("level"), str) for f in fits
+    ):
+        raise ValueError(
+            f"{where}: collective_fit must be a list of tables with a level name, got {shown(fits)}"
+        )
+    for fit in fits:
+        for key in ("bytes_per_s", "latency_s"):
+            if key in fit:
+                check_real(
+                    str(where),
+                    f"collective_fit {fit['level']!r} {key}",
+                    fit[key],
+                    min_open=key != "latency_s",
+                )
+    if not isinstance(manifest.get("model"), dict):
+        raise ValueError(
+            f"{where}: model must be a JSON object of ModelSpec fields, got {shown(manifest.get('model'))}"
+        )
+    try:
+        model_from_manifest(manifest)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: model: {' '.join(str(exc).split())}") from None
+    return manifest
+
+
+def _read_parquet(path: Path, what: str) -> pl.DataFrame:
+    """A Parquet table (a regular file within ``limits.MAX_INPUT_FILE_BYTES`` holding at most
+    ``limits.MAX_PROFILE_ROWS`` rows, counted from its footer before anything is decoded: a small compressed
+    file may hold a huge table); a file polars cannot read is a ValueError naming it."""
     import polars as pl
 
+    check_input_file(path, what)
+    num_rows = _polars(path, what, lambda: pl.scan_parquet(path).select(pl.len()).collect().item())
+    if num_rows > MAX_PROFILE_ROWS:
+        raise ValueError(
+            f"{path}: {num_rows:,} rows; at most {MAX_PROFILE_ROWS:,} (MAX_PROFILE_ROWS in workbench/specs/limits.py)"
+        )
+    frame: pl.DataFrame = _polars(path, what, lambda: pl.read_parquet(path))
+    return frame
+
+
+def _polars(path: Path, what: str, read: Any) -> Any:
+    """``read()``, with any failure of polars on a corrupt file turned into a ValueError naming ``path``."""
+    try:
+        return read()
+    except Exception as exc:  # polars raises ComputeError, OSError, ... for a corrupt file
+        reason = " ".join(str(exc).split())[:200]
+        raise ValueError(f"{path}: not a readable Parquet {what} ({type(exc).__name__}: {reason})") from None
+    except BaseException as exc:  # a panic inside polars' Rust code surfaces as pyo3's PanicException
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise ValueError(
+            f"{path}: not a readable Parquet {what} (the reader failed on its content)"
+        ) from None
+
+
+def _check_ops(ops: pl.DataFrame, where: Path) -> pl.DataFrame:
+    """``ops`` if it has the columns a lookup reads, of the right types and values, and at most
+    ``limits.MAX_PROFILE_ROWS`` rows; ValueError naming the file, the column and a bad value otherwise."""
+    import polars as pl
+
+    if ops.height > MAX_PROFILE_ROWS:
+        raise ValueError(
+            f"{where}: {ops.height:,} rows; at most {MAX_PROFILE_ROWS:,} (MAX_PROFILE_ROWS in workbench/specs/limits.py)"
+        )
+    missing = [c for c in ("op", *_KEY_COLUMNS, *_COST_COLS) if c not in ops.columns]
+    if missing:
+        raise ValueError(
+            f"{where}: missing column(s) {', '.join(missing)}; a profile table has {', '.join(OP_COLUMNS)}"
+        )
+    if ops.schema["op"] != pl.String:
+        raise ValueError(f"{where}: column op must hold text ({', '.join(OP_KINDS)}), got {ops.schema['op']}")
+    for col, minimum in [(c, 1) for c in _KEY_COLUMNS] + [(c, 0) for c in _COST_COLS]:
+        dtype = ops.schema[col]
+        integer = col in _KEY_COLUMNS
+        if not (dtype.is_integer() if integer else dtype.is_numeric()):
+            kind = "integers" if integer else "numbers"
+            raise ValueError(f"{where}: column {col} must hold {kind}, got {dtype}")
+        values = ops[col].cast(pl.Float64)
+        bad = values.is_null() | values.is_nan() | values.is_infinite() | (values < minimum)
+        if bad.any():
+            row = int(bad.arg_max() or 0)
+            raise ValueError(
+                f"{where}: row {row}: column {col} must be a finite number >= {minimum}, got {shown(ops[col][row])}"
+            )
+    return ops
+
+
+def read_profile(folder: str | Path) -> Profile:
+    """Load a profile folder. Raises ValueError naming the file for a missing or corrupt manifest, an unknown
+    schema version, a manifest key of the wrong type, or an ``ops.parquet`` (``collectives.parquet``) that
+    cannot be read or lacks the columns and values a lookup needs."""
     path = Path(folder)
     manifest_path = path / MANIFEST_NAME
     if not manifest_path.is_file():
         raise ValueError(f"{path}: not a profile folder (no {MANIFEST_NAME})")
+    check_input_file(manifest_path, "profile manifest")
     try:
         manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{manifest_path}: not valid JSON ({exc})") from None
-    if manifest.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(
-            f"{manifest_path}: schema_version {manifest.get('schema_version')!r}; "
-            f"this workbench reads {SCHEMA_VERSION}"
-        )
-    ops = pl.read_parquet(path / OPS_NAME)
+    except RecursionError:
+        raise ValueError(f"{manifest_path}: not valid JSON (nested too deeply for the parser)") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4,300 digits
+        raise ValueError(f"{manifest_path}: not valid JSON ({' '.join(str(exc).split())[:200]})") from None
+    _check_manifest(manifest, manifest_path)
+    ops = _check_ops(_read_parquet(path / OPS_NAME, "op table"), path / OPS_NAME)
     coll = path / COLLECTIVES_NAME
     return Profile(
-        path=path, manifest=manifest, ops=ops, collectives=pl.read_parquet(coll) if coll.is_file() else None
+        path=path,
+        manifest=manifest,
+        ops=ops,
+        collectives=_read_parquet(coll, "collectives table") if coll.exists() else None,
     )
 
 

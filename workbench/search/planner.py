@@ -67,12 +67,15 @@ def search(
     the analytic backend with the same ``calibration``, i.e. the schedule simulation) and re-ranks them.
     ``objective``: ``throughput``, ``time`` or ``cost`` (see ``workbench.search.rank``). Raises ValueError
     for an unknown objective, bad node counts or an unavailable backend. No feasible plan is not an error:
-    ``plans`` is empty and ``closest_misses`` lists the plans that failed only on memory.
+    ``plans`` is empty and ``closest_misses`` lists the plans that failed only on memory. A token budget
+    outside ``workbench.specs.limits`` raises ValueError.
     """
     from workbench.presets.calibration import Calibration as _Cal
     from workbench.presets.calibration import load_calibration
+    from workbench.specs.limits import check_token_budget
 
     rank.check_objective(objective)
+    check_token_budget(token_budget)
     if top_k < 0 or keep < 1:
         raise ValueError(f"top_k must be >= 0 and keep >= 1, got top_k={top_k}, keep={keep}")
     constraints = constraints or Constraints()

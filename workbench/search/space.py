@@ -21,6 +21,14 @@ import numpy as np
 
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
 from workbench.specs.framework import FrameworkProfile
+from workbench.specs.limits import (
+    MAX_CANDIDATES,
+    MAX_DEVICES,
+    MAX_GLOBAL_BATCH_SIZE,
+    MAX_VPP,
+    check_count,
+    shown,
+)
 from workbench.specs.plan import Recompute
 
 if TYPE_CHECKING:
@@ -33,14 +41,40 @@ AXES: tuple[str, ...] = ("tp", "cp", "pp", "ep", "vpp", "micro_batch_size")
 RECOMPUTE_CODES: tuple[str, ...] = tuple(r.value for r in Recompute)
 """Integer code i of the ``recompute`` column means ``RECOMPUTE_CODES[i]`` (none, selective, full)."""
 
+AXIS_MAXIMUM: dict[str, tuple[int, str]] = {
+    "tp": (MAX_DEVICES, "MAX_DEVICES"),
+    "cp": (MAX_DEVICES, "MAX_DEVICES"),
+    "pp": (MAX_DEVICES, "MAX_DEVICES"),
+    "ep": (MAX_DEVICES, "MAX_DEVICES"),
+    "vpp": (MAX_VPP, "MAX_VPP"),
+    "micro_batch_size": (MAX_GLOBAL_BATCH_SIZE, "MAX_GLOBAL_BATCH_SIZE"),
+}
+"""Largest value ``Constraints.fixed`` and ``Constraints.maximum`` accept per axis (``workbench.specs.limits``)."""
+
 NO_SCHEDULE = "1f1b"
 """Schedule name stored for pp = 1 plans (``ParallelPlan`` ignores it there)."""
 
 
 def divisors(n: int) -> list[int]:
-    """All positive divisors of ``n`` in increasing order."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+    """All positive divisors of ``n`` (a device or expert count, 1..``limits.MAX_DEVICES``) in increasing order.
+
+    Factorises ``n`` by trial division over 2 and the odd numbers up to sqrt(n) (at most 512 steps within the
+    bound), then multiplies out the prime powers: the work is bounded and the answer small (no n <= 2^20 has
+    more than 240 divisors). Raises ValueError for n outside 1..MAX_DEVICES.
+    """
+    check_count("divisors", "n", n, maximum=MAX_DEVICES, limit="MAX_DEVICES")
+    out, rest, p = [1], n, 2
+    while p * p <= rest:
+        power = 0
+        while rest % p == 0:
+            rest //= p
+            power += 1
+        if power:
+            out = [d * p**k for d in out for k in range(power + 1)]
+        p += 1 if p == 2 else 2
+    if rest > 1:
+        out = out + [d * rest for d in out]
+    return sorted(out)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,20 +101,25 @@ class Constraints:
     and V-Min, whose bubble the closed-form screen can only roughly price (``workbench.pipeline.bubble``)."""
 
     def __post_init__(self) -> None:
-        if self.max_devices is not None and self.max_devices < 1:
-            raise ValueError(f"Constraints: max_devices must be >= 1, got {self.max_devices!r}")
-        if not 0.0 <= self.memory_headroom_frac < 1.0:
+        if self.max_devices is not None:
+            check_count(
+                "Constraints", "max_devices", self.max_devices, maximum=MAX_DEVICES, limit="MAX_DEVICES"
+            )
+        if (
+            not isinstance(self.memory_headroom_frac, int | float)
+            or not 0.0 <= self.memory_headroom_frac < 1.0
+        ):
             raise ValueError(
-                f"Constraints: memory_headroom_frac must be in [0, 1), got {self.memory_headroom_frac!r}"
+                f"Constraints: memory_headroom_frac must be in [0, 1), got {shown(self.memory_headroom_frac)}"
             )
         for name in ("fixed", "maximum"):
             for axis, value in getattr(self, name).items():
                 if axis not in AXES:
                     raise ValueError(
-                        f"Constraints: {name} names unknown axis {axis!r}; allowed: {', '.join(AXES)}"
+                        f"Constraints: {name} names unknown axis {shown(axis)}; allowed: {', '.join(AXES)}"
                     )
-                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                    raise ValueError(f"Constraints: {name}[{axis}] must be an integer >= 1, got {value!r}")
+                bound, limit = AXIS_MAXIMUM[axis]
+                check_count("Constraints", f"{name}[{axis}]", value, maximum=bound, limit=limit)
         self._check_choices()
 
     def _check_choices(self) -> None:
@@ -96,9 +135,18 @@ class Constraints:
             )
         if not self.zero_stages or any(z not in (0, 1, 2, 3) for z in self.zero_stages):
             raise ValueError(f"Constraints: zero_stages must be among 0, 1, 2, 3, got {self.zero_stages!r}")
-        if not self.micro_batch_sizes or any(int(b) != b or b < 1 for b in self.micro_batch_sizes):
+        sizes = self.micro_batch_sizes
+        if (
+            not sizes
+            or len(sizes) > MAX_CANDIDATES
+            or any(
+                not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= MAX_GLOBAL_BATCH_SIZE
+                for b in sizes
+            )
+        ):
             raise ValueError(
-                f"Constraints: micro_batch_sizes must be integers >= 1, got {self.micro_batch_sizes!r}"
+                f"Constraints: micro_batch_sizes must be 1 to {MAX_CANDIDATES} integers in "
+                f"1..{MAX_GLOBAL_BATCH_SIZE:,} (workbench/specs/limits.py), got {shown(sizes)}"
             )
         if not self.sequence_parallel:
             raise ValueError("Constraints: sequence_parallel needs at least one allowed value")
@@ -200,26 +248,38 @@ def _pipeline_table(
 
 
 def _layout(tensor: list[tuple[int, bool]], cps: list[int], pipeline: dict[str, np.ndarray], n: int) -> dict:
-    t_idx, c_idx, p_idx = (
-        a.ravel()
-        for a in np.meshgrid(
-            np.arange(len(tensor)), np.arange(len(cps)), np.arange(len(pipeline["pp"])), indexing="ij"
-        )
+    """The (tensor, cp, pipeline) combinations whose tp * cp * pp divides ``n``, in C order of the three
+    lists. Built pp by pp from the (tp, cp) pairs that divide ``n``, so memory grows with the rows kept, not
+    with the full product of the three lists."""
+    tp_all = np.array([t[0] for t in tensor], dtype=np.int64).reshape(-1)
+    sp_all = np.array([t[1] for t in tensor], dtype=bool).reshape(-1)
+    cp_all = np.array(cps, dtype=np.int64).reshape(-1)
+    t_idx, c_idx = (
+        a.ravel() for a in np.meshgrid(np.arange(len(tp_all)), np.arange(len(cp_all)), indexing="ij")
     )
-    tp = np.array([t[0] for t in tensor], dtype=np.int64).reshape(-1)[t_idx]
-    sp = np.array([t[1] for t in tensor], dtype=bool).reshape(-1)[t_idx]
-    cp = np.array(cps, dtype=np.int64).reshape(-1)[c_idx]
-    pp = pipeline["pp"][p_idx]
-    keep = n % (tp * cp * pp) == 0
+    tc = tp_all[t_idx] * cp_all[c_idx]
+    fits = n % np.maximum(tc, 1) == 0
+    t_idx, c_idx, tc = t_idx[fits], c_idx[fits], tc[fits]
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for pp in np.unique(pipeline["pp"]):
+        rows = np.flatnonzero(pipeline["pp"] == pp)
+        sel = np.flatnonzero(n % (tc * pp) == 0)
+        if sel.size and rows.size:
+            parts.append(
+                (np.repeat(t_idx[sel], rows.size), np.repeat(c_idx[sel], rows.size), np.tile(rows, sel.size))
+            )
+    empty = np.zeros(0, dtype=np.int64)
+    t_sel, c_sel, p_sel = (np.concatenate([p[k] for p in parts]) if parts else empty for k in range(3))
+    order = np.lexsort((p_sel, c_sel, t_sel))
+    t_sel, c_sel, p_sel = t_sel[order], c_sel[order], p_sel[order]
     cols = {
-        "tp": tp,
-        "sequence_parallel": sp,
-        "cp": cp,
-        "pp": pp,
-        "vpp": pipeline["vpp"][p_idx],
-        "schedule_code": pipeline["schedule_code"][p_idx],
+        "tp": tp_all[t_sel],
+        "sequence_parallel": sp_all[t_sel],
+        "cp": cp_all[c_sel],
+        "pp": pipeline["pp"][p_sel],
+        "vpp": pipeline["vpp"][p_sel],
+        "schedule_code": pipeline["schedule_code"][p_sel],
     }
-    cols = {k: v[keep] for k, v in cols.items()}
     cols["dp"] = n // (cols["tp"] * cols["cp"] * cols["pp"])
     return cols
 
@@ -227,7 +287,9 @@ def _layout(tensor: list[tuple[int, bool]], cps: list[int], pipeline: dict[str, 
 def build_space(model: ModelSpec, cluster: ClusterSpec, constraints: Constraints) -> PlanSpace:
     """The plan space of ``model`` on ``cluster`` under ``constraints``.
 
-    tp, cp and pp range over the divisors of the device count whose product divides it (dp takes the rest);
+    tp, cp and pp range over the divisors of the device count whose product divides it (dp takes the rest),
+    pp only up to the model's layers (a stage holds at least one layer: larger pp could only be rejected, and
+    on a cluster of 10^5-10^6 devices they would make most of the space);
     tp is capped by default at the span of the innermost network level; ep ranges over the divisors of the
     routed experts (1 for a dense model); vpp over 1..maximum (8 by default); the rest over the constraint's
     lists.
@@ -238,7 +300,10 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, constraints: Constraints
     sp_values = sorted(set(c.sequence_parallel))
     tensor = [(tp, sp) for tp in tps for sp in ([False] if tp == 1 else sp_values)]
     vpps = c.allowed("vpp", list(range(1, 65)), default_max=8)
-    pipeline, names = _pipeline_table(model, c.allowed("pp", divisors(n)), vpps, c.schedules)
+    pps = [
+        pp for pp in divisors(n) if pp <= model.num_layers
+    ]  # pp*vpp must divide the layers (rule "layers")
+    pipeline, names = _pipeline_table(model, c.allowed("pp", pps), vpps, c.schedules)
     eps = c.allowed("ep", divisors(model.num_experts) if model.is_moe else [1])
     mbs = sorted(
         set(c.micro_batch_sizes) | ({c.fixed["micro_batch_size"]} if "micro_batch_size" in c.fixed else set())

@@ -1,31 +1,42 @@
-"""Shared checks that turn bad input into a ``ValueError`` naming the field, the value and what is allowed."""
+"""Shared checks that turn bad input into a ``ValueError`` naming the field, the value and what is allowed.
+
+Upper bounds come from :mod:`workbench.specs.limits` (one place, each bound with its reason).
+"""
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Any
+
+from workbench.specs.limits import check_count, check_real, shown
 
 
 def _owner(obj: Any) -> str:
     name = getattr(obj, "name", None) or getattr(obj, "id", None)
     kind = type(obj).__name__
-    return f"{kind} {name!r}" if isinstance(name, str) and name else kind
+    return f"{kind} {shown(name)}" if isinstance(name, str) and name else kind
 
 
-def check_positive(obj: Any, field: str, *, allow_zero: bool = False) -> None:
-    """Raise ValueError unless ``obj.field`` is an int/float > 0 (>= 0 with ``allow_zero``); bools refused."""
+def check_positive(
+    obj: Any, field: str, *, allow_zero: bool = False, maximum: float = math.inf, limit: str | None = None
+) -> None:
+    """Raise ValueError unless ``obj.field`` is a finite int/float > 0 (>= 0 with ``allow_zero``) and
+    <= ``maximum`` (the constant ``limit`` of :mod:`workbench.specs.limits`); bools, nan and inf refused."""
     value = getattr(obj, field)
-    ok_type = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok_type or value != value or value < 0 or (value == 0 and not allow_zero):
-        allowed = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{_owner(obj)}: {field} must be a number {allowed}, got {value!r}")
+    check_real(_owner(obj), field, value, min_open=not allow_zero, maximum=maximum, limit=limit)
 
 
-def check_int(obj: Any, field: str, *, minimum: int = 1) -> None:
-    """Raise ValueError unless ``obj.field`` is an int >= minimum (bools refused)."""
+def check_int(
+    obj: Any, field: str, *, minimum: int = 1, maximum: int | None = None, limit: str | None = None
+) -> None:
+    """Raise ValueError unless ``obj.field`` is an int >= minimum (and <= ``maximum``, the constant ``limit`` of
+    :mod:`workbench.specs.limits`); bools refused."""
     value = getattr(obj, field)
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{_owner(obj)}: {field} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None:
+        check_count(_owner(obj), field, value, minimum=minimum, maximum=maximum, limit=limit)
+    elif not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{_owner(obj)}: {field} must be an integer >= {minimum}, got {shown(value)}")
 
 
 def check_choice(obj: Any, field: str, enum: type[Enum]) -> None:
@@ -33,7 +44,7 @@ def check_choice(obj: Any, field: str, enum: type[Enum]) -> None:
     value = getattr(obj, field)
     try:
         member = enum(value)
-    except ValueError:
+    except (ValueError, TypeError):
         allowed = ", ".join(str(m.value) for m in enum)
-        raise ValueError(f"{_owner(obj)}: {field} must be one of {allowed}; got {value!r}") from None
+        raise ValueError(f"{_owner(obj)}: {field} must be one of {allowed}; got {shown(value)}") from None
     object.__setattr__(obj, field, member)

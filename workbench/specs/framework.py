@@ -13,13 +13,17 @@ Profiles live in ``profiles/frameworks/<id>.toml`` (loader: :mod:`workbench.pres
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.specs.kernels import ATTENTION_FAMILIES
+from workbench.specs.limits import check_real, shown
 
 if TYPE_CHECKING:
     from workbench.specs.plan import ParallelPlan
+
+DEFAULT_MICROBATCHES = ("mbs1", "stages")
+"""Values of ``FrameworkProfile.default_microbatches``."""
 
 MEMORY_REPORTS = ("allocated", "reserved", "required")
 """What a stack's published peak memory counts: ``allocated`` = the caching allocator's max allocated
@@ -40,6 +44,48 @@ FITTABLE = (
 POOLED = ("kernel_efficiency_frac", "host_overhead_per_layer_s")
 """Fitted fields first fitted as one value over every stack's rows: the value a stack gets when none of its
 own runs is in the fit (its group's own fit refines it when its runs are)."""
+
+
+NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
+    "kernel_efficiency_frac": (0.0, 1.0, True),
+    "collective_efficiency_frac": (0.0, 1.0, True),
+    "tp_comm_overlap_frac": (0.0, 1.0, False),
+    "cp_comm_overlap_frac": (0.0, 1.0, False),
+    "ep_comm_overlap_frac": (0.0, 1.0, False),
+    "dp_comm_overlap_frac": (0.0, 1.0, False),
+    "fsdp_comm_overlap_frac": (0.0, 1.0, False),
+    "fragmentation_frac": (0.0, 1.0, False),
+    "grad_bytes_per_param": (0.0, 16.0, True),
+    "capacity_factor": (1.0, 1e3, False),
+    "host_overhead_per_layer_s": (0.0, 1.0, False),
+    "moe_dispatch_passes": (0.0, 1e3, False),
+    "fp8_matmul_scale": (0.0, 1e3, True),
+    "context_bytes": (0.0, 2.0**50, False),
+}
+"""Numeric field -> (lowest, highest, lowest excluded): every number finite. The efficiency shares divide a time,
+so they exclude 0; overlap and fragmentation shares may be 0; the upper ends of the non-fractions are far above
+any stack (a gradient of 16 bytes per parameter, a second of host time per layer, 1 PiB of context)."""
+
+_STRING_TUPLES = ("aliases", "fitted", "attention_kernels")
+_FLAGS = (
+    "sequence_parallel",
+    "default_sequence_parallel",
+    "context_parallel",
+    "expert_parallel",
+    "fp8",
+    "uneven_stages",
+    "fused_elementwise",
+    "dropout",
+    "master_weights",
+    "fsdp_reshard_with_pp",
+)
+
+
+def check_number(where: str, name: str, value: object) -> float:
+    """``value`` as a float if it is a finite number in the range ``NUMBER_RANGES[name]``; ValueError naming
+    ``where``, the field, the value and the range otherwise (used for profiles and fitted constants)."""
+    low, high, low_open = NUMBER_RANGES[name]
+    return check_real(where, name, value, minimum=low, maximum=high, min_open=low_open)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,11 +118,18 @@ class FrameworkProfile:
     fp8: bool = False
     uneven_stages: bool = False
     """Lets pipeline stages hold different numbers of layers."""
+    default_microbatches: str = "mbs1"
+    """How the stack splits a data-parallel rank's batch under pp > 1 when the micro-batch size is not set:
+    ``mbs1`` (one sample per micro-batch) or ``stages`` (as many micro-batches as pipeline stages, pp x vpp;
+    torchtitan's ``pipeline_parallel_microbatches`` default). Used for blank fields of validation rows."""
 
     # -- how it runs a plan ---------------------------------------------------------------------------
     attention_kernels: tuple[str, ...] = ("fa2",)
     """Fused attention kernel families in the order the stack prefers them; the first one the device's kernel
     table has is used. Empty: attention runs unfused (score GEMMs, softmax and dropout through HBM)."""
+    cp_attention_kernels: tuple[str, ...] | None = None
+    """The families the stack's ring attention can call when cp > 1, in preference order; None: the same as
+    ``attention_kernels`` (a ring implementation that wraps only some fused kernels falls back to those)."""
     fused_elementwise: bool = True
     """Bias, activation, dropout and residual adds run fused (Transformer Engine, torch.compile, Apex fused
     kernels); False: eager PyTorch, one HBM round trip per element-wise op."""
@@ -103,6 +156,11 @@ class FrameworkProfile:
     """Share of the data-parallel gradient reduction hidden behind the backward pass (bucketed)."""
     fsdp_comm_overlap_frac: float = 0.0
     """Share of ZeRO-3 parameter gathers and gradient reduce-scatters hidden behind compute (prefetch)."""
+    fsdp_reshard_with_pp: bool = True
+    """ZeRO-3 keeps sharding the weights per micro-batch when pp > 1. False (torchtitan): with a pipeline
+    the stage's weights stay gathered and its gradients accumulate unsharded (in ``grad_bytes_per_param``)
+    across micro-batches, so there is one all-gather and one reduce-scatter per step, and the memory of
+    weights and gradients is that of ZeRO-1."""
     kernel_efficiency_frac: float = 1.0
     """Share of the kernel tables' microbenchmarked rates the stack sustains over a whole training step:
     power-limited sustained clocks (microbenchmarks run short bursts near boost), the model's real GEMM and
@@ -125,30 +183,63 @@ class FrameworkProfile:
     """Device memory outside the allocator: CUDA context, cuBLAS and NCCL workspaces (~1-2 GB observed)."""
 
     def __post_init__(self) -> None:
-        where = f"framework profile {self.id!r}"
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name.endswith("_frac") and not (isinstance(value, int | float) and 0 <= value <= 1):
-                raise ValueError(f"{where}: {f.name} must be in [0, 1], got {value!r}")
+        where = f"framework profile {shown(self.id)}"
+        self._check_types(where)
+        for name in NUMBER_RANGES:
+            check_number(where, name, getattr(self, name))
         if self.selective_recompute not in ("attention", "op"):
             raise ValueError(
                 f"{where}: selective_recompute must be attention or op, got {self.selective_recompute!r}"
             )
-        bad = [k for k in self.attention_kernels if k not in ATTENTION_FAMILIES]
+        bad = [
+            k
+            for k in (*self.attention_kernels, *(self.cp_attention_kernels or ()))
+            if k not in ATTENTION_FAMILIES
+        ]
         if bad:
             raise ValueError(
-                f"{where}: attention_kernels {bad} unknown; allowed: {', '.join(ATTENTION_FAMILIES)}"
+                f"{where}: attention kernel families {bad} unknown; allowed: {', '.join(ATTENTION_FAMILIES)}"
+            )
+        if self.default_microbatches not in DEFAULT_MICROBATCHES:
+            raise ValueError(
+                f"{where}: default_microbatches must be one of {', '.join(DEFAULT_MICROBATCHES)}, "
+                f"got {self.default_microbatches!r}"
             )
         if self.memory_report not in MEMORY_REPORTS:
             raise ValueError(f"{where}: memory_report must be one of {', '.join(MEMORY_REPORTS)}")
         bad = [k for k in self.fitted if k not in FITTABLE]
         if bad:
             raise ValueError(f"{where}: fitted {bad} cannot be fitted; allowed: {', '.join(FITTABLE)}")
-        if self.capacity_factor < 1 or self.grad_bytes_per_param <= 0 or self.fp8_matmul_scale <= 0:
-            raise ValueError(f"{where}: capacity_factor >= 1, grad_bytes_per_param > 0, fp8_matmul_scale > 0")
-        for name in ("host_overhead_per_layer_s", "moe_dispatch_passes", "context_bytes"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{where}: {name} must be >= 0, got {getattr(self, name)!r}")
+
+    def _check_types(self, where: str) -> None:
+        """Strings, flags and lists of the right kind (a TOML file may hold any type in any key)."""
+        strings = ("id", "name", "fit_group", "description", "selective_recompute", "memory_report")
+        for name in (*strings, "default_microbatches"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{where}: {name} must be a string, got {shown(getattr(self, name))}")
+        if not self.id:
+            raise ValueError("framework profile: id must be a non-empty string")
+        for name in _FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{where}: {name} must be true or false, got {shown(getattr(self, name))}")
+        lists = [(n, getattr(self, n), str) for n in _STRING_TUPLES] + [
+            ("zero_stages", self.zero_stages, int)
+        ]
+        for name in ("schedules", "cp_attention_kernels"):
+            if getattr(self, name) is not None:
+                lists.append((name, getattr(self, name), str))
+        for name, value, kind in lists:
+            if not isinstance(value, tuple) or any(
+                not isinstance(v, kind) or isinstance(v, bool) for v in value
+            ):
+                what = "strings" if kind is str else "integers"
+                raise ValueError(f"{where}: {name} must be a list of {what}, got {shown(value)}")
+        if any(z not in (0, 1, 2, 3) for z in self.zero_stages):
+            raise ValueError(f"{where}: zero_stages must be among 0, 1, 2, 3, got {shown(self.zero_stages)}")
+        if not isinstance(self.sources, dict) or any(
+            not isinstance(k, str) or not isinstance(v, str) for k, v in self.sources.items()
+        ):
+            raise ValueError(f'{where}: sources must be a table of field = "source" strings')
 
     @property
     def group(self) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from workbench.specs.errors import check_int, check_positive
+from workbench.specs.limits import MAX_DEVICES, MAX_NODES, check_real, shown
 
 
 class DType(StrEnum):
@@ -33,6 +34,30 @@ GEMM throughput on A100/H100 (large bf16 GEMMs reach 70-80% of the dense peak) a
 calibration file when one is loaded (see ``workbench calibrate``)."""
 
 
+def efficiency_points(
+    where: str, points: object, field: str = "matmul_efficiency"
+) -> tuple[tuple[float, float], ...]:
+    """``points`` as a tuple of (flop, fraction) pairs: finite flop > 0, fraction in (0, 1], sorted by flop, at
+    least one; ValueError naming ``where`` and ``field`` otherwise."""
+    items: list | tuple = points if isinstance(points, list | tuple) else ()
+    good = len(items) > 0
+    out: list[tuple[float, float]] = []
+    for point in items:
+        if not isinstance(point, list | tuple) or len(point) != 2:
+            good = False
+            break
+        try:
+            out.append((check_real(where, field, point[0]), check_real(where, field, point[1], maximum=1.0)))
+        except ValueError:
+            good = False
+            break
+    if not good or out != sorted(out):
+        raise ValueError(
+            f"{where}: {field} must be (flop > 0, fraction in (0, 1]) points sorted by flop, got {shown(points)}"
+        )
+    return tuple(out)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DeviceSpec:
     """One accelerator. Peaks are dense (no structured sparsity)."""
@@ -42,11 +67,11 @@ class DeviceSpec:
     name: str
     """Vendor's product name."""
     peak_flop_per_s: dict[DType, float]
-    """Dense peak per precision, FLOP/s. A missing precision is not supported by the device."""
+    """Dense peak per precision, FLOP/s (finite, > 0). A missing precision is not supported by the device."""
     hbm_bytes: float
-    """HBM capacity in bytes."""
+    """HBM capacity in bytes; finite, > 0."""
     hbm_bytes_per_s: float
-    """Peak HBM bandwidth in bytes/s."""
+    """Peak HBM bandwidth in bytes/s; finite, > 0."""
     matmul_efficiency: tuple[tuple[float, float], ...] = DEFAULT_MATMUL_EFFICIENCY
     """(flop, fraction of peak) points of the matmul efficiency curve; see DEFAULT_MATMUL_EFFICIENCY."""
     hbm_efficiency_frac: float = 0.8
@@ -56,36 +81,26 @@ class DeviceSpec:
     """Where the numbers come from."""
 
     def __post_init__(self) -> None:
-        if not self.id:
-            raise ValueError("DeviceSpec: id must be a non-empty string")
+        if not isinstance(self.id, str) or not self.id:
+            raise ValueError(f"DeviceSpec: id must be a non-empty string, got {shown(self.id)}")
+        where = f"DeviceSpec {shown(self.id)}"
         check_positive(self, "hbm_bytes")
         check_positive(self, "hbm_bytes_per_s")
-        if not 0 < self.hbm_efficiency_frac <= 1:
-            raise ValueError(
-                f"DeviceSpec {self.id!r}: hbm_efficiency_frac must be in (0, 1], "
-                f"got {self.hbm_efficiency_frac!r}"
-            )
-        if not self.peak_flop_per_s:
-            raise ValueError(f"DeviceSpec {self.id!r}: peak_flop_per_s needs at least one precision")
+        check_real(where, "hbm_efficiency_frac", self.hbm_efficiency_frac, maximum=1.0)
+        if not isinstance(self.peak_flop_per_s, dict) or not self.peak_flop_per_s:
+            raise ValueError(f"{where}: peak_flop_per_s needs at least one precision")
         peaks = {}
         for key, value in self.peak_flop_per_s.items():
             try:
                 dtype = DType(key)
             except ValueError:
                 raise ValueError(
-                    f"DeviceSpec {self.id!r}: peak_flop_per_s has unknown precision {key!r}; "
+                    f"{where}: peak_flop_per_s has unknown precision {shown(key)}; "
                     f"allowed: {', '.join(d.value for d in DType)}"
                 ) from None
-            if not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"DeviceSpec {self.id!r}: peak_flop_per_s[{key}] must be > 0, got {value!r}")
-            peaks[dtype] = float(value)
+            peaks[dtype] = check_real(where, f"peak_flop_per_s[{dtype.value}]", value, unit="FLOP/s")
         object.__setattr__(self, "peak_flop_per_s", peaks)
-        points = self.matmul_efficiency
-        if not points or any(not 0 < f <= 1 or x <= 0 for x, f in points) or list(points) != sorted(points):
-            raise ValueError(
-                f"DeviceSpec {self.id!r}: matmul_efficiency must be (flop > 0, fraction in (0, 1]) "
-                f"points sorted by flop, got {points!r}"
-            )
+        object.__setattr__(self, "matmul_efficiency", efficiency_points(where, self.matmul_efficiency))
 
     def peak(self, dtype: DType | str) -> float:
         """Dense peak FLOP/s for ``dtype``; ValueError if the device has no such precision."""
@@ -118,7 +133,7 @@ class NetworkLevel:
         check_positive(self, "bytes_per_s")
         check_positive(self, "latency_s", allow_zero=True)
         if self.span is not None:
-            check_int(self, "span")
+            check_int(self, "span", maximum=MAX_DEVICES, limit="MAX_DEVICES")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -131,15 +146,26 @@ class ClusterSpec:
     devices_per_node: int
     """Devices per host (for NVL72 systems: per compute tray, 4)."""
     num_nodes: int = 1
+    """Nodes; devices_per_node * num_nodes <= ``workbench.specs.limits.MAX_DEVICES``."""
     levels: tuple[NetworkLevel, ...] = field(default_factory=tuple)
     """Innermost first; spans strictly increase; the last one spans the whole cluster."""
     source: str = ""
 
     def __post_init__(self) -> None:
-        check_int(self, "devices_per_node")
-        check_int(self, "num_nodes")
-        if not self.levels:
-            raise ValueError(f"ClusterSpec {self.id!r}: levels needs at least one network level")
+        check_int(self, "devices_per_node", maximum=MAX_DEVICES, limit="MAX_DEVICES")
+        check_int(self, "num_nodes", maximum=MAX_NODES, limit="MAX_NODES")
+        if self.num_devices > MAX_DEVICES:
+            raise ValueError(
+                f"ClusterSpec {shown(self.id)}: {self.num_nodes} nodes x {self.devices_per_node} devices = "
+                f"{self.num_devices:,} devices; at most {MAX_DEVICES:,} (MAX_DEVICES in workbench/specs/limits.py: "
+                "the largest clusters today hold 100k-200k GPUs)"
+            )
+        if not isinstance(self.device, DeviceSpec):
+            raise ValueError(
+                f"ClusterSpec {shown(self.id)}: device must be a DeviceSpec, got {shown(self.device)}"
+            )
+        if not isinstance(self.levels, list | tuple) or not self.levels:
+            raise ValueError(f"ClusterSpec {shown(self.id)}: levels needs at least one network level")
         object.__setattr__(self, "levels", tuple(self.levels))
         spans = [lvl.span for lvl in self.levels[:-1]]
         if any(s is None for s in spans):

@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from workbench.specs.hardware import efficiency_points
+from workbench.specs.limits import MAX_HEAD_DIM, MAX_SEQ_LEN, check_count, check_real, shown
+
 ATTENTION_FAMILIES = ("fa2", "fa3", "cudnn", "sdpa")
 """Fused attention kernel families: FlashAttention-2 (Dao 2023), FlashAttention-3 (Shah et al. 2024, Hopper
 only), cuDNN fused attention (NVIDIA cuDNN 8.9+/9, Transformer Engine's default backend on Hopper), and
@@ -45,17 +48,23 @@ class AttentionTable:
     source: str = ""
 
     def __post_init__(self) -> None:
-        where = f"attention table {self.family}/{self.dtype}/d{self.head_dim}"
+        where = f"attention table {shown(self.family)}/{shown(self.dtype)}/d{shown(self.head_dim)}"
         if self.family not in ATTENTION_FAMILIES:
             raise ValueError(f"{where}: family must be one of {', '.join(ATTENTION_FAMILIES)}")
+        check_count(where, "head_dim", self.head_dim, maximum=MAX_HEAD_DIM, limit="MAX_HEAD_DIM")
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"{where}: causal must be true or false, got {shown(self.causal)}")
         n = len(self.seq_len)
         if not n or len(self.fwd_frac) != n or len(self.bwd_frac) != n:
             raise ValueError(f"{where}: seq_len, fwd_frac and bwd_frac must be non-empty and of equal length")
-        if list(self.seq_len) != sorted(self.seq_len) or min(self.seq_len) <= 0:
-            raise ValueError(f"{where}: seq_len must be positive and sorted, got {self.seq_len}")
+        lengths = tuple(check_real(where, "seq_len", x, maximum=MAX_SEQ_LEN) for x in self.seq_len)
+        if list(lengths) != sorted(lengths):
+            raise ValueError(f"{where}: seq_len must be positive and sorted, got {shown(self.seq_len)}")
+        object.__setattr__(self, "seq_len", lengths)
         for name in ("fwd_frac", "bwd_frac"):
-            if any(not 0 < f <= 1 for f in getattr(self, name)):
-                raise ValueError(f"{where}: {name} must be fractions in (0, 1], got {getattr(self, name)}")
+            values = getattr(self, name)
+            if any(not isinstance(f, int | float) or isinstance(f, bool) or not 0 < f <= 1 for f in values):
+                raise ValueError(f"{where}: {name} must be fractions in (0, 1], got {shown(values)}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,22 +85,16 @@ class KernelTable:
     """Measured tables: torch, CUDA, driver, clocks, host, date."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.hbm_frac <= 1:
-            raise ValueError(
-                f"kernel table {self.device}: hbm achieved_frac must be in (0, 1], got {self.hbm_frac}"
-            )
-        if not self.gemm:
-            raise ValueError(f"kernel table {self.device}: needs at least one [gemm.<dtype>] curve")
-        for dtype, points in self.gemm.items():
-            if (
-                not points
-                or any(not 0 < f <= 1 or x <= 0 for x, f in points)
-                or list(points) != sorted(points)
-            ):
-                raise ValueError(
-                    f"kernel table {self.device}: gemm.{dtype}.points must be (flop > 0, fraction in (0, 1]) "
-                    f"sorted by flop, got {points!r}"
-                )
+        where = f"kernel table {shown(self.device)}"
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError(f"kernel table: device must be a device id string, got {shown(self.device)}")
+        check_real(where, "hbm achieved_frac", self.hbm_frac, maximum=1.0)
+        if not isinstance(self.gemm, dict) or not self.gemm:
+            raise ValueError(f"{where}: needs at least one [gemm.<dtype>] curve")
+        curves = {
+            dtype: efficiency_points(where, pts, f"gemm.{dtype}.points") for dtype, pts in self.gemm.items()
+        }
+        object.__setattr__(self, "gemm", curves)
 
     def gemm_curve(self, dtype: str) -> tuple[tuple[float, float], ...]:
         """The GEMM curve of ``dtype``; fp16 falls back to bf16 (same tensor-core rate). KeyError if absent."""

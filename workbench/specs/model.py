@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from workbench.specs.errors import check_choice, check_int
+from workbench.specs.limits import MODEL_MAXIMUM, shown
 
 
 class AttentionKind(StrEnum):
@@ -41,11 +42,12 @@ class ModelSpec:
     name: str
     """Display name, e.g. ``llama-3.1-70b``."""
     num_layers: int
-    """Transformer blocks (l). > 0."""
+    """Transformer blocks (l). 1..``limits.MAX_LAYERS``; every size field is bounded by
+    ``workbench.specs.limits.MODEL_MAXIMUM``."""
     hidden_size: int
-    """Model width d_model (h). > 0."""
+    """Model width d_model (h). 1..``limits.MAX_HIDDEN_SIZE``."""
     num_attention_heads: int
-    """Query heads (a). > 0."""
+    """Query heads (a). 1..``limits.MAX_ATTENTION_HEADS``."""
     num_key_value_heads: int
     """Key/value heads; equals ``num_attention_heads`` for MHA. Divides ``num_attention_heads``."""
     head_dim: int
@@ -90,6 +92,8 @@ class ModelSpec:
     v_head_dim: int = 0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"ModelSpec: name must be a non-empty string, got {shown(self.name)}")
         for field in (
             "num_layers",
             "hidden_size",
@@ -98,9 +102,14 @@ class ModelSpec:
             "head_dim",
             "vocab_size",
         ):
-            check_int(self, field)
+            check_int(self, field, maximum=MODEL_MAXIMUM[field][0], limit=MODEL_MAXIMUM[field][1])
         check_choice(self, "attention", AttentionKind)
         check_choice(self, "norm", NormKind)
+        for field in ("gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "qk_norm", "router_bias"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(
+                    f"ModelSpec {shown(self.name)}: {field} must be true or false, got {shown(getattr(self, field))}"
+                )
         for field in (
             "ffn_hidden_size",
             "num_experts",
@@ -115,43 +124,45 @@ class ModelSpec:
             "qk_rope_head_dim",
             "v_head_dim",
         ):
-            check_int(self, field, minimum=0)
+            check_int(self, field, minimum=0, maximum=MODEL_MAXIMUM[field][0], limit=MODEL_MAXIMUM[field][1])
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
-                f"ModelSpec {self.name!r}: num_key_value_heads={self.num_key_value_heads} must divide "
+                f"ModelSpec {shown(self.name)}: num_key_value_heads={self.num_key_value_heads} must divide "
                 f"num_attention_heads={self.num_attention_heads}"
             )
         self._check_moe()
         self._check_mla()
         if self.num_dense_layers < self.num_layers and not self.is_moe and self.ffn_hidden_size == 0:
-            raise ValueError(f"ModelSpec {self.name!r}: ffn_hidden_size must be > 0 for a dense model, got 0")
+            raise ValueError(
+                f"ModelSpec {shown(self.name)}: ffn_hidden_size must be > 0 for a dense model, got 0"
+            )
 
     def _check_moe(self) -> None:
         if not self.is_moe:
             if self.experts_per_token or self.num_shared_experts or self.num_dense_layers:
                 raise ValueError(
-                    f"ModelSpec {self.name!r}: experts_per_token, num_shared_experts and num_dense_layers "
+                    f"ModelSpec {shown(self.name)}: experts_per_token, num_shared_experts and num_dense_layers "
                     "need num_experts > 0 (a dense model has num_experts=0)"
                 )
             return
         if not 1 <= self.experts_per_token <= self.num_experts:
             raise ValueError(
-                f"ModelSpec {self.name!r}: experts_per_token={self.experts_per_token} must be in "
+                f"ModelSpec {shown(self.name)}: experts_per_token={self.experts_per_token} must be in "
                 f"1..num_experts={self.num_experts}"
             )
         if self.moe_ffn_hidden_size <= 0:
             raise ValueError(
-                f"ModelSpec {self.name!r}: moe_ffn_hidden_size must be > 0 for an MoE model, got "
+                f"ModelSpec {shown(self.name)}: moe_ffn_hidden_size must be > 0 for an MoE model, got "
                 f"{self.moe_ffn_hidden_size}"
             )
         if self.num_dense_layers >= self.num_layers:
             raise ValueError(
-                f"ModelSpec {self.name!r}: num_dense_layers={self.num_dense_layers} must be below "
+                f"ModelSpec {shown(self.name)}: num_dense_layers={self.num_dense_layers} must be below "
                 f"num_layers={self.num_layers}"
             )
         if self.num_dense_layers and self.ffn_hidden_size <= 0:
             raise ValueError(
-                f"ModelSpec {self.name!r}: ffn_hidden_size must be > 0 when num_dense_layers > 0"
+                f"ModelSpec {shown(self.name)}: ffn_hidden_size must be > 0 when num_dense_layers > 0"
             )
 
     def _check_mla(self) -> None:
@@ -160,7 +171,7 @@ class ModelSpec:
         for field in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             if getattr(self, field) <= 0:
                 raise ValueError(
-                    f"ModelSpec {self.name!r}: {field} must be > 0 for attention='mla', got {getattr(self, field)}"
+                    f"ModelSpec {shown(self.name)}: {field} must be > 0 for attention='mla', got {getattr(self, field)}"
                 )
 
     # ---- shape facts -------------------------------------------------------------------------------

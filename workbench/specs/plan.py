@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from workbench.specs.errors import check_choice, check_int
 from workbench.specs.hardware import DType
+from workbench.specs.limits import MAX_DEVICES, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, PLAN_MAXIMUM
 from workbench.specs.rules import PLAN_FIELDS as PLAN_FIELDS  # re-exported: the plan's user-chosen fields
 
 if TYPE_CHECKING:
@@ -50,16 +51,16 @@ class Workload:
     """A training job: what a step processes."""
 
     seq_len: int
-    """Tokens per sequence. > 0."""
+    """Tokens per sequence. 1..``workbench.specs.limits.MAX_SEQ_LEN``."""
     global_batch_size: int
-    """Sequences per optimizer step over all data-parallel replicas. > 0."""
+    """Sequences per optimizer step over all data-parallel replicas. 1..``limits.MAX_GLOBAL_BATCH_SIZE``."""
     dtype: DType = DType.BF16
     """Precision of the main matrix multiplies (parameters kept in bf16/fp16 with fp32 master copies)."""
     optimizer: Optimizer = Optimizer.ADAMW
 
     def __post_init__(self) -> None:
-        check_int(self, "seq_len")
-        check_int(self, "global_batch_size")
+        check_int(self, "seq_len", maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
+        check_int(self, "global_batch_size", maximum=MAX_GLOBAL_BATCH_SIZE, limit="MAX_GLOBAL_BATCH_SIZE")
         check_choice(self, "dtype", DType)
         check_choice(self, "optimizer", Optimizer)
 
@@ -70,7 +71,8 @@ class Workload:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParallelPlan:
-    """A parallel layout. Devices used = dp * tp * pp * cp; ep splits the experts inside dp * cp * tp."""
+    """A parallel layout. Devices used = dp * tp * pp * cp; ep splits the experts inside dp * cp * tp.
+    Every degree and their product is bounded by ``workbench.specs.limits.PLAN_MAXIMUM`` and ``MAX_DEVICES``."""
 
     dp: int = 1
     """Data-parallel replicas (with ZeRO/FSDP: the shard degree). 1 means disabled."""
@@ -98,7 +100,14 @@ class ParallelPlan:
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
-            check_int(self, field)
+            check_int(self, field, maximum=PLAN_MAXIMUM[field][0], limit=PLAN_MAXIMUM[field][1])
+        if self.num_devices > MAX_DEVICES:
+            raise ValueError(
+                f"ParallelPlan: dp*tp*pp*cp = {self.dp}*{self.tp}*{self.pp}*{self.cp} = {self.num_devices:,} "
+                f"devices; at most {MAX_DEVICES:,} (MAX_DEVICES in workbench/specs/limits.py)"
+            )
+        if not isinstance(self.schedule, str):
+            raise ValueError(f"ParallelPlan: schedule must be a schedule name, got {self.schedule!r}")
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
             raise ValueError(f"ParallelPlan: zero_stage must be one of 0, 1, 2, 3, got {self.zero_stage!r}")
         if not isinstance(self.sequence_parallel, bool):
@@ -108,7 +117,7 @@ class ParallelPlan:
         check_choice(self, "recompute", Recompute)
         try:
             order = tuple(Axis(a) for a in self.rank_order)
-        except ValueError:
+        except (ValueError, TypeError):
             order = ()
         if sorted(order) != sorted(DEFAULT_RANK_ORDER):
             raise ValueError(

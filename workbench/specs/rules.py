@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench.specs.limits import MAX_SIMULATED_STAGE_MICROBATCHES
+
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
@@ -283,6 +285,22 @@ PLAN_RULES: tuple[Rule, ...] = (
         sentence=lambda r, ctx: "sequence_parallel needs tp > 1 (it shards along the tensor-parallel group).",
     ),
     Rule(
+        key="timeline_size",
+        control="micro_batch_size",
+        reason="schedule",
+        reads=("pp", "vpp", "num_microbatches"),
+        mask=lambda c, ctx: (
+            np.asarray(c["pp"], dtype=np.int64) * np.asarray(c["vpp"], dtype=np.int64) * c["num_microbatches"]
+            > MAX_SIMULATED_STAGE_MICROBATCHES
+        ),
+        sentence=lambda r, ctx: (
+            f"pp*vpp*micro-batches = {r['pp']}*{r['vpp']}*{r['num_microbatches']} = "
+            f"{r['pp'] * r['vpp'] * r['num_microbatches']:,} (stage, micro-batch) pairs is more than a simulated "
+            f"step holds ({MAX_SIMULATED_STAGE_MICROBATCHES:,}, MAX_SIMULATED_STAGE_MICROBATCHES in "
+            "workbench/specs/limits.py); raise micro_batch_size or dp."
+        ),
+    ),
+    Rule(
         key="vpp_needs_pp",
         control="vpp",
         reason=None,
@@ -294,7 +312,9 @@ PLAN_RULES: tuple[Rule, ...] = (
 """Rules on the degrees, the model and the workload. Sources: Megatron splits whole attention heads and
 tp and the key/value heads must divide one another (MLA shares no KV heads, so only attention heads count);
 pp * vpp divides the layers; ep splits the routed experts inside dp * cp * tp (Megatron-Core); sequence
-parallelism shards along tp; 2 * cp load-balancing chunks are not required."""
+parallelism shards along tp; 2 * cp load-balancing chunks are not required. ``timeline_size`` is the
+workbench's own bound: a step's simulated timeline holds at most ``limits.MAX_SIMULATED_STAGE_MICROBATCHES``
+(stage, micro-batch) pairs."""
 
 
 def index_rules(rules: Iterable[Rule]) -> Mapping[str, Rule]:

@@ -18,6 +18,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from workbench.specs.files import check_input_file
+from workbench.specs.limits import (
+    MAX_MICROBATCHES,
+    MAX_PIPELINE_STAGES,
+    MAX_PP,
+    MAX_SIMULATED_STAGE_MICROBATCHES,
+    check_simulated_size,
+    shown,
+)
+
 OPS: tuple[str, ...] = ("F", "B", "I", "W")
 """Compute ops: forward, full backward, backward for inputs, backward for weights."""
 _OPCODE = {op: k for k, op in enumerate(OPS)}
@@ -42,12 +52,25 @@ class Action(NamedTuple):
 
 
 def parse_action(text: str) -> Action:
-    """Parse ``"0F3"`` into ``Action(0, "F", 3)``. Raises ValueError for anything else."""
+    """Parse ``"0F3"`` into ``Action(0, "F", 3)``. Raises ValueError for anything else, and for a stage index
+    >= ``limits.MAX_PIPELINE_STAGES`` or a micro-batch index >= ``limits.MAX_MICROBATCHES`` (no schedule the
+    simulator can hold has them)."""
     match = _ACTION_RE.match(text)
     if match is None:
         raise ValueError(
-            f"action {text!r} is not of the form <stage><op><microbatch> with op in F, B, I, W (e.g. '0F3', '2I0')"
+            f"action {shown(text)} is not of the form <stage><op><microbatch> with op in F, B, I, W "
+            "(e.g. '0F3', '2I0')"
         )
+    for group, what, bound, name in (
+        (1, "stage", MAX_PIPELINE_STAGES, "MAX_PIPELINE_STAGES"),
+        (3, "micro-batch", MAX_MICROBATCHES, "MAX_MICROBATCHES"),
+    ):
+        digits = match.group(group)
+        if len(digits) > 9 or int(digits) >= bound:
+            raise ValueError(
+                f"action {shown(text.strip())}: {what} index {shown(digits)} must be below {bound:,} "
+                f"({name} in workbench/specs/limits.py)"
+            )
     return Action(int(match.group(1)), match.group(2), int(match.group(3)))
 
 
@@ -92,10 +115,9 @@ class Schedule:
     """Read-only int64 array (pp + 1,): rank r's actions are ``packed[rank_offsets[r]:rank_offsets[r+1]]``."""
 
     def __post_init__(self) -> None:
-        for name in ("pp", "vpp", "num_microbatches"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Schedule {self.name!r}: {name} must be an integer >= 1, got {value!r}")
+        check_simulated_size(
+            f"Schedule {shown(self.name)}", pp=self.pp, vpp=self.vpp, num_microbatches=self.num_microbatches
+        )
         if self.num_stages != self.pp * self.vpp:
             raise ValueError(
                 f"Schedule {self.name!r}: num_stages must equal pp*vpp = {self.pp * self.vpp}, got {self.num_stages}"
@@ -204,8 +226,16 @@ def schedule_from_rows(
     all_actions = [a for row in actions for a in row]
     if pp == 0 or not all_actions:
         raise ValueError(f"schedule {name!r}: needs at least one rank with actions, got none")
+    if pp > MAX_PP:
+        raise ValueError(
+            f"schedule {name!r}: {pp:,} ranks; at most {MAX_PP:,} (MAX_PP in workbench/specs/limits.py)"
+        )
     num_stages = 1 + max(a.stage for a in all_actions)
     num_mb = 1 + max(a.microbatch for a in all_actions)
+    if num_stages > MAX_PIPELINE_STAGES or num_stages * num_mb > MAX_SIMULATED_STAGE_MICROBATCHES:
+        check_simulated_size(
+            f"schedule {name!r}", pp=pp, vpp=max(1, num_stages // pp), num_microbatches=num_mb
+        )  # raises: the placement below would otherwise list every stage
     if stage_to_rank is None:
         placement: dict[int, int] = {}
         for rank, row in enumerate(actions):
@@ -239,20 +269,49 @@ def read_schedule_csv(path: str | Path, *, name: str = "custom") -> Schedule:
     torch's ``(0F1;3B0)OVERLAP_F_B`` cells are read as their sub-actions in order.
     Raises FileNotFoundError for a missing file and ValueError (with the row and cell) for bad content.
     """
-    path = Path(path)
+    path = check_input_file(path, "schedule CSV file")
     rows: list[list[Action]] = []
-    with path.open(newline="") as handle:
-        for line_no, row in enumerate(csv.reader(handle), start=1):
-            parsed: list[Action] = []
-            for cell in row:
-                try:
-                    parsed.extend(parse_cell(cell))
-                except ValueError as exc:
-                    raise ValueError(f"{path}: row {line_no}: {exc}") from None
-            rows.append(parsed)
-    while rows and not rows[-1]:
-        rows.pop()
-    return schedule_from_rows(rows, name=name)
+    blank = 0  # empty rows not yet followed by a non-empty one (trailing ones are dropped, never stored)
+    num_actions = 0
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        try:
+            for line_no, row in enumerate(reader, start=1):
+                parsed: list[Action] = []
+                for cell in row:
+                    try:
+                        parsed.extend(parse_cell(cell))
+                    except ValueError as exc:
+                        raise ValueError(f"{path}: row {line_no}: {exc}") from None
+                if not parsed:
+                    blank += 1
+                    continue
+                _check_csv_size(path, len(rows) + blank + 1, num_actions + len(parsed))
+                rows.extend([] for _ in range(blank))
+                rows.append(parsed)
+                blank, num_actions = 0, num_actions + len(parsed)
+        except csv.Error as exc:
+            raise ValueError(f"{path}: line {reader.line_num}: not a readable CSV row ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return schedule_from_rows(rows, name=name)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _check_csv_size(path: Path, num_rows: int, num_actions: int) -> None:
+    """Stop reading a schedule CSV as soon as it has more ranks or actions than any schedule the simulator can
+    hold (``MAX_PP`` rows; four actions per (stage, micro-batch) pair at most)."""
+    if num_rows > MAX_PP:
+        raise ValueError(
+            f"{path}: more than {MAX_PP:,} rows (pipeline ranks); MAX_PP in workbench/specs/limits.py"
+        )
+    if num_actions > 4 * MAX_SIMULATED_STAGE_MICROBATCHES:
+        raise ValueError(
+            f"{path}: more than {4 * MAX_SIMULATED_STAGE_MICROBATCHES:,} actions: more than a simulated timeline "
+            "holds (MAX_SIMULATED_STAGE_MICROBATCHES in workbench/specs/limits.py)"
+        )
 
 
 def write_schedule_csv(schedule: Schedule, path: str | Path, *, force: bool = False) -> Path:

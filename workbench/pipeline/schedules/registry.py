@@ -16,6 +16,7 @@ from workbench.pipeline.schedules import classic, greedy, vshape
 from workbench.pipeline.schedules.actions import Action, Schedule
 from workbench.pipeline.schedules.rules import schedule_rules
 from workbench.pipeline.schedules.spec import Placement, ScheduleSpec, index_schedules
+from workbench.specs.limits import shown, simulated_size_problem
 from workbench.specs.rules import Rule, RuleContext
 
 Rows = list[list[Action]]
@@ -247,14 +248,19 @@ def schedule_rule_violations(name: str, *, pp: int, vpp: int, num_microbatches: 
     """Sentences naming every rule of schedule ``name`` that (pp, vpp, num_microbatches) breaks; [] if fine.
 
     The rules are ``SCHEDULE_RULES``, read off the record: its required or minimum vpp and its micro-batch
-    rule (m >= k * pp; m divisible by max(1, m // pp) rounds with vpp >= 2). An unknown name is a violation.
+    rule (m >= k * pp; m divisible by max(1, m // pp) rounds with vpp >= 2). An unknown name is a violation,
+    and so is a schedule too large to build and simulate (``workbench.specs.limits.simulated_size_problem``),
+    which is checked first so that nothing of its size is ever allocated.
     """
     out = []
     for field, value in (("pp", pp), ("vpp", vpp), ("num_microbatches", num_microbatches)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            out.append(f"{field} must be an integer >= 1, got {value!r}.")
+            out.append(f"{field} must be an integer >= 1, got {shown(value)}.")
     if out:
         return out
+    too_large = simulated_size_problem(pp=pp, vpp=vpp, num_microbatches=num_microbatches)
+    if too_large:
+        return [f"{too_large}."]
     row = {"pp": pp, "vpp": vpp, "schedule_code": 0, "num_microbatches": num_microbatches}
     cols = {k: np.array([v]) for k, v in row.items()}
     ctx = RuleContext(schedule_names=(name,))

@@ -1,0 +1,27 @@
+"""Click option types bounded by ``workbench.specs.limits``, with plain error words.
+
+``count(maximum)`` is ``click.IntRange(min=1, max=maximum)`` whose errors say "is not a valid integer" (click's own
+says "integer range"); ``amount(maximum)`` is the same for a float in [0, maximum] ("is not a valid number").
+"""
+
+from __future__ import annotations
+
+import click
+
+
+class _Count(click.IntRange):
+    name = "integer"
+
+
+class _Amount(click.FloatRange):
+    name = "number"
+
+
+def count(maximum: int, minimum: int = 1) -> click.IntRange:
+    """An integer option in ``minimum..maximum`` (a bound of ``workbench.specs.limits``)."""
+    return _Count(min=minimum, max=maximum)
+
+
+def amount(maximum: float, minimum: float = 0.0) -> click.FloatRange:
+    """A number option in ``[minimum, maximum]``; nan is refused by the spec that receives it."""
+    return _Amount(min=minimum, max=maximum)
