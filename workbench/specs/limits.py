@@ -249,15 +249,32 @@ def simulated_size_problem(*, pp: int, vpp: int, num_microbatches: int) -> str |
     ):
         if value > maximum:
             return f"{field}={shown(value)} is above {maximum:,} ({name} in workbench/specs/limits.py)"
-    pairs = pp * vpp * num_microbatches
-    if pairs > MAX_SIMULATED_STAGE_MICROBATCHES:
-        return (
-            f"pp*vpp*num_microbatches = {pp}*{vpp}*{num_microbatches} = {pairs:,} (stage, micro-batch) pairs is "
-            f"more than a simulated timeline holds ({MAX_SIMULATED_STAGE_MICROBATCHES:,}, "
-            "MAX_SIMULATED_STAGE_MICROBATCHES in workbench/specs/limits.py: its memory grows with the pairs); "
-            "use fewer micro-batches (a larger micro-batch size or dp) or fewer stages"
-        )
+    if too_many_simulated_pairs(pp, vpp, num_microbatches):
+        return simulated_pairs_sentence(pp, vpp, num_microbatches)
     return None
+
+
+def too_many_simulated_pairs(pp: Any, vpp: Any, num_microbatches: Any) -> Any:
+    """True where ``pp * vpp * num_microbatches`` (stage, micro-batch) pairs exceed
+    ``MAX_SIMULATED_STAGE_MICROBATCHES``; ints or equal-shape integer arrays (the plan rule table's columns),
+    multiplied in Python ints or int64 so that the product does not wrap."""
+    if all(isinstance(v, int) for v in (pp, vpp, num_microbatches)):
+        return pp * vpp * num_microbatches > MAX_SIMULATED_STAGE_MICROBATCHES
+    import numpy as np
+
+    pairs = np.asarray(pp, dtype=np.int64) * np.asarray(vpp, dtype=np.int64) * np.asarray(num_microbatches)
+    return pairs > MAX_SIMULATED_STAGE_MICROBATCHES
+
+
+def simulated_pairs_sentence(pp: int, vpp: int, num_microbatches: int) -> str:
+    """The one sentence for a timeline of too many (stage, micro-batch) pairs (no final full stop)."""
+    pairs = int(pp) * int(vpp) * int(num_microbatches)
+    return (
+        f"pp*vpp*num_microbatches = {pp}*{vpp}*{num_microbatches} = {pairs:,} (stage, micro-batch) pairs is "
+        f"more than a simulated timeline holds ({MAX_SIMULATED_STAGE_MICROBATCHES:,}, "
+        "MAX_SIMULATED_STAGE_MICROBATCHES in workbench/specs/limits.py: its memory grows with the pairs); "
+        "use fewer micro-batches (a larger micro_batch_size or dp) or fewer stages"
+    )
 
 
 def check_simulated_size(where: str, *, pp: int, vpp: int, num_microbatches: int) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.specs.limits import MAX_SIMULATED_STAGE_MICROBATCHES
+from workbench.specs.limits import simulated_pairs_sentence, too_many_simulated_pairs
 
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
@@ -289,16 +289,8 @@ PLAN_RULES: tuple[Rule, ...] = (
         control="micro_batch_size",
         reason="schedule",
         reads=("pp", "vpp", "num_microbatches"),
-        mask=lambda c, ctx: (
-            np.asarray(c["pp"], dtype=np.int64) * np.asarray(c["vpp"], dtype=np.int64) * c["num_microbatches"]
-            > MAX_SIMULATED_STAGE_MICROBATCHES
-        ),
-        sentence=lambda r, ctx: (
-            f"pp*vpp*micro-batches = {r['pp']}*{r['vpp']}*{r['num_microbatches']} = "
-            f"{r['pp'] * r['vpp'] * r['num_microbatches']:,} (stage, micro-batch) pairs is more than a simulated "
-            f"step holds ({MAX_SIMULATED_STAGE_MICROBATCHES:,}, MAX_SIMULATED_STAGE_MICROBATCHES in "
-            "workbench/specs/limits.py); raise micro_batch_size or dp."
-        ),
+        mask=lambda c, ctx: too_many_simulated_pairs(c["pp"], c["vpp"], c["num_microbatches"]),
+        sentence=lambda r, ctx: simulated_pairs_sentence(r["pp"], r["vpp"], r["num_microbatches"]) + ".",
     ),
     Rule(
         key="vpp_needs_pp",
