@@ -1,4 +1,4 @@
-"""The ``analytic`` backend: roofline op costs + alpha-beta collectives + the schedule simulator.
+"""The ``analytic`` backend: roofline op costs + NCCL-model collectives + the schedule simulator.
 
 A thin adapter over :func:`workbench.estimate.analytic.estimate_plan` so that the core stays importable without
 any backend; registered under the ``workbench.backends`` entry-point group as ``analytic``.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 class AnalyticBackend:
     """Analytic cost model. ``calibration``: a Calibration, or the fitted constants by file name under
-    ``profiles/calibration/`` or path (default ``default``; ``neutral`` gives plain roofline + alpha-beta
+    ``profiles/calibration/`` or path (default ``default``; ``neutral`` gives plain roofline + collectives
     without fitted constants); ``framework``: the framework profile id or path (default: the generic
     profile); ``kernels``: a kernel table file or ``workbench microbench`` folder replacing the published
     table of its device."""

@@ -122,7 +122,7 @@ class _Pricer:
         fitted = {f["level"] for f in prof.manifest.get("collective_fit", [])}
         if not fitted & {lvl.name for lvl in cluster.levels}:
             self.notes.append(
-                "communication from the analytic alpha-beta model (no collectives measured for "
+                "communication from the analytic collective model (no collectives measured for "
                 "this cluster's levels)"
             )
         self.ctx = step.StepContext.build(model, cluster, workload, Calibration())
@@ -201,6 +201,7 @@ class _Pricer:
         )
         rank_comm = step.share_s(comm_only, self.rank_held, fsdp)
         dense, expert = step.params_held(ctx, cols, self.rank_held)
+        dp = step.dp_comm_s(ctx, cols, dense, expert, {"compute_f": f.sum(), "compute_b": b.sum()})
         static = step.static_memory(ctx, cols, self.rank_held)
         static["activation_extra_bytes"] = self._recompute_working_bytes(ops, full)
         shard = np.where(cols["zero_stage"] >= 1, cols["dp"] * cols["cp"], 1)
@@ -212,25 +213,28 @@ class _Pricer:
             stages=stages,
             rank_compute_s=self._per_rank_sum(stage_compute),
             rank_comm_s={k: _per_rank(rank_comm[k], p.pp) for k in COMM_KINDS},
-            dp_comm_s=float(np.max(step.dp_comm_s(ctx, cols, dense, expert))),
+            rank_hidden_s={k: _per_rank(rank_comm[f"hidden_{k}"], p.pp) for k in COMM_KINDS},
+            dp_comm_s=float(np.max(dp.exposed)),
+            dp_hidden_s=float(np.max(dp.hidden)),
             optimizer_s=float(self.prof.manifest["optimizer_s_per_parameter"] * np.max(owned)),
             rank_memory={k: _per_rank(v, p.pp) for k, v in static.items()},
             notes=tuple(dict.fromkeys(self.notes)),
         )
 
-    def _layer_compute_s(self, ops: dict[str, OpCost], full: bool) -> float:
-        """Measured F + B (+ the recomputed F) of one block, the mean over the model's blocks: the compute
+    def _layer_compute_s(self, ops: dict[str, OpCost], full: bool) -> tuple[float, float]:
+        """Measured (F, B + the recomputed F) of one block, the mean over the model's blocks: the compute
         ZeRO-3 prefetches its gathers behind."""
         model = self.model
-        total = 0.0
+        fwd = bwd = 0.0
         for kind, count in (
             ("layer", model.num_layers - model.num_moe_layers),
             ("moe_layer", model.num_moe_layers),
         ):
             if kind in ops and count:
                 c = ops[kind]
-                total += count * (c.forward_s * (2 if full else 1) + c.backward_s)
-        return total / model.num_layers
+                fwd += count * c.forward_s
+                bwd += count * (c.forward_s * (1 if full else 0) + c.backward_s)
+        return fwd / model.num_layers, bwd / model.num_layers
 
     def _recompute_working_bytes(self, ops: dict[str, OpCost], full: bool) -> np.ndarray:
         """Full recompute: one block's measured activations, live while it is recomputed and run backward."""

@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workbench_cli.run_cmd",
     "workbench_cli.plan_cmd",
     "workbench_cli.microbench_cmd",
+    "workbench_cli.collective_cmd",
 )
 
 

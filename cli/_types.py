@@ -25,3 +25,22 @@ def count(maximum: int, minimum: int = 1) -> click.IntRange:
 def amount(maximum: float, minimum: float = 0.0) -> click.FloatRange:
     """A number option in ``[minimum, maximum]``; nan is refused by the spec that receives it."""
     return _Amount(min=minimum, max=maximum)
+
+
+CAPACITY_FACTOR_HELP = (
+    "MoE capacity factor: each expert takes at most this many times its balanced share of tokens, padded to it "
+    "(drop-and-pad). Default: dropless."
+)
+
+
+def capacity_factor_option() -> object:
+    """``--capacity-factor`` (a number in 1..MAX_CAPACITY_FACTOR; omitted: dropless), for every command that
+    builds a ``Workload``."""
+    from workbench.specs.limits import MAX_CAPACITY_FACTOR
+
+    return click.option(
+        "--capacity-factor",
+        type=amount(MAX_CAPACITY_FACTOR, minimum=1.0),
+        default=None,
+        help=CAPACITY_FACTOR_HELP,
+    )

@@ -20,7 +20,7 @@ from workbench_cli._common import (
     text_writer,
     write_outputs,
 )
-from workbench_cli._types import count
+from workbench_cli._types import capacity_factor_option, count
 
 from workbench.specs import limits as L
 
@@ -44,6 +44,12 @@ def _plan_options(f: Any) -> Any:
         click.option("--dp", type=count(L.MAX_DEVICES), default=None, help="Default: devices / (tp*pp*cp)."),
         click.option("--cp", type=count(L.MAX_DEVICES), default=1, show_default=True),
         click.option("--ep", type=count(L.MAX_DEVICES), default=1, show_default=True),
+        click.option(
+            "--etp",
+            type=count(L.MAX_DEVICES),
+            default=None,
+            help="Expert tensor-parallel degree (default: 1 when ep > 1, else tp).",
+        ),
         click.option("--vpp", type=count(L.MAX_VPP), default=1, show_default=True),
         click.option("--micro-batch", type=count(L.MAX_GLOBAL_BATCH_SIZE), default=1, show_default=True),
         click.option("--zero", type=count(3, minimum=0), default=0, show_default=True),
@@ -57,6 +63,7 @@ def _plan_options(f: Any) -> Any:
         click.option(
             "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True
         ),
+        capacity_factor_option(),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -79,13 +86,19 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
             )
         dp = cluster.num_devices // (tp * pp * cp)
     sp = kw["sequence_parallel"] if kw["sequence_parallel"] is not None else tp > 1
-    workload = Workload(seq_len=kw["seq_len"], global_batch_size=kw["global_batch"], dtype=kw["dtype"])
+    workload = Workload(
+        seq_len=kw["seq_len"],
+        global_batch_size=kw["global_batch"],
+        dtype=kw["dtype"],
+        capacity_factor=kw.get("capacity_factor"),
+    )
     plan = ParallelPlan(
         dp=dp,
         tp=tp,
         pp=pp,
         cp=cp,
         ep=kw["ep"],
+        etp=kw.get("etp"),
         vpp=kw["vpp"],
         micro_batch_size=kw["micro_batch"],
         zero_stage=kw["zero"],
@@ -115,6 +128,9 @@ def _print_human(est: Any) -> None:
     step = s["step_time_s"]
     rows = [[k.removesuffix("_s"), f"{v * 1e3:.1f}", f"{v / step:.1%}"] for k, v in s["breakdown"].items()]
     print_table("Step time breakdown", ["part", "ms", "share"], rows)
+    hidden = [[f"{k} comm", f"{v * 1e3:.1f}"] for k, v in s["overlapped_comm_s"].items() if v > 0]
+    if hidden:
+        print_table("Hidden communication", ["kind (not in the step)", "ms"], hidden)
     mem = [
         [int(r["rank"])] + [f"{r[c] / GIB:.2f}" for c in est.memory.columns[1:]]
         for r in est.memory.iter_rows(named=True)

@@ -23,7 +23,7 @@ from workbench_cli._common import (
     text_writer,
     write_outputs,
 )
-from workbench_cli._types import count
+from workbench_cli._types import capacity_factor_option, count
 
 from workbench.specs import limits as L
 
@@ -274,6 +274,7 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
     help="Sequences per optimizer step.",
 )
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@capacity_factor_option()
 @click.option(
     "--objective",
     type=click.Choice(["throughput", "time", "cost"]),
@@ -352,7 +353,12 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
         )
     model = load_model(kw["model"])
     cluster = load_cluster(kw["cluster"], num_nodes=nodes[0] if nodes else None)
-    workload = Workload(seq_len=kw["seq_len"], global_batch_size=kw["global_batch"], dtype=kw["dtype"])
+    workload = Workload(
+        seq_len=kw["seq_len"],
+        global_batch_size=kw["global_batch"],
+        dtype=kw["dtype"],
+        capacity_factor=kw["capacity_factor"],
+    )
     cluster.device.peak(workload.dtype)
     constraints = build_constraints(kw)
     result = _run_search(

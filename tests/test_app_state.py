@@ -183,3 +183,20 @@ def test_violations_go_to_their_record_control() -> None:
         ]
     )
     assert grouped == {"cluster": ["tp=8 reads like a tp rule"], "tp": ["a", "b"]}
+
+
+def test_expert_controls_offer_valid_etp_and_capacity_factor(store: WorkbenchStore) -> None:
+    """Qwen3-30B-A3B (128 experts of width 768) on 2 DGX H100 nodes at tp1 pp1: ep=8 leaves dp*cp*tp/ep = 2,
+    so etp may be 0 (automatic), 1 or 2; the capacity factor reaches the workload."""
+    s = store.state
+    s.param.update(model_preset="qwen3-30b-a3b", num_nodes=2)
+    s.param.update(tp=1, pp=1)
+    s.ep = 8
+    assert s.param.etp.objects == [0, 1, 2]
+    assert store.plan().etp is None and store.plan().expert_tp == 1
+    s.etp = 2
+    assert store.plan().etp == 2 and store.estimate is not None and store.estimate.plan.etp == 2
+    s.capacity_factor = 1.25
+    assert store.workload().capacity_factor == 1.25
+    store.load_plan(ParallelPlan(dp=16, ep=8))
+    assert s.etp == 0 and store.plan().etp is None

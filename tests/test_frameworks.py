@@ -47,8 +47,8 @@ def test_bad_profile_file_names_file_and_key(tmp_path: Path) -> None:
     bad.write_text('id = "x"\nname = "x"\nwarp_speed = 9\n')
     with pytest.raises(ValueError, match=r"x\.toml.*warp_speed"):
         load_framework(bad)
-    bad.write_text('id = "x"\nname = "x"\ndp_comm_overlap_frac = 1.5\n')
-    with pytest.raises(ValueError, match="dp_comm_overlap_frac"):
+    bad.write_text('id = "x"\nname = "x"\ncomm_interference_frac = 1.5\n')
+    with pytest.raises(ValueError, match="comm_interference_frac"):
         load_framework(bad)
 
 

@@ -234,8 +234,8 @@ def test_cluster_toml_reader(workdir: Path, edits: list, nodes: int | None) -> N
 FITTABLE = [
     "kernel_efficiency_frac",
     "host_overhead_per_layer_s",
-    "dp_comm_overlap_frac",
-    "moe_dispatch_passes",
+    "comm_interference_frac",
+    "host_s_per_kernel",
 ]
 CALIBRATION_PATHS = [("source",), ("fit",), ("fit", "pooled"), ("extra",)] + [
     ("fit", g, k) for g in ("pooled", "megatron-core-2024") for k in FITTABLE
@@ -283,7 +283,10 @@ def test_kernel_table_reader(workdir: Path, edits: list) -> None:
 
 
 FRAMEWORK = tomllib.loads((PROFILES / "frameworks" / "torchtitan-2024.toml").read_text())
-FRAMEWORK_KEYS = sorted(set(FRAMEWORK) | {"capacity_factor", "context_bytes", "schedules", "zero_stages"})
+FRAMEWORK_KEYS = sorted(
+    set(FRAMEWORK)
+    | {"moe_imbalance", "moe_dispatcher", "fp8_weight_copies", "context_bytes", "schedules", "zero_stages"}
+)
 
 
 @fuzz(150)
@@ -297,7 +300,8 @@ def test_framework_toml_reader(workdir: Path, edits: list) -> None:
         expect_value_error(exc, path)
     else:
         accepted()
-        assert 0 < prof.kernel_efficiency_frac <= 1 and prof.capacity_factor >= 1
+        assert 0 < prof.kernel_efficiency_frac <= 1 and prof.moe_imbalance >= 1
+        assert prof.moe_dispatcher in ("alltoall", "deepep") and 0 <= prof.fp8_weight_copies <= 4
 
 
 index = st.one_of(st.integers(0, 5), st.sampled_from([4095, 4096, 262_143, 262_144, 99_999_999, 10**30]))

@@ -409,11 +409,11 @@ def test_fraction_of_50_refused_in_every_file_that_holds_one(tmp_path: Path) -> 
     ):
         load_calibration(cal)
     fw = (ROOT / "profiles/frameworks/generic.toml").read_text()
-    assert "\ndp_comm_overlap_frac = 0.9\n" in fw
-    fw = fw.replace("\ndp_comm_overlap_frac = 0.9\n", "\ndp_comm_overlap_frac = 50\n")
+    assert "\ncomm_interference_frac = 0.1\n" in fw
+    fw = fw.replace("\ncomm_interference_frac = 0.1\n", "\ncomm_interference_frac = 50\n")
     with pytest.raises(
         ValueError,
-        match=r"fw\.toml: framework profile 'generic': dp_comm_overlap_frac must be a finite number in \[0, 1\], got 50",
+        match=r"fw\.toml: framework profile 'generic': comm_interference_frac must be a finite number in \[0, 1\], got 50",
     ):
         load_framework(_write(tmp_path / "fw.toml", fw))
     table = (ROOT / "profiles/kernels/h100-sxm5-80gb.toml").read_text()

@@ -580,13 +580,12 @@ def validate_rows(
 FIT_GRID: dict[str, tuple[float, ...]] = {
     "kernel_efficiency_frac": (0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0),
     "host_overhead_per_layer_s": (0.0, 2.5e-5, 5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 4e-4, 6e-4, 8e-4),
-    "dp_comm_overlap_frac": (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0),
-    "fsdp_comm_overlap_frac": (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0),
+    "comm_interference_frac": (0.0, 0.05, 0.1, 0.2, 0.3, 0.5),
     "fp8_matmul_scale": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-    "moe_dispatch_passes": (0.0, 2.0, 4.0, 8.0, 16.0, 32.0),
+    "host_s_per_kernel": (5e-6, 1e-5, 1.5e-5, 2e-5, 3e-5, 4e-5, 6e-5),
 }
-"""Physical range searched for each fittable constant (fractions; seconds per layer; FP8 rate ratio;
-HBM passes)."""
+"""Physical range searched for each fittable constant (fractions; seconds per layer; compute seconds lost per
+hidden communication second; FP8 rate ratio)."""
 
 FIT_ROWS_PER_SOURCE = 12
 """A fit prices at most this many rows of each source (spread evenly over the source's rows), so that no

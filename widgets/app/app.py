@@ -62,6 +62,10 @@ def cli_command(state: WorkbenchState) -> str:
         s.backend,
         "--sequence-parallel" if s.sequence_parallel else "--no-sequence-parallel",
     ]
+    if s.etp:
+        args += ["--etp", str(s.etp)]
+    if s.capacity_factor is not None:
+        args += ["--capacity-factor", str(s.capacity_factor)]
     return shlex.join(args)
 
 

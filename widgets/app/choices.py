@@ -76,7 +76,17 @@ def ep_choices(ctx: RuleContext, dp: int, cp: int, tp: int) -> list[int]:
     """Expert-parallel degrees: 1 for dense models, else divisors of the routed experts that divide dp*cp*tp."""
     e = divisors(max(ctx.need_model().num_experts, 1))
     keys = ("ep_needs_moe", "ep_divides_experts", "ep_divides_groups")
-    return _passing(e, keys, ctx, ep=np.array(e), dp=dp, cp=cp, tp=tp) or [1]
+    return _passing(e, keys, ctx, ep=np.array(e), etp=0, dp=dp, cp=cp, tp=tp) or [1]
+
+
+def etp_choices(ctx: RuleContext, dp: int, cp: int, tp: int, ep: int) -> list[int]:
+    """Expert tensor-parallel degrees: 0 (automatic), and for an MoE model the divisors of dp*cp*tp/ep that
+    divide the expert width."""
+    if not ctx.need_model().is_moe:
+        return [0]
+    e = divisors(max(dp * cp * tp // max(ep, 1), 1))
+    keys = ("ep_divides_groups", "etp_divides_experts")
+    return [0, *_passing(e, keys, ctx, etp=np.array(e), ep=ep, dp=dp, cp=cp, tp=tp)]
 
 
 def nearest(value: int, options: list[int]) -> int:
@@ -107,7 +117,8 @@ def plan_choices(
         current = {**current, "vpp": default_vpp(schedule)}
     pick("vpp", [fixed_vpp] if fixed_vpp in vpp_options else vpp_options)
     pick("micro_batch_size", micro_batch_choices(ctx, dp))
-    pick("ep", ep_choices(ctx, dp, cp, tp))
+    ep = pick("ep", ep_choices(ctx, dp, cp, tp))
+    pick("etp", etp_choices(ctx, dp, cp, tp, ep))
     return options, picks
 
 

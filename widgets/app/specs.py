@@ -116,8 +116,15 @@ def model_fields(model: ModelSpec) -> dict[str, Any]:
 
 
 def workload(s: WorkbenchState) -> Workload:
-    return Workload(seq_len=s.seq_len, global_batch_size=s.global_batch_size, dtype=s.dtype)
+    return Workload(
+        seq_len=s.seq_len,
+        global_batch_size=s.global_batch_size,
+        dtype=s.dtype,
+        capacity_factor=s.capacity_factor,
+    )
 
 
 def plan(s: WorkbenchState) -> ParallelPlan:
-    return ParallelPlan(**{f: getattr(s, f) for f in PLAN_FIELDS})
+    """The plan of the controls (the etp control's 0 is the automatic degree, ``etp=None``)."""
+    values = {f: getattr(s, f) for f in PLAN_FIELDS}
+    return ParallelPlan(**{**values, "etp": values["etp"] or None})

@@ -14,13 +14,14 @@ from __future__ import annotations
 import param
 
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK, framework_names
+from workbench.specs.limits import MAX_CAPACITY_FACTOR
 
 CUSTOM = "custom"
 """Selector value meaning: the fields as edited, not a preset."""
 UPLOADED = "uploaded config.json"
 """Model selector value for a Hugging Face config the user uploaded."""
 
-DEGREE_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "vpp", "micro_batch_size")
+DEGREE_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size")
 """Plan fields offered as selectors of valid values; ``dp`` follows from them and the device count."""
 
 
@@ -68,6 +69,12 @@ class WorkbenchState(param.Parameterized):
     seq_len = param.Integer(default=8192, bounds=(1, None), doc="Tokens per sequence.")
     global_batch_size = param.Integer(default=256, bounds=(1, None), doc="Sequences per optimizer step.")
     dtype = param.Selector(default="bf16", objects=["bf16", "fp16", "fp8", "fp32"], doc="Matmul precision.")
+    capacity_factor = param.Number(
+        default=None,
+        allow_None=True,
+        bounds=(1.0, MAX_CAPACITY_FACTOR),
+        doc="MoE capacity factor: experts padded to this many times their balanced share; empty: dropless.",
+    )
 
     # Plan: the degree selectors hold only values the Store found valid.
     dp = param.Integer(
@@ -77,6 +84,11 @@ class WorkbenchState(param.Parameterized):
     pp = param.Selector(default=8, objects=[1, 2, 4, 8], doc="Pipeline-parallel degree.")
     cp = param.Selector(default=1, objects=[1], doc="Context-parallel degree.")
     ep = param.Selector(default=1, objects=[1], doc="Expert-parallel degree (MoE models only).")
+    etp = param.Selector(
+        default=0,
+        objects=[0],
+        doc="Expert tensor-parallel degree (MoE models only); 0: automatic (1 when ep > 1, else tp).",
+    )
     vpp = param.Selector(default=1, objects=[1], doc="Virtual stages per pipeline rank.")
     micro_batch_size = param.Selector(default=1, objects=[1], doc="Sequences per micro-batch.")
     zero_stage = param.Selector(

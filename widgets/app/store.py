@@ -352,6 +352,7 @@ class WorkbenchStore(param.Parameterized):
         """Set the plan controls from a ParallelPlan or a search row (its ``num_nodes`` too; extra keys ignored)."""
         values = plan if isinstance(plan, dict) else {f.name: getattr(plan, f.name) for f in fields(plan)}
         update = {f: values[f] for f in PLAN_FIELDS if f in values and f != "dp" and values[f] is not None}
+        update["etp"] = int(values.get("etp") or 0)  # the planner's rows and etp=None: the automatic degree
         if "recompute" in update:
             update["recompute"] = str(update["recompute"])
         if values.get("num_nodes"):

@@ -62,11 +62,13 @@ LABELS: Mapping[str, str] = MappingProxyType(
         "seq_len": "Sequence length (tokens)",
         "global_batch_size": "Global batch (sequences)",
         "dtype": "Precision",
+        "capacity_factor": "MoE capacity factor (empty: dropless)",
         "dp": "dp (derived)",
         "tp": "tp",
         "pp": "pp",
         "cp": "cp",
         "ep": "ep",
+        "etp": "etp (0 = automatic)",
         "vpp": "vpp (virtual stages)",
         "micro_batch_size": "Micro-batch (sequences)",
         "zero_stage": "ZeRO stage",
@@ -97,7 +99,7 @@ MODEL_CONTROLS = (
     "ffn_hidden_size",
     "vocab_size",
 )
-WORKLOAD_CONTROLS = ("seq_len", "global_batch_size", "dtype")
+WORKLOAD_CONTROLS = ("seq_len", "global_batch_size", "dtype", "capacity_factor")
 PLAN_CONTROLS = PLAN_FIELDS
 WIDTH = 260
 

@@ -1,4 +1,5 @@
-"""Step-time breakdown: compute, exposed communication by kind, bubble and optimizer, one bar per plan."""
+"""Step-time breakdown: compute, exposed communication by kind, bubble and optimizer, one bar per plan; under
+each bar a thin hatched bar of the communication hidden behind compute, by kind (not part of the step)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
+from bokeh.transform import dodge
 from workbench_widgets.plots._style import GREY, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
 
 if TYPE_CHECKING:
@@ -24,6 +26,18 @@ BREAKDOWN_PARTS: tuple[tuple[str, str, str], ...] = (
 )
 """(StepBreakdown field, label, colour), in stacking order."""
 
+OVERLAPPED_PARTS: tuple[tuple[str, str, str], ...] = tuple(
+    (f"overlapped_{kind}_comm_s", f"{kind.upper()} comm hidden", color)
+    for kind, color in (
+        ("tp", OKABE_ITO["orange"]),
+        ("cp", OKABE_ITO["yellow"]),
+        ("ep", OKABE_ITO["reddish_purple"]),
+        ("pp", OKABE_ITO["sky_blue"]),
+        ("dp", OKABE_ITO["bluish_green"]),
+    )
+)
+"""(StepBreakdown field, label, colour) of the hidden communication, drawn hatched under each bar."""
+
 
 def breakdown_figure(
     breakdowns: Sequence[StepBreakdown],
@@ -32,7 +46,9 @@ def breakdown_figure(
     title: str = "Where the step time goes",
     width: int = PLOT_WIDTH_PX,
 ) -> figure:
-    """Horizontal stacked bars in ms, one per breakdown (renderer ``parts``: one row per plan and part).
+    """Horizontal stacked bars in ms, one per breakdown (renderer ``parts``: one row per plan and part), and
+    under each a thin hatched bar of the communication hidden behind compute (renderer ``overlapped``: one row
+    per plan and kind that hid any).
 
     Hover gives the part in ms and its share of that plan's step. ValueError if the lengths differ or
     nothing is given.
@@ -62,6 +78,25 @@ def breakdown_figure(
         legend_field="part",
         name="parts",
     )
+    fig.hbar(
+        y=dodge("plan", -0.42, range=fig.y_range),
+        left="left",
+        right="right",
+        height=0.12,
+        source=ColumnDataSource(_hidden(breakdowns, labels)),
+        fill_color="color",
+        fill_alpha=0.45,
+        hatch_pattern="/",
+        hatch_color="color",
+        line_color=None,
+        name="overlapped",
+    )
+    fig.add_tools(
+        HoverTool(
+            renderers=[fig.renderers[1]],  # type: ignore[list-item]
+            tooltips=[("plan", "@plan"), ("hidden behind compute", "@part"), ("time", "@ms{0,0.000} ms")],
+        )
+    )
     fig.add_tools(
         HoverTool(
             renderers=[fig.renderers[0]],  # type: ignore[list-item]
@@ -81,15 +116,24 @@ def breakdown_figure(
     return fig
 
 
-def _stack(breakdowns: Sequence[StepBreakdown], labels: Sequence[str]) -> dict[str, list]:
-    """One row per (plan, part): its left and right edge in ms, stacked in ``BREAKDOWN_PARTS`` order."""
+def _stack(
+    breakdowns: Sequence[StepBreakdown],
+    labels: Sequence[str],
+    parts: tuple[tuple[str, str, str], ...] = BREAKDOWN_PARTS,
+    *,
+    skip_empty: bool = False,
+) -> dict[str, list]:
+    """One row per (plan, part): its left and right edge in ms, stacked from 0 in ``parts`` order, with its
+    share of the plan's step; ``skip_empty`` leaves out parts of 0 ms."""
     cols: dict[str, list] = {
         k: [] for k in ("plan", "part", "color", "left", "right", "ms", "share", "total_ms")
     }
     for b, label in zip(breakdowns, labels, strict=True):
         left = 0.0
-        for field, part, color in BREAKDOWN_PARTS:
+        for field, part, color in parts:
             ms = getattr(b, field) * MS_PER_S
+            if skip_empty and ms <= 0:
+                continue
             for key, value in (
                 ("plan", label),
                 ("part", part),
@@ -103,6 +147,11 @@ def _stack(breakdowns: Sequence[StepBreakdown], labels: Sequence[str]) -> dict[s
                 cols[key].append(value)
             left += ms
     return cols
+
+
+def _hidden(breakdowns: Sequence[StepBreakdown], labels: Sequence[str]) -> dict[str, list]:
+    """One row per (plan, kind) that hid communication, stacked from 0 (``OVERLAPPED_PARTS``)."""
+    return _stack(breakdowns, labels, OVERLAPPED_PARTS, skip_empty=True)
 
 
 def estimates_breakdown_figure(estimates: Sequence[Estimate], **kwargs: Any) -> figure:
@@ -133,4 +182,7 @@ def refresh_breakdown_figure(fig: figure, estimates: Sequence[Estimate]) -> bool
     fig.y_range.factors = list(reversed(labels))  # type: ignore[attr-defined]
     parts = next(r for r in fig.renderers if r.name == "parts")
     parts.data_source.data = _stack([e.breakdown for e in estimates], labels)  # type: ignore[attr-defined]
+    hidden = next((r for r in fig.renderers if r.name == "overlapped"), None)
+    if hidden is not None:
+        hidden.data_source.data = _hidden([e.breakdown for e in estimates], labels)  # type: ignore[attr-defined]
     return True

@@ -131,11 +131,13 @@ def mlp_ops(
     moe_layer: bool,
     capacity_factor: float = 1.0,
     dispatch_passes: float = 0.0,
+    grouped_gemm: bool = True,
 ) -> list[Op]:
     """The dense MLP, or an MoE block: router, the token permutation to the experts and back
     (``dispatch_passes`` HBM passes over the routed tokens), top-k routed experts (times the capacity
-    factor) and shared experts (DeepSeekMoE). Expert work per device is tokens*k/tp whatever the ep/etp
-    split (balanced routing)."""
+    factor, which also carries routing imbalance) and shared experts (DeepSeekMoE). Expert work per device is
+    tokens*k/tp whatever the ep/etp split (balanced routing). The expert GEMMs' efficiency is read at the size
+    of all local experts' work when they run as one ``grouped_gemm``, else at one expert's."""
     h, n_mat = model.hidden_size, (3 if model.gated_mlp else 2)
     if not moe_layer:
         f = model.ffn_hidden_size
@@ -161,7 +163,7 @@ def mlp_ops(
             "matmul",
             2.0 * routed * n_mat * h * f,
             act_bytes * (routed * (2 * h + n_mat * f) + w_local),
-            gemm_flop=2.0 * per_expert_tokens * h * f,
+            gemm_flop=2.0 * (routed if grouped_gemm else per_expert_tokens) * h * f,
         ),
     ]
     if model.num_shared_experts:
@@ -211,6 +213,39 @@ def elementwise_op(
     return Op("norms_elementwise", "memory", 0.0, act_bytes * tokens * (outside / split + inside / tp))
 
 
+FP8_CAST_BYTES: dict[str, float] = {"delayed": 4.0, "current": 6.0, "mxfp8": 3.25, "blockwise": 4.25}
+"""HBM bytes per value to quantise one 16-bit GEMM input to FP8, by Transformer Engine recipe: read 2, write 1,
+and on Hopper-style recipes a transposed copy for the weight-gradient GEMM (+1); ``current`` scaling reads the
+tensor once more for its amax (+2); MXFP8 needs no transposed copy on Blackwell but writes the rowwise and the
+columnwise quantisation with an E8M0 scale per 32 values (+0.25); blockwise (1x128 activations) a transposed
+copy and fp32 scales per 128 values (+0.25). Transformer Engine docs, "FP8 recipes"; DeepSeek-V3
+(arXiv:2412.19437) section 3.3. The names match ``workbench.specs.framework.FP8_RECIPES``."""
+
+
+def fp8_cast_op(
+    model: ModelSpec,
+    *,
+    tokens: Array,
+    tp: Array,
+    moe_layer: bool,
+    recipe: str,
+    capacity_factor: float = 1.0,
+) -> Op:
+    """The FP8 quantisation of one layer's linear-layer inputs (weights are cast once per step and cached, not
+    counted): the attention projections' inputs (h, and a*dv/tp), the MLP's (h and f/tp; for an MoE block the
+    routed copies' h and f, the shared experts' and the router stays 16-bit), ``FP8_CAST_BYTES[recipe]`` bytes
+    per value. Backward quantises the output gradients, about as many values (the memory-op rule doubles it)."""
+    h, a = model.hidden_size, model.num_attention_heads
+    attn = h + a * model.value_head_dim / tp
+    if moe_layer:
+        f = model.moe_ffn_hidden_size
+        routed = model.experts_per_token * capacity_factor / tp
+        mlp = routed * (h + f) + (model.num_shared_experts * f / tp + h if model.num_shared_experts else 0.0)
+    else:
+        mlp = h + model.ffn_hidden_size / tp
+    return Op("fp8_casts", "memory", 0.0, FP8_CAST_BYTES[recipe] * tokens * (attn + mlp))
+
+
 def layer_ops(
     model: ModelSpec,
     *,
@@ -226,8 +261,11 @@ def layer_ops(
     capacity_factor: float = 1.0,
     fused_elementwise: bool = True,
     dispatch_passes: float = 0.0,
+    grouped_gemm: bool = True,
+    fp8_recipe: str | None = None,
 ) -> list[Op]:
-    """All forward ops of one transformer block on one device for one micro-batch."""
+    """All forward ops of one transformer block on one device for one micro-batch; ``fp8_recipe`` (FP8 runs)
+    adds the quantisation of the linear layers' inputs (:func:`fp8_cast_op`)."""
     ops = attention_ops(
         model,
         tokens=tokens,
@@ -246,6 +284,7 @@ def layer_ops(
         moe_layer=moe_layer,
         capacity_factor=capacity_factor,
         dispatch_passes=dispatch_passes,
+        grouped_gemm=grouped_gemm,
     )
     ops.append(
         elementwise_op(
@@ -259,6 +298,17 @@ def layer_ops(
             fused=fused_elementwise,
         )
     )
+    if fp8_recipe is not None:
+        ops.append(
+            fp8_cast_op(
+                model,
+                tokens=tokens,
+                tp=tp,
+                moe_layer=moe_layer,
+                recipe=fp8_recipe,
+                capacity_factor=capacity_factor,
+            )
+        )
     return ops
 
 
@@ -286,6 +336,8 @@ class OpTimes(NamedTuple):
     bwd_weight_s: Array
     attention_core_fwd_s: Array
     """Forward time of the attention core (what selective recompute repeats)."""
+    attention_core_bwd_s: Array
+    """Backward time of the attention core (the window ring attention hides its backward sends behind)."""
     fwd_flop: Array
     """Executed forward FLOPs (hardware FLOPs, causal half when fused)."""
 
@@ -305,7 +357,7 @@ def op_times(
     attention kernel, or None for unfused attention (its score GEMMs run at the GEMM curve);
     ``matmul_scale`` multiplies the efficiency of the weight GEMMs (the FP8 recipe's overhead);
     ``hbm_bytes_per_s`` is the achieved bandwidth."""
-    fwd = bwd_i = bwd_w = core = flop = 0.0
+    fwd = bwd_i = bwd_w = core = core_b = flop = 0.0
     for op in ops:
         size = op.flop if op.gemm_flop is None else op.gemm_flop
         bwd_eff = None
@@ -328,21 +380,21 @@ def op_times(
             bwd_i, bwd_w = bwd_i + t, bwd_w + t
         elif op.kind == "attention":
             if bwd_eff is None:
-                bwd_i = bwd_i + 2 * t
+                tb = 2 * t
             else:
-                bwd_i = bwd_i + roofline_time_s(
+                tb = roofline_time_s(
                     FLASH_BACKWARD_FLOP_RATIO * op.flop,
                     2 * op.bytes,
                     peak_flop_per_s=peak_flop_per_s,
                     efficiency_frac=bwd_eff,
                     hbm_bytes_per_s=hbm_bytes_per_s,
                 )
-            core = core + t
+            bwd_i, core, core_b = bwd_i + tb, core + t, core_b + tb
         else:
             bwd_i = bwd_i + 2 * t
             if op.name == "softmax_dropout":
-                core = core + t
-    return OpTimes(fwd, bwd_i, bwd_w, core, flop)
+                core, core_b = core + t, core_b + 2 * t
+    return OpTimes(fwd, bwd_i, bwd_w, core, core_b, flop)
 
 
 def megatron_flop_per_iteration(

@@ -15,8 +15,11 @@ Communication volumes per layer and micro-batch (bytes per device; e = 2 bytes p
   backward; full recompute repeats the forward ones.
 - CP (ring attention, Liu et al. 2023, arXiv:2310.01889): cp-1 ring steps each passing this rank's K and V
   block forward; backward passes K, V and their gradients (2x).
-- EP (GShard, Lepikhin et al. 2020): an all-to-all dispatch and a combine of ``tokens*k*cf*h*e/tp`` bytes
-  forward, the same backward.
+- EP (GShard, Lepikhin et al. 2020): a dispatch and a combine of the routed copies, ``tokens*k*cf*h/tp``
+  values forward and the same backward (``moe_dispatch_s``).
+
+What of each kind hides behind compute follows :mod:`workbench.cost.overlap`; ``LayerCosts`` keeps the
+exposed seconds (interference included) and the hidden ones.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s
+from workbench.cost.comm import all_gather_s, all_reduce_s, all_to_all_s, p2p_s, reduce_scatter_s
 from workbench.cost.flops import embedding_ops, head_ops, layer_ops, op_times
+from workbench.cost.overlap import overlap
 from workbench.presets.calibration import Calibration
+from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import BYTES_PER_ELEMENT, ClusterSpec, DeviceSpec, DType
 from workbench.specs.model import AttentionKind, ModelSpec
 
@@ -52,6 +57,10 @@ class LayerCosts(NamedTuple):
     ep_b_s: Array
     executed_f_flop: Array
     """Executed forward FLOPs (what HFU-style counters would see, causal half when fused)."""
+    tp_hidden_s: Array = 0.0
+    """Tensor-parallel communication hidden behind compute, forward + backward."""
+    cp_hidden_s: Array = 0.0
+    ep_hidden_s: Array = 0.0
 
 
 class Rates(NamedTuple):
@@ -105,10 +114,14 @@ def layer_costs(
     tp_stride: Array,
     cp_stride: Array,
     moe_layer: bool,
+    capacity_factor: float | None = None,
+    etp: Array = 1,
 ) -> LayerCosts:
-    """One layer's costs; ``tokens`` = micro_batch * seq_len / cp, recompute coded 0/1/2. The framework's
+    """One layer's costs; ``tokens`` = micro_batch * seq_len / cp, recompute coded 0/1/2, ``capacity_factor``
+    the workload's (None: dropless), ``etp`` the expert tensor-parallel degree. The framework's
     ``host_overhead_per_layer_s`` is added to the forward and once more to the backward pass."""
     fw = cal.framework
+    load = routed_load(fw, capacity_factor)
     rates = device_rates(cluster.device, dtype, cal)
     ops = layer_ops(
         model,
@@ -121,9 +134,11 @@ def layer_costs(
         flash=fw.flash_attention,
         dropout=fw.dropout,
         moe_layer=moe_layer,
-        capacity_factor=fw.capacity_factor,
+        capacity_factor=load,
         fused_elementwise=fw.fused_elementwise,
         dispatch_passes=fw.moe_dispatch_passes,
+        grouped_gemm=fw.moe_grouped_gemm,
+        fp8_recipe=fw.fp8_recipe if str(dtype) == "fp8" else None,
     )
     attention = None
     if fw.flash_attention:
@@ -162,23 +177,180 @@ def layer_costs(
     recompute_s = np.select([recompute == 2, recompute == 1], [fwd, selective], 0.0)
     comp_i = (mm.bwd_input_s + rest.bwd_input_s) * slow + recompute_s + overhead
     comp_w = (mm.bwd_weight_s + rest.bwd_weight_s) * slow
-    eff = fw.collective_efficiency_frac
-    tp_one = all_reduce_s(cluster, tokens * model.hidden_size * ACT_BYTES, tp, tp_stride, eff)
-    tp_f = 2 * tp_one * (1 - fw.tp_comm_overlap_frac)
-    tp_b = tp_f * np.where(recompute == 2, 2.0, 1.0)
+    if moe_layer and fw.moe_host_sync and capacity_factor is None:
+        host = moe_host_s(model, cal, dtype=dtype, ep=ep)
+        host = np.where(ep > 1, host, 0.0)
+        fwd, comp_i = (
+            np.maximum(fwd, host),
+            comp_i + np.maximum(BACKWARD_KERNELS * host - comp_i - comp_w, 0.0),
+        )
+    eff, mix = fw.collective_efficiency_frac, fw.comm_interference_frac
+    full = recompute == 2
+    # tp: two all-reduces (or all-gather + reduce-scatter pairs) forward, the same backward, again in recompute
+    tp_comm = 2 * all_reduce_s(cluster, tokens * model.hidden_size * ACT_BYTES, tp, tp_stride, eff)
+    tail = tp_comm / np.maximum(tp, 1)
+    tp_f = overlap(tp_comm, mm.fwd_s * slow, on=fw.tp_comm_overlap, tail=tail, interference=mix)
+    tp_b = overlap(
+        tp_comm * np.where(full, 2.0, 1.0),
+        (mm.bwd_input_s + mm.bwd_weight_s + np.where(full, mm.fwd_s, 0.0)) * slow,
+        on=fw.tp_comm_overlap,
+        tail=tail,
+        interference=mix,
+    )
+    # cp: cp - 1 ring steps each passing this rank's K and V block; backward passes them and their gradients
     kv_heads = (
         model.num_attention_heads if model.attention is AttentionKind.MLA else model.num_key_value_heads
     )
     kv_block = tokens * 2 * kv_heads * model.head_dim / tp * ACT_BYTES
-    cp_f = (cp - 1) * p2p_s(cluster, kv_block, cp_stride, eff) * (1 - fw.cp_comm_overlap_frac)
-    cp_b = cp_f * np.where(recompute == 2, 3.0, 2.0)
+    cp_comm = (cp - 1) * p2p_s(cluster, kv_block, cp_stride, eff)
+    share = (cp - 1) / cp
+    cp_f = overlap(cp_comm, rest.attention_core_fwd_s * slow * share, on=fw.cp_comm_overlap, interference=mix)
+    cp_b = overlap(
+        cp_comm * np.where(full, 3.0, 2.0),
+        (rest.attention_core_bwd_s + np.where(full, rest.attention_core_fwd_s, 0.0)) * slow * share,
+        on=fw.cp_comm_overlap,
+        interference=mix,
+    )
+    # ep: dispatch + combine forward and backward, hidden behind another micro-batch's compute of the layer
     if moe_layer:
-        a2a = tokens * model.experts_per_token * fw.capacity_factor * model.hidden_size * ACT_BYTES / tp
-        ep_f = 2 * all_to_all_s(cluster, a2a, ep, 1, eff) * (1 - fw.ep_comm_overlap_frac)
+        ep_fwd, ep_bwd = moe_dispatch_s(
+            model,
+            cluster,
+            cal,
+            dtype=dtype,
+            tokens=tokens,
+            tp=tp,
+            ep=ep,
+            capacity_factor=capacity_factor,
+            etp=etp,
+        )
+        ep_bwd = ep_bwd + np.where(full, ep_fwd, 0.0)
+        split = overlap(ep_fwd + ep_bwd, fwd + comp_i + comp_w, on=fw.ep_comm_overlap, interference=mix)
+        total = np.maximum(ep_fwd + ep_bwd, 1e-300)
+        ep_f, ep_b, ep_hidden = split.exposed * ep_fwd / total, split.exposed * ep_bwd / total, split.hidden
     else:
-        ep_f = 0.0 * tokens
-    ep_b = ep_f * np.where(recompute == 2, 2.0, 1.0)
-    return LayerCosts(fwd, comp_i, comp_w, tp_f, tp_b, cp_f, cp_b, ep_f, ep_b, mm.fwd_flop + rest.fwd_flop)
+        ep_f = ep_b = ep_hidden = 0.0 * tokens
+    return LayerCosts(
+        fwd,
+        comp_i,
+        comp_w,
+        tp_f.exposed,
+        tp_b.exposed,
+        cp_f.exposed,
+        cp_b.exposed,
+        ep_f,
+        ep_b,
+        mm.fwd_flop + rest.fwd_flop,
+        tp_f.hidden + tp_b.hidden,
+        cp_f.hidden + cp_b.hidden,
+        ep_hidden,
+    )
+
+
+MOE_LAYER_KERNELS = 60
+"""Kernels one transformer layer with an MoE block launches forward, apart from the per-expert GEMMs: the
+attention block with Transformer Engine's fusions (~20), the router (logits, softmax or sigmoid, top-k,
+auxiliary loss or bias update: ~12), permute and unpermute with their index and probability copies (~10),
+the dispatch and combine with their split-size exchanges (~8), the expert activation and the residual adds
+(~10). A count read from Megatron-Core's MoE layer (megatron/core/transformer/moe/), rounded."""
+
+BACKWARD_KERNELS = 2.0
+"""Kernels launched backward per kernel forward (input and weight gradients)."""
+
+
+def routed_load(fw: FrameworkProfile, capacity_factor: float | None) -> float:
+    """Routed copies on the busiest expert rank over the balanced share: the workload's capacity factor (experts
+    padded to it), or for dropless routing the framework's ``moe_imbalance``."""
+    return float(capacity_factor) if capacity_factor is not None else fw.moe_imbalance
+
+
+def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
+    """Host seconds to launch one MoE layer's forward: (``MOE_LAYER_KERNELS`` + per local expert 2 GEMMs, and
+    in FP8 runs their 2 quantisation kernels) x the framework's ``host_s_per_kernel``. A stack that syncs the
+    host on every MoE layer (``moe_host_sync``: Megatron-Core's alltoall dispatcher copies the tokens per expert
+    to the CPU before the all-to-all, and grouped GEMMs take their splits from the host) cannot queue work
+    ahead, so the layer takes at least this long forward and ``BACKWARD_KERNELS`` times it backward. A
+    capacity factor (drop-and-pad) fixes the splits and removes the sync."""
+    per_expert = 4.0 if str(dtype) == "fp8" else 2.0
+    local = model.num_experts / np.maximum(ep, 1)
+    return (MOE_LAYER_KERNELS + per_expert * local) * cal.framework.host_s_per_kernel
+
+
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+"""Bytes per value of an FP8 dispatch: one e4m3 byte plus one fp32 scale per 128 values (DeepSeek-V3's
+1x128 tile-wise quantisation, arXiv:2412.19437 section 3.3.2; DeepEP's FP8 dispatch)."""
+
+
+def nodes_reached(model: ModelSpec, ep_nodes: Array) -> Array:
+    """Expected distinct nodes a token's top-k experts lie on, with the experts spread evenly over
+    ``ep_nodes`` nodes and routing uniform over the allowed ones: ``M (1 - (1 - 1/M)^k)`` for M allowed nodes
+    (the chance a node holds none of k independent picks is (1 - 1/M)^k). Group-limited routing caps M: a
+    token may use ``routed_groups_per_token`` of ``num_expert_groups`` groups, each spanning
+    ``max(1, ep_nodes / num_expert_groups)`` nodes (DeepSeek-V3 section 2.1.2: at most 4 nodes)."""
+    n = np.maximum(np.asarray(ep_nodes, dtype=float), 1.0)
+    allowed = n
+    if model.num_expert_groups and model.routed_groups_per_token:
+        per_group = np.maximum(n / model.num_expert_groups, 1.0)
+        allowed = np.minimum(n, model.routed_groups_per_token * per_group)
+    k = model.experts_per_token
+    return allowed * (1 - (1 - 1 / allowed) ** k)
+
+
+def moe_dispatch_s(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cal: Calibration,
+    *,
+    dtype: DType | str,
+    tokens: Array,
+    tp: Array,
+    ep: Array,
+    capacity_factor: float | None = None,
+    etp: Array = 1,
+) -> tuple[Array, Array]:
+    """(forward, backward) seconds of one MoE layer's token dispatch and combine on one device per micro-batch.
+
+    Each device sends ``tokens/tp`` tokens, ``k x routed_load`` routed copies each, of
+    ``hidden`` values, over an ep group of ranks ``etp`` apart. ``alltoall``: every copy travels to its
+    expert's rank (:func:`workbench.cost.comm.all_to_all_s`). ``deepep``: a token crosses the network once per
+    remote node it reaches (``nodes_reached`` times (N - 1) / N of them for N nodes in the group), then its
+    copies fan out over NVLink; the network and NVLink legs run pipelined, the slower one sets the time.
+    The forward dispatch sends FP8 (``FP8_DISPATCH_BYTES``) in FP8 runs with ``moe_fp8_dispatch``; the combine
+    and both backward transfers carry 16-bit values. With expert tensor parallelism (ep > 1, etp > 1; the ep
+    ranks ``etp`` apart) the etp ranks of an expert all-gather the tokens routed to it before its GEMMs and
+    reduce-scatter the outputs after (Megatron-Core's MoE parallel folding), each way again backward."""
+    fw = cal.framework
+    eff = fw.collective_efficiency_frac
+    copies = model.experts_per_token * routed_load(fw, capacity_factor)
+    per_value = tokens / tp * model.hidden_size
+    dispatch_bytes = FP8_DISPATCH_BYTES if (str(dtype) == "fp8" and fw.moe_fp8_dispatch) else ACT_BYTES
+
+    def one(bytes_per_value: float) -> Array:
+        routed = per_value * copies * bytes_per_value
+        if fw.moe_dispatcher == "alltoall":
+            return all_to_all_s(cluster, routed, ep, etp, eff)
+        node = cluster.devices_per_node
+        per_node = np.maximum(np.minimum(ep, node // np.minimum(etp, node)), 1)
+        inside = all_to_all_s(cluster, routed, per_node, etp, eff)
+        nodes = np.maximum(ep // per_node, 1)
+        remote = nodes_reached(model, nodes) * (nodes - 1) / nodes
+        network = all_to_all_s(
+            cluster,
+            per_value * remote * bytes_per_value * nodes / np.maximum(nodes - 1, 1),
+            nodes,
+            per_node * etp,
+            eff,
+        )
+        return np.maximum(inside, np.where(nodes > 1, network, 0.0))
+
+    gathered = per_value * copies * ACT_BYTES * etp
+    folding = np.where(
+        (ep > 1) & (etp > 1),
+        all_gather_s(cluster, gathered, etp, 1, eff) + reduce_scatter_s(cluster, gathered, etp, 1, eff),
+        0.0,
+    )
+    fwd = one(dispatch_bytes) + one(ACT_BYTES) + folding
+    return fwd, 2 * one(ACT_BYTES) + folding
 
 
 class EdgeCosts(NamedTuple):
@@ -196,13 +368,12 @@ def edge_costs(
 ) -> EdgeCosts:
     rates = device_rates(cluster.device, dtype, cal)
     head = head_ops(model, tokens=tokens, tp=tp, act_bytes=ACT_BYTES)
-    mm = op_times(
+    mm = op_times(  # the LM head stays 16-bit in FP8 runs (a plain linear outside TE's FP8 layers)
         [o for o in head if o.kind == "matmul"],
-        peak_flop_per_s=rates.mm_peak,
-        gemm_curve=rates.mm_curve,
+        peak_flop_per_s=rates.other_peak,
+        gemm_curve=rates.other_curve,
         hbm_bytes_per_s=rates.hbm_bytes_per_s,
         attention=None,
-        matmul_scale=rates.mm_scale,
     )
     loss = op_times(
         [o for o in head if o.kind != "matmul"],

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from workbench.cost.comm import all_gather_s, all_reduce_s, p2p_s, reduce_scatter_s
-from workbench.cost.layer import ACT_BYTES, EdgeCosts, LayerCosts, dtype_bytes, edge_costs, layer_costs
+from workbench.cost.layer import (
+    ACT_BYTES,
+    EdgeCosts,
+    LayerCosts,
+    dtype_bytes,
+    edge_costs,
+    layer_costs,
+    routed_load,
+)
 from workbench.cost.memory import (
     RECOMPUTE_CODES,
     ActivationParts,
@@ -36,6 +44,7 @@ from workbench.cost.memory import (
     model_state_bytes,
     recompute_working_bytes,
 )
+from workbench.cost.overlap import Overlapped, overlap
 from workbench.cost.placement import axis_stride
 
 if TYPE_CHECKING:
@@ -77,6 +86,8 @@ class StepContext:
     moe_parts: ActivationParts
     """The MoE layer's parts (the dense layer's for a dense model)."""
     hbm_bytes_per_s: float
+    fp8_copy_bytes: float = 0.0
+    """Bytes per linear-layer weight of the FP8 copies an FP8 run keeps for the step (0 otherwise)."""
 
     @classmethod
     def build(
@@ -91,18 +102,20 @@ class StepContext:
                 dropout=dropout,
                 act_bytes=ACT_BYTES,
                 moe_layer=True,
-                capacity_factor=cal.framework.capacity_factor,
+                capacity_factor=routed_load(cal.framework, workload.capacity_factor),
             )
             if model.is_moe
             else dense
         )
         device = cal.device(cluster.device)
+        fw, fp8 = cal.framework, str(workload.dtype) == "fp8"
         return cls(
             model=model,
             cluster=cluster,
             workload=workload,
             cal=cal,
-            param_bytes=dtype_bytes(workload.dtype),
+            param_bytes=1.0 if fp8 and fw.fp8_param_gather else dtype_bytes(workload.dtype),
+            fp8_copy_bytes=fw.fp8_weight_copies if fp8 and not fw.fp8_param_gather else 0.0,
             optimizer_bytes=optimizer_state_bytes_per_param(
                 workload.optimizer, master_weights=cal.framework.master_weights
             ),
@@ -120,6 +133,7 @@ def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray
         "pp": plan.pp,
         "dp": plan.dp,
         "ep": plan.ep,
+        "etp": plan.expert_tp,
         "vpp": plan.vpp,
         "micro_batch_size": plan.micro_batch_size,
         "zero_stage": plan.zero_stage,
@@ -219,6 +233,8 @@ def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
         "recompute": cols["recompute_code"],
         "tp_stride": s["tp"],
         "cp_stride": s["cp"],
+        "capacity_factor": ctx.workload.capacity_factor,
+        "etp": expert_tp(cols),
     }
     dense = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=False, **kw)
     moe = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=True, **kw) if ctx.model.is_moe else None
@@ -238,36 +254,55 @@ def zero_exec(ctx: StepContext, cols: Cols) -> Array:
     return np.where((z >= 3) & (cols["pp"] > 1), 1, z)
 
 
-def mean_layer_compute_s(model: ModelSpec, pair: LayerPair) -> Array:
-    """Mean F + I + W seconds of one layer over the model's dense and MoE layers."""
-    d = pair.dense.compute_f_s + pair.dense.compute_i_s + pair.dense.compute_w_s
-    m = pair.moe.compute_f_s + pair.moe.compute_i_s + pair.moe.compute_w_s if pair.moe is not None else 0.0
-    return ((model.num_layers - model.num_moe_layers) * d + model.num_moe_layers * m) / model.num_layers
+def mean_layer_compute_s(model: ModelSpec, pair: LayerPair) -> tuple[Array, Array]:
+    """Mean (forward, backward = I + W with recompute) seconds of one layer over the dense and MoE layers."""
+    dense, moe = pair.dense, pair.moe
+    nd, nm = model.num_layers - model.num_moe_layers, model.num_moe_layers
+    f = nd * dense.compute_f_s + (nm * moe.compute_f_s if moe is not None else 0.0)
+    b = nd * (dense.compute_i_s + dense.compute_w_s) + (
+        nm * (moe.compute_i_s + moe.compute_w_s) if moe is not None else 0.0
+    )
+    return f / model.num_layers, b / model.num_layers
 
 
-def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: Array) -> tuple[Array, Array]:
-    """ZeRO-3 exposed communication per layer and micro-batch (forward, backward): all-gather the layer's
-    weights forward and again backward, reduce-scatter its gradients (ZeRO section 5.3), exposed beyond the
-    calibration's overlap share and beyond the compute it prefetches behind (a third of ``layer_compute_s``
-    forward, two thirds backward). 0 without ZeRO-3 or with dp*cp = 1."""
-    model, cal = ctx.model, ctx.cal
+class FsdpLayer(NamedTuple):
+    """ZeRO-3 traffic of one layer per micro-batch: exposed forward, exposed backward, hidden (seconds)."""
+
+    f: Array
+    b: Array
+    hidden: Array
+
+
+def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: tuple[Array, Array]) -> FsdpLayer:
+    """ZeRO-3 communication per layer and micro-batch: the layer's weights are all-gathered for the forward
+    and again for the backward (the recompute of a checkpointed layer runs inside its backward and uses that
+    gather), and its gradients reduce-scattered (ZeRO section 5.3: 3x the data-parallel volume) over dp*cp.
+    With ``fsdp_prefetch`` the next layer's gather runs during this layer's compute (forward: its forward;
+    backward: gather and reduce-scatter behind its backward), :func:`workbench.cost.overlap.overlap`;
+    without, each gather waits in line. ``layer_compute_s``: (forward, backward) seconds of a mean layer
+    (``mean_layer_compute_s``, or measured). Each call is priced with its own latency terms at the per-layer
+    message size (small layers at hundreds of ranks are latency-bound). 0 without ZeRO-3 or dp*cp = 1."""
+    model, fw = ctx.model, ctx.cal.framework
     n, stride = cols["dp"] * cols["cp"], strides(cols)["dpcp"]
     layer_bytes = model.layer_parameters(model.num_layers - 1) / cols["tp"] * ctx.param_bytes
-    eff = cal.framework.collective_efficiency_frac
+    eff = fw.collective_efficiency_frac
     ag = all_gather_s(ctx.cluster, layer_bytes, n, stride, eff)
     rs = reduce_scatter_s(
-        ctx.cluster, layer_bytes / ctx.param_bytes * cal.framework.grad_bytes_per_param, n, stride, eff
+        ctx.cluster, layer_bytes / ctx.param_bytes * fw.grad_bytes_per_param, n, stride, eff
     )
-    keep = 1 - cal.framework.fsdp_comm_overlap_frac
     on = (zero_exec(ctx, cols) >= 3) & (n > 1)
-    f = np.maximum(ag * keep, ag - layer_compute_s / 3)
-    b = np.maximum((ag + rs) * keep, ag + rs - 2 * layer_compute_s / 3)
-    return np.where(on, f, 0.0), np.where(on, b, 0.0)
+    fwd_s, bwd_s = layer_compute_s
+    f = overlap(ag, fwd_s, on=fw.fsdp_prefetch, interference=fw.comm_interference_frac)
+    b = overlap(ag + rs, bwd_s, on=fw.fsdp_prefetch, interference=fw.comm_interference_frac)
+    return FsdpLayer(
+        np.where(on, f.exposed, 0.0), np.where(on, b.exposed, 0.0), np.where(on, f.hidden + b.hidden, 0.0)
+    )
 
 
-def share_s(pair: LayerPair, held: Holdings, fsdp: tuple[Array, Array]) -> dict[str, Array]:
+def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array]:
     """Seconds per micro-batch of what ``held`` holds: f, i, w (each action's time, exposed communication
-    folded in), compute (F + I + W without communication) and the exposed tp, cp, ep and fsdp parts."""
+    folded in), compute (F + I + W without communication), compute_f and compute_b (its forward and backward
+    parts), the exposed tp, cp, ep and fsdp parts and the hidden ones (``hidden_<kind>``)."""
     nd, nm, emb, head = held["dense"], held["moe"], held["embedding"], held["head"]
     dense, moe, edges = pair
 
@@ -277,14 +312,19 @@ def share_s(pair: LayerPair, held: Holdings, fsdp: tuple[Array, Array]) -> dict[
     comp_f = both("compute_f_s") + emb * edges.embedding_f_s + head * edges.head_f_s
     comp_i = both("compute_i_s") + emb * edges.embedding_b_s + head * edges.head_i_s
     comp_w = both("compute_w_s") + head * edges.head_w_s
-    comm_f = {k: both(f"{k}_f_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp[0]}
-    comm_b = {k: both(f"{k}_b_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp[1]}
+    comm_f = {k: both(f"{k}_f_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.f}
+    comm_b = {k: both(f"{k}_b_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.b}
+    hidden = {f"hidden_{k}": both(f"{k}_hidden_s") for k in ("tp", "cp", "ep")}
     return {
         "f": comp_f + sum(comm_f.values()),
         "i": comp_i + sum(comm_b.values()),
         "w": comp_w,
         "compute": comp_f + comp_i + comp_w,
+        "compute_f": comp_f,
+        "compute_b": comp_i + comp_w,
         **{k: comm_f[k] + comm_b[k] for k in comm_f},
+        **hidden,
+        "hidden_fsdp": (nd + nm) * fsdp.hidden,
     }
 
 
@@ -299,8 +339,10 @@ def pp_hop_s(ctx: StepContext, cols: Cols) -> Array:
 
 
 def expert_tp(cols: Cols) -> Array:
-    """Expert tensor-parallel degree: 1 when ep > 1 (Megatron-Core's usual setting), else tp."""
-    return np.where(cols["ep"] > 1, 1, cols["tp"])
+    """Expert tensor-parallel degree: the plan's ``etp`` column where it is set (> 0), else 1 when ep > 1
+    (the MoE recipes' setting) and tp otherwise (``ParallelPlan.expert_tp``)."""
+    auto = np.where(cols["ep"] > 1, 1, cols["tp"])
+    return np.where(np.asarray(cols.get("etp", 0)) > 0, cols.get("etp", 0), auto)
 
 
 def params_held(ctx: StepContext, cols: Cols, held: Holdings) -> tuple[Array, Array]:
@@ -324,30 +366,51 @@ def _expert_dp(cols: Cols) -> Array:
     return np.maximum(cols["dp"] * cols["cp"] * cols["tp"] // (cols["ep"] * expert_tp(cols)), 1)
 
 
-def dp_comm_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
-    """Exposed gradient reduction after the last backward, seconds: ZeRO 0 all-reduces the gradients, 1-2
-        reduce-scatter them and all-gather the updated weights, 3 does its work per layer (``fsdp_layer_s``), by
-    the stage the stack executes (``zero_exec``);
-        over dp*cp for non-expert weights and the expert-data-parallel group for experts; the calibration's
-        overlap share is hidden."""
-    cal, s = ctx.cal, strides(cols)
-    eff, g, z = (
-        cal.framework.collective_efficiency_frac,
-        cal.framework.grad_bytes_per_param,
-        zero_exec(ctx, cols),
-    )
+def whole_share(model: ModelSpec, pair: LayerPair, fsdp: FsdpLayer) -> dict[str, Array]:
+    """``share_s`` of the whole model (every layer, the embedding and the LM head)."""
+    everything = {"dense": model.num_layers - model.num_moe_layers, "moe": model.num_moe_layers}
+    return share_s(pair, {**everything, "embedding": True, "head": True}, fsdp)
+
+
+def dp_comm_s(
+    ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array, whole: Mapping[str, Array]
+) -> Overlapped:
+    """Data-parallel reduction of one step after the last backward, seconds (exposed, hidden). ZeRO 0
+    all-reduces the gradients; 1-2 reduce-scatter them and all-gather the updated weights; 3 does its work per
+    layer (``fsdp_layer_s``); by the stage the stack executes (``zero_exec``). Non-expert weights reduce over
+    dp*cp, experts over the expert-data-parallel group. With ``overlap_grad_reduce`` the reduction runs in
+    buckets of ``grad_bucket_params`` behind the last micro-batch's backward on a pipeline rank (``whole``: the
+    whole model's ``share_s``, of which a rank runs 1/pp), the last bucket exposed; with ``overlap_param_gather``
+    the all-gather runs behind the next step's first forward, the first bucket exposed
+    (:mod:`workbench.cost.overlap`)."""
+    fw, s = ctx.cal.framework, strides(cols)
+    eff, g, z = fw.collective_efficiency_frac, fw.grad_bytes_per_param, zero_exec(ctx, cols)
     groups = (
         (dense_params, cols["dp"] * cols["cp"], s["dpcp"]),
         (expert_params, _expert_dp(cols), cols["ep"] * expert_tp(cols)),
     )
-    total: Array = 0.0
+    reduce: Array = 0.0
+    gather: Array = 0.0
+    tails: list[tuple[Array, Array]] = []
     for params, n, stride in groups:
-        ar = all_reduce_s(ctx.cluster, params * g, n, stride, eff)
-        rs_ag = reduce_scatter_s(ctx.cluster, params * g, n, stride, eff) + all_gather_s(
-            ctx.cluster, params * ctx.param_bytes, n, stride, eff
-        )
-        total = total + np.where((params > 0) & (n > 1) & (z < 3), np.where(z == 0, ar, rs_ag), 0.0)
-    return total * (1 - cal.framework.dp_comm_overlap_frac)
+        on = (params > 0) & (n > 1) & (z < 3)
+
+        def reduction(count: Array, n: Array = n, stride: Array = stride) -> Array:
+            ar = all_reduce_s(ctx.cluster, count * g, n, stride, eff)
+            return np.where(z == 0, ar, reduce_scatter_s(ctx.cluster, count * g, n, stride, eff))
+
+        bucket = np.minimum(params, fw.grad_bucket_params)
+        ag = all_gather_s(ctx.cluster, params * ctx.param_bytes, n, stride, eff)
+        reduce = reduce + np.where(on, reduction(params), 0.0)
+        gather = gather + np.where(on & (z > 0), ag, 0.0)
+        ag_bucket = all_gather_s(ctx.cluster, bucket * ctx.param_bytes, n, stride, eff)
+        tails.append((np.where(on, reduction(bucket), 0.0), np.where(on & (z > 0), ag_bucket, 0.0)))
+    mix = fw.comm_interference_frac
+    back, fore = whole["compute_b"] / cols["pp"], whole["compute_f"] / cols["pp"]
+    red_tail, gat_tail = tails[0]  # the non-expert weights' bucket (the embedding's) is the last to reduce
+    red = overlap(reduce, back, on=fw.overlap_grad_reduce, tail=red_tail, interference=mix)
+    gat = overlap(gather, fore, on=fw.overlap_param_gather, tail=gat_tail, interference=mix)
+    return Overlapped(red.exposed + gat.exposed, red.hidden + gat.hidden)
 
 
 def optimizer_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
@@ -408,9 +471,11 @@ def stored_activation_bytes(sizes: ActivationSizes, held: Holdings) -> Array:
 def static_memory(ctx: StepContext, cols: Cols, held: Holdings) -> dict[str, Array]:
     """Memory of a pipeline rank that does not depend on the schedule, bytes per device: model states
     (``STATE_COLUMNS``: non-expert ones sharded over dp*cp, expert ones over the expert-data-parallel group,
-    by ZeRO stage), ``buffers_bytes`` (the sequence-parallel all-gather output of one layer when tp > 1, and
-    ZeRO-3's gathered weights of the current and the prefetched layer) and ``activation_extra_bytes`` (the
-    recompute working set, plus the logits on the rank that holds the LM head)."""
+    by ZeRO stage; FP8 runs with ``fp8_param_gather`` keep 1-byte weights), ``buffers_bytes`` (the
+    sequence-parallel all-gather output of one layer when tp > 1, ZeRO-3's gathered weights of the current and
+    the prefetched layer, and in FP8 runs the ``fp8_weight_copies`` of the layers' weights: all local ones, or
+    the two gathered layers under ZeRO-3) and ``activation_extra_bytes`` (the recompute working set, plus the
+    logits on the rank that holds the LM head)."""
     model, tp = ctx.model, cols["tp"]
     dense, expert = params_held(ctx, cols, held)
     zero = zero_exec(ctx, cols)
@@ -423,9 +488,13 @@ def static_memory(ctx: StepContext, cols: Cols, held: Holdings) -> dict[str, Arr
     d = model_state_bytes(num_params=dense, dp=cols["dp"] * cols["cp"], **kw)
     e = model_state_bytes(num_params=expert, dp=_expert_dp(cols), **kw)
     sizes = activation_sizes(ctx, cols)
+    gathered = 2 * model.layer_parameters(model.num_layers - 1) / tp
     buffers = np.where(tp > 1, 2 * tokens(ctx, cols) * model.hidden_size * ACT_BYTES, 0.0) + np.where(
-        zero >= 3, 2 * model.layer_parameters(model.num_layers - 1) / tp * ctx.param_bytes, 0.0
+        zero >= 3, gathered * ctx.param_bytes, 0.0
     )
+    if ctx.fp8_copy_bytes:
+        layers = sum(params_held(ctx, cols, {**held, "embedding": False, "head": False}))
+        buffers = buffers + ctx.fp8_copy_bytes * np.where(zero >= 3, gathered, layers)
     return {
         **{k: a + b for k, a, b in zip(STATE_COLUMNS, d, e, strict=True)},
         "buffers_bytes": buffers + 0.0 * dense,

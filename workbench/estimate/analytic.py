@@ -1,4 +1,4 @@
-"""The analytic cost model: roofline op costs and alpha-beta collectives priced as ``PlanCosts``.
+"""The analytic cost model: roofline op costs and NCCL-model collectives priced as ``PlanCosts``.
 
 Every term comes from the step model of :mod:`workbench.cost.step`, evaluated for one plan (a batch of one)
 over its pipeline stages and ranks: the planner's screen calls the same functions over millions of plans,
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from workbench.cost import step
-from workbench.estimate.assemble import PlanCosts, assemble
+from workbench.estimate.assemble import COMM_KINDS, PlanCosts, assemble
 from workbench.pipeline.simulate import StageCosts
 from workbench.presets.calibration import Calibration, load_calibration
 
@@ -67,6 +67,7 @@ def analytic_costs(
     per_rank = step.share_s(pair, rank_held, fsdp)
     sizes = step.activation_sizes(ctx, cols)
     dense, expert = step.params_held(ctx, cols, rank_held)
+    dp = step.dp_comm_s(ctx, cols, dense, expert, step.whole_share(model, pair, fsdp))
     n = schedule.num_stages
 
     def stage_array(key: str) -> tuple[float, ...]:
@@ -87,8 +88,10 @@ def analytic_costs(
         schedule=schedule,
         stages=stages,
         rank_compute_s=_per_rank(per_rank["compute"], plan.pp),
-        rank_comm_s={k: _per_rank(per_rank[k], plan.pp) for k in ("tp", "cp", "ep", "fsdp")},
-        dp_comm_s=float(np.max(step.dp_comm_s(ctx, cols, dense, expert))),
+        rank_comm_s={k: _per_rank(per_rank[k], plan.pp) for k in COMM_KINDS},
+        rank_hidden_s={k: _per_rank(per_rank[f"hidden_{k}"], plan.pp) for k in COMM_KINDS},
+        dp_comm_s=float(np.max(dp.exposed)),
+        dp_hidden_s=float(np.max(dp.hidden)),
         optimizer_s=float(np.max(step.optimizer_s(ctx, cols, dense, expert))),
         rank_memory={k: _per_rank(v, plan.pp) for k, v in step.static_memory(ctx, cols, rank_held).items()},
         overhead_bytes=cal.framework.context_bytes,

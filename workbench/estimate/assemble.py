@@ -7,7 +7,8 @@ this module simulates the schedule and derives everything else in one place:
 - step time = simulated makespan (compute and exposed tp/cp/ep/ZeRO-3 communication inside each action,
   pipeline sends between stages) + exposed data-parallel reduction + the optimizer step;
 - the breakdown on the critical rank (the busiest one): its compute and exposed communication by kind; its
-  idle time split into pipeline sends (at most 2(p*v - 1) of them on the critical path) and the bubble;
+  idle time split into pipeline sends (at most 2(p*v - 1) of them on the critical path) and the bubble; and
+  the communication hidden behind compute by kind (the rank's 2*m*v sends less the exposed ones for pp);
 - tokens/s, MFU, HFU and the bubble fraction from :mod:`workbench.estimate.metrics`;
 - memory per pipeline rank: the static parts plus the simulated peak of stored activations
   (:func:`workbench.cost.step.memory_columns`).
@@ -58,6 +59,10 @@ class PlanCosts:
     """Exposed communication per rank by kind (``COMM_KINDS``), already inside ``stages``."""
     dp_comm_s: float
     """Exposed data-parallel reduction after the pipeline flush, per step."""
+    rank_hidden_s: dict[str, np.ndarray] = field(default_factory=dict)
+    """Communication hidden behind compute per rank by kind (``COMM_KINDS``), per micro-batch."""
+    dp_hidden_s: float = 0.0
+    """Data-parallel reduction and weight gathers hidden behind compute, per step."""
     optimizer_s: float
     """The optimizer step, per step."""
     rank_memory: dict[str, np.ndarray]
@@ -124,6 +129,8 @@ def _breakdown(sim: SimResult, costs: PlanCosts, m: int) -> StepBreakdown:
     idle = max(sim.makespan_s - sim.busy_s[r], 0.0)
     pp_exposed = min(idle, 2 * (sim.schedule.num_stages - 1) * costs.stages.p2p_s)
     comm = {k: float(v[r]) * m for k, v in costs.rank_comm_s.items()}
+    hidden = {k: float(v[r]) * m for k, v in costs.rank_hidden_s.items()}
+    sends = 2 * m * sim.schedule.vpp * costs.stages.p2p_s if sim.schedule.pp > 1 else 0.0
     return StepBreakdown(
         compute_s=float(costs.rank_compute_s[r]) * m,
         exposed_tp_comm_s=comm.get("tp", 0.0),
@@ -133,6 +140,11 @@ def _breakdown(sim: SimResult, costs: PlanCosts, m: int) -> StepBreakdown:
         exposed_dp_comm_s=comm.get("fsdp", 0.0) + costs.dp_comm_s,
         bubble_s=idle - pp_exposed,
         optimizer_s=costs.optimizer_s,
+        overlapped_tp_comm_s=hidden.get("tp", 0.0),
+        overlapped_cp_comm_s=hidden.get("cp", 0.0),
+        overlapped_ep_comm_s=hidden.get("ep", 0.0),
+        overlapped_pp_comm_s=max(sends - pp_exposed, 0.0),
+        overlapped_dp_comm_s=hidden.get("fsdp", 0.0) + costs.dp_hidden_s,
     )
 
 

@@ -39,7 +39,7 @@ from workbench.specs.limits import shown
 
 NEUTRAL = FrameworkProfile(
     id="neutral",
-    name="neutral: plain roofline and alpha-beta, nothing hidden, no allowance",
+    name="neutral: plain roofline and NCCL-model collectives, nothing hidden, no allowance",
     schedules=None,
     zero_stages=(0, 1, 2, 3),
     context_parallel=True,

@@ -182,13 +182,27 @@ def load_device(name_or_path: str | Path) -> DeviceSpec:
 def _level_from_toml(data: Any, origin: str) -> NetworkLevel:
     if not isinstance(data, dict):
         raise ValueError(f"{origin}: each [[levels]] entry must be a table")
-    t = _Table(data, origin, {"name", "span", "bandwidth_GBps", "latency_us"})
+    keys = {
+        "name",
+        "span",
+        "bandwidth_GBps",
+        "latency_us",
+        "nvlink_generation",
+        "nvls",
+        "sharp",
+        "nics_per_node",
+    }
+    t = _Table(data, origin, keys)
     try:
         return NetworkLevel(
             name=t.get("name", str),
             span=t.get("span", int, None),
             bytes_per_s=float(t.number("bandwidth_GBps")) * 1e9,
             latency_s=float(t.number("latency_us")) * 1e-6,
+            nvlink_generation=t.get("nvlink_generation", int, None),
+            nvls=t.get("nvls", bool, False),
+            sharp=t.get("sharp", bool, False),
+            nics_per_node=t.get("nics_per_node", int, None),
         )
     except ValueError as exc:
         text = str(exc)

@@ -69,8 +69,9 @@ COLLECTIVE_COLUMNS: dict[str, str] = {
     "spread_frac": "IQR / median",
     "level": "network level name",
 }
-# Layer shape fields that must match; num_layers, num_dense_layers and the name do not change a layer's cost.
-_SHAPE_EXEMPT = ("name", "num_layers", "num_dense_layers")
+# Layer shape fields that must match; the name, the layer counts and the routing-group limits (which change
+# where tokens travel, not one device's kernels) do not change a layer's cost.
+_SHAPE_EXEMPT = ("name", "num_layers", "num_dense_layers", "num_expert_groups", "routed_groups_per_token")
 
 
 def shape_key(model: ModelSpec | dict[str, Any]) -> dict[str, Any]:

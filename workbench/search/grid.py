@@ -48,6 +48,7 @@ def rule_columns(space: PlanSpace, start: int, stop: int, global_batch_size: int
     ep, mbs = np.meshgrid(space.ep, space.micro_batch_size, indexing="ij")
     cols["ep"] = np.tile(ep.ravel(), stop - start)
     cols["micro_batch_size"] = np.tile(mbs.ravel(), stop - start)
+    cols["etp"] = np.zeros_like(cols["ep"])  # the planner prices the default expert tensor parallelism
     per_step = cols["dp"] * cols["micro_batch_size"]
     cols["num_microbatches"] = np.where(global_batch_size % per_step == 0, global_batch_size // per_step, 0)
     return cols

@@ -138,10 +138,13 @@ def rank_terms(
     pair, fsdp = layers or _layers(ctx, cols)
     held = ctx.holdings(cols, rank)
     dense, expert = step.params_held(sc, cols, held)
+    share = step.share_s(pair, held, fsdp)
+    dp = step.dp_comm_s(sc, cols, dense, expert, step.whole_share(ctx.model, pair, fsdp))
     return {
-        **step.share_s(pair, held, fsdp),
+        **share,
         "p2p_s": step.pp_hop_s(sc, cols),
-        "dp_comm_s": step.dp_comm_s(sc, cols, dense, expert),
+        "dp_comm_s": dp.exposed,
+        "dp_hidden_s": dp.hidden,
         "optimizer_s": step.optimizer_s(sc, cols, dense, expert),
         **step.static_memory(sc, cols, held),
     }
@@ -160,8 +163,7 @@ def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
     model = ctx.model
     pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
     pair, fsdp = layers = _layers(ctx, cols)
-    everything = {"dense": model.num_layers - model.num_moe_layers, "moe": model.num_moe_layers}
-    whole = step.share_s(pair, {**everything, "embedding": True, "head": True}, fsdp)
+    whole = step.whole_share(model, pair, fsdp)
     best: dict[str, Any] = {}
     for rank in RANKS:
         share = rank_terms(ctx, cols, rank, layers)

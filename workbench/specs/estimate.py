@@ -50,13 +50,33 @@ class StepBreakdown:
     bubble_s: float = 0.0
     """Pipeline idle time on the critical rank."""
     optimizer_s: float = 0.0
+    overlapped_tp_comm_s: float = 0.0
+    """Communication hidden behind compute, by kind (not part of the step time; see
+    :mod:`workbench.cost.overlap`). pp: pipeline sends that did not delay the critical rank."""
+    overlapped_cp_comm_s: float = 0.0
+    overlapped_ep_comm_s: float = 0.0
+    overlapped_pp_comm_s: float = 0.0
+    overlapped_dp_comm_s: float = 0.0
+    """Hidden gradient reduction, weight gathers and ZeRO-3 per-layer traffic."""
 
     @property
     def total_s(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self))
+        """The step time: every part but the overlapped ones."""
+        return sum(self.as_dict().values())
 
     def as_dict(self) -> dict[str, float]:
-        return {f.name: float(getattr(self, f.name)) for f in fields(self)}
+        """The parts that add up to the step time, seconds."""
+        return {
+            f.name: float(getattr(self, f.name)) for f in fields(self) if not f.name.startswith("overlapped_")
+        }
+
+    def overlapped(self) -> dict[str, float]:
+        """Hidden communication by kind (tp, cp, ep, pp, dp), seconds."""
+        return {
+            f.name.removeprefix("overlapped_").removesuffix("_comm_s"): float(getattr(self, f.name))
+            for f in fields(self)
+            if f.name.startswith("overlapped_")
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +145,7 @@ class Estimate:
             "fits": self.fits,
             "bubble_fraction": self.bubble_fraction,
             "breakdown": self.breakdown.as_dict(),
+            "overlapped_comm_s": self.breakdown.overlapped(),
             "memory": {k: float(peak[k]) for k in (*MEMORY_COLUMNS, "total_bytes")},
             "measured": self.measured,
             "notes": list(self.notes),

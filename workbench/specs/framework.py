@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 DEFAULT_MICROBATCHES = ("mbs1", "stages")
 """Values of ``FrameworkProfile.default_microbatches``."""
 
+FP8_RECIPES = ("delayed", "current", "mxfp8", "blockwise")
+"""Values of ``FrameworkProfile.fp8_recipe`` (the bytes each moves: ``workbench.cost.flops.FP8_CAST_BYTES``)."""
+
+MOE_DISPATCHERS = ("alltoall", "deepep")
+"""Values of ``FrameworkProfile.moe_dispatcher``: ``alltoall`` sends every routed copy of a token to its
+expert's rank (Megatron-Core's alltoall token dispatcher); ``deepep`` sends a token once to each node it is
+routed to and forwards the copies inside the node over NVLink (DeepSeek's DeepEP normal kernels)."""
+
 MEMORY_REPORTS = ("allocated", "reserved", "required")
 """What a stack's published peak memory counts: ``allocated`` = the caching allocator's max allocated
 (``torch.cuda.max_memory_allocated``: tensors only), ``reserved`` = max reserved (adds the allocator's
@@ -34,14 +42,13 @@ cuBLAS workspaces): what a planner must fit into the HBM."""
 FITTABLE = (
     "kernel_efficiency_frac",
     "host_overhead_per_layer_s",
-    "dp_comm_overlap_frac",
-    "fsdp_comm_overlap_frac",
+    "comm_interference_frac",
     "fp8_matmul_scale",
-    "moe_dispatch_passes",
+    "host_s_per_kernel",
 )
 """Fields a profile may name in ``fitted`` (each physically meaningful; see their docstrings)."""
 
-POOLED = ("kernel_efficiency_frac", "host_overhead_per_layer_s")
+POOLED = ("kernel_efficiency_frac", "host_overhead_per_layer_s", "comm_interference_frac")
 """Fitted fields first fitted as one value over every stack's rows: the value a stack gets when none of its
 own runs is in the fit (its group's own fit refines it when its runs are)."""
 
@@ -49,14 +56,13 @@ own runs is in the fit (its group's own fit refines it when its runs are)."""
 NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "kernel_efficiency_frac": (0.0, 1.0, True),
     "collective_efficiency_frac": (0.0, 1.0, True),
-    "tp_comm_overlap_frac": (0.0, 1.0, False),
-    "cp_comm_overlap_frac": (0.0, 1.0, False),
-    "ep_comm_overlap_frac": (0.0, 1.0, False),
-    "dp_comm_overlap_frac": (0.0, 1.0, False),
-    "fsdp_comm_overlap_frac": (0.0, 1.0, False),
+    "comm_interference_frac": (0.0, 1.0, False),
+    "grad_bucket_params": (1e3, 1e13, False),
+    "moe_imbalance": (1.0, 1e3, False),
+    "host_s_per_kernel": (0.0, 1e-2, False),
+    "fp8_weight_copies": (0.0, 4.0, False),
     "fragmentation_frac": (0.0, 1.0, False),
     "grad_bytes_per_param": (0.0, 16.0, True),
-    "capacity_factor": (1.0, 1e3, False),
     "host_overhead_per_layer_s": (0.0, 1.0, False),
     "moe_dispatch_passes": (0.0, 1e3, False),
     "fp8_matmul_scale": (0.0, 1e3, True),
@@ -78,6 +84,16 @@ _FLAGS = (
     "dropout",
     "master_weights",
     "fsdp_reshard_with_pp",
+    "tp_comm_overlap",
+    "cp_comm_overlap",
+    "ep_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "fsdp_prefetch",
+    "moe_grouped_gemm",
+    "moe_fp8_dispatch",
+    "moe_host_sync",
+    "fp8_param_gather",
 )
 
 
@@ -142,20 +158,37 @@ class FrameworkProfile:
     """Gradient buffer precision: Megatron main_grad fp32 = 4; FSDP pure bf16 reduction = 2."""
     master_weights: bool = True
     """fp32 master copy of the weights in the optimizer (mixed precision, Micikevicius et al. 2018)."""
-    capacity_factor: float = 1.0
-    """MoE token capacity factor (1.0: dropless, balanced)."""
-    collective_efficiency_frac: float = 0.8
-    """Achieved share of the link bandwidth in large collectives (nccl-tests bus bandwidth ~80% of link rate)."""
-    tp_comm_overlap_frac: float = 0.0
-    """Share of tensor-parallel collectives hidden behind GEMMs (TE userbuffers, async TP)."""
-    cp_comm_overlap_frac: float = 0.0
-    """Share of the context-parallel KV exchange hidden behind the attention kernel (ring attention)."""
-    ep_comm_overlap_frac: float = 0.0
-    """Share of the expert-parallel all-to-all hidden behind compute."""
-    dp_comm_overlap_frac: float = 0.0
-    """Share of the data-parallel gradient reduction hidden behind the backward pass (bucketed)."""
-    fsdp_comm_overlap_frac: float = 0.0
-    """Share of ZeRO-3 parameter gathers and gradient reduce-scatters hidden behind compute (prefetch)."""
+    collective_efficiency_frac: float = 1.0
+    """Extra factor on every link bandwidth in collectives and sends. 1.0: the collective model
+    (:mod:`workbench.cost.comm`) already carries NCCL's own bandwidth factors; below 1 for a stack or fabric
+    known to reach less."""
+    tp_comm_overlap: bool = False
+    """Tensor-parallel collectives run in chunks overlapped with the layer's GEMMs (Transformer Engine
+    userbuffers, torchtitan async TP): hidden behind the GEMM time, one of the tp chunks stays exposed
+    (:mod:`workbench.cost.overlap`)."""
+    cp_comm_overlap: bool = False
+    """Ring attention sends the next KV block while the current block's attention runs: each of the cp - 1
+    steps exposes max(0, send - attention block)."""
+    ep_comm_overlap: bool = False
+    """Expert all-to-all (dispatch and combine) of one micro-batch runs while another micro-batch computes
+    the same layer (DeepSeek-V3's DualPipe, Megatron-Core's combined 1F1B EP overlap): hidden behind the
+    layer's forward + backward compute."""
+    overlap_grad_reduce: bool = False
+    """Data-parallel gradient reduction in buckets during the last micro-batch's backward pass
+    (Megatron-Core --overlap-grad-reduce, PyTorch DDP, DeepSpeed overlap_comm); the last bucket stays
+    exposed."""
+    overlap_param_gather: bool = False
+    """The distributed optimizer's all-gather of updated weights runs during the next step's first forward
+    pass (Megatron-Core --overlap-param-gather); the first bucket stays exposed."""
+    grad_bucket_params: float = 4.0e7
+    """Parameters per gradient bucket (Megatron-Core DDP default 40M; PyTorch DDP 25 MB)."""
+    fsdp_prefetch: bool = False
+    """ZeRO-3/FSDP gathers the next layer's weights while the current layer computes, forward and
+    backward (FSDP2 implicit prefetch, Megatron FSDP); False: each gather waits in line."""
+    comm_interference_frac: float = 0.0
+    """Compute slowdown per second of communication hidden behind it: the SMs and HBM bandwidth the
+    communication kernels take (NCCL runs on SMs; DeepSeek-V3 gives 20 of 132 H800 SMs to it). Added to
+    the exposed time of each kind."""
     fsdp_reshard_with_pp: bool = True
     """ZeRO-3 keeps sharding the weights per micro-batch when pp > 1. False (torchtitan): with a pipeline
     the stage's weights stay gathered and its gradients accumulate unsharded (in ``grad_bytes_per_param``)
@@ -171,7 +204,36 @@ class FrameworkProfile:
     backward counts it twice."""
     moe_dispatch_passes: float = 4.0
     """HBM passes over the routed tokens (tokens x top-k x hidden) per MoE layer forward to permute them to
-    their experts and back (gather, scatter, their index copies); backward moves them again."""
+    their experts and back (permute: read the token, write each copy; unpermute: read each copy, write the
+    weighted sum; 4 with index copies); backward moves them again. From the kernels' bytes, not fitted."""
+    moe_dispatcher: str = "alltoall"
+    """How routed tokens travel to their experts (``MOE_DISPATCHERS``)."""
+    moe_fp8_dispatch: bool = False
+    """In FP8 runs the dispatch sends FP8 tokens (1 byte + a scale per 128 values) and the combine returns
+    BF16 (DeepSeek-V3 section 3.3, DeepEP); False: both 16-bit."""
+    moe_grouped_gemm: bool = True
+    """The local experts run as one grouped GEMM (Megatron-Core --moe-grouped-gemm, TE GroupedLinear,
+    torchtitan grouped_mm): the efficiency curve is read at the size of all local experts' work; False: one
+    GEMM per expert, read at one expert's size."""
+    moe_host_sync: bool = False
+    """The host waits for the GPU once per MoE layer forward (token counts per expert copied to the CPU), so
+    the layer cannot be queued ahead and costs at least its launch time (``workbench.cost.layer.moe_host_s``).
+    Megatron-Core's alltoall dispatcher does; drop-and-pad, CUDA graphs and DeepEP's fixed buffers avoid it."""
+    host_s_per_kernel: float = 0.0
+    """Host seconds to issue one kernel from the framework's Python code (PyTorch dispatch, autograd
+    bookkeeping and the CUDA launch: ~5-20 us per op in eager PyTorch)."""
+    moe_imbalance: float = 1.0
+    """Routed tokens on the busiest expert-parallel rank over the mean (1: balanced, as forced-balance
+    benchmarks run); scales expert compute and the all-to-all."""
+    fp8_recipe: str = "delayed"
+    """How FP8 runs scale their tensors (``workbench.cost.flops.FP8_RECIPES``: delayed or current per-tensor,
+    mxfp8, blockwise): sets the bytes of the quantisation kernels before each linear layer."""
+    fp8_param_gather: bool = False
+    """FP8 runs keep the weights only in FP8 (1 byte, masters in the optimizer) and all-gather them in FP8
+    (Megatron-Core --fp8-param-gather, torchao enable_fsdp_float8_all_gather)."""
+    fp8_weight_copies: float = 0.0
+    """Otherwise: bytes per linear-layer weight of the FP8 copies kept for the step (Transformer Engine caches
+    the cast weight across micro-batches, rowwise and transposed: 2; torchao casts per use: 0)."""
     fp8_matmul_scale: float = 1.0
     """FP8 GEMM rate of the stack relative to the kernel table's FP8 GEMM curve (casts, scaling factors,
     amax history, transposes for the backward pass)."""
@@ -205,6 +267,14 @@ class FrameworkProfile:
                 f"{where}: default_microbatches must be one of {', '.join(DEFAULT_MICROBATCHES)}, "
                 f"got {self.default_microbatches!r}"
             )
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise ValueError(
+                f"{where}: fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}"
+            )
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise ValueError(
+                f"{where}: moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got {self.moe_dispatcher!r}"
+            )
         if self.memory_report not in MEMORY_REPORTS:
             raise ValueError(f"{where}: memory_report must be one of {', '.join(MEMORY_REPORTS)}")
         bad = [k for k in self.fitted if k not in FITTABLE]
@@ -213,7 +283,16 @@ class FrameworkProfile:
 
     def _check_types(self, where: str) -> None:
         """Strings, flags and lists of the right kind (a TOML file may hold any type in any key)."""
-        strings = ("id", "name", "fit_group", "description", "selective_recompute", "memory_report")
+        strings = (
+            "id",
+            "name",
+            "fit_group",
+            "description",
+            "selective_recompute",
+            "memory_report",
+            "moe_dispatcher",
+            "fp8_recipe",
+        )
         for name in (*strings, "default_microbatches"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{where}: {name} must be a string, got {shown(getattr(self, name))}")

@@ -116,6 +116,10 @@ class DeviceSpec:
         )
 
 
+NVLINK_GENERATIONS: tuple[int, ...] = (3, 4, 5)
+"""NVLink generations the collective model knows: 3 (Ampere), 4 (Hopper), 5 (Blackwell)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NetworkLevel:
     """One level of the network as seen by a single device (NVLink domain, InfiniBand fabric, ...)."""
@@ -128,12 +132,43 @@ class NetworkLevel:
     span: int | None = None
     """Devices this level connects (a group of up to ``span`` consecutive ranks talks over it);
     None: the whole cluster."""
+    nvlink_generation: int | None = None
+    """NVLink generation of this level (3: A100, 4: H100/H200/H800, 5: B200/GB200/GB300); None: not NVLink
+    (PCIe or a network). Picks NCCL's per-architecture constants in :mod:`workbench.cost.comm`."""
+    nvls: bool = False
+    """The level's NVSwitches reduce in the switch (NVLink SHARP, third-generation NVSwitch and later);
+    needs ``nvlink_generation`` >= 4."""
+    sharp: bool = False
+    """The level's switches reduce in the network (InfiniBand SHARP, NCCL's CollNet); deployment-specific."""
+    nics_per_node: int | None = None
+    """NICs per node on this network level, sharing the node's ``devices_per_node * bytes_per_s``;
+    None: one NIC per device (rail-optimised DGX/HGX builds)."""
 
     def __post_init__(self) -> None:
         check_positive(self, "bytes_per_s")
         check_positive(self, "latency_s", allow_zero=True)
         if self.span is not None:
             check_int(self, "span", maximum=MAX_DEVICES, limit="MAX_DEVICES")
+        if self.nics_per_node is not None:
+            check_int(self, "nics_per_node", maximum=MAX_DEVICES, limit="MAX_DEVICES")
+        for flag in ("nvls", "sharp"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(
+                    f"NetworkLevel {shown(self.name)}: {flag} must be true or false, got {shown(getattr(self, flag))}"
+                )
+        gen = self.nvlink_generation
+        if gen is not None and (
+            not isinstance(gen, int) or isinstance(gen, bool) or gen not in NVLINK_GENERATIONS
+        ):
+            allowed = ", ".join(str(g) for g in NVLINK_GENERATIONS)
+            raise ValueError(
+                f"NetworkLevel {shown(self.name)}: nvlink_generation must be one of {allowed} or unset, got {shown(gen)}"
+            )
+        if self.nvls and (gen is None or gen < 4):
+            raise ValueError(
+                f"NetworkLevel {shown(self.name)}: nvls (NVLink SHARP) needs nvlink_generation 4 or 5 "
+                f"(third-generation NVSwitch or later), got nvlink_generation={shown(gen)}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

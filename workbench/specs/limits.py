@@ -63,6 +63,10 @@ MAX_EXPERTS = 2**16
 """Routed or shared experts per MoE layer: 65,536. Published: 8-384 (DeepSeek-V3 256, Kimi K2 384)."""
 
 # ---- workload -------------------------------------------------------------------------------------------
+MAX_CAPACITY_FACTOR = 64.0
+"""Largest MoE capacity factor: GShard and Switch use 1-2; 64 x the balanced load is far beyond any recipe and
+keeps the padded expert GEMMs bounded."""
+
 MAX_SEQ_LEN = 2**24
 """Tokens per sequence (and learned position rows): 16,777,216. The longest trained contexts are about
 1M-10M tokens (Llama 4 Scout claims 10M; Gemini 1.5 was tested to 10M, arXiv:2403.05530)."""
@@ -213,6 +217,8 @@ MODEL_MAXIMUM: dict[str, tuple[int, str]] = {
     "moe_ffn_hidden_size": (MAX_FFN_HIDDEN_SIZE, "MAX_FFN_HIDDEN_SIZE"),
     "num_shared_experts": (MAX_EXPERTS, "MAX_EXPERTS"),
     "num_dense_layers": (MAX_LAYERS, "MAX_LAYERS"),
+    "num_expert_groups": (MAX_EXPERTS, "MAX_EXPERTS"),
+    "routed_groups_per_token": (MAX_EXPERTS, "MAX_EXPERTS"),
     "q_lora_rank": (MAX_HIDDEN_SIZE, "MAX_HIDDEN_SIZE"),
     "kv_lora_rank": (MAX_HIDDEN_SIZE, "MAX_HIDDEN_SIZE"),
     "qk_nope_head_dim": (MAX_HEAD_DIM, "MAX_HEAD_DIM"),

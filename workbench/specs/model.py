@@ -81,6 +81,12 @@ class ModelSpec:
     """Always-active shared experts per MoE layer, each of ``moe_ffn_hidden_size`` (DeepSeekMoE)."""
     num_dense_layers: int = 0
     """Leading layers that keep a dense MLP of ``ffn_hidden_size`` (DeepSeek-V3: 3)."""
+    num_expert_groups: int = 0
+    """Groups the routed experts are split into for group-limited routing (DeepSeek-V3 ``n_group``: 8);
+    0: no group limit."""
+    routed_groups_per_token: int = 0
+    """Groups a token's top-k experts may come from (DeepSeek-V3 ``topk_group``: 4, one group per node, so a
+    token reaches at most 4 nodes; arXiv:2412.19437 section 2.1.2); 0: no limit."""
     router_bias: bool = False
     """The router keeps a per-expert score-correction bias (DeepSeek-V3's aux-loss-free balancing)."""
     # Multi-head latent attention (MLA) dims; 0 when unused.
@@ -117,6 +123,8 @@ class ModelSpec:
             "moe_ffn_hidden_size",
             "num_shared_experts",
             "num_dense_layers",
+            "num_expert_groups",
+            "routed_groups_per_token",
             "num_learned_positions",
             "q_lora_rank",
             "kv_lora_rank",
@@ -139,10 +147,16 @@ class ModelSpec:
 
     def _check_moe(self) -> None:
         if not self.is_moe:
-            if self.experts_per_token or self.num_shared_experts or self.num_dense_layers:
+            if (
+                self.experts_per_token
+                or self.num_shared_experts
+                or self.num_dense_layers
+                or self.num_expert_groups
+                or self.routed_groups_per_token
+            ):
                 raise ValueError(
-                    f"ModelSpec {shown(self.name)}: experts_per_token, num_shared_experts and num_dense_layers "
-                    "need num_experts > 0 (a dense model has num_experts=0)"
+                    f"ModelSpec {shown(self.name)}: experts_per_token, num_shared_experts, num_dense_layers and "
+                    "expert groups need num_experts > 0 (a dense model has num_experts=0)"
                 )
             return
         if not 1 <= self.experts_per_token <= self.num_experts:
@@ -154,6 +168,13 @@ class ModelSpec:
             raise ValueError(
                 f"ModelSpec {shown(self.name)}: moe_ffn_hidden_size must be > 0 for an MoE model, got "
                 f"{self.moe_ffn_hidden_size}"
+            )
+        if self.routed_groups_per_token > self.num_expert_groups or (
+            self.num_expert_groups and self.num_experts % self.num_expert_groups
+        ):
+            raise ValueError(
+                f"ModelSpec {shown(self.name)}: routed_groups_per_token={self.routed_groups_per_token} must be at "
+                f"most num_expert_groups={self.num_expert_groups}, which must divide num_experts={self.num_experts}"
             )
         if self.num_dense_layers >= self.num_layers:
             raise ValueError(

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING
 
 from workbench.specs.errors import check_choice, check_int
 from workbench.specs.hardware import DType
-from workbench.specs.limits import MAX_DEVICES, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, PLAN_MAXIMUM
+from workbench.specs.limits import (
+    MAX_CAPACITY_FACTOR,
+    MAX_DEVICES,
+    MAX_GLOBAL_BATCH_SIZE,
+    MAX_SEQ_LEN,
+    PLAN_MAXIMUM,
+    check_real,
+)
 from workbench.specs.rules import PLAN_FIELDS as PLAN_FIELDS  # re-exported: the plan's user-chosen fields
 
 if TYPE_CHECKING:
@@ -57,12 +64,27 @@ class Workload:
     dtype: DType = DType.BF16
     """Precision of the main matrix multiplies (parameters kept in bf16/fp16 with fp32 master copies)."""
     optimizer: Optimizer = Optimizer.ADAMW
+    capacity_factor: float | None = None
+    """Mixture-of-experts token capacity per expert over the balanced share, 1..``MAX_CAPACITY_FACTOR``:
+    each expert takes at most that many tokens and is padded to it (drop-and-pad, GShard), so every expert GEMM
+    and all-to-all carries ``capacity_factor`` x the balanced load and no host sync is needed; None: dropless
+    (each expert takes what it is routed; the framework's ``moe_imbalance`` sets the busiest rank's load)."""
 
     def __post_init__(self) -> None:
         check_int(self, "seq_len", maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
         check_int(self, "global_batch_size", maximum=MAX_GLOBAL_BATCH_SIZE, limit="MAX_GLOBAL_BATCH_SIZE")
         check_choice(self, "dtype", DType)
         check_choice(self, "optimizer", Optimizer)
+        if self.capacity_factor is not None:
+            check_real(
+                "Workload",
+                "capacity_factor",
+                self.capacity_factor,
+                minimum=1.0,
+                maximum=MAX_CAPACITY_FACTOR,
+                min_open=False,
+                limit="MAX_CAPACITY_FACTOR",
+            )
 
     @property
     def tokens_per_step(self) -> int:
@@ -84,6 +106,10 @@ class ParallelPlan:
     """Context-parallel degree (sequence split across ranks for attention)."""
     ep: int = 1
     """Expert-parallel degree: experts are split over ep ranks taken from dp * cp * tp (Megatron-Core)."""
+    etp: int | None = None
+    """Expert tensor-parallel degree: each expert's GEMMs split over etp ranks (Megatron-Core
+    ``--expert-tensor-parallel-size``); ep * etp ranks are carved from dp * cp * tp, etp innermost. None: 1 when
+    ep > 1 (the MoE recipes' setting), else tp (experts split like the dense MLP)."""
     vpp: int = 1
     """Virtual stages (model chunks) per pipeline rank; 1 means not interleaved."""
     micro_batch_size: int = 1
@@ -101,6 +127,8 @@ class ParallelPlan:
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
             check_int(self, field, maximum=PLAN_MAXIMUM[field][0], limit=PLAN_MAXIMUM[field][1])
+        if self.etp is not None:
+            check_int(self, "etp", maximum=MAX_DEVICES, limit="MAX_DEVICES")
         if self.num_devices > MAX_DEVICES:
             raise ValueError(
                 f"ParallelPlan: dp*tp*pp*cp = {self.dp}*{self.tp}*{self.pp}*{self.cp} = {self.num_devices:,} "
@@ -130,6 +158,13 @@ class ParallelPlan:
     def num_devices(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel degree in force (``etp``, or its default when None)."""
+        if self.etp is not None:
+            return self.etp
+        return 1 if self.ep > 1 else self.tp
+
     def num_microbatches(self, workload: Workload) -> int:
         """Micro-batches per step per pipeline (gradient accumulation steps); 0 if it does not divide."""
         per_step = self.dp * self.micro_batch_size
@@ -139,6 +174,8 @@ class ParallelPlan:
         """Short text such as ``dp8 tp8 pp4 vpp2 mbs1 zero1 sel 1f1b``."""
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
         parts += [f"{k}{v}" for k, v in (("cp", self.cp), ("ep", self.ep), ("vpp", self.vpp)) if v > 1]
+        if self.etp is not None:
+            parts.append(f"etp{self.etp}")
         parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
         if self.sequence_parallel:
             parts.append("sp")
@@ -170,4 +207,5 @@ class ParallelPlan:
         ``self.schedule``."""
         row = {f: int(getattr(self, f)) for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size")}
         row["sequence_parallel"] = int(self.sequence_parallel)
+        row["etp"] = 0 if self.etp is None else int(self.etp)
         return {**row, "schedule_code": 0, "num_microbatches": self.num_microbatches(workload)}

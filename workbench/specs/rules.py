@@ -35,6 +35,7 @@ RULE_COLUMNS: tuple[str, ...] = (
     "pp",
     "cp",
     "ep",
+    "etp",
     "vpp",
     "micro_batch_size",
     "sequence_parallel",
@@ -49,6 +50,7 @@ PLAN_FIELDS: tuple[str, ...] = (
     "pp",
     "cp",
     "ep",
+    "etp",
     "vpp",
     "micro_batch_size",
     "zero_stage",
@@ -269,11 +271,35 @@ PLAN_RULES: tuple[Rule, ...] = (
         key="ep_divides_groups",
         control="ep",
         reason="experts",
-        reads=("ep", "dp", "cp", "tp"),
-        mask=lambda c, ctx: _ep_used(c) & ((np.asarray(c["dp"]) * c["cp"] * c["tp"]) % c["ep"] != 0),
+        reads=("ep", "etp", "dp", "cp", "tp"),
+        mask=lambda c, ctx: (
+            (_ep_used(c) | (np.asarray(c["etp"]) > 0))
+            & ((np.asarray(c["dp"]) * c["cp"] * c["tp"]) % (c["ep"] * np.maximum(c["etp"], 1)) != 0)
+        ),
         sentence=lambda r, ctx: (
-            f"ep={r['ep']} must divide dp*cp*tp = {r['dp'] * r['cp'] * r['tp']} "
-            "(expert groups are carved from them)."
+            (f"ep*etp = {r['ep']}*{r['etp']}" if r["etp"] else f"ep={r['ep']}")
+            + f" must divide dp*cp*tp = {r['dp'] * r['cp'] * r['tp']} (expert groups are carved from them)."
+        ),
+    ),
+    Rule(
+        key="etp_divides_experts",
+        control="ep",
+        reason="experts",
+        reads=("etp",),
+        mask=lambda c, ctx: (
+            (np.asarray(c["etp"]) > 1)
+            & (
+                (not ctx.need_model().is_moe)
+                | (ctx.need_model().moe_ffn_hidden_size % np.maximum(np.asarray(c["etp"]), 1) != 0)
+            )
+        ),
+        sentence=lambda r, ctx: (
+            (
+                f"etp={r['etp']} must divide the expert width {ctx.need_model().moe_ffn_hidden_size}"
+                if ctx.need_model().is_moe
+                else f"etp={r['etp']} needs a mixture-of-experts model; {ctx.need_model().name} is dense"
+            )
+            + "."
         ),
     ),
     Rule(
