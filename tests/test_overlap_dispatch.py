@@ -235,3 +235,54 @@ def test_expert_tensor_parallelism_splits_experts_and_gathers_their_tokens() -> 
     assert any("ep*etp = 8*4 must divide dp*cp*tp = 16" in p for p in bad.validate(model, cluster, workload))
     with pytest.raises(ValueError, match="etp"):
         ParallelPlan(dp=16, ep=8, etp=0)
+
+
+def test_reserved_sms_slow_every_kernel() -> None:
+    """DeepSeek-V3 keeps 20 of 132 SMs for communication: compute runs at 112/132 of the rate."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
+    workload, plan = Workload(seq_len=4096, global_batch_size=64), ParallelPlan(dp=8, zero_stage=1)
+    base = estimate_plan(model, cluster, workload, plan, calibration=_cal(host_overhead_per_layer_s=0.0))
+    kept = estimate_plan(
+        model,
+        cluster,
+        workload,
+        plan,
+        calibration=_cal(host_overhead_per_layer_s=0.0, reserved_sm_frac=20 / 132),
+    )
+    assert kept.breakdown.compute_s == pytest.approx(base.breakdown.compute_s * 132 / 112, rel=1e-9)
+
+
+def test_pipeline_hops_are_priced_on_the_link_each_crosses() -> None:
+    """llama-3.1-8b, dp2 tp2 pp4 on 2 DGX H100: pipeline ranks sit on devices 0, 4 | 8, 12, so the hops 0->1 and
+    2->3 stay on NVLink and 1->2 crosses InfiniBand (alpha + payload / bandwidth of each level)."""
+    from workbench.estimate.analytic import analytic_costs
+    from workbench.pipeline.simulate import StageCosts
+
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", num_nodes=2)
+    workload, plan = Workload(seq_len=8192, global_batch_size=64), ParallelPlan(dp=2, tp=2, pp=4)
+    cal = load_calibration("default")
+    payload = 8192 * model.hidden_size * 2 / 2
+    nvlink, ib = cluster.levels
+    eff = cal.framework.collective_efficiency_frac
+    near = nvlink.latency_s + payload / (nvlink.bytes_per_s * eff)
+    far = ib.latency_s + payload / (ib.bytes_per_s * eff)
+    costs = analytic_costs(model, cluster, workload, plan, cal)
+    hops = np.asarray(costs.stages.p2p_rank_s)
+    assert hops[0, 1] == pytest.approx(near) and hops[2, 3] == pytest.approx(near)
+    assert hops[1, 2] == pytest.approx(far) and costs.stages.p2p_s == pytest.approx(far)
+    comm = estimate_plan(model, cluster, workload, plan, calibration=cal).timeline
+    sends = comm.filter(comm["op"] == "comm")
+    took = (sends["end_s"] - sends["start_s"]).to_numpy()
+    stage = sends["stage"].to_numpy()
+    # stage 0 receives gradients from stage 1 and stage 3 activations from stage 2: NVLink only; stage 1
+    # receives activations over NVLink (from 0) and gradients over InfiniBand (from 2)
+    assert np.allclose(took[stage == 0], near) and np.allclose(took[stage == 3], near)
+    assert set(np.round(took[stage == 1] / far, 6)) == {round(near / far, 6), 1.0}
+    with pytest.raises(ValueError, match="p2p_rank_s"):
+        StageCosts(
+            forward_s=(1.0,),
+            backward_s=(1.0,),
+            backward_input_s=(1.0,),
+            backward_weight_s=(0.0,),
+            p2p_rank_s=((0.0, 1.0),),
+        )

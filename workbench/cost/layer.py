@@ -76,6 +76,12 @@ class Rates(NamedTuple):
     hbm_bytes_per_s: float
 
 
+def compute_slowdown(fw: FrameworkProfile) -> float:
+    """What every kernel time is multiplied by: 1 / (``kernel_efficiency_frac`` x the SMs left to compute,
+    1 - ``reserved_sm_frac``)."""
+    return 1.0 / (fw.kernel_efficiency_frac * (1.0 - fw.reserved_sm_frac))
+
+
 def device_rates(device: DeviceSpec, dtype: DType | str, cal: Calibration) -> Rates:
     """Peaks, GEMM curves (:meth:`Calibration.gemm_curve`) and achieved HBM bandwidth of ``device`` for a run
     in ``dtype``: FP8 runs use the FP8 peak and curve for the linear layers only, scaled by the framework's
@@ -168,7 +174,7 @@ def layer_costs(
         attention=attention,
     )
     overhead = fw.host_overhead_per_layer_s
-    slow = 1.0 / fw.kernel_efficiency_frac
+    slow = compute_slowdown(fw)
     fwd = (mm.fwd_s + rest.fwd_s) * slow + overhead
     if fw.selective_recompute == "op":  # half the matmuls and every memory-bound op, not the attention
         selective = (0.5 * mm.fwd_s + rest.fwd_s - rest.attention_core_fwd_s) * slow
@@ -389,7 +395,7 @@ def edge_costs(
         hbm_bytes_per_s=rates.hbm_bytes_per_s,
         attention=None,
     )
-    slow = 1.0 / cal.framework.kernel_efficiency_frac
+    slow = compute_slowdown(cal.framework)
     return EdgeCosts(
         emb.fwd_s * slow,
         emb.bwd_input_s * slow,

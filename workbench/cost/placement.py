@@ -63,3 +63,13 @@ def p2p_level_index(cluster: ClusterSpec, stride: Array) -> Array:
     for i in reversed(range(len(spans) - 1)):
         idx = np.where(stride < spans[i], i, idx)
     return idx
+
+
+def pair_level_index(cluster: ClusterSpec, a: Array, b: Array) -> Array:
+    """Index of the innermost level joining ranks ``a`` and ``b`` (absolute rank numbers): the first level
+    whose span-sized blocks of consecutive ranks hold both, elementwise."""
+    spans = level_spans(cluster)
+    idx: Array = len(spans) - 1
+    for i in reversed(range(len(spans) - 1)):
+        idx = np.where(np.asarray(a) // spans[i] == np.asarray(b) // spans[i], i, idx)
+    return idx

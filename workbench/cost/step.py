@@ -45,7 +45,7 @@ from workbench.cost.memory import (
     recompute_working_bytes,
 )
 from workbench.cost.overlap import Overlapped, overlap
-from workbench.cost.placement import axis_stride
+from workbench.cost.placement import axis_stride, level_spans, pair_level_index
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
@@ -336,6 +336,19 @@ def pp_hop_s(ctx: StepContext, cols: Cols) -> Array:
     span = strides(cols)["pp"] * np.maximum(cols["pp"] - 1, 1)
     hop = p2p_s(ctx.cluster, payload, span, ctx.cal.framework.collective_efficiency_frac)
     return np.where(cols["pp"] > 1, hop, 0.0)
+
+
+def pp_hop_table_s(ctx: StepContext, cols: Cols) -> np.ndarray:
+    """For one plan: seconds of a hop from pipeline rank i to rank j (pp x pp), each priced on the level that
+    joins the two ranks (pipeline rank r is the device r * pp_stride with the other coordinates 0; aligned
+    groups assumed), as ``pp_hop_s`` prices one hop. ``pp_hop_s`` is the largest entry a schedule uses."""
+    pp = int(np.asarray(cols["pp"]))
+    ranks = np.arange(pp) * int(np.asarray(strides(cols)["pp"]))
+    level = pair_level_index(ctx.cluster, ranks[:, None], ranks[None, :])
+    spans = np.array([1, *level_spans(ctx.cluster)[:-1]])
+    payload = tokens(ctx, cols) * ctx.model.hidden_size * ACT_BYTES / cols["tp"]
+    hop = p2p_s(ctx.cluster, payload, spans[level], ctx.cal.framework.collective_efficiency_frac)
+    return np.where(np.eye(pp, dtype=bool), 0.0, hop)
 
 
 def expert_tp(cols: Cols) -> Array:

@@ -79,6 +79,7 @@ def analytic_costs(
         backward_input_s=stage_array("i"),
         backward_weight_s=stage_array("w"),
         p2p_s=float(step.pp_hop_s(ctx, cols)),
+        p2p_rank_s=tuple(map(tuple, step.pp_hop_table_s(ctx, cols))) if plan.pp > 1 else None,
         activation_bytes=tuple(
             np.broadcast_to(np.asarray(step.stored_activation_bytes(sizes, stage_held), dtype=float), n)
         ),

@@ -8,7 +8,8 @@ this module simulates the schedule and derives everything else in one place:
   pipeline sends between stages) + exposed data-parallel reduction + the optimizer step;
 - the breakdown on the critical rank (the busiest one): its compute and exposed communication by kind; its
   idle time split into pipeline sends (at most 2(p*v - 1) of them on the critical path) and the bubble; and
-  the communication hidden behind compute by kind (the rank's 2*m*v sends less the exposed ones for pp);
+  the communication hidden behind compute by kind (for pp: the transfers the rank receives, less the exposed
+  ones);
 - tokens/s, MFU, HFU and the bubble fraction from :mod:`workbench.estimate.metrics`;
 - memory per pipeline rank: the static parts plus the simulated peak of stored activations
   (:func:`workbench.cost.step.memory_columns`).
@@ -130,7 +131,8 @@ def _breakdown(sim: SimResult, costs: PlanCosts, m: int) -> StepBreakdown:
     pp_exposed = min(idle, 2 * (sim.schedule.num_stages - 1) * costs.stages.p2p_s)
     comm = {k: float(v[r]) * m for k, v in costs.rank_comm_s.items()}
     hidden = {k: float(v[r]) * m for k, v in costs.rank_hidden_s.items()}
-    sends = 2 * m * sim.schedule.vpp * costs.stages.p2p_s if sim.schedule.pp > 1 else 0.0
+    received = sim.comm.filter(pl.col("dst_rank") == r) if sim.comm.height else sim.comm
+    sends = float((received["end_s"] - received["start_s"]).sum()) if received.height else 0.0
     return StepBreakdown(
         compute_s=float(costs.rank_compute_s[r]) * m,
         exposed_tp_comm_s=comm.get("tp", 0.0),

@@ -1,7 +1,7 @@
 """Timeline of a static pipeline schedule: start and end of every action as a longest path.
 
 A static schedule is a DAG: each action waits for the previous action of its rank and for one data
-dependency, plus ``p2p_s`` when that dependency ran on another rank:
+dependency, plus ``p2p_s`` (or that hop's ``p2p_rank_s``) when that dependency ran on another rank:
 
 - F of stage s after F of stage s-1 (same micro-batch);
 - B or I of stage s after B or I of stage s+1; of the last stage after its own F;
@@ -42,7 +42,11 @@ class StageCosts:
     backward_weight_s: tuple[float, ...]
     """W (gradient w.r.t. weights) per stage. >= 0."""
     p2p_s: float = 0.0
-    """Latency + transfer time between consecutive stages on different ranks (0 on the same rank). >= 0."""
+    """Latency + transfer time between consecutive stages on different ranks (0 on the same rank). >= 0.
+    With ``p2p_rank_s`` given: the slowest hop (what closed forms and the breakdown's bound use)."""
+    p2p_rank_s: tuple[tuple[float, ...], ...] | None = None
+    """Optional per-hop times: ``p2p_rank_s[i][j]`` seconds from pipeline rank i to rank j (pp x pp, finite,
+    >= 0), for pipelines whose hops cross different links; None: ``p2p_s`` for every hop."""
     activation_bytes: tuple[float, ...] | None = None
     """Activation memory of one micro-batch per stage, allocated at F start; None means 0."""
     released_at_input_grad_frac: float = 0.0
@@ -63,6 +67,14 @@ class StageCosts:
                 )
         if not (math.isfinite(self.p2p_s) and self.p2p_s >= 0):
             raise ValueError(f"StageCosts: p2p_s must be a finite number >= 0 seconds, got {self.p2p_s!r}")
+        if self.p2p_rank_s is not None:
+            hops = np.asarray(self.p2p_rank_s, dtype=float)
+            if hops.ndim != 2 or hops.shape[0] != hops.shape[1] or not np.all(np.isfinite(hops) & (hops >= 0)):
+                raise ValueError(
+                    f"StageCosts: p2p_rank_s must be a square table of finite seconds >= 0 (pp x pp), got shape "
+                    f"{hops.shape}"
+                )
+            object.__setattr__(self, "p2p_rank_s", tuple(tuple(float(v) for v in row) for row in hops))
         if not 0.0 <= self.released_at_input_grad_frac <= 1.0:
             raise ValueError(
                 f"StageCosts: released_at_input_grad_frac must be in 0..1, got {self.released_at_input_grad_frac!r}"
@@ -181,8 +193,17 @@ def _index_arrays(schedule: Schedule, costs: StageCosts) -> tuple[np.ndarray, ..
     )
     dep = np.where(op == _W, at(stage, _I), dep)
     s2r = np.array(schedule.stage_to_rank, dtype=np.int64)
-    cross = (dep >= 0) & (s2r[stage[np.maximum(dep, 0)]] != s2r[stage])
-    lat = np.where(cross, costs.p2p_s, 0.0)
+    src = s2r[stage[np.maximum(dep, 0)]]
+    cross = (dep >= 0) & (src != s2r[stage])
+    if costs.p2p_rank_s is not None:
+        if len(costs.p2p_rank_s) != schedule.pp:
+            raise ValueError(
+                f"StageCosts: p2p_rank_s is {len(costs.p2p_rank_s)} x {len(costs.p2p_rank_s)}; the schedule has "
+                f"pp = {schedule.pp} ranks"
+            )
+        lat = np.where(cross, np.asarray(costs.p2p_rank_s)[src, s2r[stage]], 0.0)
+    else:
+        lat = np.where(cross, costs.p2p_s, 0.0)
     table = np.array([costs.forward_s, costs.backward_s, costs.backward_input_s, costs.backward_weight_s])
     dur = table[op, stage]
     return offsets, dep, lat, dur, stage, op, mb

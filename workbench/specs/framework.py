@@ -57,6 +57,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "kernel_efficiency_frac": (0.0, 1.0, True),
     "collective_efficiency_frac": (0.0, 1.0, True),
     "comm_interference_frac": (0.0, 1.0, False),
+    "reserved_sm_frac": (0.0, 0.9, False),
     "grad_bucket_params": (1e3, 1e13, False),
     "moe_imbalance": (1.0, 1e3, False),
     "host_s_per_kernel": (0.0, 1e-2, False),
@@ -187,8 +188,11 @@ class FrameworkProfile:
     backward (FSDP2 implicit prefetch, Megatron FSDP); False: each gather waits in line."""
     comm_interference_frac: float = 0.0
     """Compute slowdown per second of communication hidden behind it: the SMs and HBM bandwidth the
-    communication kernels take (NCCL runs on SMs; DeepSeek-V3 gives 20 of 132 H800 SMs to it). Added to
-    the exposed time of each kind."""
+    communication kernels take while they run (NCCL runs on SMs). Added to the exposed time of each kind."""
+    reserved_sm_frac: float = 0.0
+    """Share of the SMs kept for communication kernels for the whole step, so every compute kernel runs on the
+    rest (DeepSeek-V3 section 3.2.2: 20 of the 132 H800 SMs run DualPipe's all-to-all); 0: communication
+    borrows SMs only while it runs (``comm_interference_frac``)."""
     fsdp_reshard_with_pp: bool = True
     """ZeRO-3 keeps sharding the weights per micro-batch when pp > 1. False (torchtitan): with a pipeline
     the stage's weights stay gathered and its gradients accumulate unsharded (in ``grad_bytes_per_param``)
