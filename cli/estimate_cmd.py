@@ -109,6 +109,82 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     return model, cluster, workload, plan
 
 
+def goodput_options(f: Any) -> Any:
+    """``--failures``, ``--checkpoint``, ``--spare-nodes`` and ``--on-failure`` (shared with ``plan``)."""
+    opts = [
+        click.option(
+            "--failures",
+            default=None,
+            help="Failure preset id (e.g. llama3, opt-175b) or TOML path: adds goodput (checkpoints, restarts).",
+        ),
+        click.option(
+            "--checkpoint",
+            "checkpoint_mode",
+            type=click.Choice(["async", "sync"]),
+            default="async",
+            show_default=True,
+            help="Checkpoint save: async stalls for the copy to host memory only; sync for the whole write.",
+        ),
+        click.option(
+            "--spare-nodes",
+            type=count(L.MAX_NODES, minimum=0),
+            default=0,
+            show_default=True,
+            help="Hot spare nodes (swap in a failed node without waiting; paid for the whole run).",
+        ),
+        click.option(
+            "--on-failure",
+            type=click.Choice(["wait", "shrink"]),
+            default="wait",
+            show_default=True,
+            help="With no free spare: wait for the repair, or shrink dp and run on (elastic).",
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def load_goodput(kw: dict[str, Any]) -> tuple[Any, Any]:
+    """(FailureModel or None, GoodputOptions) from the goodput options; ValueError for a bad file or value."""
+    from workbench.goodput import GoodputOptions, load_failures
+
+    options = GoodputOptions(
+        checkpoint=kw.pop("checkpoint_mode"),
+        spare_nodes=kw.pop("spare_nodes"),
+        on_failure=kw.pop("on_failure"),
+    )
+    name = kw.pop("failures")
+    if name is None:
+        if options.spare_nodes or options.on_failure != "wait":
+            raise click.BadParameter(
+                "needs --failures (a preset id or a TOML path)", param_hint="--spare-nodes/--on-failure"
+            )
+        return None, options
+    return load_failures(name), options
+
+
+def _print_goodput(g: Any) -> None:
+    """The goodput block of the text output."""
+    spares = f", {g.spare_nodes} spare node(s)" if g.spare_nodes else ""
+    click.echo(
+        f"goodput {g.goodput_frac:.1%} with failures {g.failures_id!r}: job MTBF {g.mtbf_s / 3600:.2f} h, "
+        f"{g.checkpoint_mode} checkpoints{spares}, on failure {g.on_failure}"
+    )
+    rows = [
+        ["checkpoint size", f"{g.checkpoint_bytes / 1e9:,.1f} GB"],
+        ["checkpoint write", f"{g.checkpoint_write_s:,.1f} s"],
+        ["training stall per checkpoint", f"{g.checkpoint_stall_s:,.2f} s"],
+        [
+            "checkpoint interval",
+            f"{g.checkpoint_interval_s / 60:,.1f} min ({g.checkpoint_interval_steps:,} steps)",
+        ],
+        ["restart (overhead + restore)", f"{g.restart_s:,.0f} s (restore {g.restore_s:,.1f} s)"],
+        ["wait for a node per failure (mean)", f"{g.downtime_s:,.0f} s"],
+    ]
+    print_table("Goodput (failures, checkpoints, restarts)", ["figure", "value"], rows)
+
+
 def _print_human(est: Any) -> None:
     s = est.summary()
     click.echo(
@@ -146,6 +222,7 @@ def _print_human(est: Any) -> None:
 
 @click.command("estimate")
 @_plan_options
+@goodput_options
 @click.option("--backend", default="analytic", show_default=True, help="Registered backend name.")
 @click.option(
     "--profile",
@@ -200,6 +277,7 @@ def estimate_cmd(
         raise click.BadParameter(
             f"must be 0: estimate costs one plan, got {plan_index}", param_hint="--plan-index"
         )
+    failures, goodput_opts = load_goodput(kw)
     model, cluster, workload, plan = build_inputs(kw)
     problems = plan.validate(model, cluster, workload)
     if problems:
@@ -216,11 +294,18 @@ def estimate_cmd(
     if why:
         raise click.ClickException(f"backend {backend!r} is unavailable: {why}")
     est = impl.estimate(model, cluster, workload, plan)
-    _write_outputs(est, trace_path, report_path, csv_dir, force)
+    goodput = None
+    if failures is not None:
+        from workbench.goodput import estimate_goodput
+
+        goodput = estimate_goodput(est, failures, goodput_opts)
+    _write_outputs(est, trace_path, report_path, csv_dir, force, goodput=(goodput, failures, goodput_opts))
     if as_json:
-        echo_json(est.summary())
+        echo_json({**est.summary(), **({"goodput": goodput.summary()} if goodput else {})})
     else:
         _print_human(est)
+        if goodput is not None:
+            _print_goodput(goodput)
         if trace_path is not None:
             click.echo(f"trace written to {shown(trace_path)}")
         if report_path is not None:
@@ -234,9 +319,17 @@ CSV_TABLES = ("plans.csv", "timeline.csv", "memory.csv", "activation.csv")
 
 
 def _write_outputs(
-    est: Any, trace_path: str | None, report_path: str | None, csv_dir: str | None, force: bool
+    est: Any,
+    trace_path: str | None,
+    report_path: str | None,
+    csv_dir: str | None,
+    force: bool,
+    *,
+    goodput: tuple[Any, Any, Any] = (None, None, None),
 ) -> None:
-    """Render every requested output, then write them all at once (nothing is written if one fails)."""
+    """Render every requested output, then write them all at once (nothing is written if one fails).
+    ``goodput``: (GoodputEstimate, FailureModel, GoodputOptions) when ``--failures`` was given; the report then
+    has its Goodput section (with the scaling over node counts)."""
     writers: dict[Path, Writer] = {}
     if trace_path is not None:
         from workbench.pipeline.trace import chrome_trace
@@ -254,7 +347,12 @@ def _write_outputs(
     )  # lazy: keeps the core pure
 
     if report_path is not None:
-        html = render_report(estimates=[est], command=cli_command())
+        section = None
+        if goodput[0] is not None:
+            from workbench_widgets.plots.goodput import goodput_scaling
+
+            section = (goodput[0], goodput_scaling(est, goodput[1], goodput[2]))
+        html = render_report(estimates=[est], command=cli_command(), goodput=section)
         writers[Path(report_path)] = text_writer(html)
     if csv_dir is None:
         write_outputs(writers, force=force)

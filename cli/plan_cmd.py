@@ -24,6 +24,7 @@ from workbench_cli._common import (
     write_outputs,
 )
 from workbench_cli._types import capacity_factor_option, count
+from workbench_cli.estimate_cmd import goodput_options, load_goodput
 
 from workbench.specs import limits as L
 
@@ -124,6 +125,8 @@ def _run_search(
         token_budget=kw["token_budget"],
         calibration=_calibration(kw),
         backend=kw["backend"],
+        failures=kw["_failures"],
+        goodput_options=kw["_goodput_options"],
     )
     if not show_progress:
         return search(model, cluster, workload, constraints, **args)
@@ -175,6 +178,9 @@ def _plan_rows(frame: Any, objective: str, multi: bool, limit: int) -> tuple[lis
         cols.append("days to train")
     if objective == "cost":
         cols.append("device-hours")
+    goodput = "goodput_frac" in frame.columns
+    if goodput:
+        cols += ["goodput", "days (failures)", "device-hours (failures)"]
     rows = []
     for r in frame.head(limit).iter_rows(named=True):
         mark = "" if r["refined"] else " *"
@@ -193,6 +199,12 @@ def _plan_rows(frame: Any, objective: str, multi: bool, limit: int) -> tuple[lis
             row.append(f"{r['time_to_train_s'] / 86400:.1f}")
         if objective == "cost":
             row.append(fmt_count(r["device_hours"]))
+        if goodput:
+            row += [
+                f"{r['goodput_frac']:.1%}",
+                f"{r['goodput_time_to_train_s'] / 86400:.1f}",
+                fmt_count(r["goodput_device_hours"]),
+            ]
         rows.append(row)
     return cols, rows
 
@@ -277,10 +289,11 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 @capacity_factor_option()
 @click.option(
     "--objective",
-    type=click.Choice(["throughput", "time", "cost"]),
+    type=click.Choice(["throughput", "time", "cost", "goodput-time", "goodput-cost"]),
     default="throughput",
     show_default=True,
-    help="Rank by tokens/s, time to train --token-budget, or its device-hours.",
+    help="Rank by tokens/s, time to train --token-budget, or its device-hours; goodput-*: the same once "
+    "failures, checkpoints and restarts count (needs --failures).",
 )
 @click.option(
     "--top",
@@ -333,6 +346,7 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 @click.option("--csv", "csv_path", default=None, help="Write the ranked plans as CSV.")
 @click.option("--report", "report_path", default=None, help="Write a self-contained HTML report.")
 @click.option("--force", is_flag=True, help="Overwrite existing --csv and --report files.")
+@goodput_options
 def plan_cmd(as_json: bool, **kw: Any) -> None:
     """Search every parallel plan and rank them (closed-form screen, top plans refined)."""
     from workbench.presets.catalog import load_cluster, load_model
@@ -344,6 +358,12 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     if kw["report_path"] and kw["top"] == 0:
         raise click.BadParameter(
             "--report needs at least one refined plan; use --top >= 1", param_hint="--top"
+        )
+    kw["_failures"], kw["_goodput_options"] = load_goodput(kw)
+    if kw["objective"].startswith("goodput-") and kw["_failures"] is None:
+        raise click.BadParameter(
+            f"--objective {kw['objective']} needs --failures (a preset id such as llama3, or a TOML path)",
+            param_hint="--failures",
         )
     nodes = _ints(kw["nodes"], "--nodes")
     if nodes is not None and (min(nodes) < 1 or max(nodes) > L.MAX_NODES or len(nodes) > L.MAX_NODE_COUNTS):
@@ -390,7 +410,45 @@ def _print_human(result: Any) -> None:
     print_table("Best plans (* = screened only, not refined; ! = does not fit after refinement)", cols, shown)
     if result.explanation:
         click.echo(f"why: {result.explanation}")
+    if result.goodput is not None:
+        _print_goodput_sizes(result)
     _print_rejections(result)
+
+
+def _print_goodput_sizes(result: Any) -> None:
+    """Per node count: the best plan's goodput figures, and the size that minimises wall time and cost."""
+    g = result.goodput
+    best: dict[int, dict[str, Any]] = {}
+    for r in result.plans.iter_rows(named=True):
+        if r["fits"] and r["num_nodes"] not in best:
+            best[r["num_nodes"]] = r
+    if not best:
+        return
+    rows = [
+        [
+            n,
+            f"{r['mtbf_s'] / 3600:.2f}",
+            f"{r['checkpoint_write_s']:.1f}",
+            f"{r['checkpoint_interval_s'] / 60:.1f}",
+            f"{r['goodput_frac']:.1%}",
+            f"{r['goodput_time_to_train_s'] / 86400:.1f}",
+            fmt_count(r["goodput_device_hours"]),
+        ]
+        for n, r in sorted(best.items())
+    ]
+    title = (
+        f"Goodput by node count (failures {g['failures']}, {g['checkpoint']} checkpoints, "
+        f"{g['spare_nodes']} spare nodes, on failure {g['on_failure']})"
+    )
+    cols = ["nodes", "MTBF h", "ckpt write s", "interval min", "goodput", "days", "device-hours"]
+    print_table(title, cols, rows)
+    if len(best) > 1:
+        fastest = min(best.values(), key=lambda r: r["goodput_time_to_train_s"])
+        cheapest = min(best.values(), key=lambda r: r["goodput_device_hours"])
+        click.echo(
+            f"with failures: {fastest['num_nodes']} nodes train fastest, {cheapest['num_nodes']} nodes cost the "
+            "fewest device-hours (best plan of each size)"
+        )
 
 
 def register(group: click.Group) -> None:

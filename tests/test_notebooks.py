@@ -16,7 +16,14 @@ from tests.conftest import ROOT
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOKS = ("01_quickstart", "02_pipeline_schedules", "03_memory_planning", "04_search", "05_validation")
+NOTEBOOKS = (
+    "01_quickstart",
+    "02_pipeline_schedules",
+    "03_memory_planning",
+    "04_search",
+    "05_validation",
+    "06_goodput",
+)
 PER_NOTEBOOK_LIMIT_S = 120
 
 

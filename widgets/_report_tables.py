@@ -13,6 +13,7 @@ from workbench_widgets.plots._style import GIB, MS_PER_S
 from workbench_widgets.plots.search import PLAN_FIELDS, feasible_mask
 
 if TYPE_CHECKING:
+    from workbench.goodput import GoodputEstimate
     from workbench.specs.estimate import Estimate
 
 
@@ -124,6 +125,31 @@ def comparison_table(predicted: Estimate, measured: Estimate) -> dict[str, Any]:
         ],
         "rows": rows,
         "numeric": [False, True, True, True],
+        "classes": [""] * len(rows),
+    }
+
+
+def goodput_table(g: GoodputEstimate) -> dict[str, Any]:
+    """The figures of a run with failures (``workbench.goodput.GoodputEstimate``) in display units."""
+    rows = [
+        ["failure rates", g.failures_id],
+        ["job mean time between interruptions", f"{g.mtbf_s / 3600:,.2f} h"],
+        ["checkpoint size", f"{g.checkpoint_bytes / 1e12:,.3f} TB"],
+        [f"checkpoint write ({g.checkpoint_mode})", f"{g.checkpoint_write_s:,.1f} s"],
+        ["training stall per checkpoint", f"{g.checkpoint_stall_s:,.2f} s"],
+        [
+            "checkpoint interval",
+            f"{g.checkpoint_interval_s / 60:,.1f} min ({g.checkpoint_interval_steps:,} steps)",
+        ],
+        ["restart (overhead + restore)", f"{g.restart_s:,.1f} s"],
+        ["downtime per failure", f"{g.downtime_s:,.1f} s"],
+        ["spare nodes", f"{g.spare_nodes} ({g.on_failure} on failure)"],
+        ["goodput", f"{g.goodput_frac * 100:.1f} %"],
+    ]
+    return {
+        "header": ["quantity", "value"],
+        "rows": rows,
+        "numeric": [False, True],
         "classes": [""] * len(rows),
     }
 

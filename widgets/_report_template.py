@@ -72,6 +72,14 @@ predicted makespan, the solid one the measured makespan.</p>
 <div class="figure">{{ divs["comparison"] | safe }}</div>
 {% endif %}
 
+{% if goodput %}
+<h2 id="goodput">Goodput: failures, checkpoints and restarts</h2>
+<p class="note">The best plan's run when devices fail: the job's mean time between interruptions from the failure
+rates, checkpoints written at the interval that maximises the useful share of the wall time (Daly 2006), each
+failure costing a restart, a restore and the work since the last checkpoint.</p>
+{{ table(goodput) }}
+{% endif %}
+
 {% for section in sections %}
 <h2>{{ section.heading }}</h2>
 {% for fig in section.figures %}<div class="figure">{{ divs[fig] | safe }}</div>

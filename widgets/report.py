@@ -28,7 +28,13 @@ import polars as pl
 from bokeh.embed import components
 from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.resources import INLINE
-from workbench_widgets._report_tables import comparison_table, input_blocks, plans_table, search_table
+from workbench_widgets._report_tables import (
+    comparison_table,
+    goodput_table,
+    input_blocks,
+    plans_table,
+    search_table,
+)
 from workbench_widgets._report_template import REPORT_TEMPLATE
 from workbench_widgets.plots import (
     comparison_timeline_figure,
@@ -41,11 +47,13 @@ from workbench_widgets.plots import (
     timeline_figure,
 )
 from workbench_widgets.plots._lanes import detail_window_s
+from workbench_widgets.plots.goodput import goodput_interval_figure, goodput_scale_figure
 from workbench_widgets.plots.timeline import MAX_BLOCKS
 
 if TYPE_CHECKING:
     from bokeh.model import Model
 
+    from workbench.goodput import GoodputEstimate
     from workbench.specs.estimate import Estimate
 
 _LINKED_RESOURCE = re.compile(
@@ -66,6 +74,7 @@ def write_report(
     notes: Sequence[str] = (),
     search_rows: int = 50,
     comparison: tuple[Estimate, Estimate] | None = None,
+    goodput: tuple[GoodputEstimate, pl.DataFrame | None] | None = None,
 ) -> Path:
     """Write the report to ``path`` and return it.
 
@@ -75,6 +84,9 @@ def write_report(
     (a fraction, 0.12 = 12 %). ``command`` is shown as the way to reproduce the file. ``comparison``
     (predicted, measured) adds a "Predicted vs measured" section: both timelines on the same axes
     (``comparison_timeline_figure``) and a table of step time, bubble, tokens/s and peak memory with the error.
+    ``goodput`` (the best plan's ``workbench.goodput.GoodputEstimate`` and, optionally, its
+    ``workbench_widgets.plots.goodput.goodput_scaling`` frame) adds a "Goodput" section: the figures of the run
+    with failures, goodput against the checkpoint interval and against the cluster size.
     Raises FileExistsError if ``path`` exists and not ``force``, FileNotFoundError if its folder is missing,
     ValueError for no estimates or a ``plan_index`` out of range.
     """
@@ -89,6 +101,7 @@ def write_report(
         notes=notes,
         search_rows=search_rows,
         comparison=comparison,
+        goodput=goodput,
     )
     out.write_text(html, encoding="utf-8")
     return out
@@ -114,6 +127,7 @@ def render_report(
     notes: Sequence[str] = (),
     search_rows: int = 50,
     comparison: tuple[Estimate, Estimate] | None = None,
+    goodput: tuple[GoodputEstimate, pl.DataFrame | None] | None = None,
 ) -> str:
     """The report's HTML text (see ``write_report``)."""
     if not estimates:
@@ -123,6 +137,15 @@ def render_report(
     figures, sections = _figures(estimates, search_results, plan_index)
     if comparison is not None:
         figures["comparison"] = comparison_timeline_figure(*comparison)
+    if goodput is not None:
+        figures["goodput_interval"] = goodput_interval_figure(goodput[0])
+        names = ["goodput_interval"]
+        if goodput[1] is not None and goodput[1].height:
+            figures["goodput_scale"] = goodput_scale_figure(goodput[1])
+            names.append("goodput_scale")
+        sections.append(
+            {"heading": "Goodput against the checkpoint interval and the cluster size", "figures": names}
+        )
     script, divs = components(figures)
     best = estimates[0]
     context: dict[str, Any] = {
@@ -136,6 +159,7 @@ def render_report(
         "notes": _notes(estimates, notes),
         "sections": sections,
         "comparison": comparison_table(*comparison) if comparison is not None else None,
+        "goodput": goodput_table(goodput[0]) if goodput is not None else None,
         "divs": divs,
         "command": command,
         **_resources(list(figures.values()), script),

@@ -1,4 +1,4 @@
-"""The Panel app: composer on the left, tabs Plan / Search / Compare on the right, and a report download.
+"""The Panel app: composer on the left, tabs Plan / Search / Compare / Goodput on the right, and a report download.
 
 ``build_app()`` makes a new State, Store and views on every call; ``serve_app`` hands that function to
 Panel's server, which calls it once per browser session, so no two users share anything.
@@ -14,6 +14,7 @@ from collections.abc import Callable
 import panel as pn
 from panel.io.document import hold
 from workbench_widgets.app.compare_search import CompareView, SearchView
+from workbench_widgets.app.goodput_view import GoodputView
 from workbench_widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
 from workbench_widgets.app.store import WorkbenchStore
 from workbench_widgets.app.views import Composer, PlanView
@@ -76,7 +77,10 @@ def report_html(store: WorkbenchStore) -> str:
     if store.estimate is None:
         raise ValueError("no valid plan to report: fix the plan first")
     return render_report(
-        estimates=[store.estimate], command=cli_command(store.state), search_results=store.search_results
+        estimates=[store.estimate],
+        command=cli_command(store.state),
+        search_results=store.search_results,
+        goodput=store.goodput[1:] if store.goodput and store.goodput[0] is store.estimate else None,
     )
 
 
@@ -98,11 +102,13 @@ class WorkbenchApp:
         self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
         self.search_view = SearchView(store=self.store, on_load=self._show_plan)
         self.compare_view = CompareView(store=self.store)
+        self.goodput_view = GoodputView(store=self.store)
         self.tabs.extend(
             [
                 ("Plan", self.plan_view.panel()),
                 ("Search", self.search_view.panel()),
                 ("Compare", self.compare_view.panel()),
+                ("Goodput", self.goodput_view.panel()),
             ]
         )
         self.download = pn.widgets.FileDownload(

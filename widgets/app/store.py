@@ -55,6 +55,11 @@ class WorkbenchStore(param.Parameterized):
     pinned = param.Parameter(default=None, doc="Estimate pinned as plan A of the Compare tab.")
     compare_backend = param.Selector(default="analytic", objects=["analytic"], doc="Backend of plan B.")
     compared = param.Parameter(default=None, doc="Plan B: the current plan priced by compare_backend.")
+    goodput = param.Parameter(
+        default=None,
+        doc="(estimate, GoodputEstimate, scaling frame) of the plan the Goodput tab priced last; the report "
+        "includes it while that estimate is the current one.",
+    )
     working = param.String(default="", doc="What runs in the background now ('' when idle).")
     refused = param.String(
         default="",

@@ -69,7 +69,11 @@ class StageCosts:
             raise ValueError(f"StageCosts: p2p_s must be a finite number >= 0 seconds, got {self.p2p_s!r}")
         if self.p2p_rank_s is not None:
             hops = np.asarray(self.p2p_rank_s, dtype=float)
-            if hops.ndim != 2 or hops.shape[0] != hops.shape[1] or not np.all(np.isfinite(hops) & (hops >= 0)):
+            if (
+                hops.ndim != 2
+                or hops.shape[0] != hops.shape[1]
+                or not np.all(np.isfinite(hops) & (hops >= 0))
+            ):
                 raise ValueError(
                     f"StageCosts: p2p_rank_s must be a square table of finite seconds >= 0 (pp x pp), got shape "
                     f"{hops.shape}"

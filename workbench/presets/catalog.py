@@ -19,7 +19,14 @@ from typing import Any
 
 from workbench.presets.hf_config import load_json_object, model_from_hf_config
 from workbench.specs.files import check_input_file
-from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType, NetworkLevel, efficiency_points
+from workbench.specs.hardware import (
+    ClusterSpec,
+    DeviceSpec,
+    DType,
+    NetworkLevel,
+    StorageSpec,
+    efficiency_points,
+)
 from workbench.specs.limits import check_real, shown
 from workbench.specs.model import ModelSpec
 
@@ -209,6 +216,30 @@ def _level_from_toml(data: Any, origin: str) -> NetworkLevel:
         raise ValueError(text if text.startswith(origin) else f"{origin}: {text}") from None
 
 
+STORAGE_KEYS = ("node_write_GBps", "node_read_GBps", "filesystem_GBps", "device_to_host_GBps")
+"""Keys of a cluster file's ``[storage]`` table (10^9 bytes/s); the first three are required, plus ``source``."""
+
+
+def _storage_from_toml(data: Any, origin: str) -> StorageSpec:
+    """A cluster file's ``[storage]`` table as a ``StorageSpec`` (GB/s converted to bytes/s once)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{origin}: [storage] must be a table, got {shown(data)}")
+    t = _Table(data, origin, {*STORAGE_KEYS, "source"})
+    rates = {
+        key: check_real(origin, f"key {key!r}", t.number(key), maximum=1e7, unit="GB/s")
+        for key in STORAGE_KEYS
+        if key in t.data or key != "device_to_host_GBps"
+    }
+    extra = {"device_to_host_bytes_per_s": rates["device_to_host_GBps"] * 1e9} if len(rates) == 4 else {}
+    return StorageSpec(
+        node_write_bytes_per_s=rates["node_write_GBps"] * 1e9,
+        node_read_bytes_per_s=rates["node_read_GBps"] * 1e9,
+        filesystem_bytes_per_s=rates["filesystem_GBps"] * 1e9,
+        source=t.get("source", str, ""),
+        **extra,
+    )
+
+
 def _device_ref(ref: str, cluster_path: Path) -> str | Path:
     """A cluster's ``device``: a preset id, or a TOML path, relative paths taken from the cluster file's folder."""
     if not ref.strip():
@@ -229,9 +260,10 @@ def load_cluster(name_or_path: str | Path, num_nodes: int | None = None) -> Clus
     top = _Table(
         _read_toml(path),
         origin,
-        {"id", "name", "device", "devices_per_node", "default_num_nodes", "source", "levels"},
+        {"id", "name", "device", "devices_per_node", "default_num_nodes", "source", "levels", "storage"},
     )
     levels = top.get("levels", list)
+    storage = top.data.get("storage")
     try:
         return ClusterSpec(
             id=top.get("id", str),
@@ -241,6 +273,7 @@ def load_cluster(name_or_path: str | Path, num_nodes: int | None = None) -> Clus
             num_nodes=num_nodes if num_nodes is not None else top.get("default_num_nodes", int, 1),
             levels=tuple(_level_from_toml(lv, f"{origin} levels[{i}]") for i, lv in enumerate(levels)),
             source=top.get("source", str, ""),
+            storage=None if storage is None else _storage_from_toml(storage, f"{origin} [storage]"),
         )
     except ValueError as exc:
         text = str(exc)

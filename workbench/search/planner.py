@@ -16,10 +16,11 @@ from workbench.search.result import (
     frame,
     rows_from_pool,
 )
-from workbench.search.run import Progress, screen_all
-from workbench.search.space import Constraints, framework_constraints
+from workbench.search.run import Progress, ScreenOutcome, screen_all
+from workbench.search.space import Constraints, build_space, framework_constraints
 
 if TYPE_CHECKING:
+    from workbench.goodput import FailureModel, GoodputOptions
     from workbench.presets.calibration import Calibration
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
@@ -35,6 +36,108 @@ def _clusters(cluster: ClusterSpec, nodes: Sequence[int] | None) -> list[Cluster
     if bad:
         raise ValueError(f"nodes must be integers >= 1, got {bad}")
     return [cluster.with_nodes(n) for n in sorted(set(nodes))]
+
+
+def _merge(outcomes: list[ScreenOutcome], objective: str, keep: int) -> ScreenOutcome:
+    """One outcome from the screens of several cluster sizes: pools concatenated, frontier and misses
+    re-selected (the best pool keeps every size's ``keep`` best)."""
+    from workbench.search import run
+
+    def cat(name: str) -> dict:
+        return run._concat([p for o in outcomes if (p := getattr(o, name))])
+
+    front, miss = cat("frontier"), cat("misses")
+    if front:
+        front = run._take(front, rank.pareto_mask(front["tokens_per_s"], front["peak_memory_bytes"]))
+    if miss:
+        miss = run._take(miss, rank.best_indices(-miss["memory_frac"], run.NUM_MISSES))
+    rejections = {k: sum(o.rejections.get(k, 0) for o in outcomes) for k in outcomes[0].rejections}
+    return ScreenOutcome(
+        best=cat("best"),
+        frontier=front,
+        misses=miss,
+        rejections=rejections,
+        num_plans=sum(o.num_plans for o in outcomes),
+        num_costed=sum(o.num_costed for o in outcomes),
+        num_feasible=sum(o.num_feasible for o in outcomes),
+        screen_s=sum(o.screen_s for o in outcomes),
+        clusters=tuple(c for o in outcomes for c in o.clusters),
+        schedule_names=next((o.schedule_names for o in outcomes if o.schedule_names), ()),
+    )
+
+
+def _screen_per_size(
+    model: ModelSpec,
+    clusters: list[ClusterSpec],
+    workload: Workload,
+    constraints: Constraints,
+    progress: Progress | None,
+    **kw: object,
+) -> ScreenOutcome:
+    """``screen_all`` of each cluster size on its own (so each keeps its best plans), merged; progress over
+    the whole search."""
+    sizes = [build_space(model, c, constraints).size for c in clusters]
+    total, done, outcomes = sum(sizes), 0, []
+    for cluster, size in zip(clusters, sizes, strict=True):
+        offset = done
+        step = None if progress is None else (lambda n, _t, o=offset: progress(o + n, total))
+        outcomes.append(screen_all(model, [cluster], workload, constraints, progress=step, **kw))  # type: ignore[arg-type]
+        done += size
+    return _merge(outcomes, str(kw["objective"]), int(kw["keep"]))  # type: ignore[call-overload]
+
+
+def checkpoint_state_bytes(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, cal: Calibration
+) -> float:
+    """Bytes of one checkpoint of any plan of ``model``: every state once (``workbench.goodput.checkpoint``),
+    ``total_parameters * (weight + optimizer bytes per parameter)`` as the step model counts them, plus the
+    RNG states of the devices. The same number as ``checkpoint_bytes(estimate)`` of a dense plan."""
+    from workbench.cost.step import StepContext
+    from workbench.goodput.checkpoint import RNG_BYTES_PER_DEVICE
+
+    ctx = StepContext.build(model, cluster, workload, cal)
+    per_param = ctx.param_bytes + ctx.optimizer_bytes
+    return model.total_parameters() * per_param + RNG_BYTES_PER_DEVICE * cluster.num_devices
+
+
+def add_goodput(
+    rows: list[dict],
+    *,
+    model: ModelSpec,
+    clusters: dict[int, ClusterSpec],
+    workload: Workload,
+    cal: Calibration,
+    failures: FailureModel,
+    options: GoodputOptions,
+) -> None:
+    """Set ``rank.GOODPUT_COLUMNS`` on ``rows`` (in place), one numpy pass per cluster size over its rows."""
+    import numpy as np
+
+    from workbench.goodput import goodput_columns, lost_replica_frac, run_totals
+
+    for num_devices, cluster in clusters.items():
+        group = [r for r in rows if int(r["num_devices"]) == num_devices]
+        if not group:
+            continue
+        col = {k: np.array([r[k] for r in group], dtype=np.float64) for k in ("dp", "tp", "cp", "pp")}
+        step = np.array([r["step_time_s"] for r in group], dtype=np.float64)
+        ttt = np.array([r["time_to_train_s"] for r in group], dtype=np.float64)
+        size = checkpoint_state_bytes(model, cluster, workload, cal)
+        g = goodput_columns(
+            num_devices=cluster.num_devices,
+            num_nodes=cluster.num_nodes,
+            devices_per_node=cluster.devices_per_node,
+            checkpoint_bytes=size,
+            step_time_s=step,
+            lost_frac=lost_replica_frac(col["dp"], col["tp"], col["cp"], col["pp"], cluster.devices_per_node),
+            failures=failures,
+            storage=cluster.storage,
+            options=options,
+        )
+        g.update(run_totals(ttt, cluster.num_devices, g["goodput_frac"], g["spare_devices"]))
+        g["checkpoint_bytes"] = size
+        for i, r in enumerate(group):
+            r.update({k: float(np.broadcast_to(g[k], step.shape)[i]) for k in rank.GOODPUT_COLUMNS})
 
 
 def _order(rows: list[dict], objective: str) -> list[dict]:
@@ -59,14 +162,20 @@ def search(
     backend: str = "analytic",
     progress: Progress | None = None,
     refine_progress: Callable[[int], None] | None = None,
+    failures: FailureModel | None = None,
+    goodput_options: GoodputOptions | None = None,
 ) -> SearchResult:
     """Rank every parallel plan of ``model`` on ``cluster`` (or on each of ``nodes`` node counts).
 
     Screens the whole space in closed form (``keep`` best plans kept, Pareto frontier of tokens/s against
     peak memory, rejections counted by reason), then re-prices the ``top_k`` best with ``backend`` (default:
     the analytic backend with the same ``calibration``, i.e. the schedule simulation) and re-ranks them.
-    ``objective``: ``throughput``, ``time`` or ``cost`` (see ``workbench.search.rank``). Raises ValueError
-    for an unknown objective, bad node counts or an unavailable backend. No feasible plan is not an error:
+    ``objective``: ``throughput``, ``time``, ``cost``, ``goodput-time`` or ``goodput-cost`` (see
+    ``workbench.search.rank``). With ``failures`` (a ``workbench.goodput.FailureModel``; required by the goodput
+    objectives) every plan also gets ``rank.GOODPUT_COLUMNS`` (checkpointing and recovery as
+    ``goodput_options`` say), and for a goodput objective each cluster size is screened on its own so that
+    every size keeps its best plans. Raises ValueError for an unknown objective, a goodput objective without
+    failures, bad node counts or an unavailable backend. No feasible plan is not an error:
     ``plans`` is empty and ``closest_misses`` lists the plans that failed only on memory. A token budget
     outside ``workbench.specs.limits`` raises ValueError.
     """
@@ -76,6 +185,12 @@ def search(
 
     rank.check_objective(objective)
     check_token_budget(token_budget)
+    if objective in rank.GOODPUT_OBJECTIVES and failures is None:
+        raise ValueError(f"objective {objective!r} needs a failure model (failures=..., --failures PRESET)")
+    if failures is not None and goodput_options is None:
+        from workbench.goodput import GoodputOptions as _Options
+
+        goodput_options = _Options()
     if top_k < 0 or keep < 1:
         raise ValueError(f"top_k must be >= 0 and keep >= 1, got top_k={top_k}, keep={keep}")
     constraints = constraints or Constraints()
@@ -90,30 +205,41 @@ def search(
         raise ValueError(
             f"max_devices={constraints.max_devices} excludes every cluster size searched ({sizes} devices)"
         )
-    out = screen_all(
-        model,
-        clusters,
-        workload,
-        constraints,
+    screen_kw = dict(
         calibration=cal,
-        objective=objective,
+        objective=rank.GOODPUT_OBJECTIVES.get(objective, objective),
         keep=max(keep, top_k),
         token_budget=token_budget,
-        progress=progress,
     )
+    if objective in rank.GOODPUT_OBJECTIVES and len(clusters) > 1:
+        out = _screen_per_size(model, clusters, workload, constraints, progress, **screen_kw)
+    else:
+        out = screen_all(model, clusters, workload, constraints, progress=progress, **screen_kw)  # type: ignore[arg-type]
     capacity = cluster.device.hbm_bytes
     best = rows_from_pool(out.best, out.schedule_names, capacity)
+    by_devices = {c.num_devices: c for c in out.clusters}
+    goodput_kw = dict(
+        model=model,
+        clusters=by_devices,
+        workload=workload,
+        cal=cal,
+        failures=failures,
+        options=goodput_options,
+    )
+    if failures is not None:
+        add_goodput(best, **goodput_kw)  # type: ignore[arg-type]
     col, higher = rank.OBJECTIVES[objective]
     best.sort(key=lambda r: -r[col] if higher else r[col])
     start = time.perf_counter()
     estimates = []
     if top_k and best:
         estimate = estimator(backend, cal)
-        by_devices = {c.num_devices: c for c in out.clusters}
         estimates = refine_rows(model, by_devices, workload, best[:top_k], estimate, refine_progress)
         best[:top_k] = [
             apply_estimate(r, e, token_budget) for r, e in zip(best[:top_k], estimates, strict=True)
         ]
+        if failures is not None:
+            add_goodput(best[:top_k], **goodput_kw)  # type: ignore[arg-type]
     refine_s = time.perf_counter() - start
     pareto_keys = {
         r["plan"] + str(r["num_devices"]) for r in rows_from_pool(out.frontier, out.schedule_names, capacity)
@@ -130,6 +256,7 @@ def search(
     for r in frontier:
         r["pareto"] = True
     misses = sorted(rows_from_pool(out.misses, out.schedule_names, capacity), key=lambda r: r["memory_frac"])
+    columns = COLUMNS + (rank.GOODPUT_COLUMNS if failures is not None else ())
     return SearchResult(
         model=model,
         clusters=out.clusters,
@@ -137,7 +264,7 @@ def search(
         constraints=constraints,
         objective=objective,
         token_budget=token_budget,
-        plans=frame(ordered, COLUMNS),
+        plans=frame(ordered, columns),
         pareto=frame(frontier, COLUMNS[1:]),
         closest_misses=frame(misses, COLUMNS[1:]),
         rejections=out.rejections,
@@ -147,4 +274,20 @@ def search(
         refine_s=refine_s,
         estimates=tuple(est_by_key[id(r)] for r in ordered if id(r) in est_by_key),
         explanation=explain_win(ordered[0], ordered[1], col) if len(ordered) > 1 else "",
+        goodput=None if failures is None else _settings(failures, goodput_options),
     )
+
+
+def _settings(failures: FailureModel, options: GoodputOptions | None) -> dict[str, object]:
+    """The failure model and checkpoint/recovery options a goodput search used (plain JSON)."""
+    from workbench.goodput import GoodputOptions as _Options
+
+    opts = options or _Options()
+    return {
+        "failures": failures.id,
+        "checkpoint": opts.checkpoint,
+        "spare_nodes": opts.spare_nodes,
+        "on_failure": opts.on_failure,
+        "restart_overhead_s": failures.restart_s,
+        "repair_s": failures.repair_s,
+    }

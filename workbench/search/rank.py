@@ -5,7 +5,13 @@ Objectives (all computed from the screened step time):
 - ``throughput``: tokens per second over the cluster (higher is better);
 - ``time``: seconds to train a token budget, ``budget / tokens_per_s`` (lower is better);
 - ``cost``: device-hours to train the budget, ``time * num_devices / 3600`` (lower is better): on one
-  cluster size it ranks like throughput, across node counts it favours the most efficient size.
+  cluster size it ranks like throughput, across node counts it favours the most efficient size;
+- ``goodput-time`` and ``goodput-cost``: the same once failures count (:mod:`workbench.goodput`): wall time
+  ``time / goodput_frac`` and its device-hours, hot spares included. Larger clusters fail more often, so the
+  size that minimises these can be smaller than the one that minimises ``time``/``cost``. They need a failure
+  model (``search(..., failures=...)``); within one cluster size they rank like ``time``/``cost`` (the goodput
+  of a size depends on its devices, nodes and checkpoint bytes, not on the plan, up to the rounding of the
+  interval to whole steps and, with elastic dp, the replicas a failed node takes out).
 """
 
 from __future__ import annotations
@@ -16,8 +22,26 @@ OBJECTIVES: dict[str, tuple[str, bool]] = {
     "throughput": ("tokens_per_s", True),
     "time": ("time_to_train_s", False),
     "cost": ("device_hours", False),
+    "goodput-time": ("goodput_time_to_train_s", False),
+    "goodput-cost": ("goodput_device_hours", False),
 }
 """Objective name -> (result column, higher is better)."""
+
+GOODPUT_OBJECTIVES: dict[str, str] = {"goodput-time": "time", "goodput-cost": "cost"}
+"""Goodput objective -> the failure-free objective the screen ranks each cluster size by."""
+
+GOODPUT_COLUMNS = (
+    "mtbf_s",
+    "checkpoint_bytes",
+    "checkpoint_write_s",
+    "checkpoint_stall_s",
+    "checkpoint_interval_s",
+    "restart_s",
+    "goodput_frac",
+    "goodput_time_to_train_s",
+    "goodput_device_hours",
+)
+"""Result columns added when the search has a failure model (seconds, bytes, 0..1, hours)."""
 
 DEFAULT_TOKEN_BUDGET = 1e12
 """Tokens of the training run the ``time`` and ``cost`` objectives price (1 T tokens; Llama 2 trained on 2 T,

@@ -10,6 +10,9 @@ and ``schedule`` str, ``plan`` the ``ParallelPlan.describe()`` text), ``num_micr
   ``fits`` (bool);
 - the step breakdown in seconds: ``compute_s``, ``exposed_{tp,cp,ep,pp,dp}_comm_s``, ``bubble_s``,
   ``optimizer_s``; ``bubble_fraction`` (the critical rank's bubble over the step, :mod:`workbench.estimate.metrics`); ``bottleneck`` (str, e.g. ``bubble 12%``);
+- with a failure model (``search(..., failures=...)``), ``workbench.search.rank.GOODPUT_COLUMNS``:
+  ``mtbf_s``, ``checkpoint_bytes``, ``checkpoint_write_s``, ``checkpoint_stall_s``, ``checkpoint_interval_s``,
+  ``restart_s``, ``goodput_frac`` (0..1), ``goodput_time_to_train_s`` and ``goodput_device_hours`` (spares in);
 - ``refined`` (bool: the numbers come from the full backend) and ``tier`` (``refined``/``screened``),
   ``screen_step_time_s`` and ``screen_peak_memory_bytes`` (the closed-form screen's figures), ``pareto``
   (bool: on the frontier), ``rejected_reason`` (null, or why the plan does not fit).
@@ -166,6 +169,9 @@ class SearchResult:
     """Full-backend estimates of the refined plans, in ``plans`` order."""
     explanation: str
     """Why #1 beats #2, one line ('' with fewer than two plans)."""
+    goodput: dict[str, Any] | None = None
+    """With a failure model: its id and the checkpoint/recovery options (``plans`` then has
+    ``workbench.search.rank.GOODPUT_COLUMNS``); None otherwise."""
 
     @property
     def feasible(self) -> bool:
@@ -209,6 +215,7 @@ class SearchResult:
             "plans_per_s": self.plans_per_s,
             "rejections": dict(self.rejections),
             "explanation": self.explanation,
+            **({"goodput": dict(self.goodput)} if self.goodput is not None else {}),
             "plans": _finite(self.plans.to_dicts()),
             "pareto": _finite(self.pareto.to_dicts()),
             "closest_misses": _finite(self.closest_misses.to_dicts()),

@@ -172,6 +172,37 @@ class NetworkLevel:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class StorageSpec:
+    """The checkpoint path of a cluster: what one node and the whole file system write and read, bytes/s.
+
+    Preset files give ``node_write_GBps``, ``node_read_GBps``, ``filesystem_GBps`` and optionally
+    ``device_to_host_GBps`` (10^9 bytes/s) in a ``[storage]`` table; each cluster file cites its numbers.
+    A cluster without one uses ``workbench.goodput.checkpoint.DEFAULT_STORAGE`` (stated there)."""
+
+    node_write_bytes_per_s: float
+    """Sustained checkpoint write bandwidth of one node to the checkpoint store, bytes/s. > 0."""
+    node_read_bytes_per_s: float
+    """Sustained read bandwidth of one node from the checkpoint store (restore), bytes/s. > 0."""
+    filesystem_bytes_per_s: float
+    """Aggregate bandwidth cap of the file system for all nodes together (read and write), bytes/s. > 0."""
+    device_to_host_bytes_per_s: float = 25e9
+    """Copy of a device's checkpoint shard to pinned host memory (the stall of an asynchronous save), bytes/s
+    per device. Default 25 GB/s: PCIe Gen4 x16 reaches about 25 GB/s of its 32 GB/s per direction
+    (PCI-SIG PCIe 4.0 spec: 16 GT/s x 16 lanes, 128b/130b); Gen5 hosts double it. > 0."""
+    source: str = ""
+    """Where the numbers come from."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "node_write_bytes_per_s",
+            "node_read_bytes_per_s",
+            "filesystem_bytes_per_s",
+            "device_to_host_bytes_per_s",
+        ):
+            check_real("StorageSpec", name, getattr(self, name), maximum=1e16, unit="bytes/s")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ClusterSpec:
     """Nodes of identical devices joined by an ordered list of network levels, innermost first."""
 
@@ -185,6 +216,8 @@ class ClusterSpec:
     levels: tuple[NetworkLevel, ...] = field(default_factory=tuple)
     """Innermost first; spans strictly increase; the last one spans the whole cluster."""
     source: str = ""
+    storage: StorageSpec | None = None
+    """The checkpoint storage path (``[storage]`` of the preset); None: the goodput model's stated defaults."""
 
     def __post_init__(self) -> None:
         check_int(self, "devices_per_node", maximum=MAX_DEVICES, limit="MAX_DEVICES")
@@ -198,6 +231,10 @@ class ClusterSpec:
         if not isinstance(self.device, DeviceSpec):
             raise ValueError(
                 f"ClusterSpec {shown(self.id)}: device must be a DeviceSpec, got {shown(self.device)}"
+            )
+        if self.storage is not None and not isinstance(self.storage, StorageSpec):
+            raise ValueError(
+                f"ClusterSpec {shown(self.id)}: storage must be a StorageSpec or None, got {shown(self.storage)}"
             )
         if not isinstance(self.levels, list | tuple) or not self.levels:
             raise ValueError(f"ClusterSpec {shown(self.id)}: levels needs at least one network level")

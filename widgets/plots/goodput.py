@@ -1,0 +1,183 @@
+"""Goodput pictures: goodput against the checkpoint interval, and against the cluster size.
+
+The numbers come from :mod:`workbench.goodput` (Daly's expected wall time of a run that fails, checkpoints
+and restarts); these figures only draw them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+from bokeh.models import ColumnDataSource, HoverTool, LinearAxis, Range1d, Span
+from bokeh.plotting import figure
+from workbench_widgets.plots._style import OKABE_ITO, PLOT_WIDTH_PX
+
+from workbench.goodput import daly_interval_s, goodput_frac, young_interval_s
+
+if TYPE_CHECKING:
+    from workbench.goodput import FailureModel, GoodputEstimate, GoodputOptions
+    from workbench.specs.estimate import Estimate
+
+S_PER_MIN = 60.0
+SCALING_COLUMNS = (
+    "num_nodes",
+    "num_devices",
+    "plan",
+    "tokens_per_s",
+    "mtbf_s",
+    "checkpoint_interval_s",
+    "goodput_frac",
+    "goodput_tokens_per_s",
+)
+"""Columns of ``goodput_scaling``: the plan scaled over data parallelism, its failure-free and goodput
+throughput (tokens/s over the cluster)."""
+
+
+def interval_curve(g: GoodputEstimate, points: int = 121) -> dict[str, np.ndarray]:
+    """Goodput of ``g``'s run at checkpoint intervals from 1/20 to 20 x the chosen one (log-spaced), with the
+    same stall, MTBF, restart and downtime: interval_s, goodput_frac."""
+    interval = g.checkpoint_interval_s * np.logspace(np.log10(1 / 20), np.log10(20), points)
+    frac = goodput_frac(interval, g.checkpoint_stall_s, g.mtbf_s, g.restart_s, g.downtime_s)
+    return {"interval_s": interval, "goodput_frac": np.asarray(frac, dtype=float)}
+
+
+def goodput_interval_figure(
+    g: GoodputEstimate, *, title: str = "Goodput against the checkpoint interval", width: int = PLOT_WIDTH_PX
+) -> figure:
+    """Goodput (%) over the checkpoint interval (minutes, log axis): the curve (renderer ``curve``), the chosen
+    interval and Young's and Daly's first- and higher-order optima as vertical lines (Spans named
+    ``chosen``, ``young``, ``daly``)."""
+    curve = interval_curve(g)
+    source = ColumnDataSource(
+        {"minutes": curve["interval_s"] / S_PER_MIN, "goodput": curve["goodput_frac"] * 100.0}
+    )
+    fig = figure(
+        width=width,
+        height=320,
+        title=title,
+        x_axis_type="log",
+        x_axis_label="checkpoint interval (minutes of training)",
+        y_axis_label="goodput (%)",
+        tools="save,reset",
+    )
+    line = fig.line("minutes", "goodput", source=source, line_width=2, color=OKABE_ITO["blue"], name="curve")
+    marks = (
+        ("chosen", g.checkpoint_interval_s, OKABE_ITO["black"], "solid"),
+        ("young", float(young_interval_s(g.checkpoint_stall_s, g.mtbf_s)), OKABE_ITO["orange"], "dashed"),
+        ("daly", float(daly_interval_s(g.checkpoint_stall_s, g.mtbf_s)), OKABE_ITO["bluish_green"], "dotted"),
+    )
+    for name, seconds, color, dash in marks:
+        fig.add_layout(
+            Span(
+                location=seconds / S_PER_MIN,
+                dimension="height",
+                line_color=color,
+                line_dash=dash,
+                line_width=2,
+                name=name,
+            )
+        )
+    fig.add_tools(
+        HoverTool(
+            renderers=[line], tooltips=[("interval", "@minutes{0,0.0} min"), ("goodput", "@goodput{0.0} %")]
+        )
+    )
+    fig.toolbar.logo = None
+    return fig
+
+
+def goodput_scaling(
+    est: Estimate,
+    failures: FailureModel,
+    options: GoodputOptions | None = None,
+    node_counts: Sequence[int] | None = None,
+) -> pl.DataFrame:
+    """``est``'s plan scaled over data parallelism to other node counts (the same tp, pp, cp, ep and micro-batch;
+    counts whose dp does not divide the global batch are left out), each priced by the analytic backend and
+    :func:`workbench.goodput.estimate_goodput`: the ``SCALING_COLUMNS``. Default node counts: the cluster's,
+    and powers of two from 1/8 to 8 x of it. More nodes fail more often, so goodput falls with size."""
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.goodput import estimate_goodput
+
+    cluster, plan = est.cluster, est.plan
+    base = cluster.num_nodes
+    counts = node_counts or sorted({base, *(max(1, int(base * 2.0**k)) for k in range(-3, 4))})
+    rows: dict[str, list[Any]] = {k: [] for k in SCALING_COLUMNS}
+    model_parallel = plan.tp * plan.pp * plan.cp
+    for nodes in counts:
+        devices = nodes * cluster.devices_per_node
+        if devices % model_parallel:
+            continue
+        scaled = replace(plan, dp=devices // model_parallel)
+        if scaled.num_microbatches(est.workload) == 0 or scaled.validate(
+            est.model, cluster.with_nodes(nodes), est.workload
+        ):
+            continue
+        point = estimate_plan(est.model, cluster.with_nodes(nodes), est.workload, scaled)
+        g = estimate_goodput(point, failures, options)
+        for key, value in (
+            ("num_nodes", nodes),
+            ("num_devices", devices),
+            ("plan", scaled.describe()),
+            ("tokens_per_s", point.tokens_per_s),
+            ("mtbf_s", g.mtbf_s),
+            ("checkpoint_interval_s", g.checkpoint_interval_s),
+            ("goodput_frac", g.goodput_frac),
+            ("goodput_tokens_per_s", point.tokens_per_s * g.goodput_frac),
+        ):
+            rows[key].append(value)
+    return pl.DataFrame(rows, schema_overrides={"plan": pl.String})
+
+
+def goodput_scale_figure(
+    scaling: pl.DataFrame, *, title: str = "Goodput against the cluster size", width: int = PLOT_WIDTH_PX
+) -> figure:
+    """Goodput (%, left axis, renderer ``goodput``) and throughput with and without failures (tokens/s, right
+    axis, renderers ``ideal`` and ``effective``) over the node count (log axis), from ``goodput_scaling``.
+    ValueError when the frame is empty or lacks a column."""
+    missing = [c for c in SCALING_COLUMNS if c not in scaling.columns]
+    if missing or scaling.height == 0:
+        raise ValueError(f"goodput_scale_figure: need a non-empty goodput_scaling frame (missing: {missing})")
+    data = scaling.to_dict(as_series=False)
+    data["goodput_pct"] = [v * 100.0 for v in data["goodput_frac"]]
+    data["mtbf_h"] = [v / 3600.0 for v in data["mtbf_s"]]
+    source = ColumnDataSource(data)
+    fig = figure(
+        width=width,
+        height=340,
+        title=title,
+        x_axis_type="log",
+        x_axis_label="nodes",
+        y_axis_label="goodput (%)",
+        y_range=Range1d(0, 100),
+        tools="save,reset",
+    )
+    top = max(data["tokens_per_s"]) * 1.1
+    fig.extra_y_ranges = {"tokens": Range1d(0, top)}
+    fig.add_layout(LinearAxis(y_range_name="tokens", axis_label="tokens/s (cluster)"), "right")
+    good = fig.line("num_nodes", "goodput_pct", source=source, color=OKABE_ITO["vermillion"], line_width=2,
+                    legend_label="goodput", name="goodput")  # fmt: skip
+    fig.scatter("num_nodes", "goodput_pct", source=source, color=OKABE_ITO["vermillion"], size=6)
+    fig.line("num_nodes", "tokens_per_s", source=source, y_range_name="tokens", color=OKABE_ITO["sky_blue"],
+             line_dash="dashed", line_width=2, legend_label="tokens/s without failures", name="ideal")  # fmt: skip
+    fig.line("num_nodes", "goodput_tokens_per_s", source=source, y_range_name="tokens", color=OKABE_ITO["blue"],
+             line_width=2, legend_label="tokens/s with failures", name="effective")  # fmt: skip
+    fig.add_tools(
+        HoverTool(
+            renderers=[good],
+            tooltips=[
+                ("nodes", "@num_nodes"),
+                ("plan", "@plan"),
+                ("goodput", "@goodput_pct{0.0} %"),
+                ("job MTBF", "@mtbf_h{0,0.0} h"),
+                ("tokens/s with failures", "@goodput_tokens_per_s{0,0}"),
+            ],
+        )
+    )
+    fig.legend.location = "bottom_left"
+    fig.toolbar.logo = None
+    return fig
