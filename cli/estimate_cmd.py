@@ -279,7 +279,12 @@ def estimate_cmd(
         )
     failures, goodput_opts = load_goodput(kw)
     model, cluster, workload, plan = build_inputs(kw)
-    problems = plan.validate(model, cluster, workload)
+    uneven = False
+    if backend == "analytic":  # the analytic backend prices uneven stages when its framework runs them
+        from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework
+
+        uneven = load_framework(framework or DEFAULT_FRAMEWORK).uneven_stages
+    problems = plan.validate(model, cluster, workload, uneven_stages=uneven)
     if problems:
         raise click.ClickException("infeasible plan: " + " ".join(problems))
     options: dict[str, Any] = {"profile": profile_dir} if profile_dir else {}

@@ -166,10 +166,16 @@ def test_slow_backends_run_in_the_background(store: WorkbenchStore) -> None:
 
 def test_interleaved_schedule_gets_two_virtual_stages(store: WorkbenchStore) -> None:
     assert "interleaved-1f1b" not in store.disabled_schedules  # offered although vpp is 1 now
+    store.state.param.update(framework="megatron-lm-2021", zero_stage=0)  # equal stages only, no ZeRO
     store.state.schedule = "interleaved-1f1b"
     # 80 layers over pp=8: vpp in {1, 2, 5, 10 > MAX_VPP}; interleaving needs >= 2 (Narayanan et al. 2021, sec 2.2)
     assert store.state.param.vpp.objects == [1, 2, 5] and store.state.vpp == 2
     assert store.violations == [] and store.estimate is not None and store.estimate.plan.vpp == 2
+    # a stack with uneven stages (the generic profile) may put 80 layers on any pp*vpp <= 80 stages
+    store.state.framework = "generic"
+    assert store.state.param.vpp.objects == list(range(1, 9))
+    store.state.vpp = 3  # 24 stages: the remainder 8 layers go to the middle stages
+    assert store.violations == [] and store.estimate is not None and store.estimate.plan.vpp == 3
 
 
 def test_violations_go_to_their_record_control() -> None:

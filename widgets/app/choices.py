@@ -36,9 +36,14 @@ def _passing(candidates: list[int], keys: tuple[str, ...], ctx: RuleContext, **c
     return [c for c, good in zip(candidates, np.broadcast_to(ok, (len(candidates),)), strict=True) if good]
 
 
-def context(model: ModelSpec, workload: Workload) -> RuleContext:
-    """What the choice rules read of the model and the workload."""
-    return RuleContext(model=model, seq_len=workload.seq_len, global_batch_size=workload.global_batch_size)
+def context(model: ModelSpec, workload: Workload, *, uneven_stages: bool = False) -> RuleContext:
+    """What the choice rules read of the model and the workload (and whether the stack runs uneven stages)."""
+    return RuleContext(
+        model=model,
+        seq_len=workload.seq_len,
+        global_batch_size=workload.global_batch_size,
+        uneven_stages=uneven_stages,
+    )
 
 
 def tp_choices(ctx: RuleContext, num_devices: int) -> list[int]:
@@ -95,10 +100,17 @@ def nearest(value: int, options: list[int]) -> int:
 
 
 def plan_choices(
-    model: ModelSpec, num_devices: int, workload: Workload, current: dict[str, int], schedule: str
+    model: ModelSpec,
+    num_devices: int,
+    workload: Workload,
+    current: dict[str, int],
+    schedule: str,
+    *,
+    uneven_stages: bool = False,
 ) -> tuple[dict[str, list[int]], dict[str, int]]:
     """Valid options of every degree selector and the value each moves to (the current one if still valid,
-    else the nearest), in dependency order tp -> cp -> pp -> vpp, micro-batch, ep; dp is what remains."""
+    else the nearest), in dependency order tp -> cp -> pp -> vpp, micro-batch, ep; dp is what remains.
+    ``uneven_stages``: the chosen stack runs stages of different layer counts."""
     options: dict[str, list[int]] = {}
     picks: dict[str, int] = {}
 
@@ -106,7 +118,7 @@ def plan_choices(
         options[field], picks[field] = valid, nearest(current[field], valid)
         return picks[field]
 
-    n, ctx = num_devices, context(model, workload)
+    n, ctx = num_devices, context(model, workload, uneven_stages=uneven_stages)
     tp = pick("tp", tp_choices(ctx, n) or [1])
     cp = pick("cp", cp_choices(ctx, n // tp) if n % tp == 0 else [1])
     pp = pick("pp", pp_choices(ctx, n // (tp * cp)) if n % (tp * cp) == 0 else [1])

@@ -129,6 +129,11 @@ class WorkbenchStore(param.Parameterized):
         except Exception as exc:  # a broken third-party entry point must not take the app down
             return f"cannot load: {exc}"
 
+    def _uneven_stages(self) -> bool:
+        """Whether the plan is priced by a stack that runs uneven stages (the analytic backend with the chosen
+        framework profile); other backends keep equal stages."""
+        return self.state.backend == "analytic" and bool(self.framework().uneven_stages)
+
     def framework(self) -> Any:
         """The chosen framework profile."""
         from workbench.presets.frameworks import load_framework
@@ -261,7 +266,9 @@ class WorkbenchStore(param.Parameterized):
         """
         s = self.state
         current = {f: getattr(s, f) for f in DEGREE_FIELDS}
-        options, picks = choices.plan_choices(model, cluster.num_devices, workload, current, s.schedule)
+        options, picks = choices.plan_choices(
+            model, cluster.num_devices, workload, current, s.schedule, uneven_stages=self._uneven_stages()
+        )
         dp = cluster.num_devices // (picks["tp"] * picks["cp"] * picks["pp"]) or 1
         with self.batch():
             self._set_options(options, widen=True)  # the old and the new values are both valid here...
@@ -291,7 +298,7 @@ class WorkbenchStore(param.Parameterized):
         self.disabled_schedules = choices.schedule_disabled_reasons(plan, workload, self.framework())
         if self.state.param.schedule.objects != list(self._schedule_names()):
             self.state.param.schedule.objects = list(self._schedule_names())
-        violations = plan.violations(model, cluster, workload)
+        violations = plan.violations(model, cluster, workload, uneven_stages=self._uneven_stages())
         if violations:
             self.param.update(estimate=None, violations=violations, error="")
             return

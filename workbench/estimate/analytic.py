@@ -116,15 +116,14 @@ def estimate_plan(
     allow_uneven_layers: bool = False,
 ) -> Estimate:
     """Cost one plan with the analytic model. ``calibration``: a Calibration, a calibration file name or path
-    (default ``profiles/calibration/default.toml``). ``allow_uneven_layers`` waives the rule that pp*vpp
-    divides the layers (see :func:`workbench.cost.step.stage_holdings`). Raises ValueError listing every
-    violated plan rule."""
-    problems = plan.validate(model, cluster, workload)
-    if allow_uneven_layers:
-        problems = [p for p in problems if "must divide the" not in p or "layers" not in p]
+    (default ``profiles/calibration/default.toml``). Stages may hold different layer counts when the framework
+    runs uneven stages or ``allow_uneven_layers`` says so (see :func:`workbench.cost.step.stage_holdings`).
+    Raises ValueError listing every violated plan rule."""
+    cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration or "default")
+    uneven = allow_uneven_layers or cal.framework.uneven_stages
+    problems = plan.validate(model, cluster, workload, uneven_stages=uneven)
     if problems:
         raise ValueError("infeasible plan: " + " ".join(problems))
-    cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration or "default")
     unsupported = cal.framework.unsupported(plan, dtype=workload.dtype)
     if unsupported:
         raise ValueError(f"framework {cal.framework.id} does not run: {'; '.join(unsupported)}")

@@ -87,17 +87,24 @@ def schedule_rule_mask(
 
 
 def rule_reasons(
-    cols: dict[str, np.ndarray], model: ModelSpec, workload: Workload, schedule_names: tuple[str, ...]
+    cols: dict[str, np.ndarray],
+    model: ModelSpec,
+    workload: Workload,
+    schedule_names: tuple[str, ...],
+    *,
+    uneven_stages: bool = False,
 ) -> np.ndarray:
     """Index into ``REASONS`` of the first rule each plan breaks, -1 if none (memory is not checked here).
 
     Every rule of the table with a ``reason`` is evaluated on the columns; rules without one never break in
-    the planner's space (``workbench.search.space``)."""
+    the planner's space (``workbench.search.space``). ``uneven_stages``: the stack runs stages of different
+    layer counts (``RuleContext.uneven_stages``)."""
     ctx = RuleContext(
         model=model,
         seq_len=workload.seq_len,
         global_batch_size=workload.global_batch_size,
         schedule_names=schedule_names,
+        uneven_stages=uneven_stages,
     )
     n = len(cols["tp"])
     broken = {key: np.zeros(n, dtype=bool) for key, _ in REJECTION_REASONS}

@@ -77,7 +77,13 @@ def _screen_chunk(
     token_budget: float,
     headroom_frac: float,
 ) -> None:
-    reasons = grid.rule_reasons(cols, ctx.model, ctx.workload, ctx.schedule_names)
+    reasons = grid.rule_reasons(
+        cols,
+        ctx.model,
+        ctx.workload,
+        ctx.schedule_names,
+        uneven_stages=ctx.step_ctx.cal.framework.uneven_stages,
+    )
     per_row = len(space.zero_stage) * len(space.recompute_code)
     for i, (key, _) in enumerate(grid.REASONS[: grid.MEMORY_REASON]):
         pools.rejections[key] += per_row * int(np.count_nonzero(reasons == i))

@@ -185,11 +185,16 @@ class ParallelPlan:
             parts.append(self.schedule)
         return " ".join(parts)
 
-    def validate(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> list[str]:
-        """Every violated constraint as a sentence a user can act on; an empty list means the plan is valid."""
-        return [v.sentence for v in self.violations(model, cluster, workload)]
+    def validate(
+        self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, uneven_stages: bool = False
+    ) -> list[str]:
+        """Every violated constraint as a sentence a user can act on; an empty list means the plan is valid.
+        ``uneven_stages``: the stack that runs it lets stages hold different layer counts."""
+        return [v.sentence for v in self.violations(model, cluster, workload, uneven_stages=uneven_stages)]
 
-    def violations(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> list[Violation]:
+    def violations(
+        self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, uneven_stages: bool = False
+    ) -> list[Violation]:
         """Every broken rule of the rule table (``workbench.specs.rules``) as a record: key, control, sentence."""
         from workbench.specs.rules import RuleContext, plan_violations
 
@@ -199,6 +204,7 @@ class ParallelPlan:
             seq_len=workload.seq_len,
             global_batch_size=workload.global_batch_size,
             schedule_names=(self.schedule,),
+            uneven_stages=uneven_stages,
         )
         return plan_violations(self.rule_row(workload), ctx)
 

@@ -66,7 +66,7 @@ CONTROLS: tuple[str, ...] = (*PLAN_FIELDS, "cluster")
 
 REJECTION_REASONS: tuple[tuple[str, str], ...] = (
     ("heads", "tp does not split the attention and key/value heads"),
-    ("layers", "pp*vpp does not divide the layers"),
+    ("layers", "pp*vpp does not divide the layers (or, with uneven stages, exceeds them)"),
     ("batch", "dp*micro_batch_size does not divide the global batch"),
     ("sequence", "cp does not divide the sequence length"),
     ("experts", "ep does not divide dp*cp*tp"),
@@ -89,6 +89,10 @@ class RuleContext:
     """The workload's sequences per optimizer step."""
     schedule_names: tuple[str, ...] = ()
     """``schedule_code`` i means ``schedule_names[i]``."""
+    uneven_stages: bool = False
+    """The stack lets pipeline stages hold different layer counts (``FrameworkProfile.uneven_stages``): then
+    pp * vpp need only not exceed the layers (the remainder goes to the middle stages,
+    ``workbench.cost.step.stage_layer_span``); else it must divide them."""
 
     def need_model(self) -> ModelSpec:
         if self.model is None:
@@ -220,10 +224,18 @@ PLAN_RULES: tuple[Rule, ...] = (
         control="pp",
         reason="layers",
         reads=("pp", "vpp"),
-        mask=lambda c, ctx: ctx.need_model().num_layers % (np.asarray(c["pp"]) * c["vpp"]) != 0,
+        mask=lambda c, ctx: (
+            np.asarray(c["pp"]) * c["vpp"] > ctx.need_model().num_layers
+            if ctx.uneven_stages
+            else ctx.need_model().num_layers % (np.asarray(c["pp"]) * c["vpp"]) != 0
+        ),
         sentence=lambda r, ctx: (
-            f"pp*vpp = {r['pp']}*{r['vpp']} = {r['pp'] * r['vpp']} must divide the "
-            f"{ctx.need_model().num_layers} layers."
+            f"pp*vpp = {r['pp']}*{r['vpp']} = {r['pp'] * r['vpp']} must "
+            + (
+                f"not exceed the {ctx.need_model().num_layers} layers (a stage holds at least one)."
+                if ctx.uneven_stages
+                else f"divide the {ctx.need_model().num_layers} layers (this stack runs equal stages)."
+            )
         ),
     ),
     Rule(
