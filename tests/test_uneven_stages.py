@@ -63,3 +63,14 @@ def test_deepseek_v3_plans_at_pp16_ep64() -> None:
     result = search(model, cluster, workload, Constraints(fixed={"pp": 16, "ep": 64}), top_k=2)
     assert result.plans.height > 0
     assert set(result.plans["pp"].to_list()) == {16} and set(result.plans["ep"].to_list()) == {64}
+
+
+def test_published_runs_may_waive_the_layers_rule() -> None:
+    """Validation rows transcribe layer counts without their embedding/head stages (Zero Bubble's 30-layer
+    model on pp8 x vpp4): ``allow_uneven_layers`` waives the rule, so they are still priced."""
+    model = load_model("llama-3.1-8b")  # 32 layers
+    cluster, workload = load_cluster("dgx-h100", num_nodes=8), Workload(seq_len=4096, global_batch_size=256)
+    plan = ParallelPlan(dp=2, pp=32, vpp=2, schedule="interleaved-1f1b")  # 64 stages > 32 layers
+    with pytest.raises(ValueError, match="must not exceed the 32 layers"):
+        estimate_plan(model, cluster, workload, plan)
+    assert estimate_plan(model, cluster, workload, plan, allow_uneven_layers=True).plan.pp == 32

@@ -117,11 +117,12 @@ def estimate_plan(
 ) -> Estimate:
     """Cost one plan with the analytic model. ``calibration``: a Calibration, a calibration file name or path
     (default ``profiles/calibration/default.toml``). Stages may hold different layer counts when the framework
-    runs uneven stages or ``allow_uneven_layers`` says so (see :func:`workbench.cost.step.stage_holdings`).
-    Raises ValueError listing every violated plan rule."""
+    runs uneven stages (see :func:`workbench.cost.step.stage_holdings`); ``allow_uneven_layers`` waives the
+    layers rule altogether (published runs whose layer counts are transcribed without their embedding or head
+    stages). Raises ValueError listing every violated plan rule."""
     cal = calibration if isinstance(calibration, Calibration) else load_calibration(calibration or "default")
-    uneven = allow_uneven_layers or cal.framework.uneven_stages
-    problems = plan.validate(model, cluster, workload, uneven_stages=uneven)
+    broken = plan.violations(model, cluster, workload, uneven_stages=cal.framework.uneven_stages)
+    problems = [v.sentence for v in broken if not (allow_uneven_layers and v.key == "layers")]
     if problems:
         raise ValueError("infeasible plan: " + " ".join(problems))
     unsupported = cal.framework.unsupported(plan, dtype=workload.dtype)
