@@ -54,6 +54,13 @@ def _plan_options(f: Any) -> Any:
         click.option("--micro-batch", type=count(L.MAX_GLOBAL_BATCH_SIZE), default=1, show_default=True),
         click.option("--zero", type=count(3, minimum=0), default=0, show_default=True),
         click.option(
+            "--zero-shard",
+            type=count(L.MAX_DEVICES),
+            default=None,
+            help="Hybrid sharding (HSDP): shard the ZeRO states over groups of this many dp*cp ranks and "
+            "replicate them over the rest (default: one group of all dp*cp).",
+        ),
+        click.option(
             "--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True
         ),
         click.option(
@@ -102,6 +109,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         vpp=kw["vpp"],
         micro_batch_size=kw["micro_batch"],
         zero_stage=kw["zero"],
+        zero_shard=kw.get("zero_shard"),
         sequence_parallel=sp,
         recompute=kw["recompute"],
         schedule=kw["schedule"],

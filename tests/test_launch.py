@@ -284,6 +284,11 @@ def test_kill_job_processes_ends_every_process_marked_with_the_run(tmp_path: Pat
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)
     marked = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
     try:
+        # until the child has exec'd, /proc shows the parent's environment (no marker): wait for it under load
+        marker = f"{ENV_RUN_MARKER}={tmp_path.resolve()}".encode()
+        deadline = time.monotonic() + 10
+        while marker not in Path(f"/proc/{marked.pid}/environ").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert kill_job_processes(tmp_path, timeout_s=5) == [marked.pid]
         assert marked.wait(timeout=5) == -signal.SIGKILL
         assert other.poll() is None

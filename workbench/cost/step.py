@@ -134,6 +134,7 @@ def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray
         "dp": plan.dp,
         "ep": plan.ep,
         "etp": plan.expert_tp,
+        "zero_shard": plan.shard_group,
         "vpp": plan.vpp,
         "micro_batch_size": plan.micro_batch_size,
         "zero_stage": plan.zero_stage,
@@ -158,6 +159,12 @@ def strides(cols: Cols) -> dict[str, Array]:
     }
     out["dpcp"] = np.where(cp > 1, out["cp"], out["dp"])
     return out
+
+
+def shard_group(cols: Cols) -> Array:
+    """Ranks the non-expert ZeRO states are sharded over: the plan's ``zero_shard`` column (HSDP), else all of
+    dp*cp (``ParallelPlan.shard_group``)."""
+    return cols.get("zero_shard", cols["dp"] * cols["cp"])
 
 
 def tokens(ctx: StepContext, cols: Cols) -> Array:
@@ -283,7 +290,7 @@ def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: tuple[Array, Arr
     (``mean_layer_compute_s``, or measured). Each call is priced with its own latency terms at the per-layer
     message size (small layers at hundreds of ranks are latency-bound). 0 without ZeRO-3 or dp*cp = 1."""
     model, fw = ctx.model, ctx.cal.framework
-    n, stride = cols["dp"] * cols["cp"], strides(cols)["dpcp"]
+    n, stride = shard_group(cols), strides(cols)["dpcp"]
     layer_bytes = model.layer_parameters(model.num_layers - 1) / cols["tp"] * ctx.param_bytes
     eff = fw.collective_efficiency_frac
     ag = all_gather_s(ctx.cluster, layer_bytes, n, stride, eff)
@@ -391,33 +398,43 @@ def dp_comm_s(
     """Data-parallel reduction of one step after the last backward, seconds (exposed, hidden). ZeRO 0
     all-reduces the gradients; 1-2 reduce-scatter them and all-gather the updated weights; 3 does its work per
     layer (``fsdp_layer_s``); by the stage the stack executes (``zero_exec``). Non-expert weights reduce over
-    dp*cp, experts over the expert-data-parallel group. With ``overlap_grad_reduce`` the reduction runs in
+    dp*cp, experts over the expert-data-parallel group. With hybrid sharding (``zero_shard``: shard groups of k
+    ranks, replicated r = dp*cp/k times) the reduce-scatter and all-gather stay inside a shard group and each
+    rank's 1/k shard of the gradients is all-reduced over the r replicas (for ZeRO-3 too, once per step). With ``overlap_grad_reduce`` the reduction runs in
     buckets of ``grad_bucket_params`` behind the last micro-batch's backward on a pipeline rank (``whole``: the
     whole model's ``share_s``, of which a rank runs 1/pp), the last bucket exposed; with ``overlap_param_gather``
     the all-gather runs behind the next step's first forward, the first bucket exposed
     (:mod:`workbench.cost.overlap`)."""
     fw, s = ctx.cal.framework, strides(cols)
     eff, g, z = fw.collective_efficiency_frac, fw.grad_bytes_per_param, zero_exec(ctx, cols)
-    groups = (
-        (dense_params, cols["dp"] * cols["cp"], s["dpcp"]),
-        (expert_params, _expert_dp(cols), cols["ep"] * expert_tp(cols)),
+    dpcp, shard = cols["dp"] * cols["cp"], shard_group(cols)
+    groups = (  # (parameters, ranks, stride, shard group within them)
+        (dense_params, dpcp, s["dpcp"], np.where(z > 0, shard, dpcp)),
+        (expert_params, _expert_dp(cols), cols["ep"] * expert_tp(cols), _expert_dp(cols)),
     )
     reduce: Array = 0.0
     gather: Array = 0.0
     tails: list[tuple[Array, Array]] = []
-    for params, n, stride in groups:
-        on = (params > 0) & (n > 1) & (z < 3)
+    for params, n, stride, k in groups:
+        replicas = np.maximum(n // np.maximum(k, 1), 1)
 
-        def reduction(count: Array, n: Array = n, stride: Array = stride) -> Array:
+        def reduction(
+            count: Array, n: Array = n, stride: Array = stride, k: Array = k, r: Array = replicas
+        ) -> Array:
+            """ZeRO 0: all-reduce over the n ranks; 1-3: reduce-scatter inside the shard group of k (ZeRO-3
+            does it per layer) and all-reduce the 1/k shard over the r = n/k replicas (HSDP)."""
             ar = all_reduce_s(ctx.cluster, count * g, n, stride, eff)
-            return np.where(z == 0, ar, reduce_scatter_s(ctx.cluster, count * g, n, stride, eff))
+            rs = np.where(z < 3, reduce_scatter_s(ctx.cluster, count * g, k, stride, eff), 0.0)
+            across = all_reduce_s(ctx.cluster, count * g / np.maximum(k, 1), r, stride * k, eff)
+            return np.where(z == 0, ar, rs + across)
 
         bucket = np.minimum(params, fw.grad_bucket_params)
-        ag = all_gather_s(ctx.cluster, params * ctx.param_bytes, n, stride, eff)
+        on = (params > 0) & (n > 1) & ((z < 3) | (replicas > 1))
+        ag = all_gather_s(ctx.cluster, params * ctx.param_bytes, k, stride, eff)
         reduce = reduce + np.where(on, reduction(params), 0.0)
-        gather = gather + np.where(on & (z > 0), ag, 0.0)
-        ag_bucket = all_gather_s(ctx.cluster, bucket * ctx.param_bytes, n, stride, eff)
-        tails.append((np.where(on, reduction(bucket), 0.0), np.where(on & (z > 0), ag_bucket, 0.0)))
+        gather = gather + np.where(on & (z > 0) & (z < 3), ag, 0.0)
+        ag_bucket = all_gather_s(ctx.cluster, bucket * ctx.param_bytes, k, stride, eff)
+        tails.append((np.where(on, reduction(bucket), 0.0), np.where(on & (z > 0) & (z < 3), ag_bucket, 0.0)))
     mix = fw.comm_interference_frac
     back, fore = whole["compute_b"] / cols["pp"], whole["compute_f"] / cols["pp"]
     red_tail, gat_tail = tails[0]  # the non-expert weights' bucket (the embedding's) is the last to reduce
@@ -428,8 +445,8 @@ def dp_comm_s(
 
 def optimizer_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
     """The optimizer step, HBM-bound: ``OPTIMIZER_BYTES_PER_PARAM`` per locally owned parameter (ZeRO >= 1
-    shards them over dp*cp) over the achievable HBM bandwidth."""
-    shard = np.where(cols["zero_stage"] >= 1, cols["dp"] * cols["cp"], 1)
+    shards them over the shard group: dp*cp, or ``zero_shard`` with HSDP) over the achievable HBM bandwidth."""
+    shard = np.where(cols["zero_stage"] >= 1, shard_group(cols), 1)
     return (dense_params + expert_params) / shard * OPTIMIZER_BYTES_PER_PARAM / ctx.hbm_bytes_per_s
 
 
@@ -498,7 +515,7 @@ def static_memory(ctx: StepContext, cols: Cols, held: Holdings) -> dict[str, Arr
         "grad_bytes": ctx.cal.framework.grad_bytes_per_param,
         "optimizer_bytes": ctx.optimizer_bytes,
     }
-    d = model_state_bytes(num_params=dense, dp=cols["dp"] * cols["cp"], **kw)
+    d = model_state_bytes(num_params=dense, dp=shard_group(cols), **kw)
     e = model_state_bytes(num_params=expert, dp=_expert_dp(cols), **kw)
     sizes = activation_sizes(ctx, cols)
     gathered = 2 * model.layer_parameters(model.num_layers - 1) / tp

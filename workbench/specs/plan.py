@@ -116,6 +116,11 @@ class ParallelPlan:
     """Sequences per micro-batch per data-parallel replica."""
     zero_stage: int = 0
     """0 = DDP, 1 = optimizer states sharded, 2 = plus gradients, 3 = plus parameters (FSDP)."""
+    zero_shard: int | None = None
+    """Hybrid sharding (HSDP, PyTorch FSDP's HYBRID_SHARD; ZeRO++'s secondary partition): the ZeRO states are
+    sharded over groups of ``zero_shard`` consecutive ranks of dp*cp and replicated over the
+    dp*cp / zero_shard groups, whose gradients are all-reduced. Needs zero_stage >= 1 and must divide dp*cp.
+    None: one shard group of all dp*cp ranks."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism alongside tp (norms and dropout sharded over the sequence)."""
     recompute: Recompute = Recompute.NONE
@@ -129,6 +134,8 @@ class ParallelPlan:
             check_int(self, field, maximum=PLAN_MAXIMUM[field][0], limit=PLAN_MAXIMUM[field][1])
         if self.etp is not None:
             check_int(self, "etp", maximum=MAX_DEVICES, limit="MAX_DEVICES")
+        if self.zero_shard is not None:
+            check_int(self, "zero_shard", maximum=MAX_DEVICES, limit="MAX_DEVICES")
         if self.num_devices > MAX_DEVICES:
             raise ValueError(
                 f"ParallelPlan: dp*tp*pp*cp = {self.dp}*{self.tp}*{self.pp}*{self.cp} = {self.num_devices:,} "
@@ -143,6 +150,11 @@ class ParallelPlan:
                 f"ParallelPlan: sequence_parallel must be true or false, got {self.sequence_parallel!r}"
             )
         check_choice(self, "recompute", Recompute)
+        if self.zero_shard is not None and (self.zero_stage == 0 or (self.dp * self.cp) % self.zero_shard):
+            raise ValueError(
+                f"ParallelPlan: zero_shard={self.zero_shard} needs zero_stage >= 1 (got {self.zero_stage}) and must "
+                f"divide dp*cp = {self.dp * self.cp}"
+            )
         try:
             order = tuple(Axis(a) for a in self.rank_order)
         except (ValueError, TypeError):
@@ -157,6 +169,11 @@ class ParallelPlan:
     @property
     def num_devices(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks one ZeRO state is sharded over: ``zero_shard``, or all of dp*cp."""
+        return self.zero_shard if self.zero_shard is not None else self.dp * self.cp
 
     @property
     def expert_tp(self) -> int:
@@ -177,6 +194,8 @@ class ParallelPlan:
         if self.etp is not None:
             parts.append(f"etp{self.etp}")
         parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
+        if self.zero_shard is not None and self.zero_shard != self.dp * self.cp:
+            parts.append(f"hsdp{self.zero_shard}")
         if self.sequence_parallel:
             parts.append("sp")
         if self.recompute is not Recompute.NONE:
