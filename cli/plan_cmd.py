@@ -406,7 +406,8 @@ def _print_human(result: Any) -> None:
     cols, rows = _plan_rows(
         result.plans, result.objective, len(result.clusters) > 1, max(result.plans.height, 1)
     )
-    shown = rows[: max(int(result.plans["refined"].sum()), 10)]
+    refined = int(result.plans["refined"].sum())
+    shown = rows[: refined or 10]  # --top N shows the N refined plans; --top 0 the 10 best screened ones
     print_table("Best plans (* = screened only, not refined; ! = does not fit after refinement)", cols, shown)
     if result.explanation:
         click.echo(f"why: {result.explanation}")

@@ -111,3 +111,10 @@ def test_report_is_written(workbench_cli, tmp_path):
     out = tmp_path / "plan.html"
     workbench_cli(*SMALL, "--report", str(out), check=True)
     assert out.stat().st_size > 100_000 and "<html" in out.read_text()[:2000].lower()
+
+
+def test_top_n_shows_n_plans(workbench_cli):
+    """``--top 3`` refines and shows three plans (it showed ten: the refined ones padded with screened ones)."""
+    out = workbench_cli(*SMALL, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("│ ") and line[2:4].strip().isdigit()]
+    assert [r.split("│")[1].strip() for r in rows] == ["1", "2", "3"]
