@@ -20,10 +20,10 @@ Run: ``.venv/bin/python benchmarks/bench_goodput.py`` (a few seconds; no GPU).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from workbench.estimate.analytic import estimate_plan
-from workbench.goodput import GoodputOptions, goodput_columns, load_failures, lost_replica_frac
-from workbench.goodput.checkpoint import RNG_BYTES_PER_DEVICE
+from workbench.goodput import GoodputOptions, cluster_goodput_columns, load_failures, state_bytes
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.specs.plan import ParallelPlan, Workload
 
@@ -41,25 +41,32 @@ def _row(label: str, g: dict, step_s: float) -> str:
 
 
 def _columns(cluster, size: float, step_s: float, failures, **options: object) -> dict:
-    g = goodput_columns(
-        num_devices=cluster.num_devices,
-        num_nodes=cluster.num_nodes,
-        devices_per_node=cluster.devices_per_node,
+    g = cluster_goodput_columns(
+        cluster,
+        dp=PLAN.dp,
+        tp=PLAN.tp,
+        cp=PLAN.cp,
+        pp=PLAN.pp,
         checkpoint_bytes=size,
         step_time_s=step_s,
-        lost_frac=lost_replica_frac(PLAN.dp, PLAN.tp, PLAN.cp, PLAN.pp, cluster.devices_per_node),
         failures=failures,
-        storage=cluster.storage,
         options=GoodputOptions(**options),  # type: ignore[arg-type]
     )
     return {k: float(v) for k, v in g.items()}
+
+
+def _checkpoint_bytes(model: Any, cluster: Any) -> float:
+    """bf16 weights (2 B) + fp32 master and Adam moments (12 B, ZeRO sec. 3.1) per parameter, once."""
+    return state_bytes(
+        model, weight_bytes_per_param=2.0, optimizer_bytes_per_param=12.0, num_devices=cluster.num_devices
+    ).total_bytes
 
 
 def part_a() -> None:
     model = load_model("llama-3.1-405b")
     cluster = load_cluster("dgx-h100", num_nodes=2048)
     est = estimate_plan(replace(model, num_layers=128), cluster, WORKLOAD, PLAN)
-    size = model.total_parameters() * (2 + 12) + RNG_BYTES_PER_DEVICE * cluster.num_devices
+    size = _checkpoint_bytes(model, cluster)
     failures = load_failures("llama3")
     print("(a) Llama 3.1 405B, 16,384 H100 (2,048 DGX H100), " + PLAN.describe() + ", seq 8192, batch 2048")
     print(
@@ -82,7 +89,7 @@ def part_b() -> float:
     model = load_model("llama-3.1-405b")
     tectonic = load_cluster("meta-grand-teton-h100").storage
     cluster = replace(load_cluster("dgx-h100", num_nodes=2048), storage=tectonic)
-    size = model.total_parameters() * (2 + 12) + RNG_BYTES_PER_DEVICE * cluster.num_devices
+    size = _checkpoint_bytes(model, cluster)
     step_s = 16.8e6 / (16384 * 400e12 / (6 * 405e9 + 12 * 126 * 16384 * 8192 / 2))  # Table 4: 400 TFLOP/s/GPU
     base = load_failures("llama3")
     print("\n(b) Llama 3 effective training time, published: 'higher than 90%' (arXiv:2407.21783 sec. 3.3.4)")

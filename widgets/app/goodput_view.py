@@ -34,7 +34,8 @@ def goodput_markdown(g: Any) -> str:
 
 
 class GoodputView(param.Parameterized):
-    """Failure-rate controls, a button, the figures of the run with failures (``result`` holds the last one)."""
+    """Failure-rate controls, a button, and the figures of the run with failures (the result goes to
+    ``store.goodput``)."""
 
     store = param.ClassSelector(class_=WorkbenchStore)
     failures = param.Selector(default="llama3", objects=["llama3"], doc="Failure-rate preset.")
@@ -60,7 +61,6 @@ class GoodputView(param.Parameterized):
         )
         self.interval = pn.pane.Bokeh(None, visible=False)
         self.scale = pn.pane.Bokeh(None, visible=False)
-        self.result: tuple[Any, Any] | None = None
 
     def compute(self) -> None:
         """Goodput of the Store's estimate and its scaling; a refusal (bad preset file, no estimate) is said in
@@ -79,7 +79,6 @@ class GoodputView(param.Parameterized):
         except (ValueError, OSError) as exc:
             self.text.object = f"Could not price failures: {exc}"
             return
-        self.result = (g, scaling)
         self.store.goodput = (est, g, scaling)
         self.text.object = goodput_markdown(g)
         self.interval.param.update(object=goodput_interval_figure(g), visible=True)

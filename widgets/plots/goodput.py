@@ -97,7 +97,7 @@ def goodput_scaling(
     node_counts: Sequence[int] | None = None,
 ) -> pl.DataFrame:
     """``est``'s plan scaled over data parallelism to other node counts (the same tp, pp, cp, ep and micro-batch;
-    counts whose dp does not divide the global batch are left out), each priced by the analytic backend and
+    counts where the scaled plan breaks a rule, e.g. dp not dividing the global batch, are left out), each priced by the analytic backend and
     :func:`workbench.goodput.estimate_goodput`: the ``SCALING_COLUMNS``. Default node counts: the cluster's,
     and powers of two from 1/8 to 8 x of it. More nodes fail more often, so goodput falls with size."""
     from workbench.estimate.analytic import estimate_plan
@@ -113,11 +113,10 @@ def goodput_scaling(
         if devices % model_parallel:
             continue
         scaled = replace(plan, dp=devices // model_parallel)
-        if scaled.num_microbatches(est.workload) == 0 or scaled.validate(
-            est.model, cluster.with_nodes(nodes), est.workload
-        ):
+        try:  # estimate_plan applies every plan rule, with the default framework's uneven stages
+            point = estimate_plan(est.model, cluster.with_nodes(nodes), est.workload, scaled)
+        except ValueError:
             continue
-        point = estimate_plan(est.model, cluster.with_nodes(nodes), est.workload, scaled)
         g = estimate_goodput(point, failures, options)
         for key, value in (
             ("num_nodes", nodes),

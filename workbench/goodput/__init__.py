@@ -8,7 +8,7 @@
 - :mod:`~workbench.goodput.simulate`: a Monte-Carlo simulation of the same process (checks the closed form).
 """
 
-from workbench.goodput.checkpoint import DEFAULT_STORAGE, CheckpointSize, checkpoint_bytes
+from workbench.goodput.checkpoint import DEFAULT_STORAGE, CheckpointSize, checkpoint_bytes, state_bytes
 from workbench.goodput.failures import FailureCause, FailureModel, failure_preset_names, load_failures
 from workbench.goodput.interval import (
     daly_interval_s,
@@ -20,6 +20,7 @@ from workbench.goodput.interval import (
 from workbench.goodput.model import (
     GoodputEstimate,
     GoodputOptions,
+    cluster_goodput_columns,
     estimate_goodput,
     goodput_columns,
     lost_replica_frac,
@@ -36,6 +37,7 @@ __all__ = [
     "GoodputOptions",
     "SimulatedRun",
     "checkpoint_bytes",
+    "cluster_goodput_columns",
     "daly_interval_s",
     "estimate_goodput",
     "failure_preset_names",
@@ -47,5 +49,6 @@ __all__ = [
     "run_totals",
     "segment_wall_s",
     "simulate_run",
+    "state_bytes",
     "young_interval_s",
 ]

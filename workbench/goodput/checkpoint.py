@@ -5,9 +5,8 @@ Adam moments), plus RNG states (small). Every device saves its shard; a state th
 dp replicas under ZeRO-0, the weights under ZeRO-1/2) is saved once, by one of its holders (PyTorch DCP
 deduplicates replicated items, ``dedup_save_plans``; Megatron-Core's ``--ckpt-fully-parallel-save`` spreads
 the replicated shards over the dp ranks). So the checkpoint is the sum over devices of the unique shards, which
-is the whole model state once: ``num_parameters * (weight + optimizer bytes per parameter)``. From an
-``Estimate`` it is the sum of each pipeline rank's per-device states times the devices of a stage, divided by
-how many devices hold each copy (see ``checkpoint_bytes``).
+is the whole model state once: ``num_parameters * (weight + optimizer bytes per parameter)`` (``state_bytes``,
+the one formula the estimate, the planner and the benchmark use).
 
 **Write.** The saved bytes are spread over every node (fully parallel save), so a synchronous save takes
 ``bytes / min(num_nodes * node_write, filesystem)``: each node writes its share, the file system caps the sum.
@@ -64,52 +63,34 @@ class CheckpointSize:
         return self.weights_bytes + self.optimizer_bytes + self.rng_bytes
 
 
-def expert_parameter_frac(model: ModelSpec) -> float:
-    """Share of the model's parameters that are routed-expert weights (0 for a dense model); the rest (and the
-    shared experts) replicate over dp*cp, the routed experts over the expert-data-parallel group."""
-    if not model.is_moe:
-        return 0.0
-    experts = model.num_moe_layers * model.num_experts * model.mlp_parameters(model.moe_ffn_hidden_size)
-    return experts / model.total_parameters()
-
-
-def _replicas(est: Estimate) -> float:
-    """Mean number of devices that hold each parameter's state when ZeRO does not shard it: dp*cp for the
-    non-expert weights, dp*cp*tp/(ep*expert_tp) for routed experts (weighted by their parameter share)."""
-    p = est.plan
-    dense = p.dp * p.cp
-    expert = max(p.dp * p.cp * p.tp / (p.ep * p.expert_tp), 1.0)
-    frac = expert_parameter_frac(est.model)
-    return (1.0 - frac) * dense + frac * expert
+def state_bytes(
+    model: ModelSpec, *, weight_bytes_per_param: float, optimizer_bytes_per_param: float, num_devices: int
+) -> CheckpointSize:
+    """The checkpoint of any plan of ``model``: every state once (module docstring), ``total_parameters`` x the
+    weight and the optimizer bytes per parameter, plus ``RNG_BYTES_PER_DEVICE`` per device. Bytes. However ZeRO,
+    HSDP or expert parallelism shard and replicate the states, the unique shards add up to this."""
+    n = model.total_parameters()
+    return CheckpointSize(
+        weights_bytes=n * weight_bytes_per_param,
+        optimizer_bytes=n * optimizer_bytes_per_param,
+        rng_bytes=RNG_BYTES_PER_DEVICE * num_devices,
+    )
 
 
 def checkpoint_bytes(est: Estimate) -> CheckpointSize:
-    """The checkpoint of ``est``'s plan from its memory table: per pipeline rank, ``parameters_bytes`` and
-    ``optimizer_states_bytes`` per device times the ``num_devices / pp`` devices of the stage, divided by
-    the replicas that hold the same state (``_replicas``; weights are sharded by ZeRO-3 and optimizer states
-    by ZeRO >= 1, and then every device's shard is unique). A stack that runs ZeRO-3 under a pipeline as
-    ZeRO-1 (``fsdp_reshard_with_pp`` false) keeps whole weights: between the two readings the one closer to
-    ``total_parameters * bytes of the dtype`` is taken. Exact for a dense model; for MoE exact when dense and
-    expert states use the same bytes per parameter."""
-    p, mem = est.plan, est.memory
-    per_stage = est.cluster.num_devices / p.pp
-    weights = per_stage * float(mem["parameters_bytes"].sum())
-    optimizer = per_stage * float(mem["optimizer_states_bytes"].sum())
-    replicas = _replicas(est)
-    if p.zero_stage < 3:
-        weights /= replicas
-    elif p.pp > 1:
-        from workbench.specs.hardware import BYTES_PER_ELEMENT, DType
+    """The checkpoint of ``est``'s plan (``state_bytes``) with the bytes per parameter of its workload: the
+    weights in the workload's dtype as the step model keeps them (``workbench.cost.layer.dtype_bytes``: 16-bit
+    for FP8 runs) and mixed-precision optimizer states with fp32 master weights
+    (``workbench.cost.step.optimizer_state_bytes_per_param``: 12 for AdamW). The planner prices the same
+    function with its framework's bytes (``workbench.search.planner.checkpoint_state_bytes``)."""
+    from workbench.cost.layer import dtype_bytes
+    from workbench.cost.step import optimizer_state_bytes_per_param
 
-        expected = est.model.total_parameters() * BYTES_PER_ELEMENT[DType(est.workload.dtype)]
-        if abs(np.log(weights / replicas / expected)) < abs(np.log(weights / expected)):
-            weights /= replicas
-    if p.zero_stage < 1:
-        optimizer /= replicas
-    return CheckpointSize(
-        weights_bytes=weights,
-        optimizer_bytes=optimizer,
-        rng_bytes=RNG_BYTES_PER_DEVICE * est.cluster.num_devices,
+    return state_bytes(
+        est.model,
+        weight_bytes_per_param=dtype_bytes(est.workload.dtype),
+        optimizer_bytes_per_param=optimizer_state_bytes_per_param(est.workload.optimizer),
+        num_devices=est.cluster.num_devices,
     )
 
 

@@ -40,7 +40,7 @@ from workbench.specs.limits import MAX_NODES, check_count
 if TYPE_CHECKING:
     from workbench.goodput.failures import FailureModel
     from workbench.specs.estimate import Estimate
-    from workbench.specs.hardware import StorageSpec
+    from workbench.specs.hardware import ClusterSpec, StorageSpec
 
 CHECKPOINT_MODES = ("sync", "async")
 ON_FAILURE = ("wait", "shrink")
@@ -138,6 +138,33 @@ def goodput_columns(
     }
 
 
+def cluster_goodput_columns(
+    cluster: ClusterSpec,
+    *,
+    dp: Any,
+    tp: Any,
+    cp: Any,
+    pp: Any,
+    checkpoint_bytes: Any,
+    step_time_s: Any,
+    failures: FailureModel,
+    options: GoodputOptions,
+) -> dict[str, Any]:
+    """``goodput_columns`` of plans on ``cluster`` (its devices, nodes and storage), the degrees and step times
+    of the plans as scalars or arrays (the lost share of replicas from ``lost_replica_frac``)."""
+    return goodput_columns(
+        num_devices=cluster.num_devices,
+        num_nodes=cluster.num_nodes,
+        devices_per_node=cluster.devices_per_node,
+        checkpoint_bytes=checkpoint_bytes,
+        step_time_s=step_time_s,
+        lost_frac=lost_replica_frac(dp, tp, cp, pp, cluster.devices_per_node),
+        failures=failures,
+        storage=cluster.storage,
+        options=options,
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GoodputEstimate:
     """Goodput of one plan: every figure of ``goodput_columns`` as a float, and the checkpoint's size."""
@@ -175,17 +202,17 @@ def estimate_goodput(
     """Goodput of ``est``'s plan on its cluster under ``failures`` (checkpoint size from its memory table,
     ``workbench.goodput.checkpoint.checkpoint_bytes``; storage from ``est.cluster.storage`` or the defaults)."""
     options = options or GoodputOptions()
-    c, p = est.cluster, est.plan
+    p = est.plan
     size = ck.checkpoint_bytes(est).total_bytes
-    cols = goodput_columns(
-        num_devices=c.num_devices,
-        num_nodes=c.num_nodes,
-        devices_per_node=c.devices_per_node,
+    cols = cluster_goodput_columns(
+        est.cluster,
+        dp=p.dp,
+        tp=p.tp,
+        cp=p.cp,
+        pp=p.pp,
         checkpoint_bytes=size,
         step_time_s=est.step_time_s,
-        lost_frac=lost_replica_frac(p.dp, p.tp, p.cp, p.pp, c.devices_per_node),
         failures=failures,
-        storage=c.storage,
         options=options,
     )
     values = {k: float(v) for k, v in cols.items()}

@@ -89,15 +89,18 @@ def _screen_per_size(
 def checkpoint_state_bytes(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, cal: Calibration
 ) -> float:
-    """Bytes of one checkpoint of any plan of ``model``: every state once (``workbench.goodput.checkpoint``),
-    ``total_parameters * (weight + optimizer bytes per parameter)`` as the step model counts them, plus the
-    RNG states of the devices. The same number as ``checkpoint_bytes(estimate)`` of a dense plan."""
+    """Bytes of one checkpoint of any plan of ``model`` (``workbench.goodput.checkpoint.state_bytes``) with the
+    weight and optimizer bytes per parameter the step model counts under ``cal``'s framework."""
     from workbench.cost.step import StepContext
-    from workbench.goodput.checkpoint import RNG_BYTES_PER_DEVICE
+    from workbench.goodput.checkpoint import state_bytes
 
     ctx = StepContext.build(model, cluster, workload, cal)
-    per_param = ctx.param_bytes + ctx.optimizer_bytes
-    return model.total_parameters() * per_param + RNG_BYTES_PER_DEVICE * cluster.num_devices
+    return state_bytes(
+        model,
+        weight_bytes_per_param=ctx.param_bytes,
+        optimizer_bytes_per_param=ctx.optimizer_bytes,
+        num_devices=cluster.num_devices,
+    ).total_bytes
 
 
 def add_goodput(
@@ -113,7 +116,7 @@ def add_goodput(
     """Set ``rank.GOODPUT_COLUMNS`` on ``rows`` (in place), one numpy pass per cluster size over its rows."""
     import numpy as np
 
-    from workbench.goodput import goodput_columns, lost_replica_frac, run_totals
+    from workbench.goodput import cluster_goodput_columns, run_totals
 
     for num_devices, cluster in clusters.items():
         group = [r for r in rows if int(r["num_devices"]) == num_devices]
@@ -123,15 +126,12 @@ def add_goodput(
         step = np.array([r["step_time_s"] for r in group], dtype=np.float64)
         ttt = np.array([r["time_to_train_s"] for r in group], dtype=np.float64)
         size = checkpoint_state_bytes(model, cluster, workload, cal)
-        g = goodput_columns(
-            num_devices=cluster.num_devices,
-            num_nodes=cluster.num_nodes,
-            devices_per_node=cluster.devices_per_node,
+        g = cluster_goodput_columns(
+            cluster,
+            **col,
             checkpoint_bytes=size,
             step_time_s=step,
-            lost_frac=lost_replica_frac(col["dp"], col["tp"], col["cp"], col["pp"], cluster.devices_per_node),
             failures=failures,
-            storage=cluster.storage,
             options=options,
         )
         g.update(run_totals(ttt, cluster.num_devices, g["goodput_frac"], g["spare_devices"]))
