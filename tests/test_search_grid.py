@@ -27,7 +27,8 @@ def test_schedule_mask_matches_schedule_rule_violations():
 
 
 def _plan(cols, i, names):
-    kw = {k: int(cols[k][i]) for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero_stage")}
+    keys = ("dp", "tp", "pp", "cp", "ulysses", "ep", "vpp", "micro_batch_size", "zero_stage")
+    kw = {k: int(cols[k][i]) for k in keys}
     return ParallelPlan(
         **kw,
         sequence_parallel=bool(cols["sequence_parallel"][i]),

@@ -27,6 +27,7 @@ def test_divisors_match_brute_force():
         ({"recompute": ("half",)}, "recompute"),
         ({"zero_stages": (4,)}, "zero_stages"),
         ({"micro_batch_sizes": (0,)}, "micro_batch_sizes"),
+        ({"cp_kinds": ("spiral",)}, "cp_kinds"),
     ],
 )
 def test_constraints_reject_bad_values_naming_the_field(kwargs, field):
@@ -42,7 +43,8 @@ def _brute_force_count(model, n, c: Constraints, nvlink: int) -> int:
             continue
         sps = 1 if tp == 1 else len(c.sequence_parallel)
         pipes = 1 if pp == 1 else sum(1 if required_vpp(s) else 8 for s in c.schedules)
-        count += sps * pipes
+        # every divisor of cp is a Ulysses degree (ring 1, Ulysses cp, USP between: all kinds allowed)
+        count += sps * pipes * len([u for u in range(1, cp + 1) if cp % u == 0])
     eps = len(divisors(model.num_experts)) if model.is_moe else 1
     return count * eps * len(c.micro_batch_sizes) * len(c.zero_stages) * len(c.recompute)
 

@@ -13,8 +13,10 @@ Communication volumes per layer and micro-batch (bytes per device; e = 2 bytes p
 - TP (Megatron, Shoeybi et al. 2019; with sequence parallelism Korthikanti et al. 2022 section 4.2.2): two
   all-reduces (or two all-gathers + two reduce-scatters, the same time) of ``tokens*h*e`` forward and two
   backward; full recompute repeats the forward ones.
-- CP (ring attention, Liu et al. 2023, arXiv:2310.01889): cp-1 ring steps each passing this rank's K and V
-  block forward; backward passes K, V and their gradients (2x).
+- CP = ulysses x ring (``ParallelPlan.ulysses``). Ring (ring attention, Liu et al. 2023, arXiv:2310.01889):
+  ring-1 steps each passing this rank's K and V block forward; backward passes K, V and their gradients (2x).
+  Ulysses (Jacobs et al. 2023, arXiv:2309.14509): four all-to-alls of Q, K, V and the output forward, four
+  backward (``ulysses_all_to_all_s``), exposed; the hybrid (USP, Fang & Zhao 2024) runs both.
 - EP (GShard, Lepikhin et al. 2020): a dispatch and a combine of the routed copies, ``tokens*k*cf*h/tp``
   values forward and the same backward (``moe_dispatch_s``).
 
@@ -122,9 +124,11 @@ def layer_costs(
     moe_layer: bool,
     capacity_factor: float | None = None,
     etp: Array = 1,
+    ulysses: Array = 1,
 ) -> LayerCosts:
     """One layer's costs; ``tokens`` = micro_batch * seq_len / cp, recompute coded 0/1/2, ``capacity_factor``
-    the workload's (None: dropless), ``etp`` the expert tensor-parallel degree. The framework's
+    the workload's (None: dropless), ``etp`` the expert tensor-parallel degree, ``ulysses`` the cp ranks that
+    exchange heads by all-to-all (the rest of cp is the ring, ``ParallelPlan.ulysses``). The framework's
     ``host_overhead_per_layer_s`` is added to the forward and once more to the backward pass."""
     fw = cal.framework
     load = routed_load(fw, capacity_factor)
@@ -157,7 +161,8 @@ def layer_costs(
                 head_dim=model.qk_head_dim,
                 families=fw.cp_attention_kernels,
             )
-            attention = (np.where(cp > 1, ring[0], attention[0]), np.where(cp > 1, ring[1], attention[1]))
+            in_ring = cp > ulysses  # Ulysses alone calls the stack's ordinary kernels on whole sequences
+            attention = (np.where(in_ring, ring[0], attention[0]), np.where(in_ring, ring[1], attention[1]))
     mm = op_times(
         [o for o in ops if o.kind == "matmul"],
         peak_flop_per_s=rates.mm_peak,
@@ -203,20 +208,27 @@ def layer_costs(
         tail=tail,
         interference=mix,
     )
-    # cp: cp - 1 ring steps each passing this rank's K and V block; backward passes them and their gradients
-    kv_heads = (
-        model.num_attention_heads if model.attention is AttentionKind.MLA else model.num_key_value_heads
+    # cp = ulysses x ring. Ring: ring - 1 steps each passing a K and V block (after Ulysses' exchange a rank
+    # holds ulysses x the tokens of 1/ulysses of the heads: the same bytes); backward passes them and their
+    # gradients. Ulysses: its all-to-alls are exposed (neither DeepSpeed nor TE's a2a overlaps them).
+    ring = cp / ulysses
+    kv_block = tokens * 2 * _kv_heads(model) * model.head_dim / tp * ACT_BYTES
+    ring_comm = (ring - 1) * p2p_s(cluster, kv_block, cp_stride * ulysses, eff)
+    share = (ring - 1) / ring
+    uly = ulysses_all_to_all_s(
+        model, cluster, tokens=tokens, tp=tp, ulysses=ulysses, stride=cp_stride, eff=eff
     )
-    kv_block = tokens * 2 * kv_heads * model.head_dim / tp * ACT_BYTES
-    cp_comm = (cp - 1) * p2p_s(cluster, kv_block, cp_stride, eff)
-    share = (cp - 1) / cp
-    cp_f = overlap(cp_comm, rest.attention_core_fwd_s * slow * share, on=fw.cp_comm_overlap, interference=mix)
+    cp_f = overlap(
+        ring_comm, rest.attention_core_fwd_s * slow * share, on=fw.cp_comm_overlap, interference=mix
+    )
     cp_b = overlap(
-        cp_comm * np.where(full, 3.0, 2.0),
+        ring_comm * np.where(full, 3.0, 2.0),
         (rest.attention_core_bwd_s + np.where(full, rest.attention_core_fwd_s, 0.0)) * slow * share,
         on=fw.cp_comm_overlap,
         interference=mix,
     )
+    cp_f_exposed = cp_f.exposed + uly
+    cp_b_exposed = cp_b.exposed + uly * np.where(full, 2.0, 1.0)
     # ep: dispatch + combine forward and backward, hidden behind another micro-batch's compute of the layer
     if moe_layer:
         ep_fwd, ep_bwd = moe_dispatch_s(
@@ -242,8 +254,8 @@ def layer_costs(
         comp_w,
         tp_f.exposed,
         tp_b.exposed,
-        cp_f.exposed,
-        cp_b.exposed,
+        cp_f_exposed,
+        cp_b_exposed,
         ep_f,
         ep_b,
         mm.fwd_flop + rest.fwd_flop,
@@ -251,6 +263,33 @@ def layer_costs(
         cp_f.hidden + cp_b.hidden,
         ep_hidden,
     )
+
+
+def _kv_heads(model: ModelSpec) -> int:
+    """Key/value heads a rank exchanges: every head under MLA (its K and V are per head once up-projected)."""
+    return model.num_attention_heads if model.attention is AttentionKind.MLA else model.num_key_value_heads
+
+
+def ulysses_all_to_all_s(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    *,
+    tokens: Array,
+    tp: Array,
+    ulysses: Array,
+    stride: Array,
+    eff: float = 1.0,
+) -> Array:
+    """One layer's forward DeepSpeed-Ulysses exchange (Jacobs et al. 2023, arXiv:2309.14509, section 3.1): an
+    all-to-all over the ``ulysses`` ranks (``stride`` apart) for each of Q, K and V (sequence-sharded in,
+    head-sharded out) and one for the attention output back, s; the backward repeats it for the gradients.
+    Each all-to-all carries this rank's ``tokens`` x its heads (per tp rank) x head_dim 16-bit values, so the
+    four move ``tokens x (2 x heads + 2 x kv_heads) x head_dim / tp`` values; the paper's per-link volume
+    ``4Nh/P`` is the MHA case. 0 where ulysses == 1."""
+    q = tokens * model.num_attention_heads * model.head_dim / tp * ACT_BYTES
+    kv = tokens * _kv_heads(model) * model.head_dim / tp * ACT_BYTES
+    one = all_to_all_s(cluster, q, ulysses, stride, eff)
+    return 2 * one + 2 * all_to_all_s(cluster, kv, ulysses, stride, eff)
 
 
 MOE_LAYER_KERNELS = 60

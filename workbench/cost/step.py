@@ -130,6 +130,7 @@ def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray
     cols = {
         "tp": plan.tp,
         "cp": plan.cp,
+        "ulysses": plan.ulysses,
         "pp": plan.pp,
         "dp": plan.dp,
         "ep": plan.ep,
@@ -242,6 +243,7 @@ def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
         "cp_stride": s["cp"],
         "capacity_factor": ctx.workload.capacity_factor,
         "etp": expert_tp(cols),
+        "ulysses": cols.get("ulysses", 1),
     }
     dense = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=False, **kw)
     moe = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=True, **kw) if ctx.model.is_moe else None

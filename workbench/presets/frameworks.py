@@ -22,7 +22,15 @@ DEFAULT_FRAMEWORK = "generic"
 runs use today, sharing its fitted constants) offering every schedule and feature the workbench models."""
 
 _FIELDS = {f.name for f in fields(FrameworkProfile)}
-_TUPLES = {"aliases", "fitted", "schedules", "zero_stages", "attention_kernels", "cp_attention_kernels"}
+_TUPLES = {
+    "aliases",
+    "fitted",
+    "schedules",
+    "zero_stages",
+    "attention_kernels",
+    "cp_attention_kernels",
+    "cp_kinds",
+}
 
 
 def frameworks_dir() -> Path:

@@ -40,6 +40,7 @@ def plan_from_row(row: dict[str, Any]) -> ParallelPlan:
         tp=int(row["tp"]),
         pp=int(row["pp"]),
         cp=int(row["cp"]),
+        ulysses=int(row.get("ulysses", 1)),
         ep=int(row["ep"]),
         vpp=int(row["vpp"]),
         micro_batch_size=int(row["micro_batch_size"]),

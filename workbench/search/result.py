@@ -47,6 +47,7 @@ PLAN_COLUMNS = (
     "num_nodes",
     "num_devices",
     *PLAN_FIELDS,
+    "ulysses",
     "plan",
     "num_microbatches",
 )
@@ -76,6 +77,9 @@ def describe(row: dict[str, Any]) -> str:
     """``ParallelPlan.describe()`` text from a row's plan columns (without building the plan)."""
     parts = [f"dp{row['dp']}", f"tp{row['tp']}", f"pp{row['pp']}"]
     parts += [f"{k}{row[k]}" for k in ("cp", "ep", "vpp") if row[k] > 1]
+    uly = row.get("ulysses", 1)
+    if uly > 1:
+        parts.append("ulysses" if uly == row["cp"] else f"usp{uly}")
     parts += [f"mbs{row['micro_batch_size']}", f"zero{row['zero_stage']}"]
     if row["sequence_parallel"]:
         parts.append("sp")

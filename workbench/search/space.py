@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
-from workbench.specs.framework import FrameworkProfile
+from workbench.specs.framework import CP_KINDS, FrameworkProfile
 from workbench.specs.limits import (
     MAX_CANDIDATES,
     MAX_DEVICES,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
 
-AXES: tuple[str, ...] = ("tp", "cp", "pp", "ep", "vpp", "micro_batch_size")
+AXES: tuple[str, ...] = ("tp", "cp", "ulysses", "pp", "ep", "vpp", "micro_batch_size")
 """Axes whose degrees ``Constraints.fixed`` and ``Constraints.maximum`` may name."""
 
 RECOMPUTE_CODES: tuple[str, ...] = tuple(r.value for r in Recompute)
@@ -44,6 +44,7 @@ RECOMPUTE_CODES: tuple[str, ...] = tuple(r.value for r in Recompute)
 AXIS_MAXIMUM: dict[str, tuple[int, str]] = {
     "tp": (MAX_DEVICES, "MAX_DEVICES"),
     "cp": (MAX_DEVICES, "MAX_DEVICES"),
+    "ulysses": (MAX_DEVICES, "MAX_DEVICES"),
     "pp": (MAX_DEVICES, "MAX_DEVICES"),
     "ep": (MAX_DEVICES, "MAX_DEVICES"),
     "vpp": (MAX_VPP, "MAX_VPP"),
@@ -96,6 +97,9 @@ class Constraints:
     recompute: tuple[str, ...] = RECOMPUTE_CODES
     sequence_parallel: tuple[bool, ...] = (False, True)
     """Allowed values when tp > 1 (tp = 1 always runs without)."""
+    cp_kinds: tuple[str, ...] = CP_KINDS
+    """How cp > 1 may share attention (``ParallelPlan.cp_kind``): ring, ulysses, usp; the ulysses degree is
+    searched over the divisors of cp that give an allowed kind."""
     schedules: tuple[str, ...] = tuple(s for s in SCHEDULE_NAMES if s not in ("v-half", "v-min"))
     """Allowed pipeline schedules (pp > 1). By default every built-in one except the memory-capped V-Half
     and V-Min, whose bubble the closed-form screen can only roughly price (``workbench.pipeline.bubble``)."""
@@ -150,6 +154,11 @@ class Constraints:
             )
         if not self.sequence_parallel:
             raise ValueError("Constraints: sequence_parallel needs at least one allowed value")
+        bad_cp = [k for k in self.cp_kinds if k not in CP_KINDS]
+        if bad_cp or not self.cp_kinds:
+            raise ValueError(
+                f"Constraints: cp_kinds {bad_cp or '()'} unknown; allowed: {', '.join(CP_KINDS)}"
+            )
 
     def allowed(self, axis: str, candidates: list[int], default_max: int | None = None) -> list[int]:
         """``candidates`` limited by ``fixed[axis]`` and ``maximum[axis]`` (or ``default_max``)."""
@@ -184,7 +193,10 @@ def framework_constraints(constraints: Constraints, framework: FrameworkProfile)
     changes["zero_stages"] = stages
     if not framework.sequence_parallel:
         changes["sequence_parallel"] = (False,)
-    for axis, offered in (("cp", framework.context_parallel), ("ep", framework.expert_parallel)):
+    kinds = tuple(k for k in constraints.cp_kinds if k in framework.cp_kinds)
+    changes["cp_kinds"] = kinds or ("ring",)
+    offers_cp = framework.context_parallel and bool(kinds)
+    for axis, offered in (("cp", offers_cp), ("ep", framework.expert_parallel)):
         if not offered:
             if constraints.fixed.get(axis, 1) > 1:
                 raise ValueError(
@@ -198,14 +210,14 @@ def framework_constraints(constraints: Constraints, framework: FrameworkProfile)
 class PlanSpace:
     """The plan space of one cluster size: a layout table times four independent axes.
 
-    ``layout`` rows are the (tp, sequence_parallel, cp, pp, vpp, schedule) combinations whose degrees fit the
+    ``layout`` rows are the (tp, sequence_parallel, cp, ulysses, pp, vpp, schedule) combinations whose degrees fit the
     device count (tp * cp * pp divides it; dp is the quotient). Every plan is one layout row combined with
     one value of each of ep, micro_batch_size, zero_stage and recompute_code (C order, recompute fastest).
     """
 
     num_devices: int
     layout: dict[str, np.ndarray]
-    """Columns tp, cp, pp, dp, vpp (int64), sequence_parallel (bool), schedule_code (int16: index into
+    """Columns tp, cp, ulysses, pp, dp, vpp (int64), sequence_parallel (bool), schedule_code (int16: index into
     ``schedule_names``)."""
     ep: np.ndarray
     micro_batch_size: np.ndarray
@@ -247,13 +259,16 @@ def _pipeline_table(
     return {"pp": arr[:, 0], "vpp": arr[:, 1], "schedule_code": arr[:, 2].astype(np.int16)}, names
 
 
-def _layout(tensor: list[tuple[int, bool]], cps: list[int], pipeline: dict[str, np.ndarray], n: int) -> dict:
-    """The (tensor, cp, pipeline) combinations whose tp * cp * pp divides ``n``, in C order of the three
-    lists. Built pp by pp from the (tp, cp) pairs that divide ``n``, so memory grows with the rows kept, not
-    with the full product of the three lists."""
+def _layout(
+    tensor: list[tuple[int, bool]], cps: list[tuple[int, int]], pipeline: dict[str, np.ndarray], n: int
+) -> dict:
+    """The (tensor, (cp, ulysses), pipeline) combinations whose tp * cp * pp divides ``n``, in C order of the
+    three lists. Built pp by pp from the (tp, cp) pairs that divide ``n``, so memory grows with the rows kept,
+    not with the full product of the three lists."""
     tp_all = np.array([t[0] for t in tensor], dtype=np.int64).reshape(-1)
     sp_all = np.array([t[1] for t in tensor], dtype=bool).reshape(-1)
-    cp_all = np.array(cps, dtype=np.int64).reshape(-1)
+    cp_all = np.array([c[0] for c in cps], dtype=np.int64).reshape(-1)
+    uly_all = np.array([c[1] for c in cps], dtype=np.int64).reshape(-1)
     t_idx, c_idx = (
         a.ravel() for a in np.meshgrid(np.arange(len(tp_all)), np.arange(len(cp_all)), indexing="ij")
     )
@@ -276,12 +291,25 @@ def _layout(tensor: list[tuple[int, bool]], cps: list[int], pipeline: dict[str, 
         "tp": tp_all[t_sel],
         "sequence_parallel": sp_all[t_sel],
         "cp": cp_all[c_sel],
+        "ulysses": uly_all[c_sel],
         "pp": pipeline["pp"][p_sel],
         "vpp": pipeline["vpp"][p_sel],
         "schedule_code": pipeline["schedule_code"][p_sel],
     }
     cols["dp"] = n // (cols["tp"] * cols["cp"] * cols["pp"])
     return cols
+
+
+def _cp_pairs(c: Constraints, candidates: list[int]) -> list[tuple[int, int]]:
+    """(cp, ulysses) pairs: each allowed cp with every divisor as its Ulysses degree whose kind
+    (``ParallelPlan.cp_kind``) the constraints allow; cp = 1 once."""
+    pairs = []
+    for cp in c.allowed("cp", candidates):
+        for u in c.allowed("ulysses", divisors(cp)):
+            kind = "none" if cp == 1 else "ring" if u == 1 else "ulysses" if u == cp else "usp"
+            if kind == "none" or kind in c.cp_kinds:
+                pairs.append((cp, u))
+    return pairs
 
 
 def build_space(model: ModelSpec, cluster: ClusterSpec, constraints: Constraints) -> PlanSpace:
@@ -310,7 +338,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, constraints: Constraints
     )
     return PlanSpace(
         num_devices=n,
-        layout=_layout(tensor, c.allowed("cp", divisors(n)), pipeline, n),
+        layout=_layout(tensor, _cp_pairs(c, divisors(n)), pipeline, n),
         ep=np.array(eps, dtype=np.int64),
         micro_batch_size=np.array(c.allowed("micro_batch_size", mbs), dtype=np.int64),
         zero_stage=np.array(sorted(set(c.zero_stages)), dtype=np.int64),

@@ -22,6 +22,11 @@ from workbench.specs.limits import check_real, shown
 if TYPE_CHECKING:
     from workbench.specs.plan import ParallelPlan
 
+CP_KINDS = ("ring", "ulysses", "usp")
+"""Context-parallel attention sharing: ring attention (Liu et al. 2023, arXiv:2310.01889; Transformer Engine
+``cp_comm_type="p2p"``), DeepSpeed-Ulysses' all-to-all of heads (Jacobs et al. 2023, arXiv:2309.14509; TE
+``"a2a"``) and the hybrid USP (Fang & Zhao 2024, arXiv:2405.07719; TE ``"a2a+p2p"``)."""
+
 DEFAULT_MICROBATCHES = ("mbs1", "stages")
 """Values of ``FrameworkProfile.default_microbatches``."""
 
@@ -73,7 +78,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
 so they exclude 0; overlap and fragmentation shares may be 0; the upper ends of the non-fractions are far above
 any stack (a gradient of 16 bytes per parameter, a second of host time per layer, 1 PiB of context)."""
 
-_STRING_TUPLES = ("aliases", "fitted", "attention_kernels")
+_STRING_TUPLES = ("aliases", "fitted", "attention_kernels", "cp_kinds")
 _FLAGS = (
     "sequence_parallel",
     "default_sequence_parallel",
@@ -131,6 +136,10 @@ class FrameworkProfile:
     default_sequence_parallel: bool = False
     """Sequence parallelism is on with tp > 1 unless a plan says otherwise (the stack's default flags)."""
     context_parallel: bool = False
+    cp_kinds: tuple[str, ...] = ("ring",)
+    """How the stack's context parallelism may share attention when cp > 1 (``ParallelPlan.cp_kind``): ``ring``
+    (key/value blocks passed around a ring), ``ulysses`` (all-to-all of heads) and ``usp`` (Ulysses inside,
+    ring across); see ``CP_KINDS``."""
     expert_parallel: bool = False
     fp8: bool = False
     uneven_stages: bool = False
@@ -266,6 +275,10 @@ class FrameworkProfile:
             raise ValueError(
                 f"{where}: attention kernel families {bad} unknown; allowed: {', '.join(ATTENTION_FAMILIES)}"
             )
+        if any(k not in CP_KINDS for k in self.cp_kinds):
+            raise ValueError(
+                f"{where}: cp_kinds must be among {', '.join(CP_KINDS)}, got {shown(self.cp_kinds)}"
+            )
         if self.default_microbatches not in DEFAULT_MICROBATCHES:
             raise ValueError(
                 f"{where}: default_microbatches must be one of {', '.join(DEFAULT_MICROBATCHES)}, "
@@ -346,6 +359,8 @@ class FrameworkProfile:
             out.append("sequence parallelism")
         if plan.cp > 1 and not self.context_parallel:
             out.append(f"cp={plan.cp} (no context parallelism)")
+        elif plan.cp > 1 and plan.cp_kind not in self.cp_kinds:
+            out.append(f"{plan.cp_kind} context parallelism (runs: {', '.join(self.cp_kinds) or 'none'})")
         if plan.ep > 1 and not self.expert_parallel:
             out.append(f"ep={plan.ep} (no expert parallelism)")
         return out + self.unsupported_dtype(dtype)

@@ -22,10 +22,13 @@ import numpy as np
 from workbench.specs.hardware import efficiency_points
 from workbench.specs.limits import MAX_HEAD_DIM, MAX_SEQ_LEN, check_count, check_real, shown
 
-ATTENTION_FAMILIES = ("fa2", "fa3", "cudnn", "sdpa")
+ATTENTION_FAMILIES = ("fa2", "fa3", "cudnn", "fa-triton", "sdpa")
 """Fused attention kernel families: FlashAttention-2 (Dao 2023), FlashAttention-3 (Shah et al. 2024, Hopper
-only), cuDNN fused attention (NVIDIA cuDNN 8.9+/9, Transformer Engine's default backend on Hopper), and
-``sdpa`` = whatever ``torch.nn.functional.scaled_dot_product_attention`` dispatches to (microbench tables)."""
+only), cuDNN fused attention (NVIDIA cuDNN 8.9+/9, Transformer Engine's default backend on Hopper),
+``fa-triton`` = FlashAttention written in Triton (flash-attn's ``flash_attn_triton.py``, the FlashAttention-1
+algorithm with an additive bias such as ALiBi; MPT's ``attn_impl: triton``, about half FA2's speed in the FA2
+paper's Fig. 4), and ``sdpa`` = whatever ``torch.nn.functional.scaled_dot_product_attention`` dispatches to
+(microbench tables)."""
 
 
 def interp_log(x: Any, xs: tuple[float, ...], ys: tuple[float, ...]) -> Any:

@@ -104,6 +104,11 @@ class ParallelPlan:
     """Pipeline stages' ranks (pipeline-parallel degree)."""
     cp: int = 1
     """Context-parallel degree (sequence split across ranks for attention)."""
+    ulysses: int = 1
+    """Of the cp ranks, how many exchange attention heads by all-to-all (DeepSpeed-Ulysses, Jacobs et al. 2023,
+    arXiv:2309.14509); the other cp / ulysses pass key/value blocks around a ring (ring attention, Liu et al.
+    2023). 1: ring only; cp: Ulysses only; in between: the hybrid USP (Fang & Zhao 2024, arXiv:2405.07719;
+    Transformer Engine's ``cp_comm_type="a2a+p2p"``), Ulysses inside, ring across. Must divide cp."""
     ep: int = 1
     """Expert-parallel degree: experts are split over ep ranks taken from dp * cp * tp (Megatron-Core)."""
     etp: int | None = None
@@ -132,6 +137,7 @@ class ParallelPlan:
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
             check_int(self, field, maximum=PLAN_MAXIMUM[field][0], limit=PLAN_MAXIMUM[field][1])
+        check_int(self, "ulysses", maximum=PLAN_MAXIMUM["cp"][0], limit=PLAN_MAXIMUM["cp"][1])
         if self.etp is not None:
             check_int(self, "etp", maximum=MAX_DEVICES, limit="MAX_DEVICES")
         if self.zero_shard is not None:
@@ -171,6 +177,13 @@ class ParallelPlan:
         return self.dp * self.tp * self.pp * self.cp
 
     @property
+    def cp_kind(self) -> str:
+        """How the cp ranks share attention: ``none`` (cp = 1), ``ring``, ``ulysses`` or ``usp`` (both)."""
+        if self.cp == 1:
+            return "none"
+        return "ring" if self.ulysses == 1 else "ulysses" if self.ulysses == self.cp else "usp"
+
+    @property
     def shard_group(self) -> int:
         """Ranks one ZeRO state is sharded over: ``zero_shard``, or all of dp*cp."""
         return self.zero_shard if self.zero_shard is not None else self.dp * self.cp
@@ -191,6 +204,8 @@ class ParallelPlan:
         """Short text such as ``dp8 tp8 pp4 vpp2 mbs1 zero1 sel 1f1b``."""
         parts = [f"dp{self.dp}", f"tp{self.tp}", f"pp{self.pp}"]
         parts += [f"{k}{v}" for k, v in (("cp", self.cp), ("ep", self.ep), ("vpp", self.vpp)) if v > 1]
+        if self.ulysses > 1:
+            parts.append("ulysses" if self.ulysses == self.cp else f"usp{self.ulysses}")
         if self.etp is not None:
             parts.append(f"etp{self.etp}")
         parts += [f"mbs{self.micro_batch_size}", f"zero{self.zero_stage}"]
@@ -230,7 +245,10 @@ class ParallelPlan:
     def rule_row(self, workload: Workload) -> dict[str, int]:
         """The plan as the rules read it (``workbench.specs.rules.RULE_COLUMNS``); schedule_code 0 stands for
         ``self.schedule``."""
-        row = {f: int(getattr(self, f)) for f in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size")}
+        row = {
+            f: int(getattr(self, f))
+            for f in ("dp", "tp", "pp", "cp", "ulysses", "ep", "vpp", "micro_batch_size")
+        }
         row["sequence_parallel"] = int(self.sequence_parallel)
         row["etp"] = 0 if self.etp is None else int(self.etp)
         return {**row, "schedule_code": 0, "num_microbatches": self.num_microbatches(workload)}

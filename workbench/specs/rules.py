@@ -34,6 +34,7 @@ RULE_COLUMNS: tuple[str, ...] = (
     "tp",
     "pp",
     "cp",
+    "ulysses",
     "ep",
     "etp",
     "vpp",
@@ -190,6 +191,12 @@ def _kv_mask(c: Columns, ctx: RuleContext) -> Any:
     return (m.attention != "mla") & (kv % tp != 0) & (tp % kv != 0)
 
 
+def _ulysses_heads_mask(c: Columns, ctx: RuleContext) -> Any:
+    m, split = ctx.need_model(), np.asarray(c["tp"]) * c["ulysses"]
+    kv_bad = (m.attention != "mla") & (m.num_key_value_heads % split != 0)
+    return (np.asarray(c["ulysses"]) > 1) & ((m.num_attention_heads % split != 0) | kv_bad)
+
+
 PLAN_RULES: tuple[Rule, ...] = (
     Rule(
         key="devices",
@@ -256,6 +263,33 @@ PLAN_RULES: tuple[Rule, ...] = (
         reads=("cp",),
         mask=lambda c, ctx: ctx.need_seq_len() % np.asarray(c["cp"]) != 0,
         sentence=lambda r, ctx: f"cp={r['cp']} must divide the sequence length {ctx.need_seq_len()}.",
+    ),
+    Rule(
+        key="ulysses_divides_cp",
+        control="cp",
+        reason="sequence",
+        reads=("cp", "ulysses"),
+        mask=lambda c, ctx: np.asarray(c["cp"]) % np.asarray(c["ulysses"]) != 0,
+        sentence=lambda r, ctx: (
+            f"ulysses={r['ulysses']} must divide cp={r['cp']} (the rest of cp is the ring)."
+        ),
+    ),
+    Rule(
+        key="ulysses_heads",
+        control="cp",
+        reason="heads",
+        reads=("tp", "ulysses"),
+        mask=_ulysses_heads_mask,
+        sentence=lambda r, ctx: (
+            f"tp*ulysses = {r['tp']}*{r['ulysses']} must divide the {ctx.need_model().num_attention_heads} "
+            "attention heads"
+            + (
+                ""
+                if ctx.need_model().attention == "mla"
+                else f" and the {ctx.need_model().num_key_value_heads} key/value heads"
+            )
+            + " (Ulysses' all-to-all hands each rank whole heads)."
+        ),
     ),
     Rule(
         key="ep_needs_moe",
@@ -341,7 +375,9 @@ PLAN_RULES: tuple[Rule, ...] = (
 )
 """Rules on the degrees, the model and the workload. Sources: Megatron splits whole attention heads and
 tp and the key/value heads must divide one another (MLA shares no KV heads, so only attention heads count);
-pp * vpp divides the layers; ep splits the routed experts inside dp * cp * tp (Megatron-Core); sequence
+pp * vpp divides the layers; Ulysses' all-to-all gives each of its ranks whole attention and key/value heads
+(Transformer Engine's ``cp_comm_type="a2a"`` asserts both head counts divide the a2a degree; DeepSpeed-Ulysses
+needs heads divisible by its degree); ep splits the routed experts inside dp * cp * tp (Megatron-Core); sequence
 parallelism shards along tp; 2 * cp load-balancing chunks are not required. ``timeline_size`` is the
 workbench's own bound: a step's simulated timeline holds at most ``limits.MAX_SIMULATED_STAGE_MICROBATCHES``
 (stage, micro-batch) pairs."""
