@@ -312,13 +312,25 @@ def layer_ops(
     return ops
 
 
-def head_ops(model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float) -> list[Op]:
+def head_ops(
+    model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float, loss_chunks: Array = 1
+) -> list[Op]:
     """Last stage: final norm, LM head GEMM (vocab split over tp) and the fp32 softmax cross-entropy, which
-    reads and writes the logits about 3 times in fp32 (Megatron's vocab-parallel cross-entropy)."""
+    reads and writes the logits about 3 times in fp32 (Megatron's vocab-parallel cross-entropy).
+    ``loss_chunks`` > 1: the head and the loss run chunk by chunk of the tokens (fused linear cross-entropy:
+    Liger-Kernel, Hsu et al. 2024, arXiv:2410.10989; Cut Cross-Entropy, Wijmans et al. 2024,
+    arXiv:2411.09009): the same FLOPs in GEMMs 1/loss_chunks the size, each chunk re-reading the weight."""
     h, v = model.hidden_size, model.vocab_size
     w = h * v / tp
+    flop = 2.0 * tokens * w
     return [
-        Op("lm_head", "matmul", 2.0 * tokens * w, act_bytes * (tokens * (h + v / tp) + w)),
+        Op(
+            "lm_head",
+            "matmul",
+            flop,
+            act_bytes * (tokens * (h + v / tp) + w * loss_chunks),
+            flop / loss_chunks,
+        ),
         Op("loss", "memory", 0.0, 3 * 4.0 * tokens * v / tp + act_bytes * tokens * h * 2),
     ]
 

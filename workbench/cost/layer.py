@@ -409,10 +409,18 @@ class EdgeCosts(NamedTuple):
 
 
 def edge_costs(
-    model: ModelSpec, cluster: ClusterSpec, cal: Calibration, *, dtype: DType | str, tokens: Array, tp: Array
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cal: Calibration,
+    *,
+    dtype: DType | str,
+    tokens: Array,
+    tp: Array,
+    loss_chunks: Array = 1,
 ) -> EdgeCosts:
+    """The embedding's and the LM head's (with its loss, in ``loss_chunks`` chunks) seconds per micro-batch."""
     rates = device_rates(cluster.device, dtype, cal)
-    head = head_ops(model, tokens=tokens, tp=tp, act_bytes=ACT_BYTES)
+    head = head_ops(model, tokens=tokens, tp=tp, act_bytes=ACT_BYTES, loss_chunks=loss_chunks)
     mm = op_times(  # the LM head stays 16-bit in FP8 runs (a plain linear outside TE's FP8 layers)
         [o for o in head if o.kind == "matmul"],
         peak_flop_per_s=rates.other_peak,

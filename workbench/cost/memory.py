@@ -150,7 +150,10 @@ def recompute_working_bytes(
     return np.select([recompute == 2, recompute == 1], [whole, sel], 0.0)
 
 
-def logits_bytes(model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float = 2.0) -> Array:
+def logits_bytes(
+    model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float = 2.0, loss_chunks: Array = 1
+) -> Array:
     """Last stage: logits of one micro-batch in 16 bits, their fp32 upcast for the loss and its fp32
-    gradient, alive together at the start of the backward (vocab split over tp)."""
-    return tokens * model.vocab_size / tp * (act_bytes + 4.0 + 4.0)
+    gradient, alive together at the start of the backward (vocab split over tp). With ``loss_chunks`` > 1
+    (fused linear cross-entropy, ``workbench.cost.flops.head_ops``) only one chunk's are alive at a time."""
+    return tokens / loss_chunks * model.vocab_size / tp * (act_bytes + 4.0 + 4.0)

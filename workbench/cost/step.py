@@ -46,6 +46,7 @@ from workbench.cost.memory import (
 )
 from workbench.cost.overlap import Overlapped, overlap
 from workbench.cost.placement import axis_stride, level_spans, pair_level_index
+from workbench.specs.hardware import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
@@ -131,6 +132,9 @@ def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray
         "tp": plan.tp,
         "cp": plan.cp,
         "ulysses": plan.ulysses,
+        "loss_chunks": plan.loss_chunks,
+        "offload_optimizer": plan.offload_optimizer,
+        "offload_activations": plan.offload_activations,
         "pp": plan.pp,
         "dp": plan.dp,
         "ep": plan.ep,
@@ -247,8 +251,54 @@ def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
     }
     dense = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=False, **kw)
     moe = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=True, **kw) if ctx.model.is_moe else None
-    edges = edge_costs(ctx.model, ctx.cluster, ctx.cal, dtype=ctx.workload.dtype, tokens=tok, tp=cols["tp"])
+    if np.any(cols.get("offload_activations", False)):
+        sizes = activation_sizes(ctx, {**cols, "offload_activations": False})
+        dense = _offload_transfers(ctx, cols, dense, sizes.dense_layer)
+        moe = _offload_transfers(ctx, cols, moe, sizes.moe_layer) if moe is not None else None
+    edges = edge_costs(
+        ctx.model,
+        ctx.cluster,
+        ctx.cal,
+        dtype=ctx.workload.dtype,
+        tokens=tok,
+        tp=cols["tp"],
+        loss_chunks=cols.get("loss_chunks", 1),
+    )
     return LayerPair(dense, moe, edges)
+
+
+HOST_ADAM_BYTES_PER_PARAM = 28.0
+"""Host-memory bytes an optimizer step offloaded to the CPUs streams per parameter: it reads the fp32 master
+weight and the two fp32 moments (12) and the 16-bit gradient (2), writes the three back (12) and the 16-bit
+weight for the device (2). ZeRO-Offload's CPU-Adam (Ren et al. 2021, arXiv:2101.06840, section 5.1) is
+vectorised so that this stream, not arithmetic, bounds it (ASSUMED: priced at the host's DRAM bandwidth)."""
+
+OFFLOAD_WORKING_LAYERS = 2
+"""Layers of activations a device keeps while the rest are offloaded: the one whose backward runs and the
+one being fetched back ahead of it (Megatron-Core ``--cpu-offloading``, Transformer Engine's
+``get_cpu_offload_context`` with double buffering)."""
+
+
+def host_path(ctx: StepContext) -> tuple[float, float]:
+    """(device <-> host copy bandwidth per device, host DRAM bandwidth per device), bytes/s: the cluster's
+    ``[storage]`` figures, else the ``StorageSpec`` defaults (PCIe Gen4 x16, one DDR5 socket per node)."""
+    st = ctx.cluster.storage or DEFAULT_STORAGE
+    return st.device_to_host_bytes_per_s, st.host_memory_bytes_per_s / ctx.cluster.devices_per_node
+
+
+def _offload_transfers(ctx: StepContext, cols: Cols, layer: LayerCosts, stored_bytes: Array) -> LayerCosts:
+    """``layer`` with its activations' trip to the host and back: the copy out runs during the layer's
+    forward, the copy in during the backward of the layer after it (one ahead), each exposed only beyond that
+    compute (:func:`workbench.cost.overlap.overlap`); the exposed part is added to the compute."""
+    pcie = host_path(ctx)[0]
+    on = np.asarray(cols.get("offload_activations", False), dtype=bool)
+    trip = stored_bytes / pcie
+    out = overlap(trip, layer.compute_f_s, on=True).exposed
+    back = overlap(trip, layer.compute_i_s + layer.compute_w_s, on=True).exposed
+    return layer._replace(
+        compute_f_s=layer.compute_f_s + np.where(on, out, 0.0),
+        compute_i_s=layer.compute_i_s + np.where(on, back, 0.0),
+    )
 
 
 def zero_exec(ctx: StepContext, cols: Cols) -> Array:
@@ -447,9 +497,17 @@ def dp_comm_s(
 
 def optimizer_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
     """The optimizer step, HBM-bound: ``OPTIMIZER_BYTES_PER_PARAM`` per locally owned parameter (ZeRO >= 1
-    shards them over the shard group: dp*cp, or ``zero_shard`` with HSDP) over the achievable HBM bandwidth."""
+    shards them over the shard group: dp*cp, or ``zero_shard`` with HSDP) over the achievable HBM bandwidth.
+    Offloaded (``offload_optimizer``, ZeRO-Offload: Ren et al. 2021, arXiv:2101.06840): the step runs on the
+    host, ``HOST_ADAM_BYTES_PER_PARAM`` over the host DRAM bandwidth per device, then the updated 16-bit
+    weights cross to the device; the gradients' trip to the host overlaps the backward pass (paper section
+    4.2) and is not counted."""
     shard = np.where(cols["zero_stage"] >= 1, shard_group(cols), 1)
-    return (dense_params + expert_params) / shard * OPTIMIZER_BYTES_PER_PARAM / ctx.hbm_bytes_per_s
+    local = (dense_params + expert_params) / shard
+    pcie, host = host_path(ctx)
+    offloaded = local * HOST_ADAM_BYTES_PER_PARAM / host + local * ctx.param_bytes / pcie
+    on = np.asarray(cols.get("offload_optimizer", False), dtype=bool)
+    return np.where(on, offloaded, local * OPTIMIZER_BYTES_PER_PARAM / ctx.hbm_bytes_per_s)
 
 
 class ActivationSizes(NamedTuple):
@@ -481,12 +539,16 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
     op = ctx.cal.framework.selective_recompute == "op"
     parts = ctx.dense_parts
     freed = float(np.clip(1 - parts.weight_grad_inputs / (parts.outside_tp + parts.inside_tp), 0, 1))
+    dense = layer_activation_bytes(ctx.dense_parts, selective_op=op, **kw)
+    moe = layer_activation_bytes(ctx.moe_parts, selective_op=op, **kw) if model.is_moe else 0.0
+    off = np.asarray(cols.get("offload_activations", False), dtype=bool)
+    working = np.where(off, OFFLOAD_WORKING_LAYERS * np.maximum(dense, moe), 0.0)
     return ActivationSizes(
-        dense_layer=layer_activation_bytes(ctx.dense_parts, selective_op=op, **kw),
-        moe_layer=layer_activation_bytes(ctx.moe_parts, selective_op=op, **kw) if model.is_moe else 0.0,
+        dense_layer=np.where(off, 0.0, dense),
+        moe_layer=np.where(off, 0.0, moe),
         embedding=tok * model.hidden_size * ACT_BYTES / np.where(cols["sequence_parallel"], tp, 1),
-        recompute_work=recompute_working_bytes(ctx.moe_parts, **kw),
-        logits=logits_bytes(model, tokens=tok, tp=tp),
+        recompute_work=recompute_working_bytes(ctx.moe_parts, **kw) + working,
+        logits=logits_bytes(model, tokens=tok, tp=tp, loss_chunks=cols.get("loss_chunks", 1)),
         freed_at_input_grad_frac=np.where(cols["recompute_code"] == 0, freed, 0.0),
     )
 
@@ -515,7 +577,7 @@ def static_memory(ctx: StepContext, cols: Cols, held: Holdings) -> dict[str, Arr
         "zero_stage": zero,
         "param_bytes": ctx.param_bytes,
         "grad_bytes": ctx.cal.framework.grad_bytes_per_param,
-        "optimizer_bytes": ctx.optimizer_bytes,
+        "optimizer_bytes": np.where(cols.get("offload_optimizer", False), 0.0, ctx.optimizer_bytes),
     }
     d = model_state_bytes(num_params=dense, dp=shard_group(cols), **kw)
     e = model_state_bytes(num_params=expert, dp=_expert_dp(cols), **kw)

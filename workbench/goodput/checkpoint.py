@@ -26,24 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench.specs.hardware import DEFAULT_STORAGE as DEFAULT_STORAGE  # re-exported: the goodput defaults
 from workbench.specs.hardware import StorageSpec
 
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate
     from workbench.specs.model import ModelSpec
 
-DEFAULT_STORAGE = StorageSpec(
-    node_write_bytes_per_s=10e9,
-    node_read_bytes_per_s=20e9,
-    filesystem_bytes_per_s=500e9,
-    device_to_host_bytes_per_s=25e9,
-    source=(
-        "ASSUMED defaults for a cluster without [storage]: 10 GB/s write and 20 GB/s read per node (a parallel "
-        "file-system client on one 200-400 Gb/s storage NIC), 500 GB/s aggregate file-system cap, 25 GB/s "
-        "device-to-host copy (PCIe Gen4 x16)"
-    ),
-)
-"""The storage path used when a cluster preset has no ``[storage]`` table (every number an assumption)."""
 
 RNG_BYTES_PER_DEVICE = 8192.0
 """RNG states saved per device: torch's CPU generator state (5,056 bytes, ``torch.get_rng_state()``), the CUDA

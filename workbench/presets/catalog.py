@@ -216,8 +216,19 @@ def _level_from_toml(data: Any, origin: str) -> NetworkLevel:
         raise ValueError(text if text.startswith(origin) else f"{origin}: {text}") from None
 
 
-STORAGE_KEYS = ("node_write_GBps", "node_read_GBps", "filesystem_GBps", "device_to_host_GBps")
+STORAGE_KEYS = (
+    "node_write_GBps",
+    "node_read_GBps",
+    "filesystem_GBps",
+    "device_to_host_GBps",
+    "host_memory_GBps",
+)
 """Keys of a cluster file's ``[storage]`` table (10^9 bytes/s); the first three are required, plus ``source``."""
+
+_OPTIONAL_STORAGE = {
+    "device_to_host_GBps": "device_to_host_bytes_per_s",
+    "host_memory_GBps": "host_memory_bytes_per_s",
+}
 
 
 def _storage_from_toml(data: Any, origin: str) -> StorageSpec:
@@ -228,9 +239,9 @@ def _storage_from_toml(data: Any, origin: str) -> StorageSpec:
     rates = {
         key: check_real(origin, f"key {key!r}", t.number(key), maximum=1e7, unit="GB/s")
         for key in STORAGE_KEYS
-        if key in t.data or key != "device_to_host_GBps"
+        if key in t.data or key not in _OPTIONAL_STORAGE
     }
-    extra = {"device_to_host_bytes_per_s": rates["device_to_host_GBps"] * 1e9} if len(rates) == 4 else {}
+    extra = {field: rates[key] * 1e9 for key, field in _OPTIONAL_STORAGE.items() if key in rates}
     return StorageSpec(
         node_write_bytes_per_s=rates["node_write_GBps"] * 1e9,
         node_read_bytes_per_s=rates["node_read_GBps"] * 1e9,

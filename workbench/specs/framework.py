@@ -100,6 +100,9 @@ _FLAGS = (
     "moe_fp8_dispatch",
     "moe_host_sync",
     "fp8_param_gather",
+    "chunked_loss",
+    "optimizer_offload",
+    "activation_offload",
 )
 
 
@@ -142,6 +145,12 @@ class FrameworkProfile:
     ring across); see ``CP_KINDS``."""
     expert_parallel: bool = False
     fp8: bool = False
+    chunked_loss: bool = False
+    """Runs the LM head and the loss chunk by chunk (fused linear cross-entropy; ``ParallelPlan.loss_chunks``)."""
+    optimizer_offload: bool = False
+    """Can keep the optimizer states in host memory and step on the CPUs (``ParallelPlan.offload_optimizer``)."""
+    activation_offload: bool = False
+    """Can move saved activations to host memory between forward and backward (``offload_activations``)."""
     uneven_stages: bool = False
     """Lets pipeline stages hold different numbers of layers."""
     default_microbatches: str = "mbs1"
@@ -363,6 +372,12 @@ class FrameworkProfile:
             out.append(f"{plan.cp_kind} context parallelism (runs: {', '.join(self.cp_kinds) or 'none'})")
         if plan.ep > 1 and not self.expert_parallel:
             out.append(f"ep={plan.ep} (no expert parallelism)")
+        if plan.loss_chunks > 1 and not self.chunked_loss:
+            out.append(f"loss_chunks={plan.loss_chunks} (no chunked cross-entropy)")
+        if plan.offload_optimizer and not self.optimizer_offload:
+            out.append("optimizer offload to host memory")
+        if plan.offload_activations and not self.activation_offload:
+            out.append("activation offload to host memory")
         return out + self.unsupported_dtype(dtype)
 
     def unsupported_dtype(self, dtype: str) -> list[str]:

@@ -173,10 +173,11 @@ class NetworkLevel:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StorageSpec:
-    """The checkpoint path of a cluster: what one node and the whole file system write and read, bytes/s.
+    """The checkpoint and host path of a cluster: what one node and the whole file system write and read, and
+    what a device reaches of its host's memory, bytes/s.
 
     Preset files give ``node_write_GBps``, ``node_read_GBps``, ``filesystem_GBps`` and optionally
-    ``device_to_host_GBps`` (10^9 bytes/s) in a ``[storage]`` table; each cluster file cites its numbers.
+    ``device_to_host_GBps`` and ``host_memory_GBps`` (10^9 bytes/s) in a ``[storage]`` table; each cluster file cites its numbers.
     A cluster without one uses ``workbench.goodput.checkpoint.DEFAULT_STORAGE`` (stated there)."""
 
     node_write_bytes_per_s: float
@@ -189,6 +190,10 @@ class StorageSpec:
     """Copy of a device's checkpoint shard to pinned host memory (the stall of an asynchronous save), bytes/s
     per device. Default 25 GB/s: PCIe Gen4 x16 reaches about 25 GB/s of its 32 GB/s per direction
     (PCI-SIG PCIe 4.0 spec: 16 GT/s x 16 lanes, 128b/130b); Gen5 hosts double it. > 0."""
+    host_memory_bytes_per_s: float = 307.2e9
+    """Host DRAM bandwidth of one node, bytes/s: what an optimizer step offloaded to the CPUs streams its states
+    through (ZeRO-Offload). Default: one socket of 8 DDR5-4800 channels, 4800e6 x 8 bytes x 8 = 307.2 GB/s
+    (Intel Xeon 4th generation product brief: 8 DDR5 channels at up to 4800 MT/s). > 0."""
     source: str = ""
     """Where the numbers come from."""
 
@@ -198,8 +203,24 @@ class StorageSpec:
             "node_read_bytes_per_s",
             "filesystem_bytes_per_s",
             "device_to_host_bytes_per_s",
+            "host_memory_bytes_per_s",
         ):
             check_real("StorageSpec", name, getattr(self, name), maximum=1e16, unit="bytes/s")
+
+
+DEFAULT_STORAGE = StorageSpec(
+    node_write_bytes_per_s=10e9,
+    node_read_bytes_per_s=20e9,
+    filesystem_bytes_per_s=500e9,
+    device_to_host_bytes_per_s=25e9,
+    source=(
+        "ASSUMED defaults for a cluster without [storage]: 10 GB/s write and 20 GB/s read per node (a parallel "
+        "file-system client on one 200-400 Gb/s storage NIC), 500 GB/s aggregate file-system cap, 25 GB/s "
+        "device-to-host copy (PCIe Gen4 x16), one DDR5-4800 socket of host memory per node"
+    ),
+)
+"""The storage and host path used when a cluster preset has no ``[storage]`` table (every number an
+assumption)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

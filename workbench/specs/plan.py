@@ -126,6 +126,20 @@ class ParallelPlan:
     sharded over groups of ``zero_shard`` consecutive ranks of dp*cp and replicated over the
     dp*cp / zero_shard groups, whose gradients are all-reduced. Needs zero_stage >= 1 and must divide dp*cp.
     None: one shard group of all dp*cp ranks."""
+    loss_chunks: int = 1
+    """The LM head and the cross-entropy run over this many chunks of the micro-batch's tokens, so only one
+    chunk's logits exist at a time (fused linear cross-entropy: Liger-Kernel, Hsu et al. 2024,
+    arXiv:2410.10989; Cut Cross-Entropy, Wijmans et al. 2024, arXiv:2411.09009). 1: the logits of the whole
+    micro-batch are materialised (16-bit, their fp32 upcast and fp32 gradient)."""
+    offload_optimizer: bool = False
+    """The optimizer states (fp32 master weights and moments) live in host memory and the step runs on the CPUs
+    (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; PyTorch FSDP2's CPUOffloadPolicy): the device keeps the
+    16-bit weights and gradients; the step then streams the states through host DRAM and sends the new
+    weights back over PCIe (``workbench.cost.step.optimizer_s``)."""
+    offload_activations: bool = False
+    """Each layer's saved activations go to host memory after its forward and come back before its backward,
+    overlapped with the neighbouring layers' compute (Megatron-Core ``--cpu-offloading``); the device keeps
+    a working set of ``workbench.cost.step.OFFLOAD_WORKING_LAYERS`` layers."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism alongside tp (norms and dropout sharded over the sequence)."""
     recompute: Recompute = Recompute.NONE
@@ -138,6 +152,7 @@ class ParallelPlan:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
             check_int(self, field, maximum=PLAN_MAXIMUM[field][0], limit=PLAN_MAXIMUM[field][1])
         check_int(self, "ulysses", maximum=PLAN_MAXIMUM["cp"][0], limit=PLAN_MAXIMUM["cp"][1])
+        check_int(self, "loss_chunks", maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
         if self.etp is not None:
             check_int(self, "etp", maximum=MAX_DEVICES, limit="MAX_DEVICES")
         if self.zero_shard is not None:
@@ -151,6 +166,9 @@ class ParallelPlan:
             raise ValueError(f"ParallelPlan: schedule must be a schedule name, got {self.schedule!r}")
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
             raise ValueError(f"ParallelPlan: zero_stage must be one of 0, 1, 2, 3, got {self.zero_stage!r}")
+        for flag in ("offload_optimizer", "offload_activations"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"ParallelPlan: {flag} must be true or false, got {getattr(self, flag)!r}")
         if not isinstance(self.sequence_parallel, bool):
             raise ValueError(
                 f"ParallelPlan: sequence_parallel must be true or false, got {self.sequence_parallel!r}"
@@ -213,6 +231,16 @@ class ParallelPlan:
             parts.append(f"hsdp{self.zero_shard}")
         if self.sequence_parallel:
             parts.append("sp")
+        if self.loss_chunks > 1:
+            parts.append(f"ce/{self.loss_chunks}")
+        parts += [
+            name
+            for name, on in (
+                ("offload-opt", self.offload_optimizer),
+                ("offload-act", self.offload_activations),
+            )
+            if on
+        ]
         if self.recompute is not Recompute.NONE:
             parts.append(f"rc-{self.recompute}")
         if self.pp > 1:
