@@ -120,6 +120,9 @@ def check_plan(plan: ParallelPlan, model: ModelSpec, workload: Workload) -> Sche
     for axis in ("cp", "ep"):
         if getattr(plan, axis) != 1:
             raise ValueError(f"the real run supports {axis}=1 only, got {axis}={getattr(plan, axis)}")
+    for field, off in (("loss_chunks", 1), ("offload_optimizer", False), ("offload_activations", False)):
+        if getattr(plan, field) != off:
+            raise ValueError(f"the real run supports {field}={off} only, got {field}={getattr(plan, field)}")
     if model.attention.value == "mla":
         raise ValueError(
             f"model {model.name!r}: the real run does not build MLA attention; allowed: mha, gqa"
@@ -137,7 +140,13 @@ def check_plan(plan: ParallelPlan, model: ModelSpec, workload: Workload) -> Sche
         )
     if plan.pp == 1:
         return build_schedule("1f1b", pp=1, num_microbatches=m)
-    return build_schedule(plan.schedule, pp=plan.pp, num_microbatches=m, vpp=plan.vpp)
+    schedule = build_schedule(plan.schedule, pp=plan.pp, num_microbatches=m, vpp=plan.vpp)
+    if schedule.num_directions > 1:
+        raise ValueError(
+            f"schedule {plan.schedule!r} feeds micro-batches from both ends of the pipeline; the real run executes "
+            "one chain of stages (torch.distributed.pipelining): choose a one-direction schedule"
+        )
+    return schedule
 
 
 def worker_bytes(model: ModelSpec, plan: ParallelPlan, *, check_loss: bool) -> int:

@@ -18,11 +18,13 @@ from workbench.pipeline.schedules import (
     build_schedule,
     default_vpp,
     get_schedule,
+    num_directions,
     required_vpp,
     schedule_rule_violations,
     uses_split_backward,
     uses_v_placement,
 )
+from workbench.pipeline.schedules.actions import flatten_cells
 from workbench.pipeline.schedules.rules import schedule_rules
 from workbench.pipeline.schedules.spec import index_schedules
 from workbench.specs.rules import RuleContext
@@ -45,11 +47,13 @@ def test_generator_matches_the_record(name: str, pp: int) -> None:
     m = max(_first_valid(spec, pp), 2 * pp)
     s = build_schedule(name, pp=pp, num_microbatches=m)
     assert s.vpp == spec.default_vpp and s.stage_to_rank == spec.stage_to_rank(pp, s.vpp)
-    for rank, row in enumerate(spec.generator(pp, s.vpp, m)):  # every action on a stage its rank holds
+    rows, _ = flatten_cells(spec.generator(pp, s.vpp, m))  # overlapped F&B pairs as their two actions
+    for rank, row in enumerate(rows):  # every action on a stage its rank holds
         assert {a.stage for a in row} == {st for st, r in enumerate(s.stage_to_rank) if r == rank}
     if spec.placement is Placement.V:
         assert s.stage_to_rank == tuple(range(pp)) + tuple(reversed(range(pp)))
     assert s.uses_split_backward() == spec.split_backward  # I/W actions exactly for split records
+    assert s.num_directions == spec.num_directions == num_directions(name)
 
 
 @pytest.mark.parametrize("spec", SCHEDULES, ids=SCHEDULE_NAMES)

@@ -79,7 +79,7 @@ def test_zero_bubble_h1_steady_state_is_exact_and_ramp_close():
                 assert abs(got - sim) <= 0.15 * (m * (f + i + w) + sim), (pp, vpp, m, f, i, w)
 
 
-@pytest.mark.parametrize("name", ["zb-h2", "zbv", "dualpipev"])
+@pytest.mark.parametrize("name", ["zb-h2", "zbv", "dualpipev", "dualpipe"])
 def test_greedy_and_v_schedules_step_within_5_percent_in_steady_state(name):
     for _, pp, vpp, m in _cases([name], vpps=(1, 2), pps=(4, 8), ms=(16, 32)):
         if m < 2 * pp:

@@ -207,18 +207,28 @@ def stage_holdings(model: ModelSpec, num_stages: Array, stage: Array) -> Holding
     return {"dense": dense, "moe": count - dense, "embedding": stage == 0, "head": stage == num_stages - 1}
 
 
-def rank_holdings(model: ModelSpec, *, pp: Array, vpp: Array, v_shape: Array, rank: Array) -> Holdings:
-    """What pipeline ``rank`` holds: stages r, r+p, ... (looping placement) or r and 2p-1-r (V placement)."""
-    out: Holdings = {"dense": 0, "moe": 0, "embedding": False, "head": False}
+def rank_holdings(
+    model: ModelSpec, *, pp: Array, vpp: Array, v_shape: Array, rank: Array, copies: Array = 1
+) -> Holdings:
+    """What pipeline ``rank`` holds: stages r, r+p, ... (looping placement) or r and 2p-1-r (V placement).
+
+    ``copies``: copies of the model the pipeline holds, one per direction it is fed from (1; DualPipe: 2,
+    ``workbench.pipeline.schedules.num_directions``; DeepSeek-V3 report, arXiv:2412.19437 Table 2: parameters
+    2x). The model is then cut into pp*vpp/copies blocks and stage s holds block s mod pp*vpp/copies, so
+    DualPipe's rank r holds blocks r and p-1-r. The ``copies`` entry of the result tells ``share_s`` that one
+    micro-batch goes through one copy: 1/copies of what the rank holds."""
+    out: Holdings = {"dense": 0, "moe": 0, "embedding": False, "head": False, "copies": copies}
+    blocks = pp * vpp // copies
     for k in range(int(np.max(vpp)) if np.size(vpp) else 0):
         stage = np.where(v_shape, np.where(k == 0, rank, 2 * pp - 1 - rank), rank + k * pp)
         held = k < vpp
-        one = stage_holdings(model, pp * vpp, np.where(held, stage, 0))
+        one = stage_holdings(model, blocks, np.where(held, stage % blocks, 0))
         out = {
             "dense": out["dense"] + np.where(held, one["dense"], 0),
             "moe": out["moe"] + np.where(held, one["moe"], 0),
             "embedding": out["embedding"] | (held & one["embedding"]),
             "head": out["head"] | (held & one["head"]),
+            "copies": copies,
         }
     return out
 
@@ -361,8 +371,10 @@ def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: tuple[Array, Arr
 def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array]:
     """Seconds per micro-batch of what ``held`` holds: f, i, w (each action's time, exposed communication
     folded in), compute (F + I + W without communication), compute_f and compute_b (its forward and backward
-    parts), the exposed tp, cp, ep and fsdp parts and the hidden ones (``hidden_<kind>``)."""
-    nd, nm, emb, head = held["dense"], held["moe"], held["embedding"], held["head"]
+    parts), the exposed tp, cp, ep and fsdp parts and the hidden ones (``hidden_<kind>``). A micro-batch goes
+    through one of the ``copies`` of the model a rank holds (``rank_holdings``; DualPipe: 2): 1/copies of it."""
+    per = 1 / np.asarray(held.get("copies", 1))
+    nd, nm, emb, head = (held[k] * per for k in ("dense", "moe", "embedding", "head"))
     dense, moe, edges = pair
 
     def both(name: str) -> Array:

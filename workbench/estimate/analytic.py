@@ -48,7 +48,12 @@ def pipeline_holdings(model: ModelSpec, schedule: Schedule) -> tuple[step.Holdin
     stages = step.stage_holdings(model, schedule.num_stages, np.arange(schedule.num_stages))
     v_shape = schedule.pp > 1 and uses_v_placement(schedule.name)
     ranks = step.rank_holdings(
-        model, pp=schedule.pp, vpp=schedule.vpp, v_shape=v_shape, rank=np.arange(schedule.pp)
+        model,
+        pp=schedule.pp,
+        vpp=schedule.vpp,
+        v_shape=v_shape,
+        rank=np.arange(schedule.pp),
+        copies=schedule.num_directions,
     )
     return stages, ranks
 

@@ -14,7 +14,14 @@ chunks), p ranks, v chunks per rank and m micro-batches, makespan = m (F + B) + 
 - ZB-V, DualPipeV (Qi et al. 2024 section 4; DeepSeek-V3 report): (p-1) max(F, F+I-W)/2 once m >= 2p
   (within ~30% of the simulated bubble for 0.5 <= I/F, W/F <= 2), (p-1)(F + max(I-W, 0)) below;
 - V-Half, V-Min (Qi et al. 2025, controllable memory): memory-capped greedy schedules whose bubble grows
-  with m in the generator; priced as 1F1B's (p-1)(F+B), a rough value the refinement replaces.
+  with m in the generator; priced as 1F1B's (p-1)(F+B), a rough value the refinement replaces;
+- DualPipe (DeepSeek-V3 report, arXiv:2412.19437 Table 2): (p/2 - 1)(F&B + B - 3W) with F&B = F + B (the
+  simulator runs an overlapped pair's F and B back to back), i.e. (p/2 - 1)(F + 2I - W), exact when I = F and
+  W <= F; the generator's bubble is (p/2 - 1)(2F + max(I - W, 0)) whenever I <= F, and lies between the two
+  (nearer Table 2 as p grows) when I > F, so the form is (p/2 - 1) max(2F + max(I - W, 0), F + 2I - W).
+  F, I, W are one rank's share per micro-batch: one stage of one copy. Its two inputs are awaited together by
+  every overlapped pair, so about m (p-1)/p + 3(p/2 - 1) hops reach the critical path (read off the
+  simulator: exact for m a multiple of 2p, within one hop otherwise) instead of 2(p v - 1).
 
 The forms were read off simulations of the generators with F:I:W in {1:1:1, 1:2:1, 2:1:1, 1:1.5:0.5,
 1:0.5:1} for p in {4, 8} (``tests/test_search_bubble.py`` re-checks them).
@@ -30,7 +37,7 @@ from workbench.pipeline.schedules.registry import get_schedule
 
 Array = Any
 
-FAMILIES: tuple[str, ...] = ("1f1b", "interleaved", "zb-h1", "zb-h2", "v", "capped")
+FAMILIES: tuple[str, ...] = ("1f1b", "interleaved", "zb-h1", "zb-h2", "v", "capped", "dualpipe")
 """Bubble families; each schedule's record names its own (``ScheduleSpec.bubble_family``)."""
 
 
@@ -54,7 +61,8 @@ def bubble_s(family: Array, *, pp: Array, vpp: Array, m: Array, f_s: Array, i_s:
     v_shape = np.where(
         m >= 2 * p, (p - 1) * np.maximum(f_s, f_s + i_s - w_s) / 2, (p - 1) * (f_s + np.maximum(i_s - w_s, 0))
     )
-    out = np.choose(family, [one_f_one_b, inter, zb, h2, v_shape, one_f_one_b])
+    dual = (p / 2 - 1) * np.maximum(2 * f_s + np.maximum(i_s - w_s, 0), f_s + 2 * i_s - w_s)
+    out = np.choose(family, [one_f_one_b, inter, zb, h2, v_shape, one_f_one_b, np.maximum(dual, 0.0)])
     return np.where(p > 1, out, 0.0)
 
 
@@ -70,11 +78,14 @@ def makespan_s(
     p2p_time_s: Array,
     others: tuple[Array, Array, Array] | None = None,
 ) -> Array:
-    """m (F + I + W) + bubble + 2 (p v - 1) p2p: the step's pipeline part, seconds. F, I, W are the critical
+    """m (F + I + W) + bubble + hops p2p: the step's pipeline part, seconds; hops = 2 (p v - 1), DualPipe's
+    m (p-1)/p + 3(p/2 - 1) (module docstring). F, I, W are the critical
     rank's; ``others`` the mean (F, I, W) of the other ranks, which set the bubble when stages are uneven
     (1F1B on stages of times t_s: sum of t_s + (m-1) max t_s, so the bubble is the others' sum); default:
     the critical rank's own."""
-    hops = np.where(pp > 1, 2 * (pp * vpp - 1), 0)
+    dual = np.asarray(family) == FAMILIES.index("dualpipe")
+    hops = np.where(dual, m * (pp - 1) / pp + 3 * (pp / 2 - 1), 2 * (pp * vpp - 1))
+    hops = np.where(pp > 1, hops, 0)
     bf, bi, bw = others if others is not None else (f_s, i_s, w_s)
     bubble = bubble_s(family, pp=pp, vpp=vpp, m=m, f_s=bf, i_s=bi, w_s=bw)
     return m * (f_s + i_s + w_s) + bubble + hops * p2p_time_s

@@ -12,7 +12,8 @@ micro-batch counts), all capped at ``m * vpp`` (every chunk of every micro-batch
 - ZB-H1 (Qi et al. 2024): v min(p, m) for v = 1 or m >= 2p; between p and 2p, m v - (m - p);
 - ZB-H2: min(2p-1, m); ZB-V (Qi et al. 2024): min(2p, m+1) on rank 0, min(2p, 2m) on the last rank;
   V-Half, V-Min (Qi et al. 2025): the generators' caps ``2 ((p+2)//2)`` and ``2 ((p+4)//3)``; DualPipeV
-  (DeepSeek-V3 report): 2p + 1.
+  (DeepSeek-V3 report): 2p + 1; DualPipe (DeepSeek-V3 report, arXiv:2412.19437 Table 2: PP + 1): p + 1 on
+  every rank, each chunk a whole stage of one copy of the model.
 
 Split-backward schedules free most of a chunk when its I pass ends (the weight-gradient inputs stay until
 W): ``split_backward_last_rank`` corrects the last rank for ZB-H1/H2; elsewhere the whole chunk is kept
@@ -41,6 +42,7 @@ PEAK_FAMILIES: tuple[str, ...] = (
     "v-half",
     "v-min",
     "dualpipev",
+    "dualpipe",
 )
 """Closed forms of the activation peak, indexed by the family code ``family_codes`` returns; each schedule's
 record names its own (``ScheduleSpec.peak_family``)."""
@@ -71,6 +73,7 @@ def peak_chunks(family: Array, *, pp: Array, vpp: Array, m: Array) -> tuple[Arra
             2 * ((p + 2) // 2),
             2 * ((p + 4) // 3),
             2 * p + 1,
+            p + 1,
         ],
     )
     last = np.where(family == 2, 1, first)

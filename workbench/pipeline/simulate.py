@@ -5,7 +5,11 @@ dependency, plus ``p2p_s`` (or that hop's ``p2p_rank_s``) when that dependency r
 
 - F of stage s after F of stage s-1 (same micro-batch);
 - B or I of stage s after B or I of stage s+1; of the last stage after its own F;
-- W of stage s after I of stage s.
+- W of stage s after I of stage s;
+- in a bidirectional schedule (DualPipe) "first" and "last" are those of the micro-batch's own copy of the
+  model, and the forward of an overlapped F&B pair (torch's ``OVERLAP_F_B``) also waits for its backward's
+  dependency: the pair starts as one unit once both inputs are in, then runs F and B back to back (F&B = F + B:
+  the overlap hides communication, which the step model prices, not compute).
 
 Start = max(end of the rank's previous action, end of the dependency + p2p); computed in one pass
 over a ready-list of ranks (no event heap, no wall clock). Bubble conventions follow GPipe
@@ -31,7 +35,11 @@ _OPCODE = {op: k for k, op in enumerate(OPS)}
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StageCosts:
-    """Per-stage durations (seconds) of each op on one micro-batch, and what links the stages."""
+    """Per-stage durations (seconds) of each op on one micro-batch, and what links the stages.
+
+    Entry k describes piece k of the model cut into ``num_stages`` pieces in layer order; a stage of a
+    bidirectional schedule runs ``num_directions`` consecutive pieces (``Schedule.pieces_of_stage``), so the
+    same costs serve DualPipe (2p stages, each 1/p of the model) and one-direction schedules."""
 
     forward_s: tuple[float, ...]
     """F duration per stage (length num_stages). >= 0."""
@@ -159,7 +167,8 @@ class SimResult:
     peak_inflight_chunks_per_rank: tuple[int, ...]
     """Per rank, most stage activations held at once (counted per stage, i.e. per chunk)."""
     peak_inflight_per_rank: tuple[float, ...]
-    """Per rank, peak in full-stage units: peak_inflight_chunks / vpp."""
+    """Per rank, peak in full-stage units: peak_inflight_chunks * num_directions / vpp (a DualPipe stage is a
+    full stage)."""
     peak_activation_bytes_per_rank: tuple[float, ...]
     """Per rank, peak activation bytes (0 without activation_bytes)."""
 
@@ -175,8 +184,28 @@ def simulate(schedule: Schedule, costs: StageCosts) -> SimResult:
             f"StageCosts has {costs.num_stages} stages but schedule {schedule.name!r} has {schedule.num_stages}"
         )
     arrays = _index_arrays(schedule, costs)
-    start, end = longest_path(schedule, *arrays[:4])
+    dep2, lat2 = _overlap_dependencies(schedule, arrays[1], arrays[2])
+    start, end = longest_path(schedule, *arrays[:4], dep2_a=dep2, lat2_a=lat2)
     return _result(schedule, costs, arrays, start, end)
+
+
+def _overlap_dependencies(
+    schedule: Schedule, dep: np.ndarray, lat: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Second dependency of every action (-1: none): the forward opening an overlapped pair waits for its
+    backward's dependency too, so the pair starts as one unit."""
+    if not schedule.overlap_pairs:
+        return None, None
+    first = np.concatenate(
+        [
+            schedule.rank_offsets[r] + np.asarray(p, dtype=np.int64)
+            for r, p in enumerate(schedule.overlap_pairs)
+        ]
+    ).astype(np.int64)
+    dep2 = np.full(len(dep), -1, dtype=np.int64)
+    lat2 = np.zeros(len(dep))
+    dep2[first], lat2[first] = dep[first + 1], lat[first + 1]
+    return dep2, lat2
 
 
 def _index_arrays(schedule: Schedule, costs: StageCosts) -> tuple[np.ndarray, ...]:
@@ -190,11 +219,10 @@ def _index_arrays(schedule: Schedule, costs: StageCosts) -> tuple[np.ndarray, ..
     def at(s: np.ndarray, code: int) -> np.ndarray:
         return pos[(np.clip(s, 0, num_stages - 1) * 4 + code) * m + mb]
 
-    last = stage == num_stages - 1
+    per_copy = schedule.stages_per_direction
+    first, last = stage % per_copy == 0, stage % per_copy == per_copy - 1
     back_next = np.maximum(at(stage + 1, _B), at(stage + 1, _I))
-    dep = np.where(
-        op == _F, np.where(stage > 0, at(stage - 1, _F), -1), np.where(last, at(stage, _F), back_next)
-    )
+    dep = np.where(op == _F, np.where(first, -1, at(stage - 1, _F)), np.where(last, at(stage, _F), back_next))
     dep = np.where(op == _W, at(stage, _I), dep)
     s2r = np.array(schedule.stage_to_rank, dtype=np.int64)
     src = s2r[stage[np.maximum(dep, 0)]]
@@ -209,8 +237,17 @@ def _index_arrays(schedule: Schedule, costs: StageCosts) -> tuple[np.ndarray, ..
     else:
         lat = np.where(cross, costs.p2p_s, 0.0)
     table = np.array([costs.forward_s, costs.backward_s, costs.backward_input_s, costs.backward_weight_s])
-    dur = table[op, stage]
+    dur = _per_stage(schedule, table)[op, stage]
     return offsets, dep, lat, dur, stage, op, mb
+
+
+def _per_stage(schedule: Schedule, per_piece: np.ndarray) -> np.ndarray:
+    """Sum over the pieces each stage runs (last axis: pieces in, stages out); the identity for one direction."""
+    d = schedule.num_directions
+    if d == 1:
+        return per_piece
+    block = per_piece.reshape(*per_piece.shape[:-1], -1, d).sum(axis=-1)
+    return np.concatenate([block] * d, axis=-1)
 
 
 def _result(
@@ -257,7 +294,7 @@ def _result(
         bubble_fraction_of_step=(capacity - total_busy) / capacity if capacity > 0 else 0.0,
         bubble_over_ideal=(capacity - total_busy) / total_busy if total_busy > 0 else 0.0,
         peak_inflight_chunks_per_rank=tuple(int(x) for x in peaks),
-        peak_inflight_per_rank=tuple(float(x) / schedule.vpp for x in peaks),
+        peak_inflight_per_rank=tuple(float(x) * schedule.num_directions / schedule.vpp for x in peaks),
         peak_activation_bytes_per_rank=tuple(float(x) for x in peak_bytes),
     )
 
@@ -307,7 +344,7 @@ def _inflight(
     """Per-rank step functions of held activations. A rank's actions run one after another, so its
     events in action order (start of 0, end of 0, start of 1, ...) are already in time order; a
     release at the instant of an allocation therefore counts first."""
-    act = np.asarray(costs.activation_bytes or (0.0,) * schedule.num_stages)[stage]
+    act = _per_stage(schedule, np.asarray(costs.activation_bytes or (0.0,) * schedule.num_stages))[stage]
     frac = costs.released_at_input_grad_frac
     is_f, is_b, is_i, is_w = (op == k for k in range(4))
     n = len(op)

@@ -20,7 +20,7 @@ import numpy as np
 from workbench.cost import step
 from workbench.estimate.metrics import bubble_fraction, throughput
 from workbench.pipeline import bubble, peak
-from workbench.pipeline.schedules import uses_v_placement
+from workbench.pipeline.schedules import num_directions, uses_v_placement
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
@@ -68,8 +68,11 @@ class ScreenContext:
     ) -> ScreenContext:
         lay = space.layout
         v_shape = np.array([uses_v_placement(n) for n in space.schedule_names])[lay["schedule_code"]]
+        copies = np.array([num_directions(n) for n in space.schedule_names])[lay["schedule_code"]]
         held = {
-            name: step.rank_holdings(model, pp=lay["pp"], vpp=lay["vpp"], v_shape=v_shape, rank=rank)
+            name: step.rank_holdings(
+                model, pp=lay["pp"], vpp=lay["vpp"], v_shape=v_shape, rank=rank, copies=copies
+            )
             for name, rank in zip(RANKS, (0, lay["pp"] - 1), strict=True)
         }
         n = len(lay["pp"])

@@ -4,7 +4,9 @@ An action is ``(stage, op, microbatch)`` with op one of ``F`` (forward), ``B`` (
 ``I`` (backward for inputs) and ``W`` (backward for weights), split as in Zero Bubble pipeline
 parallelism (Qi et al., arXiv:2401.10241). Its text form is ``"{stage}{op}{microbatch}"``
 (``0F3``, ``2I0``), the one ``torch.distributed.pipelining`` and torchtitan use in CSV schedules:
-one CSV row per rank, one action per cell.
+one CSV row per rank, one action per cell. A forward and a backward that run as one overlapped unit (DeepSeek-V3's
+F&B, arXiv:2412.19437 Sec. 3.2.1) are an ``Overlap``, written as torch writes its ``OVERLAP_F_B`` action:
+``(0F1;7B0)OVERLAP_F_B``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,43 @@ class Action(NamedTuple):
         return f"{self.stage}{self.op}{self.microbatch}"
 
 
+class Overlap(NamedTuple):
+    """A forward and a backward of two micro-batches run as one unit: torch's ``OVERLAP_F_B`` action, DeepSeek-V3's
+    F&B chunk (arXiv:2412.19437 Sec. 3.2.1). It starts once the inputs of both are in; the simulator runs the
+    forward, then the backward (the overlap hides communication, which the step model prices)."""
+
+    forward: Action
+    """An ``F`` action."""
+    backward: Action
+    """A ``B`` or ``I`` action on the same rank."""
+
+    def __str__(self) -> str:
+        return f"({self.forward};{self.backward})OVERLAP_F_B"
+
+
+Cell = Action | Overlap
+"""One entry of a rank's order as the generators write it: an action or an overlapped F&B pair."""
+
+
+def flatten_cells(rows: Iterable[Iterable[Cell]]) -> tuple[list[list[Action]], list[tuple[int, ...]]]:
+    """Per rank, the actions with every ``Overlap`` replaced by its forward then its backward, and the positions
+    (in the flattened row) of the forwards that open an overlapped pair."""
+    out: list[list[Action]] = []
+    pairs: list[tuple[int, ...]] = []
+    for row in rows:
+        flat: list[Action] = []
+        starts: list[int] = []
+        for cell in row:
+            if isinstance(cell, Overlap):
+                starts.append(len(flat))
+                flat.extend(cell)
+            else:
+                flat.append(cell)
+        out.append(flat)
+        pairs.append(tuple(starts))
+    return out, pairs
+
+
 def parse_action(text: str) -> Action:
     """Parse ``"0F3"`` into ``Action(0, "F", 3)``. Raises ValueError for anything else, and for a stage index
     >= ``limits.MAX_PIPELINE_STAGES`` or a micro-batch index >= ``limits.MAX_MICROBATCHES`` (no schedule the
@@ -85,14 +124,31 @@ def parse_cell(text: str) -> list[Action]:
     return [parse_action(text)]
 
 
+def _is_overlap_pair(text: str, parsed: Sequence[Action]) -> bool:
+    """True for an ``OVERLAP_F_B`` cell holding one forward then one backward (an ``Overlap``)."""
+    return (
+        len(parsed) == 2
+        and _OVERLAP_RE.match(text) is not None
+        and parsed[0].op == "F"
+        and parsed[1].op in ("B", "I")
+    )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Schedule:
     """A static pipeline schedule: the ordered compute actions of every rank and the placement.
 
     Checked on construction (ValueError naming the problem): ``num_stages == pp * vpp``, every stage
     placed on a rank in ``0..pp-1`` holding exactly ``vpp`` stages, actions only on their stage's rank,
-    every ``(stage, op, microbatch)`` at most once, and every (stage, microbatch) has one F and either
-    one B or one I and one W.
+    every ``(stage, op, microbatch)`` at most once, and every (stage, microbatch) of one direction has one F and
+    either one B or one I and one W.
+
+    A bidirectional schedule (``num_directions`` = 2, DualPipe) runs two copies of the model fed from opposite
+    ends: stages ``0..S/2-1`` are the first copy's pipeline, ``S/2..S-1`` the second's, micro-batches
+    ``0..m/2-1`` go through the first, ``m/2..m-1`` through the second (DeepSeek-V3, arXiv:2412.19437
+    Sec. 3.2.1). Stage costs still describe the model cut into ``num_stages`` pieces in layer order
+    (``workbench.pipeline.simulate.StageCosts``): a stage of a d-direction schedule runs d consecutive pieces
+    (``pieces_of_stage``), so a rank's share per micro-batch is the same as with one direction.
     """
 
     name: str
@@ -109,6 +165,12 @@ class Schedule:
     """Rank holding each stage, indexed by stage."""
     actions: tuple[tuple[Action, ...], ...]
     """Per rank, the compute actions in execution order."""
+    num_directions: int = 1
+    """Model copies fed from opposite ends of the pipeline (1; DualPipe: 2). It divides num_stages and
+    num_microbatches."""
+    overlap_pairs: tuple[tuple[int, ...], ...] = ()
+    """Per rank (or empty: none), the positions k whose actions k (an F) and k+1 (a B or I) run as one
+    ``Overlap`` (torch's ``OVERLAP_F_B``)."""
     packed: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
     """Read-only int64 array (num_actions, 3): stage, op code (index in ``OPS``), micro-batch; rank-major."""
     rank_offsets: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
@@ -142,6 +204,13 @@ class Schedule:
             raise ValueError(
                 f"Schedule {self.name!r}: actions must have one row per rank ({self.pp}), got {len(self.actions)}"
             )
+        d = self.num_directions
+        if d not in (1, 2) or self.num_stages % d or self.num_microbatches % d:
+            raise ValueError(
+                f"Schedule {self.name!r}: num_directions must be 1 or 2 and divide num_stages={self.num_stages} "
+                f"and num_microbatches={self.num_microbatches}, got {d!r}"
+            )
+        _check_overlap_pairs(self)
         packed, offsets = _pack(self)
         packed.flags.writeable = False
         offsets.flags.writeable = False
@@ -158,13 +227,75 @@ class Schedule:
         rank = self.stage_to_rank[stage]
         return sum(1 for s in range(stage) if self.stage_to_rank[s] == rank)
 
+    @property
+    def stages_per_direction(self) -> int:
+        """Stages one micro-batch goes through: num_stages / num_directions."""
+        return self.num_stages // self.num_directions
+
+    def direction_of_stage(self, stage: int) -> int:
+        """Which copy of the model ``stage`` belongs to (0 .. num_directions-1)."""
+        return stage // self.stages_per_direction
+
+    def direction_of_microbatch(self, microbatch: int) -> int:
+        """Which copy of the model ``microbatch`` goes through (first m/d micro-batches: 0, and so on)."""
+        return microbatch // (self.num_microbatches // self.num_directions)
+
+    def pieces_of_stage(self, stage: int) -> range:
+        """The ``StageCosts`` entries (model pieces, layer order) ``stage`` runs: d consecutive ones, d =
+        num_directions; ``range(stage, stage + 1)`` for a one-direction schedule."""
+        d = self.num_directions
+        first = d * (stage % self.stages_per_direction)
+        return range(first, first + d)
+
     def uses_split_backward(self) -> bool:
         """True if any action is an ``I`` or ``W`` (backward split into input and weight parts)."""
         return bool(np.any(self.packed[:, 1] >= 2))
 
-    def as_text(self) -> list[list[str]]:
-        """Per rank, the actions as strings like ``"0F3"``."""
-        return [[str(a) for a in row] for row in self.actions]
+    def as_text(self, *, overlap: bool = False) -> list[list[str]]:
+        """Per rank, the actions as strings like ``"0F3"``; with ``overlap`` every overlapped pair as one cell
+        ``"(0F1;7B0)OVERLAP_F_B"`` (torch's text)."""
+        return (
+            [[str(c) for c in row] for row in self.cells()]
+            if overlap
+            else [[str(a) for a in row] for row in self.actions]
+        )
+
+    def cells(self) -> list[list[Cell]]:
+        """Per rank, the order with each overlapped pair as one ``Overlap`` (the inverse of ``flatten_cells``)."""
+        out: list[list[Cell]] = []
+        for r, row in enumerate(self.actions):
+            starts = set(self.overlap_pairs[r]) if self.overlap_pairs else set()
+            cells: list[Cell] = []
+            k = 0
+            while k < len(row):
+                if k in starts:
+                    cells.append(Overlap(row[k], row[k + 1]))
+                    k += 2
+                else:
+                    cells.append(row[k])
+                    k += 1
+            out.append(cells)
+        return out
+
+
+def _check_overlap_pairs(s: Schedule) -> None:
+    """Every overlapped pair is an F then a B or I on one rank, pairs apart, positions in order."""
+    if not s.overlap_pairs:
+        return
+    if len(s.overlap_pairs) != s.pp:
+        raise ValueError(
+            f"Schedule {s.name!r}: overlap_pairs must have one row per rank ({s.pp}), got {len(s.overlap_pairs)}"
+        )
+    for r, (row, starts) in enumerate(zip(s.actions, s.overlap_pairs, strict=True)):
+        last = -2
+        for k in starts:
+            ok = k >= last + 2 and 0 <= k < len(row) - 1 and row[k].op == "F" and row[k + 1].op in ("B", "I")
+            if not ok:
+                raise ValueError(
+                    f"Schedule {s.name!r}: rank {r} overlap at position {k} must open an F followed by a B or I, "
+                    "positions increasing by at least 2"
+                )
+            last = k
 
 
 def _pack(s: Schedule) -> tuple[np.ndarray, np.ndarray]:
@@ -203,25 +334,31 @@ def _pack(s: Schedule) -> tuple[np.ndarray, np.ndarray]:
             f"Schedule {s.name!r}: action {Action(key // (4 * m), OPS[key // m % 4], key % m)} appears more than once"
         )
     f, b, i, w = count.reshape(s.num_stages, 4, m).transpose(1, 0, 2)
-    ok = (f == 1) & (((b == 1) & (i == 0) & (w == 0)) | ((b == 0) & (i == 1) & (w == 1)))
+    d = s.num_directions
+    routed = (np.arange(s.num_stages)[:, None] // (s.num_stages // d)) == (np.arange(m)[None, :] // (m // d))
+    full = (f == 1) & (((b == 1) & (i == 0) & (w == 0)) | ((b == 0) & (i == 1) & (w == 1)))
+    ok = np.where(routed, full, (f + b + i + w) == 0)
     if not ok.all():
         st, mbi = (int(x[0]) for x in np.nonzero(~ok))
         has = "".join(op for op, c in zip(OPS, (f, b, i, w), strict=True) if c[st, mbi]) or "nothing"
-        raise ValueError(
-            f"Schedule {s.name!r}: stage {st} micro-batch {mbi} has {has}; it needs F and either B or I+W"
-        )
+        need = "F and either B or I+W" if routed[st, mbi] else "nothing (another direction's micro-batch)"
+        raise ValueError(f"Schedule {s.name!r}: stage {st} micro-batch {mbi} has {has}; it needs {need}")
     return packed, offsets
 
 
 def schedule_from_rows(
-    rows: Sequence[Iterable[Action]], *, name: str, stage_to_rank: Sequence[int] | None = None
+    rows: Sequence[Iterable[Cell]], *, name: str, stage_to_rank: Sequence[int] | None = None
 ) -> Schedule:
-    """Build a Schedule from per-rank action lists, inferring the placement when not given.
+    """Build a Schedule from per-rank action lists (``Overlap`` cells become overlapped pairs), inferring the
+    placement when not given.
 
-    pp is the number of rows, num_stages and num_microbatches one more than the largest index.
-    Raises ValueError if a stage appears on two ranks or ranks hold different numbers of stages.
+    pp is the number of rows, num_stages and num_microbatches one more than the largest index. Two directions
+    (DualPipe) when the first half of the micro-batches acts only on the first half of the stages and the second
+    half only on the second; one otherwise. Raises ValueError if a stage appears on two ranks or ranks hold
+    different numbers of stages.
     """
-    actions = tuple(tuple(row) for row in rows)
+    flat_rows, pairs = flatten_cells(rows)
+    actions = tuple(tuple(row) for row in flat_rows)
     pp = len(actions)
     all_actions = [a for row in actions for a in row]
     if pp == 0 or not all_actions:
@@ -259,37 +396,50 @@ def schedule_from_rows(
         num_stages=num_stages,
         stage_to_rank=tuple(stage_to_rank),
         actions=actions,
+        num_directions=_directions_of(all_actions, num_stages, num_mb),
+        overlap_pairs=tuple(pairs) if any(pairs) else (),
     )
+
+
+def _directions_of(actions: Sequence[Action], num_stages: int, num_microbatches: int) -> int:
+    """2 if every action keeps its micro-batch's half of the stages (first half with first half), else 1."""
+    if num_stages % 2 or num_microbatches % 2:
+        return 1
+    halves = {(2 * a.stage >= num_stages) == (2 * a.microbatch >= num_microbatches) for a in actions}
+    return 2 if halves == {True} else 1
 
 
 def read_schedule_csv(path: str | Path, *, name: str = "custom") -> Schedule:
     """Read a torch/torchtitan compute-only CSV schedule: row r lists rank r's actions (``0F0,0I0,0W0``).
 
     Empty cells (idle steps) and communication actions (``SEND_F``, ``UNSHARD``, ...) are skipped;
-    torch's ``(0F1;3B0)OVERLAP_F_B`` cells are read as their sub-actions in order.
+    torch's ``(0F1;3B0)OVERLAP_F_B`` cells are read as their sub-actions in order, an F then a B (or I) as one
+    overlapped pair (``Overlap``). The file holds no direction, so it reads as a one-direction schedule.
     Raises FileNotFoundError for a missing file and ValueError (with the row and cell) for bad content.
     """
     path = check_input_file(path, "schedule CSV file")
-    rows: list[list[Action]] = []
+    rows: list[list[Cell]] = []
     blank = 0  # empty rows not yet followed by a non-empty one (trailing ones are dropped, never stored)
     num_actions = 0
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         try:
             for line_no, row in enumerate(reader, start=1):
-                parsed: list[Action] = []
+                parsed: list[Cell] = []
                 for cell in row:
                     try:
-                        parsed.extend(parse_cell(cell))
+                        sub = parse_cell(cell)
                     except ValueError as exc:
                         raise ValueError(f"{path}: row {line_no}: {exc}") from None
+                    parsed.extend([Overlap(*sub)] if _is_overlap_pair(cell, sub) else sub)
                 if not parsed:
                     blank += 1
                     continue
-                _check_csv_size(path, len(rows) + blank + 1, num_actions + len(parsed))
+                size = sum(2 if isinstance(c, Overlap) else 1 for c in parsed)
+                _check_csv_size(path, len(rows) + blank + 1, num_actions + size)
                 rows.extend([] for _ in range(blank))
                 rows.append(parsed)
-                blank, num_actions = 0, num_actions + len(parsed)
+                blank, num_actions = 0, num_actions + size
         except csv.Error as exc:
             raise ValueError(f"{path}: line {reader.line_num}: not a readable CSV row ({exc})") from None
         except UnicodeDecodeError as exc:
@@ -315,7 +465,8 @@ def _check_csv_size(path: Path, num_rows: int, num_actions: int) -> None:
 
 
 def write_schedule_csv(schedule: Schedule, path: str | Path, *, force: bool = False) -> Path:
-    """Write ``schedule`` as a compute-only CSV (one row per rank) that torch's ``_load_csv`` reads.
+    """Write ``schedule`` as a compute-only CSV (one row per rank) that torch's ``_load_csv`` reads; overlapped
+    pairs as torch's ``(0F1;7B0)OVERLAP_F_B`` cells.
 
     Raises FileExistsError naming the path if it exists and ``force`` is False.
     """
@@ -324,6 +475,6 @@ def write_schedule_csv(schedule: Schedule, path: str | Path, *, force: bool = Fa
         raise FileExistsError(f"{path} already exists; pass force=True (--force) to overwrite it")
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        for row in schedule.as_text():
+        for row in schedule.as_text(overlap=True):
             writer.writerow(row)
     return path

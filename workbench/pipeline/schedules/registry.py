@@ -1,7 +1,7 @@
 """The schedule registry: one ``ScheduleSpec`` record per built-in schedule, and what derives from them.
 
-Adding a schedule means adding its generator (in ``classic``, ``vshape`` or ``greedy``) and one record to
-``SCHEDULES``; the names, vpp defaults, the rules (``SCHEDULE_RULES``), the closed-form families of
+Adding a schedule means adding its generator (in ``classic``, ``vshape``, ``greedy`` or ``bidirectional``) and
+one record to ``SCHEDULES``; the names, vpp defaults, the rules (``SCHEDULE_RULES``), the closed-form families of
 ``workbench.pipeline.bubble`` and ``workbench.pipeline.peak`` and the torch class of the real-run backend
 all read the record.
 """
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from workbench.pipeline.schedules import classic, greedy, vshape
-from workbench.pipeline.schedules.actions import Action, Schedule
+from workbench.pipeline.schedules import bidirectional, classic, greedy, vshape
+from workbench.pipeline.schedules.actions import Action, Schedule, flatten_cells
 from workbench.pipeline.schedules.rules import schedule_rules
 from workbench.pipeline.schedules.spec import Placement, ScheduleSpec, index_schedules
 from workbench.specs.limits import shown, simulated_size_problem
@@ -27,6 +27,7 @@ ZERO_BUBBLE = "sail-sg/zero-bubble-pipeline-parallelism"
 DUALPIPE = "deepseek-ai/DualPipe"
 ZB_PAPER = "Qi et al., Zero Bubble Pipeline Parallelism, arXiv:2401.10241"
 CM_PAPER = "Qi et al., Pipeline Parallelism with Controllable Memory, arXiv:2405.15362 (NeurIPS 2024)"
+DSV3_PAPER = "DeepSeek-AI, DeepSeek-V3 Technical Report, arXiv:2412.19437"
 
 
 def _gpipe(p: int, v: int, m: int) -> Rows:
@@ -66,6 +67,10 @@ def _v_min(p: int, v: int, m: int) -> Rows:
 
 def _dualpipev(p: int, v: int, m: int) -> Rows:
     return vshape.dualpipev(p, m)
+
+
+def _dualpipe(p: int, v: int, m: int) -> bidirectional.Cells:
+    return bidirectional.dualpipe(p, m)
 
 
 LOOPING, V = Placement.LOOPING, Placement.V
@@ -199,9 +204,27 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         min_microbatches_per_rank=2,
         bubble_family="v",
         peak_family="dualpipev",
-        source="DeepSeek-AI, DeepSeek-V3 Technical Report, arXiv:2412.19437 Sec. 3.2.1",
+        source=f"{DSV3_PAPER} Sec. 3.2.1",
         torch_class="ScheduleDualPipeV",
         frameworks=(DUALPIPE, TORCH),
+    ),
+    ScheduleSpec(
+        name="dualpipe",
+        generator=_dualpipe,
+        placement=V,
+        split_backward=True,
+        required_vpp=2,
+        default_vpp=2,
+        # github.com/deepseek-ai/DualPipe dualpipe/dualpipe.py, DualPipe.step asserts "num_ranks % 2 == 0" and
+        # "num_chunks % 2 == 0 and num_chunks >= num_ranks * 2": pp and m even (rule schedule_directions, from
+        # num_directions=2) and m >= 2 pp (rule schedule_microbatches, from min_microbatches_per_rank=2)
+        min_microbatches_per_rank=2,
+        num_directions=2,
+        bubble_family="dualpipe",
+        peak_family="dualpipe",
+        source=f"{DSV3_PAPER} Sec. 3.2.1, Fig. 5 and Table 2 (bidirectional, two copies of the weights)",
+        torch_class=None,  # torch 2.13 ships ScheduleDualPipeV only; its stages form one chain, not two
+        frameworks=(DUALPIPE,),
     ),
 )
 """Every built-in schedule, in the order of the literature."""
@@ -244,11 +267,18 @@ def uses_v_placement(name: str) -> bool:
     return get_schedule(name).placement is Placement.V
 
 
+def num_directions(name: str) -> int:
+    """Copies of the model the pipeline holds, one per direction it is fed from: 2 for DualPipe (every rank
+    holds two copies' stages: 2x parameters, DeepSeek-V3 Table 2), else 1."""
+    return get_schedule(name).num_directions
+
+
 def schedule_rule_violations(name: str, *, pp: int, vpp: int, num_microbatches: int) -> list[str]:
     """Sentences naming every rule of schedule ``name`` that (pp, vpp, num_microbatches) breaks; [] if fine.
 
     The rules are ``SCHEDULE_RULES``, read off the record: its required or minimum vpp and its micro-batch
-    rule (m >= k * pp; m divisible by max(1, m // pp) rounds with vpp >= 2). An unknown name is a violation,
+    rules (m >= k * pp; m divisible by max(1, m // pp) rounds with vpp >= 2; m divisible by the number of
+    directions). An unknown name is a violation,
     and so is a schedule too large to build and simulate (``workbench.specs.limits.simulated_size_problem``),
     which is checked first so that nothing of its size is ever allocated.
     """
@@ -281,7 +311,7 @@ def build_schedule(name: str, *, pp: int, num_microbatches: int, vpp: int | None
         raise ValueError(
             f"schedule {name!r} with pp={pp}, vpp={vpp}, m={num_microbatches}: " + " ".join(problems)
         )
-    rows = spec.generator(pp, vpp, num_microbatches)
+    rows, pairs = flatten_cells(spec.generator(pp, vpp, num_microbatches))
     return Schedule(
         name=name,
         pp=pp,
@@ -290,4 +320,6 @@ def build_schedule(name: str, *, pp: int, num_microbatches: int, vpp: int | None
         num_stages=pp * vpp,
         stage_to_rank=spec.stage_to_rank(pp, vpp),
         actions=tuple(tuple(row) for row in rows),
+        num_directions=spec.num_directions,
+        overlap_pairs=tuple(pairs) if any(pairs) else (),
     )

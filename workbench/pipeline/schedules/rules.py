@@ -1,7 +1,7 @@
 """The schedule rules as rows of the rule table (``workbench.specs.rules.Rule``), read off the records.
 
-Each rule is generic over the ``ScheduleSpec`` fields (required and minimum vpp, the micro-batch rule), so a
-new schedule states its rules as data in its record. They apply to pipelined plans only (pp > 1) whose
+Each rule is generic over the ``ScheduleSpec`` fields (required and minimum vpp, the micro-batch rules, the
+number of directions), so a new schedule states its rules as data in its record. They apply to pipelined plans only (pp > 1) whose
 micro-batch count is defined (dp * micro_batch_size divides the global batch), and sit under the
 ``schedule`` control and the planner's ``schedule`` rejection reason.
 """
@@ -58,6 +58,15 @@ def _rounds_sentence(registry: Mapping[str, ScheduleSpec], r: Row, ctx: RuleCont
     )
 
 
+def _directions_sentence(registry: Mapping[str, ScheduleSpec], r: Row, ctx: RuleContext) -> str:
+    spec = _spec(registry, r, ctx)
+    d = spec.num_directions
+    return (
+        f"{spec.name} feeds the micro-batches from {d} ends in equal shares and pairs rank r with rank p-1-r: it "
+        f"needs pp and the micro-batches to be multiples of {d}, got pp={r['pp']}, m={r['num_microbatches']}."
+    )
+
+
 def schedule_rules(registry: Mapping[str, ScheduleSpec], *, plans_only: bool = True) -> tuple[Rule, ...]:
     """The rules of every schedule of ``registry`` (name -> record), vectorised over schedule codes.
 
@@ -91,6 +100,10 @@ def schedule_rules(registry: Mapping[str, ScheduleSpec], *, plans_only: bool = T
         per = np.maximum(1, m // np.maximum(np.asarray(c["pp"]), 1))
         return _applies(c) & on & (np.asarray(c["vpp"]) >= 2) & (m % per != 0)
 
+    def directions(c: Columns, ctx: RuleContext) -> Any:
+        d = _field(reg, ctx, lambda s: s.num_directions, 1)[c["schedule_code"]]
+        return _applies(c) & ((np.asarray(c["num_microbatches"]) % d != 0) | (np.asarray(c["pp"]) % d != 0))
+
     def rule(key: str, mask: Any, sentence: Any) -> Rule:
         return Rule(
             key=key, control="schedule", reason="schedule", reads=_READS, mask=mask, sentence=sentence
@@ -115,4 +128,5 @@ def schedule_rules(registry: Mapping[str, ScheduleSpec], *, plans_only: bool = T
         ),
         rule("schedule_microbatches", microbatches, lambda r, ctx: _microbatch_sentence(reg, r, ctx)),
         rule("schedule_rounds", rounds, lambda r, ctx: _rounds_sentence(reg, r, ctx)),
+        rule("schedule_directions", directions, lambda r, ctx: _directions_sentence(reg, r, ctx)),
     )

@@ -6,17 +6,18 @@ micro-batch counts) are built from their fields by ``workbench.pipeline.schedule
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from workbench.pipeline.schedules.actions import Action
+from workbench.pipeline.schedules.actions import Cell
 from workbench.pipeline.schedules.classic import looping_placement
 from workbench.pipeline.schedules.vshape import v_placement
 
-Generator = Callable[[int, int, int], list[list[Action]]]
-"""(pp, vpp, num_microbatches) -> per pipeline rank, its compute actions in order."""
+Generator = Callable[[int, int, int], Sequence[Sequence[Cell]]]
+"""(pp, vpp, num_microbatches) -> per pipeline rank, its compute actions in order (an ``Overlap`` for an
+overlapped F&B pair)."""
 
 
 class Placement(StrEnum):
@@ -25,7 +26,9 @@ class Placement(StrEnum):
     LOOPING = "looping"
     """Rank r holds stages r, r + p, r + 2p, ... (Megatron-LM interleaving, arXiv:2104.04473 Sec. 2.2)."""
     V = "v"
-    """Rank r holds stages r and 2p-1-r: two chunks, first and last stage on rank 0 (arXiv:2401.10241 Sec. 6)."""
+    """Rank r holds stages r and 2p-1-r: two chunks, first and last stage on rank 0 (arXiv:2401.10241 Sec. 6).
+    With two directions (DualPipe) the same placement holds stage r of the first copy and stage p-1-r of the
+    second."""
 
     def stage_to_rank(self, pp: int, vpp: int) -> tuple[int, ...]:
         """Rank of every stage 0..pp*vpp-1. Raises ValueError for V placement with vpp != 2."""
@@ -56,6 +59,10 @@ class ScheduleSpec:
     """Fewest stages per rank when ``required_vpp`` is None (interleaved 1F1B: 2)."""
     min_microbatches_per_rank: int = 0
     """Micro-batch rule: m >= this * pp (1F1B's warm-up of pp-1 forwards: 1; DualPipeV: 2); 0: any m."""
+    num_directions: int = 1
+    """Copies of the model fed from opposite ends (DualPipe: 2, one per direction, so every rank holds two
+    copies' stages: 2x parameters, DeepSeek-V3 Table 2); it must divide pp and the micro-batches (rule
+    ``schedule_directions``: ranks pair up as r and p-1-r). 1: one pipeline."""
     microbatches_in_rounds: bool = False
     """Micro-batch rule with vpp >= 2: m divisible by the number of rounds max(1, m // pp) (torch's
     relaxation of Megatron's m % pp == 0 for interleaved schedules)."""
@@ -84,6 +91,13 @@ class ScheduleSpec:
             )
         if self.placement is Placement.V and self.required_vpp != 2:
             raise ValueError(f"ScheduleSpec {self.name!r}: V placement needs required_vpp=2")
+        if self.num_directions not in (1, 2) or (
+            self.num_directions == 2 and self.placement is not Placement.V
+        ):
+            raise ValueError(
+                f"ScheduleSpec {self.name!r}: num_directions must be 1, or 2 with V placement, got "
+                f"{self.num_directions!r}"
+            )
         if self.min_microbatches_per_rank < 0:
             raise ValueError(f"ScheduleSpec {self.name!r}: min_microbatches_per_rank must be >= 0")
 
