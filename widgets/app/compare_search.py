@@ -2,6 +2,8 @@
 
 Search: the planner runs in a worker thread (the page stays live) with a progress bar; the scatter is
 ``workbench_widgets.plots.search_figure`` and a click on a table row loads that plan into the Plan tab.
+Above them, the planner's own totals (plans screened, feasible, refined) and its rejection counts per reason
+(``SearchResult.rejection_table``, as ``workbench plan`` prints them); the table has human headers.
 Compare: plan A (pinned) and plan B (the current plan, priced by the chosen backend) side by side, drawn
 by the same builders as the Plan tab, with their x and y ranges made equal so the pictures compare.
 """
@@ -16,6 +18,7 @@ from typing import Any
 import panel as pn
 import param
 from bokeh.models import DataRange1d, Range1d
+from bokeh.models.widgets.tables import NumberFormatter
 from workbench_widgets.app.store import WorkbenchStore
 from workbench_widgets.app.views import GIB, summary_markdown
 from workbench_widgets.plots import (
@@ -39,26 +42,84 @@ TABLE_COLUMNS = (
     "rejected_reason",
 )
 """Columns shown in the search table when present (units converted in ``display_frame``)."""
+CONVERSIONS: dict[str, tuple[str, float]] = {
+    "step_time_s": ("step time (ms)", 1e3),
+    "peak_memory_bytes": ("peak memory (GiB)", 1 / GIB),
+    "mfu": ("MFU (%)", 100.0),
+    "tokens_per_s": ("tokens/s", 1.0),
+}
+"""SI column -> (header, factor to the display unit)."""
+HEADERS: dict[str, str] = {
+    "rank": "#",
+    "plan": "plan",
+    "num_nodes": "nodes",
+    "fits": "fits",
+    "bottleneck": "bottleneck",
+    "tier": "tier: screened / refined",
+    "rejected_reason": "why rejected",
+    **{col: header for col, (header, _) in CONVERSIONS.items()},
+}
+"""Header of every shown column (the planner's column names are snake_case)."""
+NUMBER_FORMATS = {"#": "0", "nodes": "0", "tokens/s": "0,0", "step time (ms)": "0,0.0"}
+NUMBER_FORMATS |= {"peak memory (GiB)": "0,0.0", "MFU (%)": "0.0"}
+CHAR_PX, CELL_PAD_PX, MAX_COLUMN_PX = 8, 30, 460
+"""Column width: ~8 px per character of 13 px text, padding and the sort arrow, at most 460 px."""
+
+
+def column_widths(shown: Any) -> dict[str, int]:
+    """Pixel width of each column of ``display_frame``'s output: its longest cell as shown (numbers with
+    their thousands separators) or the longest word of its header (headers wrap), whichever is wider."""
+    widths = {}
+    for col in shown.columns:
+        cells = [_shown_cell(v, col) for v in shown[col]]
+        chars = max([len(c) for c in cells] + [len(w) for w in col.split()])
+        widths[col] = min(MAX_COLUMN_PX, CHAR_PX * chars + CELL_PAD_PX)
+    return widths
+
+
+def _shown_cell(value: Any, col: str) -> str:
+    if value is None or value != value:  # None or NaN show as empty cells
+        return ""
+    if col in NUMBER_FORMATS and isinstance(value, int | float):
+        _, _, fraction = NUMBER_FORMATS[col].partition(".")
+        decimals = len(fraction)
+        return f"{value:,.{decimals}f}"
+    return str(value)
 
 
 def display_frame(frame: Any, max_rows: int = 500) -> Any:
-    """The first ``max_rows`` plans as a pandas frame for Tabulator, SI columns shown in display units."""
+    """The first ``max_rows`` plans as a pandas frame for Tabulator: ``HEADERS`` as column names, SI columns in
+    display units, ``#`` the planner's 1-based rank (1, 2, ... in order when the frame has none)."""
     import polars as pl
 
-    cols = [c for c in TABLE_COLUMNS if c in frame.columns]
-    out = frame.head(max_rows).select(cols)
-    conversions = {
-        "step_time_s": ("step time (ms)", 1e3),
-        "peak_memory_bytes": ("peak memory (GiB)", 1 / GIB),
-        "mfu": ("MFU (%)", 100.0),
-        "tokens_per_s": ("tokens/s", 1.0),
-    }
-    for col, (label, factor) in conversions.items():
-        if col in out.columns:
-            out = out.with_columns((pl.col(col) * factor).round(2).alias(label)).drop(col)
+    out = frame.head(max_rows)
+    if "rank" not in out.columns:
+        out = out.with_row_index("rank", offset=1)
+    out = out.select([c for c in TABLE_COLUMNS if c in out.columns])
+    out = out.with_columns(
+        (pl.col(col) * factor).round(2) for col, (_, factor) in CONVERSIONS.items() if col in out.columns
+    ).rename({c: HEADERS[c] for c in out.columns})
     import pandas as pd
 
     return pd.DataFrame(out.to_dict(as_series=False))  # polars' to_pandas needs pyarrow
+
+
+def search_totals(result: Any) -> str:
+    """One line of the planner's totals: plans screened, feasible and refined (``workbench plan``'s header)."""
+    refined = int(result.plans["refined"].sum()) if result.plans.height else 0
+    return (
+        f"Screened {result.num_plans:,} plans, {result.num_feasible:,} feasible, {refined:,} refined "
+        f"(screen {result.screen_s:.2f} s, refinement {result.refine_s:.2f} s)."
+    )
+
+
+def rejection_frame(result: Any) -> Any:
+    """The planner's rejection counts as a pandas frame (``why rejected``, ``plans``), reasons with none left
+    out, in checking order (a plan counts under the first rule it breaks)."""
+    import pandas as pd
+
+    rows = [(text, count) for _, text, count in result.rejection_table() if count]
+    return pd.DataFrame(rows, columns=["why rejected", "plans"])
 
 
 class SearchView(param.Parameterized):
@@ -76,14 +137,27 @@ class SearchView(param.Parameterized):
             "Search every plan of this model, cluster and workload; click a row to load it into the Plan tab."
         )
         self.scatter = pn.pane.Bokeh(None, visible=False)
+        self.totals = pn.pane.Markdown("", visible=False, css_classes=["wb-search-totals"])
+        self.rejections = pn.pane.DataFrame(  # an HTML table: the only Tabulator rows are the plans'
+            None,
+            index=False,
+            formatters={"plans": "{:,}".format},
+            visible=False,
+            css_classes=["wb-rejections"],
+        )
         self.table = pn.widgets.Tabulator(
             None,
             disabled=True,
             selectable=1,
+            show_index=False,
             pagination="remote",
             page_size=15,
+            layout="fit_data_stretch",
+            formatters={k: NumberFormatter(format=f) for k, f in NUMBER_FORMATS.items()},
+            configuration={"columnDefaults": {"headerWordWrap": True}},
             visible=False,
             sizing_mode="stretch_width",
+            css_classes=["wb-search-table"],
         )
         self.table.on_click(self._row_clicked)
         self.store.param.watch(self._show_progress, "search_progress")
@@ -108,7 +182,13 @@ class SearchView(param.Parameterized):
         if frame is None or frame.height == 0:
             return
         self.scatter.param.update(object=search_figure(frame), visible=True)
-        self.table.param.update(value=display_frame(frame), visible=True)
+        shown = display_frame(frame)
+        self.table.param.update(value=shown, widths=column_widths(shown), visible=True)
+        result = self.store.search_result
+        if result is not None:
+            self.totals.param.update(object=search_totals(result), visible=True)
+            rejected = rejection_frame(result)
+            self.rejections.param.update(object=rejected, visible=bool(len(rejected)))
 
     def _row_clicked(self, event: Any) -> None:
         self.load_row(int(event.row))
@@ -123,6 +203,8 @@ class SearchView(param.Parameterized):
         return pn.Column(
             pn.Row(self.button, self.progress),
             self.status,
+            self.totals,
+            self.rejections,
             self.scatter,
             self.table,
             sizing_mode="stretch_width",

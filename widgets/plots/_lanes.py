@@ -128,14 +128,22 @@ class Runs:
 
 
 def aggregate_runs(
-    timeline: pl.DataFrame, lane: np.ndarray, num_lanes: int, *, num_bins: int, span_s: tuple[float, float]
+    timeline: pl.DataFrame,
+    lane: np.ndarray,
+    num_lanes: int,
+    *,
+    num_bins: int,
+    span_s: tuple[float, float],
+    keep_any: np.ndarray | None = None,
 ) -> Runs:
     """Rasterise a timeline into ``num_bins`` time bins per lane and merge equal neighbours into runs.
 
     Per lane and op, busy time inside each bin is the difference of the cumulative busy time
     C(t) = sum over blocks of clip(t - start, 0, duration) at the bin edges (exact when the blocks of one
     lane and op do not overlap; overlapping communication is capped at a fully busy bin). A bin's colour is
-    its dominant op, its opacity its busy share (quartiles); bins under 2 % busy stay empty (idle).
+    its dominant op, its opacity its busy share (quartiles); bins under 2 % busy stay empty (idle), except on
+    the lanes where ``keep_any`` (bool per lane, e.g. the communication lanes) is true: there any busy time
+    makes the bin show, so short sends stay visible however far the view is zoomed out.
     """
     op_column = timeline["op"].cast(pl.String)
     ops = tuple(sorted(op_column.unique().to_list(), key=lambda o: (not is_compute_op(o), o)))
@@ -147,7 +155,10 @@ def aggregate_runs(
     busy = busy.reshape(num_lanes, len(ops), num_bins)
     dominant = busy.argmax(axis=1)
     frac = np.clip(busy.sum(axis=1) / (edges[1] - edges[0]), 0.0, 1.0)
-    level = np.where(frac < 0.02, 0, np.ceil(frac * 4)).astype(np.int64)
+    idle_below = np.full((num_lanes, 1), 0.02)
+    if keep_any is not None:
+        idle_below[np.asarray(keep_any, dtype=bool)] = 1e-12
+    level = np.where(frac < idle_below, 0, np.ceil(frac * 4)).astype(np.int64)
     counts = _starts_per_bin(lane, starts, edges, num_lanes)
     return _merge_bins(dominant, level, counts, edges, ops)
 

@@ -20,6 +20,29 @@ if TYPE_CHECKING:
 
 MAX_BLOCKS = 6_000
 """Above this many blocks the timeline is drawn aggregated (see ``workbench_widgets.plots.timeline``)."""
+LANE_PX = 20
+"""Height of one lane in screen pixels at the initial zoom: room for an 11 px axis label and a gap."""
+MIN_FRAME_PX = 120
+"""Smallest plot area (a one- or two-lane timeline still gets a readable band)."""
+MAX_FRAME_PX = 800
+"""Tallest plot area: beyond ``MAX_FRAME_PX // LANE_PX`` lanes the figure shows that many and pans in y."""
+COMM_MIN_PX = 3
+"""Screen width of the mark drawn on every communication block, so a send stays visible at full zoom-out."""
+COMM_FLOOR_ALPHA = 0.5
+"""Least opacity of a communication bin in the aggregated view (a thin send is a small busy share)."""
+
+
+def lane_layout(num_lanes: int) -> tuple[int, int]:
+    """``(frame_px, shown_lanes)``: the plot-area height in pixels and how many lanes it shows at first.
+
+    Every shown lane gets at least ``LANE_PX`` pixels; above ``MAX_FRAME_PX`` the frame stops growing and shows
+    the first ``MAX_FRAME_PX // LANE_PX`` lanes (the figure then pans in y over the rest).
+    ValueError for ``num_lanes < 1``.
+    """
+    if num_lanes < 1:
+        raise ValueError(f"lane_layout: num_lanes must be >= 1, got {num_lanes}")
+    shown = min(num_lanes, MAX_FRAME_PX // LANE_PX)
+    return max(MIN_FRAME_PX, shown * LANE_PX), shown
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,6 +62,21 @@ class TimelineContent:
     """Columns of renderer ``labels`` (micro-batch numbers), None when none fit."""
     makespan_ms: float | None
     """Where the dashed makespan line goes, None when outside the span."""
+    comm_data: dict[str, Any] | None = None
+    """Columns of renderer ``comm_marks`` (a ``COMM_MIN_PX`` wide mark per communication block, exact view),
+    None when there is no communication block."""
+    has_blended: bool = False
+    """Whether some drawn quads blend several blocks or part-idle time (aggregated runs): they get a legend entry."""
+
+    @property
+    def frame_px(self) -> int:
+        """Height of the plot area in pixels (``lane_layout``)."""
+        return lane_layout(len(self.lanes.labels))[0]
+
+    @property
+    def shown_lanes(self) -> int:
+        """Lanes in view at the initial zoom (all of them unless above ``MAX_FRAME_PX``)."""
+        return lane_layout(len(self.lanes.labels))[1]
 
     @property
     def layout_key(self) -> tuple:
@@ -51,6 +89,8 @@ class TimelineContent:
             self.label_data is None,
             self.makespan_ms is None,
             self.width,
+            self.comm_data is None,
+            self.has_blended,
         )
 
 
@@ -93,15 +133,19 @@ def timeline_content(
     lanes = assign_lanes(timeline)
     title = _title(title_prefix, makespan_s, bubble_fraction, timeline, window_s)
     aggregated = timeline.height > max_blocks
+    comm_data = None
     if aggregated:
         bins = num_bins or max(50, (width - 120) // 2)
         data, ops = _runs_data(timeline, lanes, span, bins)
         title += " · aggregated to ~2 px bins (zoom the ranged view for single blocks)"
         label_data = None
+        has_blended = bool(np.any((data["busy"] < 1.0) | (data["blocks"] > 1)))
     else:
         data = _blocks_data(timeline, lanes)
         ops = tuple(sorted(set(data["op"]), key=lambda o: (o not in OP_COLORS, o)))
         label_data = _label_data(data, span, width, len(lanes.labels))
+        comm_data = _comm_data(data)
+        has_blended = False
     show_makespan = makespan_s is not None and span[0] <= makespan_s <= span[1]
     return TimelineContent(
         title=title,
@@ -113,6 +157,8 @@ def timeline_content(
         legend_ops=ops,
         label_data=label_data,
         makespan_ms=makespan_s * MS_PER_S if show_makespan and makespan_s is not None else None,
+        comm_data=comm_data,
+        has_blended=has_blended,
     )
 
 
@@ -167,6 +213,20 @@ def _blocks_data(timeline: pl.DataFrame, lanes: Lanes) -> dict[str, Any]:
     }
 
 
+def _comm_data(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The communication blocks' columns plus the centre ``x`` (ms), lane ``y`` and ``height`` of their marks."""
+    comm = ~np.isin(np.asarray(data["op"]), list(OP_COLORS))
+    if not comm.any():
+        return None
+    idx = np.nonzero(comm)[0]
+    out: dict[str, Any] = {
+        k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx]) for k, v in data.items()
+    }
+    left, right = data["left"][idx], data["right"][idx]
+    bottom, top = data["bottom"][idx], data["top"][idx]
+    return out | {"x": (left + right) / 2, "y": (bottom + top) / 2, "height": top - bottom}
+
+
 def _label_data(data: dict, span: tuple[float, float], width: int, num_lanes: int) -> dict[str, Any] | None:
     """Micro-batch numbers on the blocks wide enough at the initial zoom (about 7 px per digit)."""
     if num_lanes > 40:
@@ -187,8 +247,12 @@ def _label_data(data: dict, span: tuple[float, float], width: int, num_lanes: in
 def _runs_data(
     timeline: pl.DataFrame, lanes: Lanes, span: tuple[float, float], num_bins: int
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
-    runs = aggregate_runs(timeline, lanes.lane, len(lanes.labels), num_bins=num_bins, span_s=span)
+    is_comm = np.array(lanes.is_comm, dtype=bool)
+    runs = aggregate_runs(
+        timeline, lanes.lane, len(lanes.labels), num_bins=num_bins, span_s=span, keep_any=is_comm
+    )
     half = _half_heights(lanes, runs.lane)
+    alpha = np.where(is_comm[runs.lane], np.maximum(runs.busy_frac, COMM_FLOOR_ALPHA), runs.busy_frac)
     data = {
         "left": (runs.start_s * MS_PER_S).astype(np.float32),
         "right": (runs.end_s * MS_PER_S).astype(np.float32),
@@ -197,6 +261,7 @@ def _runs_data(
         "lane": runs.lane.astype(np.int32),
         "op_code": runs.op_code.astype(np.int32),
         "busy": runs.busy_frac.astype(np.float32),
+        "alpha": alpha.astype(np.float32),
         "blocks": runs.num_blocks.astype(np.int32),
     }
     return data, runs.ops

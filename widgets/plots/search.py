@@ -10,13 +10,15 @@ Input is the planner's ranked frame, best plan first. Columns used (``SEARCH_COL
   ``memory_capacity_bytes`` (float, drawn as a vertical line).
 
 A plan is feasible when ``fits`` is true and ``rejected_reason`` is null or empty; the rest are grey.
+Plans are numbered from 1 like the planner's ``rank`` (its column when present, else the row order);
+axes read ``470k``, not ``4.700e+5``; the legend sits right of the plot area, never over the points.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, NumeralTickFormatter
 from bokeh.models.annotations import Span
 from bokeh.plotting import figure
 from workbench_widgets.plots._style import GIB, GREY, OKABE_ITO, PLOT_WIDTH_PX, category_colors
@@ -34,6 +36,10 @@ SEARCH_COLUMNS: tuple[str, ...] = (
     "memory_capacity_bytes",
 )
 Y_LABELS = {"tokens_per_s": ("tokens/s", "{0,0}"), "mfu": ("MFU", "{0.0 %}")}
+Y_TICK_FORMATS = {"tokens_per_s": "0.[0]a", "mfu": "0 %"}
+"""Numeral.js formats of the y ticks (``470k``, ``1.2m``; ``45 %``); other columns get ``0,0.[00]``."""
+X_TICK_FORMAT = "0,0.[0]"
+"""GiB ticks: ``40``, ``52.5``."""
 
 
 def pareto_mask(memory_bytes: np.ndarray, value: np.ndarray) -> np.ndarray:
@@ -80,7 +86,7 @@ def search_figure(
         )
     if not 0 <= chosen_index < max(frame.height, 1):
         raise ValueError(f"search_figure: chosen_index must be in 0..{frame.height - 1}, got {chosen_index}")
-    frame = frame.with_row_index("rank_in_search")
+    frame = _numbered(frame)
     feasible = feasible_mask(frame)
     mem = frame["peak_memory_bytes"].to_numpy().astype(float)
     val = frame[y].to_numpy().astype(float)
@@ -117,7 +123,7 @@ def search_figure(
         line_color="black",
         line_width=2,
         name="chosen",
-        legend_label=f"chosen plan (#{chosen_index})",
+        legend_label=f"chosen plan (#{frame['rank_in_search'][chosen_index]})",
     )
     if "memory_capacity_bytes" in frame.columns and frame["memory_capacity_bytes"].drop_nulls().len():
         fig.add_layout(
@@ -135,10 +141,20 @@ def search_figure(
             tooltips=_tooltips(frame, y),
         )
     )
-    fig.legend.location = "bottom_right"
+    fig.yaxis.formatter = NumeralTickFormatter(format=Y_TICK_FORMATS.get(y, "0,0.[00]"))
+    fig.xaxis.formatter = NumeralTickFormatter(format=X_TICK_FORMAT)
     fig.legend.click_policy = "hide"
+    fig.legend.title = "click to hide"
+    fig.add_layout(fig.legend[0], "right")  # outside the plot area: never over the points
     fig.toolbar.logo = None
     return fig
+
+
+def _numbered(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with ``rank_in_search``: the planner's 1-based ``rank`` where present, else 1, 2, ... in order."""
+    if "rank" in frame.columns and frame["rank"].null_count() == 0:
+        return frame.with_columns(rank_in_search=pl.col("rank").cast(pl.Int64))
+    return frame.with_row_index("rank_in_search", offset=1)
 
 
 def _title(title: str, total: int, shown: int, num_feasible: int) -> str:
@@ -192,7 +208,8 @@ def _tooltips(frame: pl.DataFrame, y: str) -> list[tuple[str, str]]:
         tips.append(("MFU", "@mfu{0.0 %}"))
     if y not in ("tokens_per_s", "mfu"):
         tips.append((y, "@y"))
-    tips += [(c.replace("_", " "), f"@{c}") for c in ("tier", "rejected_reason") if c in frame.columns]
+    names = {"tier": "tier (screened / refined)", "rejected_reason": "why rejected"}
+    tips += [(names[c], f"@{c}") for c in ("tier", "rejected_reason") if c in frame.columns]
     return tips
 
 

@@ -10,6 +10,11 @@ lanes x bins whatever m is, and idle time still shows as gaps. For full detail o
 *ranged* view: pass ``window_s`` (``detail_window_s`` gives the window holding the first ``max_blocks``
 blocks, the warm-up where the bubble lives).
 
+Lanes never crowd: the plot area gives every lane ``LANE_PX`` pixels (``lane_layout``); beyond
+``MAX_FRAME_PX`` it stops growing and pans in y over the other lanes. A communication block also gets a
+``COMM_MIN_PX`` wide mark (renderer ``comm_marks``, screen units), so sends stay visible at full zoom-out;
+aggregated runs, which blend several blocks and idle time into one quad, have their own legend entry.
+
 What is drawn is computed first, without bokeh (``timeline_content``, in ``_timeline_content``); the
 builders stay pure functions of it, and ``refresh_timeline_figure`` writes a new content into a figure
 whose ``layout_key`` matches (the Panel app does so instead of building and swapping a new figure).
@@ -22,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool, Range1d
+from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool, Range1d, WheelPanTool
 from bokeh.models.annotations import Span
-from bokeh.models.renderers import GlyphRenderer
+from bokeh.models.renderers import DataRenderer, GlyphRenderer
 from bokeh.plotting import figure
 from bokeh.transform import linear_cmap
 from workbench_widgets.plots._lanes import Lanes
@@ -38,9 +43,13 @@ from workbench_widgets.plots._style import (
     op_color,
 )
 from workbench_widgets.plots._timeline_content import (
+    COMM_MIN_PX,
+    LANE_PX,
     MAX_BLOCKS,
+    MAX_FRAME_PX,
     TimelineContent,
     estimate_timeline_content,
+    lane_layout,
     timeline_content,
     x_range_ms,
 )
@@ -48,12 +57,24 @@ from workbench_widgets.plots._timeline_content import (
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate
 
+BLENDED_LABEL = "blended: several blocks per 2 px bin, paler = partly idle"
+"""Legend entry of aggregated runs (quads that merge blocks and idle time)."""
+_CHROME_PX, _LEGEND_ROW_PX = 110, 22
+"""Height outside the plot area (title, x axis and its label; and per legend row), for panes that read
+``height`` (bokeh sizes the figure from ``frame_height``)."""
+_LEGEND_PX_PER_CHAR, _LEGEND_ITEM_PX = 6.5, 30
+
 __all__ = [
+    "BLENDED_LABEL",
+    "COMM_MIN_PX",
+    "LANE_PX",
     "MAX_BLOCKS",
+    "MAX_FRAME_PX",
     "TimelineContent",
     "content_timeline_figure",
     "estimate_timeline_content",
     "estimate_timeline_figure",
+    "lane_layout",
     "refresh_timeline_figure",
     "timeline_content",
     "timeline_figure",
@@ -102,6 +123,8 @@ def content_timeline_figure(content: TimelineContent) -> figure:
         _draw_runs(fig, content)
     else:
         _draw_blocks(fig, content)
+    rows = _legend(fig, list(content.legend_ops), blended=content.has_blended, width=content.width)
+    fig.height = content.frame_px + _CHROME_PX + _LEGEND_ROW_PX * rows
     if content.makespan_ms is not None:
         fig.add_layout(
             Span(
@@ -126,6 +149,8 @@ def refresh_timeline_figure(fig: figure, content: TimelineContent) -> None:
     _renderer(fig, main).data_source.data = content.data  # type: ignore[attr-defined]
     if content.label_data is not None:
         _renderer(fig, "labels").data_source.data = content.label_data  # type: ignore[attr-defined]
+    if content.comm_data is not None:
+        _renderer(fig, "comm_marks").data_source.data = content.comm_data  # type: ignore[attr-defined]
     if content.makespan_ms is not None:
         span = next(a for a in fig.center if isinstance(a, Span) and a.name == "makespan")
         span.location = content.makespan_ms
@@ -137,22 +162,27 @@ def _renderer(fig: figure, name: str) -> GlyphRenderer:
 
 
 def _frame(lanes: Lanes, span: tuple[float, float], width: int, title: str) -> figure:
+    """Axes and tools: a plot area of ``lane_layout`` pixels, lanes top-down, every lane labelled."""
     num = len(lanes.labels)
-    height = int(min(680, max(220, 90 + num * (22 if num <= 16 else 9))))
+    frame_px, shown = lane_layout(num)
+    pans_lanes = shown < num
     x_start, x_end = x_range_ms(span)
     fig = figure(
         title=title,
         width=width,
-        height=height,
-        tools="xpan,xwheel_zoom,box_zoom,reset,save",
+        height=frame_px + _CHROME_PX + _LEGEND_ROW_PX,
+        frame_height=frame_px,
+        tools=f"{'pan' if pans_lanes else 'xpan'},xwheel_zoom,box_zoom,reset,save",
         active_scroll="xwheel_zoom",
         x_range=Range1d(start=x_start, end=x_end),
-        y_range=Range1d(start=num - 0.5, end=-0.5),
+        y_range=Range1d(start=shown - 0.5, end=-0.5, bounds=(-0.5, num - 0.5)),
         x_axis_label="time from step start (ms)",
     )
-    ticks, overrides = label_ticks(list(range(num)), list(lanes.labels))
+    if pans_lanes:
+        fig.add_tools(WheelPanTool(dimension="height", description="Scroll the lanes"))
+    ticks, overrides = label_ticks(list(range(num)), list(lanes.labels), max_ticks=max(num, 1))
     fig.yaxis.ticker = ticks
-    fig.yaxis.major_label_overrides = overrides  # type: ignore[assignment]
+    fig.yaxis.major_label_overrides = overrides
     fig.ygrid.grid_line_color = None
     fig.toolbar.logo = None
     return fig
@@ -171,10 +201,24 @@ def _draw_blocks(fig: figure, content: TimelineContent) -> None:
         line_color="white",
         line_width=0.5,
     )
-    _legend(fig, list(content.legend_ops))
+    hovered: list[DataRenderer] = [blocks]
+    if content.comm_data is not None:
+        hovered.append(
+            fig.rect(
+                x="x",
+                y="y",
+                width=COMM_MIN_PX,
+                height="height",
+                width_units="screen",
+                source=ColumnDataSource(content.comm_data),
+                name="comm_marks",
+                fill_color="color",
+                line_color=None,
+            )
+        )
     fig.add_tools(
         HoverTool(
-            renderers=[blocks],
+            renderers=hovered,
             tooltips=[
                 ("lane", "@lane_label"),
                 ("op", "@op_name (@op)"),
@@ -200,21 +244,32 @@ def _draw_blocks(fig: figure, content: TimelineContent) -> None:
         )
 
 
-def _legend(fig: figure, ops: list[str]) -> None:
-    """Legend entries via invisible glyphs, one per op present (the quads share one data source)."""
-    seen_comm = False
+def _legend(fig: figure, ops: list[str], *, blended: bool, width: int) -> int:
+    """Legend entries via invisible glyphs, one per op present (the quads share one data source), then
+    ``BLENDED_LABEL`` when some quads blend blocks; above the plot, wrapped into rows that fit ``width``.
+    Returns the number of legend rows."""
+    entries: list[tuple[str, str, float]] = []
     for op in ops:
-        if op not in OP_COLORS:
-            if seen_comm:
-                continue
-            seen_comm, label, color = True, "communication / wait", COMM_COLOR
-        else:
-            label, color = f"{op}: {OP_NAMES[op]}", OP_COLORS[op]
-        fig.scatter(x=[np.nan], y=[np.nan], marker="square", size=10, color=color, legend_label=label)
+        if op in OP_COLORS:
+            entries.append((f"{op}: {OP_NAMES[op]}", OP_COLORS[op], 1.0))
+        elif not any(label == "communication / wait" for label, _, _ in entries):
+            entries.append(("communication / wait", COMM_COLOR, 1.0))
+    if blended:
+        entries.append((BLENDED_LABEL, GREY, 0.45))
+    for label, color, alpha in entries:
+        fig.scatter(
+            x=[np.nan], y=[np.nan], marker="square", size=10, color=color, alpha=alpha, legend_label=label
+        )
+    item_px = [_LEGEND_ITEM_PX + _LEGEND_PX_PER_CHAR * len(label) for label, _, _ in entries]
+    per_row = len(entries)
+    while per_row > 1 and sum(max(item_px[j::per_row]) for j in range(per_row)) > width - 40:
+        per_row -= 1  # the legend is a grid: a column is as wide as its widest item
     fig.legend.orientation = "horizontal"
+    fig.legend.ncols = per_row
     fig.legend.location = "top_left"
     fig.legend.background_fill_alpha = 0.8
     fig.add_layout(fig.legend[0], "above")
+    return -(-len(entries) // per_row)
 
 
 def _draw_runs(fig: figure, content: TimelineContent) -> None:
@@ -235,10 +290,9 @@ def _draw_runs(fig: figure, content: TimelineContent) -> None:
         source=ColumnDataSource(content.data),
         name="runs",
         fill_color=mapper,
-        fill_alpha="busy",
+        fill_alpha="alpha",
         line_color=None,
     )
-    _legend(fig, list(ops))
     names = [f"{OP_NAMES.get(op, op)} ({op})" for op in ops]
     op_fmt = CustomJSHover(code=f"return {json.dumps(names)}[value] ?? String(value)")
     lane_fmt = CustomJSHover(code=f"return {json.dumps(list(content.lanes.labels))}[value] ?? String(value)")
