@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import click
 
@@ -25,10 +26,33 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workbench_cli.plan_cmd",
     "workbench_cli.microbench_cmd",
     "workbench_cli.collective_cmd",
+    "workbench_cli.serve_cmd",
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class WorkbenchGroup(click.Group):
+    """The ``workbench`` group. In click's standalone mode (the console script, ``python -m workbench_cli``,
+    ``click.testing.CliRunner``) every error is printed by ``run`` as one line with the one prefix
+    ``workbench COMMAND: error:``, never click's ``Error:`` nor a traceback."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        run(list(sys.argv[1:] if args is None else args), **extra)
+        return None
+
+
+@click.group(
+    cls=WorkbenchGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
 @click.version_option(package_name="parallelism-workbench")
 def cli() -> None:
     """Parallelism planning workbench: model, cluster and plan in; cost, timeline and memory out."""
@@ -43,10 +67,16 @@ def main(argv: list[str] | None = None) -> None:
 
     Every error is one line on stderr, ``workbench COMMAND: error: MESSAGE``, with control characters of
     the message (a file name holding ESC or a newline) escaped."""
-    args = sys.argv[1:] if argv is None else list(argv)
+    run(sys.argv[1:] if argv is None else list(argv))
+
+
+def run(args: list[str], **extra: Any) -> None:
+    """Run ``workbench ARGS``; on any error print ``workbench COMMAND: error: MESSAGE`` and exit non-zero
+    (click's usage errors 2, everything else 1). Commands signal refusals with ``click.ClickException``
+    (or ``click.UsageError``/``click.BadParameter`` for bad options) or ``ValueError``; all read alike."""
     prog = _command_path(args)
     try:
-        cli.main(args=args, standalone_mode=False, prog_name="workbench")
+        click.Group.main(cli, args=args, standalone_mode=False, prog_name="workbench", **extra)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
@@ -82,7 +112,8 @@ def _fail(prog: str, message: str, code: int) -> NoReturn:
 
 def _command_path(args: list[str]) -> str:
     """``workbench`` plus the (sub)command names at the front of ``args`` (``workbench show model``)."""
-    path, group = ["workbench"], cli
+    path: list[str] = ["workbench"]
+    group: click.Group = cli
     for arg in args:
         if arg.startswith("-"):
             continue

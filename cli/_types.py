@@ -44,3 +44,17 @@ def capacity_factor_option() -> object:
         default=None,
         help=CAPACITY_FACTOR_HELP,
     )
+
+
+def schedule_choice(*extra: str) -> click.Choice:
+    """A pipeline schedule name (``workbench.pipeline.schedules.SCHEDULE_NAMES``, plus ``extra``), read without
+    regard to case: ``1F1B`` and ``ZB-H1`` are ``1f1b`` and ``zb-h1`` (the value passed on is the lower-case
+    name)."""
+    from workbench.pipeline.schedules import SCHEDULE_NAMES
+
+    return click.Choice([*SCHEDULE_NAMES, *extra], case_sensitive=False)
+
+
+def schedule_list(text: str) -> tuple[str, ...]:
+    """``--schedules a,b`` as lower-case names (blank items dropped); unknown names are the core's to refuse."""
+    return tuple(s.strip().lower() for s in text.split(",") if s.strip())

@@ -7,12 +7,33 @@ The command only parses options; the app lives in ``workbench_widgets.app`` and 
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
+
+APP_EXTRA_HINT = "pip install 'parallelism-workbench[app]'"
+"""How to install what ``workbench app`` needs beyond the core (Panel): the ``[app]`` extra."""
+
+_OWN_PACKAGES = ("workbench", "workbench_cli", "workbench_widgets", "workbench_backends")
 
 
 def register(group: click.Group) -> None:
     group.add_command(app_cmd)
+
+
+def _load_server() -> Any:
+    """``workbench_widgets.app.server``; a missing third-party module (Panel on a core-only install) is a
+    ``click.ClickException`` naming the extra to install."""
+    try:
+        return importlib.import_module("workbench_widgets.app.server")
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if not missing or missing in _OWN_PACKAGES:
+            raise
+        raise click.ClickException(
+            f"the web app needs {missing}, which is not installed (the core install has the CLI and the HTML "
+            f"reports only); install the app extra: {APP_EXTRA_HINT}"
+        ) from None
 
 
 @click.command("app")
@@ -49,7 +70,7 @@ def app_cmd(port: int, address: str, show: bool, prefix: str, origins: tuple[str
             "open in your browser drive this app; use it only on a machine and network you trust",
             err=True,
         )
-    server = importlib.import_module("workbench_widgets.app.server")
+    server = _load_server()
     server.run(
         port=port,
         address=address,

@@ -20,9 +20,10 @@ from workbench_cli._common import (
     text_writer,
     write_outputs,
 )
-from workbench_cli._types import capacity_factor_option, count
+from workbench_cli._types import capacity_factor_option, count, schedule_choice
 
 from workbench.specs import limits as L
+from workbench.specs.plan import DEFAULT_RANK_ORDER, RANK_ORDERS, rank_order_name
 
 
 def _plan_options(f: Any) -> Any:
@@ -43,6 +44,21 @@ def _plan_options(f: Any) -> Any:
         click.option("--pp", type=count(L.MAX_PP), default=1, show_default=True),
         click.option("--dp", type=count(L.MAX_DEVICES), default=None, help="Default: devices / (tp*pp*cp)."),
         click.option("--cp", type=count(L.MAX_DEVICES), default=1, show_default=True),
+        click.option(
+            "--ulysses",
+            type=count(L.MAX_DEVICES),
+            default=1,
+            show_default=True,
+            help="Of the cp ranks, how many exchange heads by all-to-all (DeepSpeed-Ulysses); the rest form a "
+            "ring. 1: ring attention; = cp: Ulysses; between: USP.",
+        ),
+        click.option(
+            "--rank-order",
+            type=click.Choice(list(RANK_ORDERS)),
+            default=rank_order_name(DEFAULT_RANK_ORDER),
+            show_default=True,
+            help="How the groups are laid on consecutive ranks, innermost first.",
+        ),
         click.option("--ep", type=count(L.MAX_DEVICES), default=1, show_default=True),
         click.option(
             "--etp",
@@ -66,11 +82,34 @@ def _plan_options(f: Any) -> Any:
         click.option(
             "--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1."
         ),
-        click.option("--schedule", default="1f1b", show_default=True, help="Pipeline schedule name."),
+        click.option(
+            "--schedule",
+            type=schedule_choice(),
+            default="1f1b",
+            show_default=True,
+            help="Pipeline schedule name (any case).",
+        ),
         click.option(
             "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True
         ),
         capacity_factor_option(),
+        click.option(
+            "--loss-chunks",
+            type=count(L.MAX_SEQ_LEN),
+            default=1,
+            show_default=True,
+            help="Run the LM head and the loss over this many chunks of tokens (fused linear cross-entropy).",
+        ),
+        click.option(
+            "--offload-optimizer/--no-offload-optimizer",
+            default=False,
+            help="Keep the optimizer states in host memory and step on the CPUs (ZeRO-Offload).",
+        ),
+        click.option(
+            "--offload-activations/--no-offload-activations",
+            default=False,
+            help="Move saved activations to host memory between forward and backward.",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -104,6 +143,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         tp=tp,
         pp=pp,
         cp=cp,
+        ulysses=kw.get("ulysses", 1),
         ep=kw["ep"],
         etp=kw.get("etp"),
         vpp=kw["vpp"],
@@ -113,6 +153,10 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         sequence_parallel=sp,
         recompute=kw["recompute"],
         schedule=kw["schedule"],
+        loss_chunks=kw.get("loss_chunks", 1),
+        offload_optimizer=kw.get("offload_optimizer", False),
+        offload_activations=kw.get("offload_activations", False),
+        rank_order=RANK_ORDERS[kw.get("rank_order") or rank_order_name(DEFAULT_RANK_ORDER)],
     )
     return model, cluster, workload, plan
 
@@ -260,7 +304,13 @@ def _print_human(est: Any) -> None:
     default=None,
     help="Write the tables (timeline, memory, plans) as CSV into this folder.",
 )
-@click.option("--force", is_flag=True, help="Overwrite existing --trace, --report and --csv files.")
+@click.option(
+    "--save",
+    "save_path",
+    default=None,
+    help="Write the estimate as FILE.workbench.json (JupyterLab opens it as its report).",
+)
+@click.option("--force", is_flag=True, help="Overwrite existing --trace, --report, --csv and --save files.")
 def estimate_cmd(
     backend: str,
     profile_dir: str | None,
@@ -272,14 +322,21 @@ def estimate_cmd(
     report_path: str | None,
     plan_index: int,
     csv_dir: str | None,
+    save_path: str | None,
     **kw: Any,
 ) -> None:
     """Estimate step time, throughput, MFU and memory of one parallel plan."""
     from workbench.estimate.registry import get_backend
 
     csv_out = Output("--csv", Path(csv_dir), folder=True, files=CSV_TABLES) if csv_dir else None
+    if save_path is not None and not save_path.endswith(".workbench.json"):
+        raise click.BadParameter(f"must end in .workbench.json, got {shown(save_path)}", param_hint="--save")
     check_outputs(
-        output_file("--trace", trace_path), output_file("--report", report_path), csv_out, force=force
+        output_file("--trace", trace_path),
+        output_file("--report", report_path),
+        output_file("--save", save_path),
+        csv_out,
+        force=force,
     )
     if plan_index != 0:
         raise click.BadParameter(
@@ -312,7 +369,15 @@ def estimate_cmd(
         from workbench.goodput import estimate_goodput
 
         goodput = estimate_goodput(est, failures, goodput_opts)
-    _write_outputs(est, trace_path, report_path, csv_dir, force, goodput=(goodput, failures, goodput_opts))
+    _write_outputs(
+        est,
+        trace_path,
+        report_path,
+        csv_dir,
+        force,
+        goodput=(goodput, failures, goodput_opts),
+        save=save_path,
+    )
     if as_json:
         echo_json({**est.summary(), **({"goodput": goodput.summary()} if goodput else {})})
     else:
@@ -325,6 +390,8 @@ def estimate_cmd(
             click.echo(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
         if csv_dir is not None:
             click.echo(f"tables written to {shown(csv_dir)}")
+        if save_path is not None:
+            click.echo(f"estimate written to {shown(save_path)} (open it in JupyterLab)")
 
 
 CSV_TABLES = ("plans.csv", "timeline.csv", "memory.csv", "activation.csv")
@@ -339,11 +406,18 @@ def _write_outputs(
     force: bool,
     *,
     goodput: tuple[Any, Any, Any] = (None, None, None),
+    save: str | None = None,
 ) -> None:
     """Render every requested output, then write them all at once (nothing is written if one fails).
     ``goodput``: (GoodputEstimate, FailureModel, GoodputOptions) when ``--failures`` was given; the report then
-    has its Goodput section (with the scaling over node counts)."""
+    has its Goodput section (with the scaling over node counts). ``save``: a ``.workbench.json`` path."""
     writers: dict[Path, Writer] = {}
+    if save is not None:
+        from workbench_widgets.report import cli_command
+        from workbench_widgets.workbench_file import workbench_document
+
+        doc = workbench_document([est], command=cli_command())
+        writers[Path(save)] = text_writer(json.dumps(doc, indent=1) + "\n")
     if trace_path is not None:
         from workbench.pipeline.trace import chrome_trace
 

@@ -23,10 +23,19 @@ from workbench_cli._common import (
     text_writer,
     write_outputs,
 )
-from workbench_cli._types import capacity_factor_option, count
+from workbench_cli._types import capacity_factor_option, count, schedule_list
 from workbench_cli.estimate_cmd import goodput_options, load_goodput
+from workbench_cli.plan_sizes import SizeBest, best_per_size, print_goodput_sizes, print_sizes, sizes_json
 
+from workbench.search.space import DEFAULT_HEADROOM_FRAC
 from workbench.specs import limits as L
+
+HEADROOM_HELP = (
+    "Share of device memory kept free: a plan fits if its peak is at most (1 - headroom) x HBM. The default "
+    f"{DEFAULT_HEADROOM_FRAC:g} (80 GiB -> 76 GiB usable) covers the memory model's error (5.4 % on published "
+    "runs) and allocator fragmentation and transient peaks beyond the modelled share (PyTorch CUDA notes, "
+    "'Memory management'). 0 plans up to the full HBM."
+)
 
 PROGRESS_MIN_PLANS = 2_000_000
 """Searches at least this large show a screening progress bar on stderr (when it is a terminal); the
@@ -75,11 +84,7 @@ def build_constraints(kw: dict[str, Any]) -> Any:
 
     extra: dict[str, Any] = {}
     if kw["schedules"]:
-        names = (
-            SCHEDULE_NAMES
-            if kw["schedules"] == "all"
-            else tuple(s.strip() for s in kw["schedules"].split(","))
-        )
+        names = SCHEDULE_NAMES if kw["schedules"].strip().lower() == "all" else schedule_list(kw["schedules"])
         extra["schedules"] = names
     for key, opt in (("zero_stages", "zero"), ("micro_batch_sizes", "micro_batches")):
         values = _ints(kw[opt], "--" + opt.replace("_", "-"))
@@ -107,6 +112,22 @@ def _calibration(kw: dict[str, Any]) -> Any:
     )
 
 
+def _search_args(nodes: tuple[int, ...] | None, kw: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of ``workbench.search.search`` from the CLI options."""
+    if "_calibration" not in kw:
+        kw["_calibration"] = _calibration(kw)
+    return dict(
+        nodes=nodes,
+        objective=kw["objective"],
+        top_k=kw["top"],
+        token_budget=kw["token_budget"],
+        calibration=kw["_calibration"],
+        backend=kw["backend"],
+        failures=kw["_failures"],
+        goodput_options=kw["_goodput_options"],
+    )
+
+
 def _run_search(
     model: Any,
     cluster: Any,
@@ -118,16 +139,7 @@ def _run_search(
 ) -> Any:
     from workbench.search import search
 
-    args = dict(
-        nodes=nodes,
-        objective=kw["objective"],
-        top_k=kw["top"],
-        token_budget=kw["token_budget"],
-        calibration=_calibration(kw),
-        backend=kw["backend"],
-        failures=kw["_failures"],
-        goodput_options=kw["_goodput_options"],
-    )
+    args = _search_args(nodes, kw)
     if not show_progress:
         return search(model, cluster, workload, constraints, **args)
     from rich.console import Console
@@ -162,17 +174,36 @@ def _header(result: Any) -> str:
     refined = int(result.plans["refined"].sum()) if result.plans.height else 0
     return (
         f"{result.model.name} on {device} ({c.id if c else '?'}: {sizes}), seq {w.seq_len}, global batch "
-        f"{w.global_batch_size}, {w.dtype}, objective {result.objective}\n"
+        f"{w.global_batch_size}, {w.dtype}, objective {result.objective}, "
+        f"token budget {_budget(result.token_budget)} (days to train and device-hours are for this many)\n"
         f"{result.num_plans:,} plans screened in {result.screen_s:.2f} s ({result.plans_per_s:,.0f} plans/s), "
         f"{result.num_feasible:,} feasible; top {refined} refined in {result.refine_s:.2f} s"
     )
 
 
-def _plan_rows(frame: Any, objective: str, multi: bool, limit: int) -> tuple[list[str], list[list[Any]]]:
+def _budget(tokens: float) -> str:
+    """A token budget for the header: ``1.00T tokens (1,000,000,000,000)``."""
+    return f"{fmt_count(tokens)} tokens ({tokens:,.0f})"
+
+
+def usable_bytes(result: Any) -> float:
+    """Device memory a plan may fill: the HBM less the ``--headroom`` share (the screen's fit limit)."""
+    capacity = result.clusters[0].device.hbm_bytes if result.clusters else 0.0
+    return float(capacity) * (1.0 - result.constraints.memory_headroom_frac)
+
+
+def memory_header(result: Any) -> str:
+    """The memory column's header, naming the usable capacity: ``memory (of 76.0 GiB usable)``."""
+    return f"memory (of {usable_bytes(result) / GIB:.1f} GiB usable)"
+
+
+def _plan_rows(
+    frame: Any, objective: str, multi: bool, limit: int, *, memory_col: str, usable: float
+) -> tuple[list[str], list[list[Any]]]:
     cols = (
         ["#"]
         + (["nodes"] if multi else [])
-        + ["plan", "tokens/s", "MFU", "step s", "memory", "bubble", "bottleneck"]
+        + ["plan", "tokens/s", "MFU", "step s", memory_col, "bubble", "bottleneck"]
     )
     if objective == "time":
         cols.append("days to train")
@@ -190,8 +221,8 @@ def _plan_rows(frame: Any, objective: str, multi: bool, limit: int) -> tuple[lis
             f"{r['tokens_per_s']:,.0f}",
             f"{r['mfu']:.1%}",
             f"{r['step_time_s']:.3f}",
-            f"{r['peak_memory_bytes'] / GIB:.1f}/{r['memory_capacity_bytes'] / GIB:.0f} GiB"
-            + ("" if r["fits"] else " !"),
+            f"{r['peak_memory_bytes'] / GIB:.1f} GiB"
+            + ("" if r["fits"] and r["peak_memory_bytes"] <= usable else " !"),
             f"{r['bubble_fraction']:.1%}",
             r["bottleneck"],
         ]
@@ -227,18 +258,21 @@ def _print_misses(result: Any) -> None:
             "no plan got as far as the memory check: every plan breaks a divisibility or schedule rule"
         )
         return
+    usable = usable_bytes(result)
     rows = [
         [
             r["plan"],
             r["num_nodes"],
             f"{r['peak_memory_bytes'] / GIB:.1f} GiB",
-            f"{r['memory_capacity_bytes'] / GIB:.0f} GiB",
+            f"{usable / GIB:.1f} GiB",
             f"{r['memory_frac']:.0%}",
         ]
         for r in frame.iter_rows(named=True)
     ]
     print_table(
-        "Closest misses (smallest peak memory)", ["plan", "nodes", "needs", "has", "of capacity"], rows
+        "Closest misses (smallest peak memory)",
+        ["plan", "nodes", "needs", "usable (--headroom)", "of HBM"],
+        rows,
     )
 
 
@@ -263,7 +297,7 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
         html = render_report(
             estimates=list(result.estimates),
             command=cli_command(),
-            search_results=result.report_frame(),
+            search=result,
             title=f"Plans for {result.model.name}",
             notes=[result.explanation] if result.explanation else [],
         )
@@ -319,9 +353,9 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 @click.option(
     "--headroom",
     type=click.FloatRange(0, 1, max_open=True),
-    default=0.0,
+    default=DEFAULT_HEADROOM_FRAC,
     show_default=True,
-    help="Share of device memory to keep free.",
+    help=HEADROOM_HELP,
 )
 @click.option(
     "--fix", multiple=True, metavar="AXIS=N", help="Fix a degree, e.g. --fix tp=8 (tp cp pp ep vpp mbs)."
@@ -384,10 +418,11 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     result = _run_search(
         model, cluster, workload, constraints, nodes, kw, show_progress=not as_json and sys.stderr.isatty()
     )
+    sizes = _sizes(model, cluster, workload, constraints, result, kw)
     if as_json:
-        echo_json(result.summary())
+        echo_json(_summary(result, sizes))
     else:
-        _print_human(result)
+        _print_human(result, sizes)
     if not result.feasible:
         if as_json:
             sys.exit(1)
@@ -395,7 +430,32 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     _write_outputs(result, kw)
 
 
-def _print_human(result: Any) -> None:
+def _sizes(
+    model: Any, cluster: Any, workload: Any, constraints: Any, result: Any, kw: dict[str, Any]
+) -> list[SizeBest]:
+    """With several node counts: the best plan of each, each count searched on its own (``plan_sizes``)."""
+    if len(result.clusters) < 2:
+        return []
+    from workbench.search import search
+
+    def search_one(n: int) -> Any:
+        return search(model, cluster, workload, constraints, **_search_args((n,), kw))
+
+    return best_per_size(search_one, [c.num_nodes for c in result.clusters], result.objective)
+
+
+def _summary(result: Any, sizes: list[SizeBest]) -> dict[str, Any]:
+    """``plan --json``: the core's summary plus the memory limit used and, for several node counts, the best
+    plan of each (``best_per_node_count``)."""
+    out = result.summary()
+    out["memory_headroom_frac"] = result.constraints.memory_headroom_frac
+    out["memory_usable_bytes"] = usable_bytes(result)
+    if sizes:
+        out["best_per_node_count"] = sizes_json(sizes)
+    return out
+
+
+def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
     click.echo(_header(result))
     if not result.feasible:
         if result.num_plans:
@@ -404,52 +464,27 @@ def _print_human(result: Any) -> None:
         _print_rejections(result)
         return
     cols, rows = _plan_rows(
-        result.plans, result.objective, len(result.clusters) > 1, max(result.plans.height, 1)
+        result.plans,
+        result.objective,
+        len(result.clusters) > 1,
+        max(result.plans.height, 1),
+        memory_col=memory_header(result),
+        usable=usable_bytes(result),
     )
     refined = int(result.plans["refined"].sum())
     shown = rows[: refined or 10]  # --top N shows the N refined plans; --top 0 the 10 best screened ones
-    print_table("Best plans (* = screened only, not refined; ! = does not fit after refinement)", cols, shown)
+    print_table(
+        "Best plans (* = screened only, not refined; ! = over the usable memory after refinement)",
+        cols,
+        shown,
+    )
     if result.explanation:
         click.echo(f"why: {result.explanation}")
+    if sizes:
+        print_sizes(sizes, result.token_budget, result.objective)
     if result.goodput is not None:
-        _print_goodput_sizes(result)
+        print_goodput_sizes(result)
     _print_rejections(result)
-
-
-def _print_goodput_sizes(result: Any) -> None:
-    """Per node count: the best plan's goodput figures, and the size that minimises wall time and cost."""
-    g = result.goodput
-    best: dict[int, dict[str, Any]] = {}
-    for r in result.plans.iter_rows(named=True):
-        if r["fits"] and r["num_nodes"] not in best:
-            best[r["num_nodes"]] = r
-    if not best:
-        return
-    rows = [
-        [
-            n,
-            f"{r['mtbf_s'] / 3600:.2f}",
-            f"{r['checkpoint_write_s']:.1f}",
-            f"{r['checkpoint_interval_s'] / 60:.1f}",
-            f"{r['goodput_frac']:.1%}",
-            f"{r['goodput_time_to_train_s'] / 86400:.1f}",
-            fmt_count(r["goodput_device_hours"]),
-        ]
-        for n, r in sorted(best.items())
-    ]
-    title = (
-        f"Goodput by node count (failures {g['failures']}, {g['checkpoint']} checkpoints, "
-        f"{g['spare_nodes']} spare nodes, on failure {g['on_failure']})"
-    )
-    cols = ["nodes", "MTBF h", "ckpt write s", "interval min", "goodput", "days", "device-hours"]
-    print_table(title, cols, rows)
-    if len(best) > 1:
-        fastest = min(best.values(), key=lambda r: r["goodput_time_to_train_s"])
-        cheapest = min(best.values(), key=lambda r: r["goodput_device_hours"])
-        click.echo(
-            f"with failures: {fastest['num_nodes']} nodes train fastest, {cheapest['num_nodes']} nodes cost the "
-            "fewest device-hours (best plan of each size)"
-        )
 
 
 def register(group: click.Group) -> None:

@@ -40,6 +40,7 @@ from workbench_cli._common import (
     text_writer,
     write_outputs,
 )
+from workbench_cli._types import schedule_choice
 
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate
@@ -202,7 +203,13 @@ def _asked_workers(kw: dict[str, Any]) -> str:
     show_default=True,
     help="0: DDP; 1-3: FSDP2 (3 reshards parameters after forward).",
 )
-@click.option("--schedule", default="1f1b", show_default=True, help="Pipeline schedule name.")
+@click.option(
+    "--schedule",
+    type=schedule_choice(),
+    default="1f1b",
+    show_default=True,
+    help="Pipeline schedule name (any case).",
+)
 @click.option("--steps", type=int, default=5, show_default=True, help="Optimizer steps, warm-up included.")
 @click.option("--warmup-steps", type=int, default=1, show_default=True)
 @click.option(

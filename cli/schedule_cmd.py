@@ -6,11 +6,18 @@ from pathlib import Path
 from typing import Any
 
 import click
-from workbench_cli._common import Writer, check_outputs, echo_json, output_file, print_table, write_outputs
-from workbench_cli._types import amount, count
+from workbench_cli._common import (
+    Writer,
+    check_outputs,
+    echo_json,
+    output_file,
+    print_table,
+    shown,
+    write_outputs,
+)
+from workbench_cli._types import amount, count, schedule_choice
 
 from workbench.pipeline.schedules import (
-    SCHEDULE_NAMES,
     Schedule,
     build_schedule,
     read_schedule_csv,
@@ -20,9 +27,12 @@ from workbench.pipeline.simulate import SimResult, StageCosts, simulate
 from workbench.pipeline.trace import chrome_trace, write_chrome_trace
 from workbench.specs import limits as L
 
+DEFAULT_TIME_UNIT = "slot"
+"""The unit of the action times by default: with --f-time 1, one slot is one forward pass of a full stage."""
+
 
 @click.command("schedule")
-@click.argument("name", type=click.Choice([*SCHEDULE_NAMES, "custom"]))
+@click.argument("name", metavar="NAME", type=schedule_choice("custom"))
 @click.option(
     "--pp",
     type=count(L.MAX_PP),
@@ -75,6 +85,13 @@ from workbench.specs import limits as L
     show_default=True,
     help="Point-to-point time between stages on different ranks.",
 )
+@click.option(
+    "--time-unit",
+    default=DEFAULT_TIME_UNIT,
+    show_default=True,
+    help="Name of the unit of --f-time, --b-time, --w-time and --p2p-time (e.g. ms), printed with every time. "
+    "The default 'slot' is one forward pass of a full stage (--f-time 1).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write a Chrome/Perfetto trace.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the schedule as CSV.")
@@ -89,6 +106,7 @@ def schedule_cmd(
     b_time: float,
     w_time: float,
     p2p_time: float,
+    time_unit: str,
     as_json: bool,
     trace_path: str | None,
     csv_path: str | None,
@@ -96,8 +114,17 @@ def schedule_cmd(
 ) -> None:
     """Per-rank action order, makespan, the three bubble figures and the peak in-flight micro-batches.
 
-    Times are in any one unit (seconds by convention); with vpp stages per rank each stage takes 1/vpp.
+    NAME is a schedule (any case: 1F1B is 1f1b) or 'custom' with --from-csv. Times are in the one unit of
+    --f-time/--b-time/--w-time/--p2p-time, named by --time-unit (default: slots, one forward of a full stage);
+    with vpp stages per rank each stage takes 1/vpp. Idle shares (bubbles) are in %. The Chrome trace
+    (--trace) reads the times as seconds.
     """
+    time_unit = time_unit.strip()
+    if not time_unit or len(time_unit) > 20 or not time_unit.isprintable():
+        raise click.BadParameter(
+            f"must be a short printable unit name such as slot or ms, got '{shown(time_unit)}'",
+            param_hint="--time-unit",
+        )
     if w_time > b_time:
         raise click.BadParameter(
             f"--w-time ({w_time}) must not exceed --b-time ({b_time})", param_hint="--w-time"
@@ -119,12 +146,17 @@ def schedule_cmd(
         writers[Path(trace_path)] = lambda tmp: write_chrome_trace(trace, tmp, force=True)
     if csv_path:
         writers[Path(csv_path)] = lambda tmp: write_schedule_csv(schedule, tmp, force=True)
-    write_outputs(writers, force=force)
+    written = dict(zip(writers, write_outputs(writers, force=force), strict=True))
+    if trace_path:
+        click.echo(f"wrote trace to {shown(written[Path(trace_path)])}", err=True)
+    if csv_path:
+        click.echo(f"wrote schedule CSV to {shown(written[Path(csv_path)])}", err=True)
     summary = summary_dict(result)
+    summary["time_unit"] = time_unit
     if as_json:
         echo_json(summary)
         return
-    _print(result, summary)
+    _print(result, summary, time_unit)
 
 
 def _load(name: str, pp: int | None, m: int | None, vpp: int | None, from_csv: str | None) -> Schedule:
@@ -159,13 +191,15 @@ def summary_dict(result: SimResult) -> dict[str, Any]:
     }
 
 
-def _print(result: SimResult, summary: dict[str, Any]) -> None:
+def _print(result: SimResult, summary: dict[str, Any], unit: str) -> None:
     s = result.schedule
+    units = _plural(unit)
     rows = [
         [
             r,
             f"{result.busy_s[r]:.4g}",
             f"{result.idle_in_span_s[r]:.4g}",
+            f"{result.idle_frac_per_rank[r]:.1%}",
             f"{result.idle_s[r]:.4g}",
             f"{result.peak_inflight_per_rank[r]:.3g}",
             " ".join(summary["actions"][r]),
@@ -173,18 +207,31 @@ def _print(result: SimResult, summary: dict[str, Any]) -> None:
         for r in range(s.pp)
     ]
     print_table(
-        f"{s.name}: pp={s.pp} vpp={s.vpp} m={s.num_microbatches}",
-        ["rank", "busy", "idle in span", "idle of step", "peak in-flight", "actions"],
+        f"{s.name}: pp={s.pp} vpp={s.vpp} m={s.num_microbatches} (times in {units})",
+        [
+            "rank",
+            f"busy ({units})",
+            f"idle in span ({units})",
+            "idle in span %",
+            f"idle of step ({units})",
+            "peak in-flight",
+            "actions",
+        ],
         rows,
     )
-    click.echo(f"makespan: {result.makespan_s:.6g}")
-    click.echo(f"mean idle, share of pp x makespan: {result.bubble_fraction_of_step:.4f}")
-    click.echo(f"idle over busy: {result.bubble_over_ideal:.4f}")
-    click.echo("per-rank idle in its own span: " + ", ".join(f"{x:.4f}" for x in result.idle_frac_per_rank))
+    click.echo(f"makespan: {result.makespan_s:.6g} {units}")
+    click.echo(f"mean idle (bubble), share of pp x makespan: {result.bubble_fraction_of_step:.1%}")
+    click.echo(f"idle over busy: {result.bubble_over_ideal:.1%}")
+    click.echo("per-rank idle in its own span: " + ", ".join(f"{x:.1%}" for x in result.idle_frac_per_rank))
     click.echo(
         "peak in-flight micro-batches per rank (full-stage units): "
         + ", ".join(f"{x:g}" for x in result.peak_inflight_per_rank)
     )
+
+
+def _plural(unit: str) -> str:
+    """``slot`` -> ``slots``; abbreviations (``ms``, ``us``, ``s``) and plurals stay as given."""
+    return unit + "s" if unit.isalpha() and len(unit) > 2 and not unit.endswith("s") else unit
 
 
 def register(group: click.Group) -> None:

@@ -62,6 +62,15 @@ def validate_cmd(
         )
     check_outputs(output_file("--write-fit", fit_path), force=force)
     path = check_input_file(data or DEFAULT_DATA, "file")  # a directory or a FIFO is named as such
+    from workbench.serving.validate import is_serving_file
+
+    if is_serving_file(path):
+        if cv or framework or kernels:
+            raise click.BadParameter(
+                "a serving file is scored as it is (no --cv, --framework or --kernels)", param_hint="--data"
+            )
+        _serving(path, calibration, as_json)
+        return
     result = run_validation(path, calibration=calibration, framework=framework, cv=cv, kernels=kernels)
     if fit_path:
         source = f"workbench validate --cv source --data {path}"
@@ -107,6 +116,36 @@ def validate_cmd(
     _print_mape(result, "out-of-sample (leave one source out)" if cv else "")
     if cv:
         _print_mape(result["in_sample"], "in-sample (fit on all rows)")
+
+
+def _serving(path: Any, calibration: str, as_json: bool) -> None:
+    """Score a serving file (``workbench.serving.validate``): rows, skipped rows, MAPE per metric and source."""
+    from workbench.serving.validate import validate_serving
+
+    result = validate_serving(path, calibration=calibration)
+    if as_json:
+        echo_json(result)
+        return
+    print_table(
+        "Serving: predicted vs measured (SI units: s, tokens/s)",
+        ["id", "metric", "predicted", "measured", "APE", "plan"],
+        [
+            [r["id"], r["metric"], _fmt(r["predicted"]), _fmt(r["measured"]), _pct(r["ape"]), r["plan"]]
+            for r in result["rows"]
+        ],
+    )
+    if result["skipped"]:
+        print_table("Skipped rows", ["id", "reason"], [[s["id"], s["reason"]] for s in result["skipped"]])
+    print_table(
+        "Serving MAPE per metric",
+        ["metric", "MAPE"],
+        [[k, _pct(v)] for k, v in result["mape_by_metric"].items()],
+    )
+    print_table(
+        "Serving MAPE per source",
+        ["source", "MAPE"],
+        [[k, _pct(v)] for k, v in result["mape_by_source"].items()],
+    )
 
 
 def _pct(v: float | None) -> str:

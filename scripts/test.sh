@@ -9,8 +9,17 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# torch pinned to the CPU build for tests only (constraints/ci.txt); users install '.[torch]' unpinned.
-.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev]'
+# Every extra the tests need: torch (backends), dev (pytest, linters, browser and notebook drivers), app (Panel)
+# and jupyter (notebooks, JupyterLab launcher). torch pinned to the CPU build for tests only
+# (constraints/ci.txt); users install '.[torch]' unpinned.
+.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter]'
+
+# The prebuilt JupyterLab extension and the config enabling its server extension: a wheel installs both as data
+# files, an editable install does not, so link the committed build and copy the config into the venv.
+ext=.venv/share/jupyter/labextensions/parallelism-workbench
+mkdir -p "$(dirname "$ext")" .venv/etc/jupyter/jupyter_server_config.d
+rm -rf "$ext" && ln -s "$PWD/share/jupyter/labextensions/parallelism-workbench" "$ext"
+cp labextension/jupyter-config/jupyter_server_config.d/parallelism-workbench.json .venv/etc/jupyter/jupyter_server_config.d/
 
 # Browser tests drive Debian's chromium (never a downloaded browser).
 if [ ! -x /usr/bin/chromium ]; then

@@ -193,3 +193,34 @@ def test_directory_and_fifo_are_named_and_never_opened(
         assert f"no such file {folder / 'kernels.toml'}" in line
     else:
         assert line.endswith(f"{folder}: is a directory, not a {what}"), line
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "start"),
+    [
+        (["nosuchcommand"], 2, "workbench: error: No such command"),
+        ([*ESTIMATE, "--tp", "x"], 2, "workbench estimate: error: Invalid value for '--tp'"),
+        (
+            [*ESTIMATE, "--micro-batch", "3"],
+            1,
+            "workbench estimate: error: infeasible plan: dp*micro_batch_size",
+        ),
+        ([*ESTIMATE, "--tp", "3"], 1, "workbench estimate: error: tp*pp*cp = 3 does not divide"),
+        (["schedule", "1f1b", "--pp", "4", "--microbatches", "2"], 1, "workbench schedule: error: "),
+    ],
+)
+def test_one_prefix_through_click_runner_and_console_script(
+    args: list[str], code: int, start: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Called through click (``CliRunner``, standalone mode) errors read as from the console script: one
+    line, ``workbench COMMAND: error:``, never click's own ``Error:`` (a refusal such as an infeasible plan
+    printed "Error: infeasible plan: ..." that way) nor a traceback."""
+    from click.testing import CliRunner
+    from workbench_cli import cli
+
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == code, result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit)  # no exception escaped
+    line = one_line(result.stderr)
+    assert line.startswith(start) and "Error:" not in result.stderr and "Traceback" not in result.stderr
+    assert run(args, capsys) == (code, result.stderr)

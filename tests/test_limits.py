@@ -111,12 +111,14 @@ def test_nodes_1e30_does_not_hang_the_console_script() -> None:
 
 
 def test_the_largest_cluster_is_planned_in_seconds(capsys: pytest.CaptureFixture[str]) -> None:
-    """2^20 devices: pp beyond the model's layers (which the layers rule would reject) is not enumerated."""
+    """2^20 devices: pp beyond the model's layers (which the layers rule would reject) is not enumerated, nor a
+    Ulysses degree that cannot hand out whole heads; the space (tp, cp with its Ulysses split, pp, rank order, ...)
+    stays under 10^7 plans and the command finishes in seconds."""
     from workbench.search.space import build_space
 
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", num_nodes=2**17)
     space = build_space(model, cluster, Constraints())
-    assert cluster.num_devices == 2**20 and space.layout["pp"].max() == 32 and space.size < 10**6
+    assert cluster.num_devices == 2**20 and space.layout["pp"].max() == 32 and space.size < 10**7
     start = time.perf_counter()
     code, err = cli(
         capsys, *PLAN[:5], "--nodes", str(2**17), *PLAN[7:], "--global-batch", "4096", "--top", "1"

@@ -199,7 +199,14 @@ def test_both_tiers_price_the_pipeline_hop_over_the_level_joining_first_and_last
     ctx = screen.ScreenContext.build(model, cluster, workload, cal, space)
     cols = grid.plan_columns(space, 0, len(space.layout["tp"]), workload.global_batch_size)
     hop = screen.rank_terms(ctx, cols, "first")["p2p_s"]
-    assert np.allclose(hop[cols["cp"] == 1], expected, rtol=1e-12)
+    default = (cols["cp"] == 1) & (cols["order_code"] == 0)
+    assert np.allclose(hop[default], expected, rtol=1e-12)
+    # pp inside dp (Megatron-Core's tp-pp-dp mapping): the four stages sit on ranks 0, 2, 4, 6 of one node
+    nvlink = cluster.levels[0]
+    inside = (cols["cp"] == 1) & (cols["order_code"] == 1) & (cols["dp"] == 2)
+    assert inside.any()
+    want = nvlink.latency_s + payload / (nvlink.bytes_per_s * cal.framework.collective_efficiency_frac)
+    assert np.allclose(hop[inside], want, rtol=1e-12)
 
 
 def test_three_level_cluster_screen_and_refinement_agree(three_level):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,7 +94,7 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_has_only_our_import_names_and_every_preset(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == set(IMPORT_NAMES), f"top-level entries of the wheel: {sorted(tops)}"
     presets = [p.relative_to(PROFILES).as_posix() for p in PROFILES.rglob("*") if p.is_file()]
     presets = [p for p in presets if "__pycache__" not in p and not p.endswith(".pyc")]
@@ -130,3 +131,51 @@ def test_installed_wheel_runs_outside_the_checkout(venv: Path, tmp_path: Path) -
     plan = [workbench, "plan", "--model", "llama-3.1-70b", "--cluster", "dgx-h100", "--nodes", "8"]
     out = _run(plan + ["--seq-len", "8192", "--global-batch", "256"], tmp_path)
     assert "Best plans" in out and "dp" in out and "tp" in out, out
+
+
+EXTRA_ONLY = ("panel", "ipywidgets", "jupyterlab", "jupyter_server_proxy", "torch")
+"""Top-level modules only the [app], [jupyter] and [torch] extras install."""
+
+
+def _requirement_name(spec: str) -> str:
+    return re.split(r"[<>=!~\[ ;(]", spec.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_wheel_requires_the_core_and_leaves_the_app_notebooks_and_torch_to_extras(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        text = z.read(meta).decode()
+    requires = [
+        line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")
+    ]
+    core = {_requirement_name(r) for r in requires if "extra ==" not in r}
+    assert core == {"polars", "numpy", "click", "rich", "bokeh", "jinja2", "tomli-w"}
+    by_extra: dict[str, set[str]] = {}
+    for r in requires:
+        found = re.search(r"extra\s*==\s*['\"]([\w-]+)['\"]", r)
+        if found:
+            by_extra.setdefault(found.group(1), set()).add(_requirement_name(r))
+    assert "panel" in by_extra["app"] and "torch" in by_extra["torch"]
+    assert {"jupyterlab", "jupyter-server-proxy", "ipywidgets", "panel"} <= by_extra["jupyter"]
+
+
+def test_core_install_plans_and_writes_a_report_without_the_extras(venv: Path, tmp_path: Path) -> None:
+    """The installed wheel, with the extras' modules blocked (as if not installed): ``workbench plan --report``
+    works, and ``workbench app`` names the extra to install."""
+    python = venv / "bin" / "python"
+    report = tmp_path / "plan.html"
+    block = (
+        f"import sys\nfor n in {EXTRA_ONLY!r}:\n    sys.modules[n] = None\nfrom workbench_cli import main\n"
+    )
+    plan = ["plan", "--model", "llama-3.1-8b", "--cluster", "dgx-h100", "--nodes", "1", "--seq-len", "4096"]
+    plan += ["--global-batch", "32", "--top", "2", "--report", str(report)]
+    out = _run([python, "-c", block + f"main({plan!r})"], tmp_path)
+    assert "Best plans" in out and report.stat().st_size > 100_000
+    proc = subprocess.run(
+        [str(python), "-c", block + "main(['app'])"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and "pip install 'parallelism-workbench[app]'" in proc.stderr, proc.stderr

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import replace
+from html.parser import HTMLParser
 
 import polars as pl
 import pytest
@@ -62,7 +63,7 @@ def test_report_is_self_contained_and_escapes_user_strings(tmp_path, estimates, 
     assert "<img src=x" not in text and "<b>odd</b>" not in text and "<b>m</b>" not in text
     assert LINKS.search(text) is None
     assert "12.3 %" in text  # the validation error, shown as a percentage
-    assert "#1 (chosen plan)" in text and "#0 (best plan)" in text
+    assert "#2 (chosen plan)" in text and "#1 (best plan)" in text
     assert text.count('class="bk-root"') + text.count("data-root-id") >= 5
 
 
@@ -216,3 +217,174 @@ def test_report_overlays_predicted_and_measured_with_a_table(tmp_path):
 def test_report_without_comparison_has_no_overlay_section(estimates):
     text = render_report(estimates=estimates, command="x")
     assert "Predicted vs measured" not in text
+
+
+# What a user sees (issue 19, item 7): numbering from #1, the planner's real totals, notes once, no wrapping. ---
+
+
+class _Page(HTMLParser):
+    """Tables (rows of (tag, class, text) cells), h2/h3 headings, list items and style text of a report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[tuple[str, str, str]]]] = []
+        self.headings: list[str] = []
+        self.items: list[str] = []
+        self.style = ""
+        self._cell: tuple[str, str] | None = None
+        self._text: list[str] = []
+        self._in: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th") and self.tables and self.tables[-1]:
+            self._cell, self._text = (tag, dict(attrs).get("class") or ""), []
+        elif tag in ("h2", "h3", "li", "style"):
+            self._in, self._text = tag, []
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None or self._in is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        text = "".join(self._text).strip()
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append((*self._cell, text))
+            self._cell = None
+        elif tag == self._in:
+            if tag == "style":
+                self.style += text
+            else:
+                {"h2": self.headings, "h3": self.headings, "li": self.items}[tag].append(
+                    " ".join(text.split())
+                )
+            self._in = None
+
+
+def _page(text: str) -> _Page:
+    page = _Page()
+    page.feed(text)
+    return page
+
+
+def _table_after(text: str, marker: str) -> list[list[tuple[str, str, str]]]:
+    """The first table after ``marker`` in the page."""
+    start = text.index(marker)
+    return _page(text[start : text.index("</table>", start) + len("</table>")]).tables[0]
+
+
+def _values(table: list[list[tuple[str, str, str]]], column: str) -> list[str]:
+    names = [c[2] for c in table[0]]
+    return [row[names.index(column)][2] for row in table[1:]]
+
+
+@pytest.fixture(scope="module")
+def planned():
+    """A real search (Llama 3.1 8B on one DGX H100 node, top 3 refined) and the report the CLI writes of it."""
+    from workbench.presets.catalog import load_cluster, load_model
+    from workbench.search import Constraints, search
+    from workbench.specs.plan import Workload
+
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", num_nodes=1)
+    workload = Workload(seq_len=4096, global_batch_size=32)
+    result = search(model, cluster, workload, Constraints(memory_headroom_frac=0.05), top_k=3)
+    text = render_report(
+        estimates=list(result.estimates),
+        command="x",
+        search=result,
+        notes=[result.explanation],
+    )
+    return model, cluster, workload, result, text
+
+
+def test_plans_are_numbered_from_one_everywhere(planned):
+    *_, result, text = planned
+    page = _page(text)
+    ranked = _table_after(text, "<h2>Ranked plans</h2>")
+    assert _values(ranked, "#") == ["1", "2", "3"]
+    assert _values(ranked, "plan") == [e.plan.describe() for e in result.estimates]
+    kept = _table_after(text, "<h3>Plans kept by the search")
+    assert _values(kept, "#")[:3] == ["1", "2", "3"]
+    assert any(h.startswith("#1 (best plan): ") for h in page.headings)
+    assert not any(h.startswith("#0") for h in page.headings + page.items)
+    assert result.explanation.startswith("#1 beats #2") and result.explanation in page.items
+    bars = sorted(set(re.findall(r'"(#\d+) ([^"]+)"', text)))  # the breakdown figure's bar labels
+    described = [e.plan.describe() for e in result.estimates]
+    assert [(n, plan) for n, plan in bars if plan in described] == [
+        (f"#{i + 1}", plan) for i, plan in enumerate(described)
+    ]
+
+
+def test_search_totals_are_the_planners_counts(planned):
+    """Screened = every plan of the space (its size, computed here from the plan space), = rejected + feasible;
+    each reason's count as the planner counted it; refined = the estimates. Not the rows kept for the table."""
+    from workbench.presets.calibration import load_calibration
+    from workbench.search import Constraints
+    from workbench.search.space import build_space, framework_constraints
+
+    model, cluster, _, result, text = planned
+    cal = load_calibration("default")
+    space = build_space(
+        model, cluster, framework_constraints(Constraints(memory_headroom_frac=0.05), cal.framework)
+    )
+    totals = dict((row[0][2], row[1][2]) for row in _table_after(text, '<h2 id="search">')[1:])
+    words = ("plans screened", "rejected", "feasible", "refined")
+    counts = {w: int(v.replace(",", "")) for k, v in totals.items() for w in words if k.startswith(w)}
+    assert len(counts) == len(words), totals
+    reasons = {
+        row[0][2]: int(row[1][2].replace(",", ""))
+        for row in _table_after(text, "Rejected plans by reason")[1:]
+    }
+    assert counts["plans screened"] == space.size == result.num_plans
+    assert counts["plans screened"] > 10 * result.report_frame().height  # not the 277 rows kept for the table
+    assert counts["rejected"] == sum(reasons.values())
+    assert counts["rejected"] + counts["feasible"] == counts["plans screened"]
+    assert counts["feasible"] == result.num_feasible
+    assert counts["refined"] == len(result.estimates) == 3
+    assert reasons == {text: n for _, text, n in result.rejection_table() if n}
+    assert set(reasons) >= {"exceeds the device memory"}
+
+
+def test_common_notes_are_said_once_and_plan_notes_once_with_their_plans(planned, estimates):
+    *_, result, text = planned
+    items = _page(text).items
+    common = list(result.estimates[0].notes)
+    assert all(set(e.notes) == set(common) for e in result.estimates)
+    for note in common:
+        assert items.count(note) == 1, (note, items)
+    assert not any(i.endswith(common[0]) and i != common[0] for i in items)
+    assert len(items) == len(common) + 1  # and the explanation
+
+    base = estimates[0]
+    shared = ("MFU: PaLM", "attention: fused")
+    plans = [
+        replace(base, notes=(*shared, "experts: balanced routing")),
+        replace(base, notes=shared),
+        replace(base, notes=(*shared, "experts: balanced routing")),
+    ]
+    items = _page(render_report(estimates=plans, command="x", notes=["MFU: PaLM"])).items
+    assert items == ["MFU: PaLM", "attention: fused", "#1, #3: experts: balanced routing"]
+
+
+def test_numeric_cells_do_not_wrap(planned):
+    *_, text = planned
+    page = _page(text)
+    rule = re.search(r"td\.num\s*\{([^}]*)\}", page.style)
+    assert rule is not None and "white-space: nowrap" in rule.group(1)
+    number = re.compile(r"^[+-]?[\d,]+(\.\d+)?( %)?$")
+    checked = 0
+    for table in page.tables:
+        if any(tag != "th" for tag, _, _ in table[0]):
+            continue  # a key/value table of the inputs, not a data table
+        for row in table[1:]:
+            for tag, cls, cell in row:
+                if tag == "td" and number.match(cell):
+                    assert "num" in cls.split(), (cell, row)
+                    checked += 1
+    ranked = _table_after(text, "<h2>Ranked plans</h2>")
+    mfu = [row[[c[2] for c in ranked[0]].index("MFU")] for row in ranked[1:]]
+    assert all(cls == "num" and cell.endswith(" %") for _, cls, cell in mfu)
+    assert checked > 50

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -43,8 +44,13 @@ def _brute_force_count(model, n, c: Constraints, nvlink: int) -> int:
             continue
         sps = 1 if tp == 1 else len(c.sequence_parallel)
         pipes = 1 if pp == 1 else sum(1 if required_vpp(s) else 8 for s in c.schedules)
-        # every divisor of cp is a Ulysses degree (ring 1, Ulysses cp, USP between: all kinds allowed)
-        count += sps * pipes * len([u for u in range(1, cp + 1) if cp % u == 0])
+        # every divisor of cp is a Ulysses degree (ring 1, Ulysses cp, USP between: all kinds allowed); the
+        # tp-cp-ep-pp-dp order adds a copy where pp and dp both exceed 1 (elsewhere it moves no group)
+        orders = 2 if pp > 1 and n // (tp * cp * pp) > 1 else 1
+        whole = math.gcd(
+            model.num_attention_heads, model.num_key_value_heads
+        )  # Ulysses hands out whole heads
+        count += sps * pipes * orders * len([u for u in range(1, cp + 1) if cp % u == 0 and whole % u == 0])
     eps = len(divisors(model.num_experts)) if model.is_moe else 1
     return count * eps * len(c.micro_batch_sizes) * len(c.zero_stages) * len(c.recompute)
 

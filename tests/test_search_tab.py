@@ -28,6 +28,7 @@ def searched() -> tuple[SearchView, object]:
     """A Search view after one search of the app's default plan space, and the core's own result for it."""
     from workbench.presets.calibration import load_calibration
     from workbench.search import search
+    from workbench.search.space import DEFAULT_HEADROOM_FRAC, Constraints
 
     store = WorkbenchStore()
     view = SearchView(store=store)
@@ -37,6 +38,7 @@ def searched() -> tuple[SearchView, object]:
         store.model_spec(),
         store.cluster_spec(),
         store.workload(),
+        Constraints(memory_headroom_frac=DEFAULT_HEADROOM_FRAC),  # the app searches as `workbench plan` does
         top_k=20,
         calibration=load_calibration(framework=store.state.framework),
     )

@@ -14,6 +14,7 @@ from workbench_widgets.plots.search import PLAN_FIELDS, feasible_mask
 
 if TYPE_CHECKING:
     from workbench.goodput import GoodputEstimate
+    from workbench.search.result import SearchResult
     from workbench.specs.estimate import Estimate
 
 
@@ -58,7 +59,8 @@ def input_blocks(estimate: Estimate) -> list[dict[str, Any]]:
 
 
 def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
-    """One row per estimate: step time, throughput, MFU, TFLOP/s per device, peak memory, fits, bubble."""
+    """One row per estimate, numbered from #1 (the best) like the CLI: step time, throughput, MFU, TFLOP/s per
+    device, peak memory, fits, bubble."""
     header = [
         "#",
         "plan",
@@ -76,7 +78,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
     for i, e in enumerate(estimates):
         rows.append(
             [
-                str(i),
+                str(i + 1),
                 e.plan.describe(),
                 e.backend + (" (measured)" if e.measured else ""),
                 f"{e.step_time_s * MS_PER_S:,.1f}",
@@ -154,8 +156,31 @@ def goodput_table(g: GoodputEstimate) -> dict[str, Any]:
     }
 
 
+def search_totals(result: SearchResult) -> dict[str, Any]:
+    """What the planner did, from its ``SearchResult``: plans screened, rejected (in all and per reason, the
+    first rule a plan breaks: ``workbench.search.grid.REASONS``), feasible and refined, as display strings,
+    plus the rejection table (reasons with no plan left out)."""
+    rejected = [(text, count) for _, text, count in result.rejection_table() if count]
+    refined = int(result.plans["refined"].sum()) if result.plans.height else 0
+    counts = [
+        ("plans screened (closed form, every plan of the space)", result.num_plans),
+        ("rejected (by reason below)", sum(count for _, count in rejected)),
+        ("feasible (fit in the usable memory)", result.num_feasible),
+        ("refined with the full backend", refined),
+    ]
+    return {
+        "screened": result.num_plans,
+        "table": _table(["", "plans"], [[k, f"{v:,}"] for k, v in counts], [False, True]),
+        "rejections": _table(["reason", "plans"], [[t, f"{c:,}"] for t, c in rejected], [False, True]),
+    }
+
+
+def _table(header: list[str], rows: list[list[str]], numeric: list[bool]) -> dict[str, Any]:
+    return {"header": header, "rows": rows, "numeric": numeric, "classes": [""] * len(rows)}
+
+
 def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
-    """The first ``max_rows`` plans of a search frame with its display columns."""
+    """The first ``max_rows`` plans of a search frame with its display columns, numbered from 1."""
     head = frame.head(max_rows)
     ok = feasible_mask(head)
     plan_cols = [c for c in ("plan", *PLAN_FIELDS) if c in head.columns]
@@ -167,7 +192,7 @@ def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
         mfu = row.get("mfu")
         rows.append(
             [
-                str(i),
+                str(i + 1),
                 *(str(row[c]) for c in plan_cols),
                 f"{row['tokens_per_s']:,.0f}",
                 f"{mfu * 100:.1f} %" if mfu is not None else "",

@@ -6,7 +6,7 @@ bokeh resources, script and divs are marked safe; they come from ``bokeh.embed``
 
 REPORT_TEMPLATE = """{% macro table(t) %}
 <table>
-<tr>{% for h in t.header %}<th>{{ h }}</th>{% endfor %}</tr>
+<tr>{% for h in t.header %}<th{% if t.numeric[loop.index0] %} class="num"{% endif %}>{{ h }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr class="{{ t.classes[loop.index0] }}">{% for cell in row %}<td{% if t.numeric[loop.index0] %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}</tr>
 {% endfor %}
 </table>
@@ -25,7 +25,8 @@ h1 { font-size: 1.45rem; } h2 { font-size: 1.2rem; margin-top: 2rem; border-bott
 h3 { font-size: 1.05rem; }
 table { border-collapse: collapse; font-size: 0.86rem; margin: 0.4rem 0 1rem; }
 th, td { border: 1px solid #d0d0d0; padding: 0.2rem 0.5rem; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th.num { white-space: nowrap; }
 tr.chosen { background: #fff3d6; } tr.nofit td { color: #a33; }
 .inputs { display: flex; flex-wrap: wrap; gap: 1.2rem; }
 pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-wrap; }
@@ -51,8 +52,23 @@ Open offline: everything is inside this file.</p>
 
 <h2>Ranked plans</h2>
 {{ table(plans) }}
+{% if search_totals %}
+<h2 id="search">Search</h2>
+<p class="note">Every plan of the space is screened in closed form; a plan is rejected under the first rule it
+breaks; the best feasible plans are refined with the full backend.</p>
+{{ table(search_totals.table) }}
+{% if search_totals.rejections.rows %}
+<h3>Rejected plans by reason</h3>
+{{ table(search_totals.rejections) }}
+{% endif %}
+{% endif %}
 {% if search_table %}
-<h3>Search: the first {{ search_table.rows | length }} of {{ search_total }} plans</h3>
+{% if search_totals %}
+<h3>Plans kept by the search: the first {{ search_table.rows | length }} of {{ search_total }}
+(ranked plans, then the rest of the Pareto frontier, then the closest memory misses)</h3>
+{% else %}
+<h3>Search results: the first {{ search_table.rows | length }} of {{ search_total }} listed plans</h3>
+{% endif %}
 {{ table(search_table) }}
 {% endif %}
 

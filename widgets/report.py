@@ -34,14 +34,15 @@ from workbench_widgets._report_tables import (
     input_blocks,
     plans_table,
     search_table,
+    search_totals,
 )
 from workbench_widgets._report_template import REPORT_TEMPLATE
 from workbench_widgets.plots import (
+    breakdown_figure,
     comparison_timeline_figure,
     estimate_activation_figure,
     estimate_memory_figure,
     estimate_timeline_figure,
-    estimates_breakdown_figure,
     placement_figure,
     search_figure,
     timeline_figure,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from bokeh.model import Model
 
     from workbench.goodput import GoodputEstimate
+    from workbench.search.result import SearchResult
     from workbench.specs.estimate import Estimate
 
 _LINKED_RESOURCE = re.compile(
@@ -75,6 +77,7 @@ def write_report(
     search_rows: int = 50,
     comparison: tuple[Estimate, Estimate] | None = None,
     goodput: tuple[GoodputEstimate, pl.DataFrame | None] | None = None,
+    search: SearchResult | None = None,
 ) -> Path:
     """Write the report to ``path`` and return it.
 
@@ -86,7 +89,11 @@ def write_report(
     (``comparison_timeline_figure``) and a table of step time, bubble, tokens/s and peak memory with the error.
     ``goodput`` (the best plan's ``workbench.goodput.GoodputEstimate`` and, optionally, its
     ``workbench_widgets.plots.goodput.goodput_scaling`` frame) adds a "Goodput" section: the figures of the run
-    with failures, goodput against the checkpoint interval and against the cluster size.
+    with failures, goodput against the checkpoint interval and against the cluster size. ``search`` (the
+    planner's ``workbench.search.SearchResult``) adds its totals (plans screened, rejected per reason,
+    feasible, refined) and, when ``search_results`` is not given, its ``report_frame()`` as the search table.
+    Plans are numbered from #1 (the best), as in the CLI; notes that hold for every plan are listed once,
+    the others once with the plans they hold for.
     Raises FileExistsError if ``path`` exists and not ``force``, FileNotFoundError if its folder is missing,
     ValueError for no estimates or a ``plan_index`` out of range.
     """
@@ -102,6 +109,7 @@ def write_report(
         search_rows=search_rows,
         comparison=comparison,
         goodput=goodput,
+        search=search,
     )
     out.write_text(html, encoding="utf-8")
     return out
@@ -128,8 +136,11 @@ def render_report(
     search_rows: int = 50,
     comparison: tuple[Estimate, Estimate] | None = None,
     goodput: tuple[GoodputEstimate, pl.DataFrame | None] | None = None,
+    search: SearchResult | None = None,
 ) -> str:
     """The report's HTML text (see ``write_report``)."""
+    if search is not None and search_results is None:
+        search_results = search.report_frame()
     if not estimates:
         raise ValueError("write_report: estimates must hold at least one Estimate, got none")
     if not 0 <= plan_index < len(estimates):
@@ -155,6 +166,7 @@ def render_report(
         "plans": plans_table(estimates, plan_index),
         "search_table": search_table(search_results, search_rows) if search_results is not None else None,
         "search_total": search_results.height if search_results is not None else 0,
+        "search_totals": search_totals(search) if search is not None else None,
         "validation": [(k, f"{v * 100:.1f} %") for k, v in (validation or {}).items()],
         "notes": _notes(estimates, notes),
         "sections": sections,
@@ -194,16 +206,25 @@ def _figures(
         label = "best plan" if i == 0 else "chosen plan"
         sections.append(
             {
-                "heading": f"#{i} ({label}): {estimates[i].plan.describe()} [{estimates[i].backend}]",
+                "heading": f"#{i + 1} ({label}): {estimates[i].plan.describe()} [{estimates[i].backend}]",
                 "figures": names,
             }
         )
-    figures["breakdown"] = estimates_breakdown_figure(estimates)
+    figures["breakdown"] = breakdown_figure([e.breakdown for e in estimates], _plan_labels(estimates))
     sections.append({"heading": "Step-time breakdown of the ranked plans", "figures": ["breakdown"]})
     if search is not None and search.height:
         figures["search"] = search_figure(search, chosen_index=0)
         sections.append({"heading": "Search space", "figures": ["search"]})
     return figures, sections
+
+
+def _plan_labels(estimates: Sequence[Estimate]) -> list[str]:
+    """``#1 plan`` (numbered from 1 like the tables and the CLI), backend added when backends differ."""
+    several = len({e.backend for e in estimates}) > 1
+    return [
+        f"#{i + 1} {e.plan.describe()}" + (f" [{e.backend}]" if several else "")
+        for i, e in enumerate(estimates)
+    ]
 
 
 def _plan_figures(estimate: Estimate, prefix: str, figures: dict[str, Model]) -> list[str]:
@@ -231,11 +252,18 @@ def _plan_figures(estimate: Estimate, prefix: str, figures: dict[str, Model]) ->
 
 
 def _notes(estimates: Sequence[Estimate], extra: Sequence[str]) -> list[str]:
-    seen: dict[str, None] = {}
+    """Each distinct note once: bare when every plan has it, else prefixed with the plans that do
+    (``#2, #5: ...``, numbered from #1); then ``extra``."""
+    holders: dict[str, list[int]] = {}
     for i, e in enumerate(estimates):
-        for note in e.notes:
-            seen.setdefault(f"#{i} [{e.backend}]: {note}" if len(estimates) > 1 else note)
-    return [*seen, *extra]
+        for note in dict.fromkeys(e.notes):
+            holders.setdefault(note, []).append(i + 1)
+    every = len(estimates)
+    lines = [
+        note if len(nums) == every else f"{', '.join(f'#{n}' for n in nums)}: {note}"
+        for note, nums in holders.items()
+    ]
+    return list(dict.fromkeys([*lines, *extra]))
 
 
 def _version() -> str:

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 PROXY_NAME = "parallelism-workbench"
+LAB_EXTENSION = "parallelism-workbench"
+"""The lab extension's folder name under ``share/jupyter/labextensions`` (its npm package name)."""
 LAUNCHER_TITLE = "Parallelism Workbench"
 START_TIMEOUT_S = 60
 ICON = Path(__file__).with_name("icon.svg")
@@ -54,9 +56,20 @@ def request_headers() -> dict[str, str]:
     return {"Origin": APP_ORIGIN}
 
 
+def lab_extension_installed() -> bool:
+    """Whether the prebuilt JupyterLab extension is in one of Jupyter's ``labextensions`` folders."""
+    from jupyter_core.paths import jupyter_path
+
+    return any((Path(d) / LAB_EXTENSION / "package.json").is_file() for d in jupyter_path("labextensions"))
+
+
 def setup_workbench_proxy() -> dict[str, Any]:
-    """The server-process entry jupyter-server-proxy reads (its documented keys)."""
-    entry: dict[str, Any] = {"title": LAUNCHER_TITLE, "enabled": True, "category": "Other"}
+    """The server-process entry jupyter-server-proxy reads (its documented keys).
+
+    ``launcher_entry.enabled`` is False when the lab extension is installed: its card replaces the proxy's.
+    """
+    enabled = not lab_extension_installed()
+    entry: dict[str, Any] = {"title": LAUNCHER_TITLE, "enabled": enabled, "category": "Other"}
     if ICON.is_file():
         entry["icon_path"] = str(ICON)
     return {

@@ -37,6 +37,21 @@ def axis_stride(plan: ParallelPlan, axis: Axis | str) -> int:
     raise AssertionError(f"{axis} missing from rank_order")
 
 
+def order_strides(order: tuple[Axis | str, ...], degrees: dict[str, Array]) -> dict[str, Array]:
+    """``{axis}_stride`` columns of the tp, cp, dp and pp groups for ranks laid in ``order`` (innermost
+    first; ep takes no room), from the degree columns ``degrees`` (arrays broadcast): the vectorised
+    :func:`axis_stride`."""
+    out: dict[str, Array] = {}
+    stride: Array = 1
+    for a in order:
+        name = Axis(a).value
+        if name == "ep":
+            continue
+        out[f"{name}_stride"] = stride
+        stride = stride * degrees[name]
+    return out
+
+
 def level_spans(cluster: ClusterSpec) -> list[int]:
     """Span of each level in devices, innermost first; the outermost is the whole cluster."""
     return [lvl.span if lvl.span is not None else max(cluster.num_devices, 1) for lvl in cluster.levels]

@@ -192,10 +192,13 @@ def stage_layer_span(num_layers: int, num_stages: Array, stage: Array) -> tuple[
     sparing the first and the last (embedding and LM head), as Megatron-LM's uneven split does."""
     base, extra = np.divmod(num_layers, num_stages)
     count = base + (_stage_position(num_stages, stage) < extra)
-    start = stage * base
-    top = int(np.max(np.where(extra > 0, stage, 0))) if np.size(stage) else 0
-    for t in range(top):  # stages before ``stage`` that took a remainder layer
-        start = start + ((t < stage) & (_stage_position(num_stages, t) < extra))
+    # The remainder stages are a run [lo, lo + k) of middle stages around the centre (the centre-most first,
+    # the lower on a tie, so the run grows alternately down and up), then the first stage once every middle
+    # stage has one: count those before ``stage`` in closed form.
+    k = np.minimum(extra, np.maximum(num_stages - 2, 0))
+    centre = (num_stages - 1) // 2
+    lo = np.where(num_stages % 2 == 0, centre + 1 - (k + 1) // 2, centre - k // 2)
+    start = stage * base + np.clip(stage - lo, 0, k) + ((extra > num_stages - 2) & (stage > 0) & (extra > 0))
     return start, count
 
 

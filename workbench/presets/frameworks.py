@@ -30,6 +30,7 @@ _TUPLES = {
     "attention_kernels",
     "cp_attention_kernels",
     "cp_kinds",
+    "rank_orders",
 }
 
 

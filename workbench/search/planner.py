@@ -236,7 +236,8 @@ def search(
         estimate = estimator(backend, cal)
         estimates = refine_rows(model, by_devices, workload, best[:top_k], estimate, refine_progress)
         best[:top_k] = [
-            apply_estimate(r, e, token_budget) for r, e in zip(best[:top_k], estimates, strict=True)
+            apply_estimate(r, e, token_budget, constraints.memory_headroom_frac)
+            for r, e in zip(best[:top_k], estimates, strict=True)
         ]
         if failures is not None:
             add_goodput(best[:top_k], **goodput_kw)  # type: ignore[arg-type]

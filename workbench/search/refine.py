@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.specs.plan import PLAN_FIELDS, ParallelPlan, Recompute
+from workbench.specs.plan import (
+    DEFAULT_RANK_ORDER,
+    PLAN_FIELDS,
+    RANK_ORDERS,
+    ParallelPlan,
+    Recompute,
+    rank_order_name,
+)
+
+DEFAULT_ORDER = rank_order_name(DEFAULT_RANK_ORDER)
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
@@ -48,6 +57,7 @@ def plan_from_row(row: dict[str, Any]) -> ParallelPlan:
         sequence_parallel=bool(row["sequence_parallel"]),
         recompute=Recompute(row["recompute"]),
         schedule=str(row["schedule"]),
+        rank_order=RANK_ORDERS[str(row.get("rank_order", DEFAULT_ORDER))],
     )
 
 

@@ -32,7 +32,10 @@ import numpy as np
 from workbench.search.grid import REASONS
 from workbench.search.refine import BREAKDOWN_LABELS, bottleneck
 from workbench.search.space import RECOMPUTE_CODES
-from workbench.specs.plan import PLAN_FIELDS
+from workbench.specs.plan import PLAN_FIELDS, RANK_ORDERS
+
+ORDER_NAMES: tuple[str, ...] = tuple(RANK_ORDERS)
+"""``order_code`` i of a plan column means ``ORDER_NAMES[i]`` (``workbench.search.space``)."""
 
 if TYPE_CHECKING:
     import polars as pl
@@ -48,6 +51,7 @@ PLAN_COLUMNS = (
     "num_devices",
     *PLAN_FIELDS,
     "ulysses",
+    "rank_order",
     "plan",
     "num_microbatches",
 )
@@ -87,6 +91,8 @@ def describe(row: dict[str, Any]) -> str:
         parts.append(f"rc-{row['recompute']}")
     if row["pp"] > 1:
         parts.append(row["schedule"])
+    if row.get("rank_order", ORDER_NAMES[0]) != ORDER_NAMES[0]:
+        parts.append(f"order {row['rank_order']}")
     return " ".join(parts)
 
 
@@ -100,6 +106,7 @@ def rows_from_pool(
         row: dict[str, Any] = {k: v[i].item() for k, v in pool.items()}
         row["recompute"] = RECOMPUTE_CODES[row.pop("recompute_code")]
         row["schedule"] = schedule_names[row.pop("schedule_code")]
+        row["rank_order"] = ORDER_NAMES[row.pop("order_code", 0)]
         row["plan"] = describe(row)
         row["memory_capacity_bytes"] = capacity_bytes
         row["fits"] = bool(row["memory_frac"] <= 1.0)
@@ -115,8 +122,12 @@ def rows_from_pool(
     return rows
 
 
-def apply_estimate(row: dict[str, Any], est: Estimate, token_budget: float) -> dict[str, Any]:
-    """``row`` with its metrics replaced by the full backend's ``est`` (screen figures kept)."""
+def apply_estimate(
+    row: dict[str, Any], est: Estimate, token_budget: float, headroom_frac: float = 0.0
+) -> dict[str, Any]:
+    """``row`` with its metrics replaced by the full backend's ``est`` (screen figures kept); it fits when the
+    estimate's peak leaves ``headroom_frac`` of the device memory free (``Constraints.memory_headroom_frac``,
+    the rule the screen applied)."""
     out = dict(
         row,
         refined=True,
@@ -132,8 +143,8 @@ def apply_estimate(row: dict[str, Any], est: Estimate, token_budget: float) -> d
     out["time_to_train_s"] = token_budget / est.tokens_per_s
     out["device_hours"] = out["time_to_train_s"] * int(row["num_devices"]) / 3600.0
     out["memory_frac"] = est.peak_memory_bytes / est.memory_capacity_bytes
-    out["fits"] = bool(est.fits)
-    out["rejected_reason"] = None if est.fits else "exceeds the device memory (full estimate)"
+    out["fits"] = bool(est.peak_memory_bytes <= est.memory_capacity_bytes * (1.0 - headroom_frac))
+    out["rejected_reason"] = None if out["fits"] else "exceeds the usable device memory (full estimate)"
     out["bubble_fraction"] = est.bubble_fraction
     out["bottleneck"] = bottleneck(out)
     return out

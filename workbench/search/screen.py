@@ -44,8 +44,8 @@ class ScreenContext:
     bubble_family: np.ndarray
     """Per schedule code: its ``workbench.pipeline.bubble.FAMILIES`` index."""
     layout_holdings: dict[str, step.Holdings]
-    """For the first and the last pipeline rank: ``step.rank_holdings`` of every layout row of the space
-    (gathered per plan by ``layout_index``)."""
+    """For the first, the last and the middle (pp // 2) pipeline rank: ``step.rank_holdings`` of every layout
+    row of the space (gathered per plan by ``layout_index``)."""
     capacity_bytes: float
     peak_flop_per_s: float
 
@@ -73,7 +73,7 @@ class ScreenContext:
             name: step.rank_holdings(
                 model, pp=lay["pp"], vpp=lay["vpp"], v_shape=v_shape, rank=rank, copies=copies
             )
-            for name, rank in zip(RANKS, (0, lay["pp"] - 1), strict=True)
+            for name, rank in zip((*RANKS, "middle"), (0, lay["pp"] - 1, lay["pp"] // 2), strict=True)
         }
         n = len(lay["pp"])
         return cls(
@@ -89,8 +89,14 @@ class ScreenContext:
 
 def screen_memory(ctx: ScreenContext, cols: Cols) -> Cols:
     """peak_memory_bytes and memory_frac (of the device capacity) of every plan: the larger of the first and
-    the last pipeline rank, with the stored activations at the schedule's closed-form peak."""
-    peak_bytes = np.max([_rank_total(ctx, cols, rank) for rank in RANKS], axis=0)
+    the last pipeline rank, with the stored activations at the schedule's closed-form peak; for DualPipe, whose
+    ranks all hold PP+1 micro-batches (DeepSeek-V3 report Table 2) and whose first and last ranks hold the two
+    edge stages (the fewest layers when stages are uneven), the middle rank too."""
+    totals = [_rank_total(ctx, cols, rank) for rank in RANKS]
+    dual = ctx.peak_family[cols["schedule_code"]] == peak.PEAK_FAMILIES.index("dualpipe")
+    if np.any(dual):
+        totals.append(np.where(dual, _rank_total(ctx, cols, "middle"), 0.0))
+    peak_bytes = np.max(totals, axis=0)
     return {"peak_memory_bytes": peak_bytes, "memory_frac": peak_bytes / ctx.capacity_bytes}
 
 

@@ -14,11 +14,13 @@ rejection counted by ``workbench.search.grid``, not an exclusion from the space.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench.cost.placement import order_strides
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
 from workbench.specs.framework import CP_KINDS, FrameworkProfile
 from workbench.specs.limits import (
@@ -29,11 +31,22 @@ from workbench.specs.limits import (
     check_count,
     shown,
 )
-from workbench.specs.plan import Recompute
+from workbench.specs.plan import RANK_ORDERS, Recompute
 
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
+
+DEFAULT_HEADROOM_FRAC = 0.05
+"""Default memory headroom of ``workbench plan --headroom`` and the app's opening plan and Search tab: the share of device memory a plan must leave free (80 GiB -> 76 GiB usable).
+
+The memory model already counts the CUDA context, NCCL/cuBLAS workspaces and a typical share of caching-allocator
+fragmentation (``FrameworkProfile.context_bytes``, ``fragmentation_frac``); the headroom covers what it cannot
+see: its own error (peak memory MAPE 5.4 % on the published runs, README "How good are the numbers"), and
+fragmentation and transient peaks beyond the typical share, which PyTorch's CUDA notes describe as memory
+reserved by the caching allocator but unusable for a large block ("Memory management", ``expandable_segments``:
+https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf). A plan
+picked at 99.8 % of the HBM runs out of memory on the first step that deviates."""
 
 AXES: tuple[str, ...] = ("tp", "cp", "ulysses", "pp", "ep", "vpp", "micro_batch_size")
 """Axes whose degrees ``Constraints.fixed`` and ``Constraints.maximum`` may name."""
@@ -97,6 +110,9 @@ class Constraints:
     recompute: tuple[str, ...] = RECOMPUTE_CODES
     sequence_parallel: tuple[bool, ...] = (False, True)
     """Allowed values when tp > 1 (tp = 1 always runs without)."""
+    rank_orders: tuple[str, ...] = tuple(RANK_ORDERS)
+    """Rank orders to search (names of ``workbench.specs.plan.RANK_ORDERS``); an order enters only where it
+    moves a group onto other links than the default order does."""
     cp_kinds: tuple[str, ...] = CP_KINDS
     """How cp > 1 may share attention (``ParallelPlan.cp_kind``): ring, ulysses, usp; the ulysses degree is
     searched over the divisors of cp that give an allowed kind."""
@@ -154,6 +170,11 @@ class Constraints:
             )
         if not self.sequence_parallel:
             raise ValueError("Constraints: sequence_parallel needs at least one allowed value")
+        bad_order = [o for o in self.rank_orders if o not in RANK_ORDERS]
+        if bad_order or not self.rank_orders:
+            raise ValueError(
+                f"Constraints: rank_orders {bad_order or '()'} unknown; allowed: {', '.join(RANK_ORDERS)}"
+            )
         bad_cp = [k for k in self.cp_kinds if k not in CP_KINDS]
         if bad_cp or not self.cp_kinds:
             raise ValueError(
@@ -193,6 +214,8 @@ def framework_constraints(constraints: Constraints, framework: FrameworkProfile)
     changes["zero_stages"] = stages
     if not framework.sequence_parallel:
         changes["sequence_parallel"] = (False,)
+    orders = tuple(o for o in constraints.rank_orders if o in framework.rank_orders)
+    changes["rank_orders"] = orders or framework.rank_orders[:1]
     kinds = tuple(k for k in constraints.cp_kinds if k in framework.cp_kinds)
     changes["cp_kinds"] = kinds or ("ring",)
     offers_cp = framework.context_parallel and bool(kinds)
@@ -217,7 +240,8 @@ class PlanSpace:
 
     num_devices: int
     layout: dict[str, np.ndarray]
-    """Columns tp, cp, ulysses, pp, dp, vpp (int64), sequence_parallel (bool), schedule_code (int16: index into
+    """Columns tp, cp, ulysses, pp, dp, vpp (int64), the group strides of the row's rank order (tp_stride,
+    cp_stride, dp_stride, pp_stride) and order_code (int16), sequence_parallel (bool), schedule_code (int16: index into
     ``schedule_names``)."""
     ep: np.ndarray
     micro_batch_size: np.ndarray
@@ -300,12 +324,37 @@ def _layout(
     return cols
 
 
-def _cp_pairs(c: Constraints, candidates: list[int]) -> list[tuple[int, int]]:
+def _with_orders(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Layout rows with an ``order_code`` (index into ``RANK_ORDERS``) and the strides it gives: every row in the
+    first order, and in each other order only where some group's stride differs from the first's (elsewhere
+    the order changes no link and would repeat the plan)."""
+    base = order_strides(RANK_ORDERS[orders[0]], cols)
+    parts = [{**cols, **{k: np.broadcast_to(v, cols["tp"].shape).copy() for k, v in base.items()}}]
+    codes = list(RANK_ORDERS)
+    parts[0]["order_code"] = np.full(len(cols["tp"]), codes.index(orders[0]), dtype=np.int16)
+    for name in orders[1:]:
+        code = codes.index(name)
+        strides = order_strides(RANK_ORDERS[name], cols)
+        moved = np.zeros(len(cols["tp"]), dtype=bool)
+        for k, v in strides.items():  # a group of one rank has no links: its stride does not matter
+            moved |= np.asarray((v != base[k]) & (cols[k.removesuffix("_stride")] > 1))
+        rows = np.flatnonzero(moved)
+        part = {k: v[rows] for k, v in cols.items()}
+        part |= {k: np.broadcast_to(v, cols["tp"].shape)[rows].copy() for k, v in strides.items()}
+        part["order_code"] = np.full(len(rows), code, dtype=np.int16)
+        parts.append(part)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _cp_pairs(model: ModelSpec, c: Constraints, candidates: list[int]) -> list[tuple[int, int]]:
     """(cp, ulysses) pairs: each allowed cp with every divisor as its Ulysses degree whose kind
-    (``ParallelPlan.cp_kind``) the constraints allow; cp = 1 once."""
+    (``ParallelPlan.cp_kind``) the constraints allow and that can hand each rank whole heads (it divides the
+    attention and, unless MLA, the key/value heads: the rule ``ulysses_heads`` with tp = 1); cp = 1 once."""
+    heads = model.num_attention_heads
+    whole = heads if model.attention == "mla" else math.gcd(heads, model.num_key_value_heads)
     pairs = []
     for cp in c.allowed("cp", candidates):
-        for u in c.allowed("ulysses", divisors(cp)):
+        for u in c.allowed("ulysses", [d for d in divisors(cp) if whole % d == 0]):
             kind = "none" if cp == 1 else "ring" if u == 1 else "ulysses" if u == cp else "usp"
             if kind == "none" or kind in c.cp_kinds:
                 pairs.append((cp, u))
@@ -338,7 +387,7 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, constraints: Constraints
     )
     return PlanSpace(
         num_devices=n,
-        layout=_layout(tensor, _cp_pairs(c, divisors(n)), pipeline, n),
+        layout=_with_orders(_layout(tensor, _cp_pairs(model, c, divisors(n)), pipeline, n), c.rank_orders),
         ep=np.array(eps, dtype=np.int64),
         micro_batch_size=np.array(c.allowed("micro_batch_size", mbs), dtype=np.int64),
         zero_stage=np.array(sorted(set(c.zero_stages)), dtype=np.int64),

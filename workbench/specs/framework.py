@@ -14,13 +14,11 @@ Profiles live in ``profiles/frameworks/<id>.toml`` (loader: :mod:`workbench.pres
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.specs.kernels import ATTENTION_FAMILIES
 from workbench.specs.limits import check_real, shown
-
-if TYPE_CHECKING:
-    from workbench.specs.plan import ParallelPlan
+from workbench.specs.plan import RANK_ORDERS, ParallelPlan, rank_order_name
 
 CP_KINDS = ("ring", "ulysses", "usp")
 """Context-parallel attention sharing: ring attention (Liu et al. 2023, arXiv:2310.01889; Transformer Engine
@@ -78,7 +76,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
 so they exclude 0; overlap and fragmentation shares may be 0; the upper ends of the non-fractions are far above
 any stack (a gradient of 16 bytes per parameter, a second of host time per layer, 1 PiB of context)."""
 
-_STRING_TUPLES = ("aliases", "fitted", "attention_kernels", "cp_kinds")
+_STRING_TUPLES = ("aliases", "fitted", "attention_kernels", "cp_kinds", "rank_orders")
 _FLAGS = (
     "sequence_parallel",
     "default_sequence_parallel",
@@ -144,6 +142,8 @@ class FrameworkProfile:
     (key/value blocks passed around a ring), ``ulysses`` (all-to-all of heads) and ``usp`` (Ulysses inside,
     ring across); see ``CP_KINDS``."""
     expert_parallel: bool = False
+    rank_orders: tuple[str, ...] = ("tp-cp-ep-dp-pp",)
+    """Rank orders the stack can lay its groups in (names of ``workbench.specs.plan.RANK_ORDERS``)."""
     fp8: bool = False
     chunked_loss: bool = False
     """Runs the LM head and the loss chunk by chunk (fused linear cross-entropy; ``ParallelPlan.loss_chunks``)."""
@@ -284,6 +284,10 @@ class FrameworkProfile:
             raise ValueError(
                 f"{where}: attention kernel families {bad} unknown; allowed: {', '.join(ATTENTION_FAMILIES)}"
             )
+        if any(o not in RANK_ORDERS for o in self.rank_orders):
+            raise ValueError(
+                f"{where}: rank_orders must be among {', '.join(RANK_ORDERS)}, got {shown(self.rank_orders)}"
+            )
         if any(k not in CP_KINDS for k in self.cp_kinds):
             raise ValueError(
                 f"{where}: cp_kinds must be among {', '.join(CP_KINDS)}, got {shown(self.cp_kinds)}"
@@ -372,6 +376,9 @@ class FrameworkProfile:
             out.append(f"{plan.cp_kind} context parallelism (runs: {', '.join(self.cp_kinds) or 'none'})")
         if plan.ep > 1 and not self.expert_parallel:
             out.append(f"ep={plan.ep} (no expert parallelism)")
+        order = rank_order_name(plan.rank_order)
+        if order not in self.rank_orders and plan.num_devices > 1:
+            out.append(f"rank order {order} (lays out: {', '.join(self.rank_orders)})")
         if plan.loss_chunks > 1 and not self.chunked_loss:
             out.append(f"loss_chunks={plan.loss_chunks} (no chunked cross-entropy)")
         if plan.offload_optimizer and not self.optimizer_offload:

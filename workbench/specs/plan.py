@@ -52,6 +52,21 @@ class Axis(StrEnum):
 DEFAULT_RANK_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
 """Innermost first: tensor-parallel ranks are adjacent (inside a node), pipeline stages outermost."""
 
+RANK_ORDERS: dict[str, tuple[Axis, ...]] = {
+    "tp-cp-ep-dp-pp": DEFAULT_RANK_ORDER,
+    "tp-cp-ep-pp-dp": (Axis.TP, Axis.CP, Axis.EP, Axis.PP, Axis.DP),
+}
+"""Named rank orders the planner searches (innermost first). ``tp-cp-ep-dp-pp``: Megatron-Core's default
+``order`` of ``parallel_state.initialize_model_parallel`` and torchtitan's device mesh (pp outermost);
+``tp-cp-ep-pp-dp``: Megatron-Core's ``--use-tp-pp-dp-mapping`` (a pipeline's stages on neighbouring ranks,
+data-parallel replicas outermost), which keeps the pipeline hops inside a node or a rail group when
+tp*cp*pp fits there and moves the gradient reduction out instead."""
+
+
+def rank_order_name(order: tuple[Axis, ...]) -> str:
+    """``tp-cp-ep-dp-pp`` style name of a rank order."""
+    return "-".join(Axis(a).value for a in order)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Workload:
@@ -245,6 +260,8 @@ class ParallelPlan:
             parts.append(f"rc-{self.recompute}")
         if self.pp > 1:
             parts.append(self.schedule)
+        if self.rank_order != DEFAULT_RANK_ORDER:
+            parts.append(f"order {rank_order_name(self.rank_order)}")
         return " ".join(parts)
 
     def validate(

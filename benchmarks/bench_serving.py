@@ -1,0 +1,51 @@
+"""Serving accuracy on the public serving runs (issue 16's floor: MAPE <= 20% on each of TTFT, TPOT and
+throughput where a row gives it) and what the simulation of one validation row costs.
+
+Usage: python benchmarks/bench_serving.py [--data CSV] [--json]
+Prints predicted vs measured per row and statistic, the skipped rows with reasons, and the MAPE per metric
+group and per source (``workbench.serving.validate``). Nothing is fitted to the rows. The simulator's own
+speed floor is measured by ``benchmarks/bench_serving_sim.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from workbench.serving.rows import DEFAULT_SERVING_DATA
+from workbench.serving.validate import validate_serving
+
+FLOOR = 0.20
+"""Issue 16's turn floor on each metric group."""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=str(DEFAULT_SERVING_DATA))
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    start = time.perf_counter()
+    result = validate_serving(args.data)
+    wall = time.perf_counter() - start
+    if args.json:
+        print(json.dumps({**result, "wall_s": wall}, indent=2))
+        return
+    for r in result["rows"]:
+        print(
+            f"{r['id']:8s} {r['metric']:32s} predicted {r['predicted']:11.4g} measured {r['measured']:11.4g} "
+            f"error {100 * (r['predicted'] - r['measured']) / r['measured']:+7.1f}%"
+        )
+    for s in result["skipped"]:
+        print(f"skipped {s['id']}: {s['reason']}")
+    scored = len({r["id"] for r in result["rows"]})
+    print(f"{scored} rows scored, {len(result['skipped'])} skipped, {wall:.1f} s")
+    for key, value in result["mape_by_metric"].items():
+        verdict = "ok" if value is not None and value <= FLOOR else "ABOVE the 20% floor"
+        print(f"MAPE {key:12s} {100 * value:5.1f}%  ({verdict})")
+    for key, value in result["mape_by_source"].items():
+        print(f"MAPE source {key:22s} {100 * value:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()

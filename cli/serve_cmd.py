@@ -1,0 +1,135 @@
+"""``workbench serve estimate``: simulate a serving deployment and print TTFT, TPOT, throughput and KV capacity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from workbench_cli._common import echo_json, print_table
+from workbench_cli._types import count
+
+from workbench.specs import limits as L
+
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "int4")
+
+
+@click.group("serve")
+def serve_group() -> None:
+    """Serving plans: requests simulated on engines priced with the same cost model as training."""
+
+
+@serve_group.command("estimate")
+@click.option("--model", required=True, help="Model preset id or HF config.json path.")
+@click.option("--cluster", required=True, help="Cluster preset id or TOML path.")
+@click.option(
+    "--nodes", type=count(L.MAX_NODES), default=None, help="Number of nodes (default: the preset's)."
+)
+@click.option(
+    "--replicas", type=count(L.MAX_DEVICES), default=1, show_default=True, help="Engines behind a router."
+)
+@click.option("--tp", type=count(L.MAX_DEVICES), default=1, show_default=True)
+@click.option("--pp", type=count(L.MAX_PP), default=1, show_default=True)
+@click.option(
+    "--ep", type=count(L.MAX_DEVICES), default=None, help="Expert-parallel degree (MoE; default: tp-wide)."
+)
+@click.option("--attention-dp", type=count(L.MAX_DEVICES), default=1, show_default=True)
+@click.option("--input-tokens", type=count(L.MAX_SEQ_LEN), required=True, help="Prompt tokens per request.")
+@click.option(
+    "--output-tokens", type=count(L.MAX_SEQ_LEN), required=True, help="Generated tokens per request."
+)
+@click.option("--num-requests", type=count(2**24), default=256, show_default=True)
+@click.option("--concurrency", type=count(2**24), default=None, help="Closed loop: requests kept in flight.")
+@click.option("--rate", type=float, default=None, help="Open loop: Poisson arrivals, requests per second.")
+@click.option(
+    "--trace",
+    "trace_path",
+    default=None,
+    help="CSV with arrival_s,input_tokens,output_tokens (overrides lengths).",
+)
+@click.option("--scheduler", type=click.Choice(["sarathi", "vllm"]), default="sarathi", show_default=True)
+@click.option("--max-num-seqs", type=count(L.MAX_GLOBAL_BATCH_SIZE), default=256, show_default=True)
+@click.option("--max-batched-tokens", type=count(L.MAX_SEQ_LEN), default=8192, show_default=True)
+@click.option("--weight-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
+@click.option("--activation-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
+@click.option("--kv-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True)
+@click.option(
+    "--calibration", default="default", show_default=True, help="Fitted constants name or TOML path."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def serve_estimate_cmd(as_json: bool, **kw: Any) -> None:
+    """Simulate the requests on the plan: TTFT, TPOT (mean and percentiles), tokens/s and KV capacity.
+
+    Arrivals: all at once (offline, the default), --concurrency N (closed loop), --rate R (Poisson) or --trace.
+    """
+    from workbench.presets.calibration import load_calibration
+    from workbench.presets.catalog import load_cluster, load_model
+    from workbench.serving.estimate import serve_estimate
+    from workbench.specs.serving import ServingPlan, ServingWorkload
+
+    if kw["concurrency"] is not None and kw["rate"] is not None:
+        raise click.BadParameter("give --concurrency or --rate, not both", param_hint="--rate")
+    model = load_model(kw["model"])
+    cluster = load_cluster(kw["cluster"], num_nodes=kw["nodes"])
+    plan = ServingPlan(
+        replicas=kw["replicas"],
+        tp=kw["tp"],
+        pp=kw["pp"],
+        ep=kw["ep"],
+        attention_dp=kw["attention_dp"],
+        weight_dtype=kw["weight_dtype"],
+        activation_dtype=kw["activation_dtype"],
+        kv_cache_dtype=kw["kv_dtype"],
+        max_num_seqs=kw["max_num_seqs"],
+        max_num_batched_tokens=kw["max_batched_tokens"],
+        scheduler=kw["scheduler"],
+        gpu_memory_utilization_frac=kw["gpu_memory_utilization"],
+    )
+    workload = _workload(kw, ServingWorkload)
+    est = serve_estimate(model, cluster, plan, workload, load_calibration(kw["calibration"]))
+    summary = est.summary()
+    if as_json:
+        echo_json(summary)
+        return
+    click.echo(
+        f"{model.name} on {plan.num_devices} x {cluster.device.id} ({cluster.id}), {plan.describe()}, "
+        f"{workload.request_count} requests ({workload.arrival.value})"
+    )
+    ms = 1e3
+    print_table(
+        "Latency (ms)",
+        ["", "mean", "p50", "p90", "p99"],
+        [
+            [name, *(f"{summary[f'{key}_s_{q}'] * ms:.1f}" for q in ("mean", "p50", "p90", "p99"))]
+            for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("end to end", "e2e"))
+        ],
+    )
+    click.echo(
+        f"output tokens/s {summary['output_tokens_per_s']:,.0f} "
+        f"({summary['output_tokens_per_s_per_device']:,.0f} per device), requests/s {summary['requests_per_s']:.2f}, "
+        f"preemptions {summary['num_preemptions']}, KV cache {summary['kv_cache_capacity_tokens']:,} tokens per engine"
+    )
+
+
+def _workload(kw: dict[str, Any], cls: Any) -> Any:
+    """The ServingWorkload of the options (ValueError names a bad field)."""
+    if kw["trace_path"] is not None:
+        from workbench.serving.simulate import Requests
+
+        req = Requests.from_trace_csv(kw["trace_path"])
+        rows = zip(req.arrival_s.tolist(), req.input_tokens.tolist(), req.output_tokens.tolist(), strict=True)
+        return cls(arrival="trace", trace=tuple((float(a), int(i), int(o)) for a, i, o in rows))
+    common = {
+        "num_requests": kw["num_requests"],
+        "input_tokens": kw["input_tokens"],
+        "output_tokens": kw["output_tokens"],
+    }
+    if kw["concurrency"] is not None:
+        return cls(arrival="closed", concurrency=kw["concurrency"], **common)
+    if kw["rate"] is not None:
+        return cls(arrival="poisson", request_rate_per_s=kw["rate"], **common)
+    return cls(arrival="offline", **common)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(serve_group)

@@ -1,0 +1,5 @@
+// SVG files are bundled as their source text (the builder's `asset/source` rule for imports from JS).
+declare module '*.svg' {
+  const svgstr: string;
+  export default svgstr;
+}

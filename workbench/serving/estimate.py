@@ -1,0 +1,134 @@
+"""A serving plan's numbers: the per-iteration cost (:mod:`workbench.serving.cost`) driven by the request
+simulator (:mod:`workbench.serving.simulate`), summarised as TTFT, TPOT, throughput and KV capacity.
+
+``serve_estimate`` is what ``workbench serve estimate`` and the serving validation call: it turns a
+``ServingWorkload`` into ``Requests``, builds one ``ReplicaCost`` per role (one for aggregated engines, a prefill
+and a decode one for a disaggregated plan), runs ``simulate`` and keeps its tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from workbench.serving.cost import ReplicaCost
+from workbench.serving.simulate import DisaggregatedPools, Requests, SimResult, simulate
+from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
+
+if TYPE_CHECKING:
+    from workbench.presets.calibration import Calibration
+    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.model import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingEstimate:
+    """What one serving plan does with one workload: the simulation's tables and its summary."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: ServingPlan
+    workload: ServingWorkload
+    sim: SimResult
+    """Per-request and per-iteration tables (``workbench.serving.simulate.SimResult``)."""
+    kv_cache_capacity_tokens: int
+    """KV cache tokens one (decode, for a disaggregated plan) engine holds."""
+
+    def summary(self) -> dict[str, Any]:
+        """Flat numbers in SI units: ``ttft_s``/``tpot_s`` (means) and their p50/p90/p99, e2e latency,
+        ``output_tokens_per_s`` (whole deployment), per device, requests/s, preemptions, KV capacity."""
+        stats = self.sim.summary()
+        return {
+            "model": self.model.name,
+            "cluster": self.cluster.id,
+            "num_devices": self.plan.num_devices,
+            "plan": self.plan.describe(),
+            "ttft_s": stats["ttft_s_mean"],
+            "tpot_s": stats["tpot_s_mean"],
+            **stats,
+            "output_tokens_per_s_per_device": self.sim.output_tokens_per_s / self.plan.num_devices,
+            "kv_cache_capacity_tokens": self.kv_cache_capacity_tokens,
+        }
+
+
+def requests_of(workload: ServingWorkload) -> Requests:
+    """The simulator's requests for ``workload``: offline (all at 0), closed loop, Poisson or the trace."""
+    n = workload.request_count
+    lengths = {
+        "input_tokens": list(workload.input_lengths()),
+        "output_tokens": list(workload.output_lengths()),
+    }
+    if workload.arrival is Arrival.OFFLINE:
+        return Requests.offline(n, **lengths)
+    if workload.arrival is Arrival.CLOSED:
+        return Requests.closed_loop(int(workload.concurrency or 1), n, **lengths)
+    if workload.arrival is Arrival.POISSON:
+        rate = float(workload.request_rate_per_s or 0.0)
+        return Requests.poisson(rate, n, seed=workload.seed, **lengths)
+    return Requests(
+        arrival_s=_array(workload.arrival_times_s() or ()), **{k: _array(v) for k, v in lengths.items()}
+    )
+
+
+def _array(values: Any) -> Any:
+    import numpy as np
+
+    return np.asarray(values)
+
+
+def serve_estimate(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    plan: ServingPlan,
+    workload: ServingWorkload,
+    calibration: Calibration,
+) -> ServingEstimate:
+    """Simulate ``workload`` on ``plan``. Raises ValueError when the plan needs more devices than the cluster
+    has, when the weights leave no KV cache, or for a request that can never fit (from the cost and the
+    simulator)."""
+    if plan.num_devices > cluster.num_devices:
+        raise ValueError(
+            f"serving plan {plan.describe()} needs {plan.num_devices} devices; the cluster has {cluster.num_devices}"
+        )
+    requests = requests_of(workload)
+    policy, seqs = plan.scheduler.value, plan.max_num_seqs
+    budget = max(plan.max_num_batched_tokens, plan.max_num_seqs)
+    if plan.disaggregation is None:
+        cost = ReplicaCost(model, cluster, plan, calibration)
+        sim = simulate(
+            requests,
+            cost,
+            policy=policy,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=budget,
+            replicas=plan.replicas,
+            router="least_loaded",
+        )
+        capacity = cost.kv_capacity_tokens
+    else:
+        d = plan.disaggregation
+        prefill = ReplicaCost(model, cluster, plan, calibration, role="prefill")
+        decode = ReplicaCost(model, cluster, plan, calibration, role="decode")
+        pools = DisaggregatedPools(
+            num_prefill_engines=d.prefill_workers,
+            num_decode_engines=d.decode_workers,
+            prefill_cost=prefill,
+            decode_cost=decode,
+        )
+        sim = simulate(
+            requests,
+            decode,
+            policy=policy,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=budget,
+            disaggregation=pools,
+        )
+        capacity = decode.kv_capacity_tokens
+    return ServingEstimate(
+        model=model,
+        cluster=cluster,
+        plan=plan,
+        workload=workload,
+        sim=sim,
+        kv_cache_capacity_tokens=int(capacity),
+    )
