@@ -214,10 +214,10 @@ def _plan_rows(
         cols += ["goodput", "days (failures)", "device-hours (failures)"]
     rows = []
     for r in frame.head(limit).iter_rows(named=True):
-        mark = "" if r["refined"] else " *"
+        mark = ("" if r["refined"] else " *") + (" =" if r.get("tied") and r["rank"] > 1 else "")
         row = [f"{r['rank']}{mark}"] + ([r["num_nodes"]] if multi else [])
         row += [
-            r["plan"],
+            ("  └ " if r.get("variant") else "") + r["plan"],
             f"{r['tokens_per_s']:,.0f}",
             f"{r['mfu']:.1%}",
             f"{r['step_time_s']:.3f}",
@@ -474,7 +474,8 @@ def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
     refined = int(result.plans["refined"].sum())
     shown = rows[: refined or 10]  # --top N shows the N refined plans; --top 0 the 10 best screened ones
     print_table(
-        "Best plans (* = screened only, not refined; ! = over the usable memory after refinement)",
+        "Best plans (* = screened only, not refined; ! = over the usable memory after refinement; = tied with "
+        "#1 within the model's ranking error; └ a variant of the layout above)",
         cols,
         shown,
     )

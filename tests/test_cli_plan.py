@@ -40,7 +40,7 @@ def test_readme_main_job_prints_a_ranked_table(workbench_cli):
     proc = workbench_cli(*MAIN, check=True)
     out = proc.stdout
     assert "plans screened" in out and "Best plans" in out
-    assert "why: #1 beats #2" in out and "Rejected plans" in out
+    assert "why: #1 beats #" in out and "Rejected plans" in out  # the next distinct layout's best plan
     assert "Traceback" not in proc.stderr
 
 
@@ -117,7 +117,7 @@ def test_top_n_shows_n_plans(workbench_cli):
     """``--top 3`` refines and shows three plans (it showed ten: the refined ones padded with screened ones)."""
     out = workbench_cli(*SMALL, check=True).stdout
     rows = [line for line in out.splitlines() if line.startswith("│ ") and line[2:4].strip().isdigit()]
-    assert [r.split("│")[1].strip() for r in rows] == ["1", "2", "3"]
+    assert [r.split("│")[1].strip().split()[0] for r in rows] == ["1", "2", "3"]  # "2 =": tied with #1
 
 
 # What a user sees (issue 19, item 8), in-process through click's CliRunner. -----------------------------------

@@ -307,10 +307,10 @@ def test_plans_are_numbered_from_one_everywhere(planned):
     assert _values(ranked, "#") == ["1", "2", "3"]
     assert _values(ranked, "plan") == [e.plan.describe() for e in result.estimates]
     kept = _table_after(text, "<h3>Plans kept by the search")
-    assert _values(kept, "#")[:3] == ["1", "2", "3"]
+    assert [v.split()[0] for v in _values(kept, "#")[:3]] == ["1", "2", "3"]  # "2 =": tied with #1
     assert any(h.startswith("#1 (best plan): ") for h in page.headings)
     assert not any(h.startswith("#0") for h in page.headings + page.items)
-    assert result.explanation.startswith("#1 beats #2") and result.explanation in page.items
+    assert result.explanation.startswith("#1 beats #") and result.explanation in page.items
     bars = sorted(set(re.findall(r'"(#\d+) ([^"]+)"', text)))  # the breakdown figure's bar labels
     described = [e.plan.describe() for e in result.estimates]
     assert [(n, plan) for n, plan in bars if plan in described] == [

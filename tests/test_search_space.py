@@ -44,9 +44,19 @@ def _brute_force_count(model, n, c: Constraints, nvlink: int) -> int:
             continue
         sps = 1 if tp == 1 else len(c.sequence_parallel)
         pipes = 1 if pp == 1 else sum(1 if required_vpp(s) else 8 for s in c.schedules)
-        # every divisor of cp is a Ulysses degree (ring 1, Ulysses cp, USP between: all kinds allowed); the
-        # tp-cp-ep-pp-dp order adds a copy where pp and dp both exceed 1 (elsewhere it moves no group)
-        orders = 2 if pp > 1 and n // (tp * cp * pp) > 1 else 1
+        # every divisor of cp that hands out whole heads is a Ulysses degree (ring 1, Ulysses cp, USP between);
+        # the tp-cp-ep-pp-dp order adds a copy where the pp or the dp group then crosses other links (another
+        # level for its farthest pair, or another count of members inside an 8-GPU node)
+        dp = n // (tp * cp * pp)
+
+        def links(stride, size, nvlink=nvlink):
+            return (stride * (size - 1) >= nvlink, min(size, max(nvlink // stride, 1)))
+
+        inner = tp * cp
+        moved = (pp > 1 and links(inner * dp, pp) != links(inner, pp)) or (
+            dp > 1 and links(inner, dp) != links(inner * pp, dp)
+        )
+        orders = 2 if moved else 1
         whole = math.gcd(
             model.num_attention_heads, model.num_key_value_heads
         )  # Ulysses hands out whole heads

@@ -180,7 +180,9 @@ def _table(header: list[str], rows: list[list[str]], numeric: list[bool]) -> dic
 
 
 def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
-    """The first ``max_rows`` plans of a search frame with its display columns, numbered from 1."""
+    """The first ``max_rows`` plans of a search frame with its display columns, numbered from 1; a plan tied
+    with #1 (within the model's ranking error, the planner's ``tied``) reads ``2 =``, and a variant of the
+    layout above it (``variant``) is indented under it with ``└``."""
     head = frame.head(max_rows)
     ok = feasible_mask(head)
     plan_cols = [c for c in ("plan", *PLAN_FIELDS) if c in head.columns]
@@ -192,8 +194,8 @@ def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
         mfu = row.get("mfu")
         rows.append(
             [
-                str(i + 1),
-                *(str(row[c]) for c in plan_cols),
+                str(i + 1) + (" =" if row.get("tied") and i > 0 else ""),
+                *(("└ " if c == "plan" and row.get("variant") else "") + str(row[c]) for c in plan_cols),
                 f"{row['tokens_per_s']:,.0f}",
                 f"{mfu * 100:.1f} %" if mfu is not None else "",
                 f"{row['peak_memory_bytes'] / GIB:,.1f}",

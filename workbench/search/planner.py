@@ -140,11 +140,51 @@ def add_goodput(
             r.update({k: float(np.broadcast_to(g[k], step.shape)[i]) for k in rank.GOODPUT_COLUMNS})
 
 
+TIE_FRAC = 0.067
+"""Plans whose objective lies within this share of the best plan's are marked ``tied``: the model cannot tell
+them apart. 6.7 % is the worst plan-ranking miss on the public validation set (``benchmarks/bench_accuracy.py``:
+the predicted-best plan of a published grid reached 93.3 % of the measured best, README "How good are the
+numbers")."""
+
+
+def layout_key(row: dict) -> str:
+    """What makes a parallel layout: the device count, every degree and the schedule (with pp > 1); plans that
+    differ only in virtual stages, micro-batch, ZeRO stage, recompute, sequence parallelism or rank order are
+    its variants."""
+    sched = f" {row['schedule']}" if row["pp"] > 1 else ""
+    uly = row.get("ulysses", 1)
+    cp = f" cp{row['cp']}" + (f"/u{uly}" if uly > 1 else "") if row["cp"] > 1 else ""
+    return f"{row['num_devices']} dp{row['dp']} tp{row['tp']} pp{row['pp']}{cp} ep{row['ep']}{sched}"
+
+
 def _order(rows: list[dict], objective: str) -> list[dict]:
-    """Refined plans that fit first (by objective), then refined ones that do not, then screened ones."""
+    """Refined plans that fit first (by objective), then refined ones that do not, then screened ones; inside
+    each tier distinct layouts come in objective order with the variants of a layout folded under it (its best
+    plan, then the others: ``layout_rank``, ``variant``). ``tied`` marks the plans within ``TIE_FRAC`` of the
+    best one."""
     col, higher = rank.OBJECTIVES[objective]
     sign = -1.0 if higher else 1.0
-    return sorted(rows, key=lambda r: (not r["refined"], not r["fits"], sign * r[col]))
+    ranked = sorted(rows, key=lambda r: (not r["refined"], not r["fits"], sign * r[col]))
+    tiers: dict[tuple[bool, bool], dict[str, list[dict]]] = {}
+    for r in ranked:
+        tiers.setdefault((not r["refined"], not r["fits"]), {}).setdefault(layout_key(r), []).append(r)
+    ordered: list[dict] = []
+    layouts: dict[str, int] = {}
+    for groups in tiers.values():
+        for key, members in groups.items():
+            layouts.setdefault(key, len(layouts) + 1)
+            for i, r in enumerate(members):
+                r.update(layout=key, layout_rank=layouts[key], variant=i > 0)
+                ordered.append(r)
+    best = float(ordered[0][col]) if ordered else 0.0
+    for r in ordered:
+        r["tied"] = bool(ordered and abs(float(r[col]) - best) <= TIE_FRAC * abs(best))
+    return ordered
+
+
+def _next_layout(ordered: list[dict]) -> int:
+    """Index of the first plan of the second distinct layout (1 when every plan is one layout's variant)."""
+    return next((i for i, r in enumerate(ordered) if r["layout_rank"] != ordered[0]["layout_rank"]), 1)
 
 
 def search(
@@ -274,9 +314,23 @@ def search(
         screen_s=out.screen_s,
         refine_s=refine_s,
         estimates=tuple(est_by_key[id(r)] for r in ordered if id(r) in est_by_key),
-        explanation=explain_win(ordered[0], ordered[1], col) if len(ordered) > 1 else "",
+        explanation=_explanation(ordered, col),
         goodput=None if failures is None else _settings(failures, goodput_options),
     )
+
+
+def _explanation(ordered: list[dict], col: str) -> str:
+    """Why #1 beats the best plan of the next distinct layout (not a variant of its own), and whether the
+    model can tell them apart (``TIE_FRAC``)."""
+    if len(ordered) < 2:
+        return ""
+    j = _next_layout(ordered)
+    text = explain_win(ordered[0], ordered[j], col, runner_label=f"#{j + 1}")
+    if ordered[j]["tied"]:
+        text += (
+            f" They are tied: within {TIE_FRAC:.1%}, the model's worst plan-ranking miss on published runs."
+        )
+    return text
 
 
 def _settings(failures: FailureModel, options: GoodputOptions | None) -> dict[str, object]:

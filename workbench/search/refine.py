@@ -123,8 +123,11 @@ def _plan_diff(a: dict[str, Any], b: dict[str, Any]) -> str:
     return ", ".join(diffs) or "same layout"
 
 
-def explain_win(top: dict[str, Any], runner: dict[str, Any], objective_column: str) -> str:
-    """One line: why ``top`` beats ``runner`` (the step-time part that differs most, and the plan change)."""
+def explain_win(
+    top: dict[str, Any], runner: dict[str, Any], objective_column: str, *, runner_label: str = "#2"
+) -> str:
+    """One line: why ``top`` (#1) beats ``runner`` (``runner_label``): the step-time part that differs most,
+    and the plan change."""
     a, b = float(top[objective_column]), float(runner[objective_column])
     margin = abs(a - b) / max(abs(b), 1e-30)
     diffs = {k: float(runner[k]) - float(top[k]) for k in BREAKDOWN_LABELS}
@@ -132,11 +135,11 @@ def explain_win(top: dict[str, Any], runner: dict[str, Any], objective_column: s
     loss = min(diffs, key=lambda k: diffs[k])
     pct = f"{margin:.2%}" if margin < 0.01 else f"{margin:.1%}"
     text = (
-        f"#1 beats #2 by {pct} on {objective_column} ({_plan_diff(top, runner)}): "
+        f"#1 beats {runner_label} by {pct} on {objective_column} ({_plan_diff(top, runner)}): "
         f"{diffs[gain] * 1e3:.0f} ms less {BREAKDOWN_LABELS[gain]} per step"
     )
     if diffs[loss] < 0:
         text += f", for {-diffs[loss] * 1e3:.0f} ms more {BREAKDOWN_LABELS[loss]}"
     if diffs[gain] <= 0:
-        text = f"#1 beats #2 by {pct} on {objective_column} ({_plan_diff(top, runner)})"
+        text = f"#1 beats {runner_label} by {pct} on {objective_column} ({_plan_diff(top, runner)})"
     return text + "."

@@ -74,6 +74,10 @@ METRIC_COLUMNS = (
     "screen_peak_memory_bytes",
     "pareto",
     "rejected_reason",
+    "layout",
+    "layout_rank",
+    "variant",
+    "tied",
 )
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.cost.placement import order_strides
+from workbench.cost.placement import level_spans, order_strides, p2p_level_index
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
 from workbench.specs.framework import CP_KINDS, FrameworkProfile
 from workbench.specs.limits import (
@@ -324,10 +324,20 @@ def _layout(
     return cols
 
 
-def _with_orders(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _links(cluster: ClusterSpec, stride: Any, size: Any) -> Any:
+    """What a group of ``size`` ranks ``stride`` apart crosses, as one number per row: the level joining its two
+    farthest members and how many of them share an innermost-level domain (its per-node fan-out)."""
+    far = p2p_level_index(cluster, stride * np.maximum(size - 1, 0))
+    inner = level_spans(cluster)[0]
+    return far * (MAX_DEVICES + 1) + np.minimum(size, np.maximum(inner // np.maximum(stride, 1), 1))
+
+
+def _with_orders(
+    cols: dict[str, np.ndarray], orders: tuple[str, ...], cluster: ClusterSpec
+) -> dict[str, np.ndarray]:
     """Layout rows with an ``order_code`` (index into ``RANK_ORDERS``) and the strides it gives: every row in the
-    first order, and in each other order only where some group's stride differs from the first's (elsewhere
-    the order changes no link and would repeat the plan)."""
+    first order, and in each other order only where some group crosses other links than in the first (another
+    level, or another share of a node): elsewhere the order would repeat the plan's costs."""
     base = order_strides(RANK_ORDERS[orders[0]], cols)
     parts = [{**cols, **{k: np.broadcast_to(v, cols["tp"].shape).copy() for k, v in base.items()}}]
     codes = list(RANK_ORDERS)
@@ -337,7 +347,8 @@ def _with_orders(cols: dict[str, np.ndarray], orders: tuple[str, ...]) -> dict[s
         strides = order_strides(RANK_ORDERS[name], cols)
         moved = np.zeros(len(cols["tp"]), dtype=bool)
         for k, v in strides.items():  # a group of one rank has no links: its stride does not matter
-            moved |= np.asarray((v != base[k]) & (cols[k.removesuffix("_stride")] > 1))
+            size = cols[k.removesuffix("_stride")]
+            moved |= np.asarray((_links(cluster, v, size) != _links(cluster, base[k], size)) & (size > 1))
         rows = np.flatnonzero(moved)
         part = {k: v[rows] for k, v in cols.items()}
         part |= {k: np.broadcast_to(v, cols["tp"].shape)[rows].copy() for k, v in strides.items()}
@@ -387,7 +398,9 @@ def build_space(model: ModelSpec, cluster: ClusterSpec, constraints: Constraints
     )
     return PlanSpace(
         num_devices=n,
-        layout=_with_orders(_layout(tensor, _cp_pairs(model, c, divisors(n)), pipeline, n), c.rank_orders),
+        layout=_with_orders(
+            _layout(tensor, _cp_pairs(model, c, divisors(n)), pipeline, n), c.rank_orders, cluster
+        ),
         ep=np.array(eps, dtype=np.int64),
         micro_batch_size=np.array(c.allowed("micro_batch_size", mbs), dtype=np.int64),
         zero_stage=np.array(sorted(set(c.zero_stages)), dtype=np.int64),
