@@ -120,7 +120,12 @@ def check_plan(plan: ParallelPlan, model: ModelSpec, workload: Workload) -> Sche
     for axis in ("cp", "ep"):
         if getattr(plan, axis) != 1:
             raise ValueError(f"the real run supports {axis}=1 only, got {axis}={getattr(plan, axis)}")
-    for field, off in (("loss_chunks", 1), ("offload_optimizer", False), ("offload_activations", False)):
+    for field, off in (
+        ("loss_chunks", 1),
+        ("offload_optimizer", False),
+        ("offload_activations", False),
+        ("vocab_parallel", False),
+    ):
         if getattr(plan, field) != off:
             raise ValueError(f"the real run supports {field}={off} only, got {field}={getattr(plan, field)}")
     if model.attention.value == "mla":

@@ -106,6 +106,11 @@ def _plan_options(f: Any) -> Any:
             help="Keep the optimizer states in host memory and step on the CPUs (ZeRO-Offload).",
         ),
         click.option(
+            "--vocab-parallel/--no-vocab-parallel",
+            default=False,
+            help="Spread the embedding and the LM head over every pipeline rank (vocabulary parallelism).",
+        ),
+        click.option(
             "--offload-activations/--no-offload-activations",
             default=False,
             help="Move saved activations to host memory between forward and backward.",
@@ -156,6 +161,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         loss_chunks=kw.get("loss_chunks", 1),
         offload_optimizer=kw.get("offload_optimizer", False),
         offload_activations=kw.get("offload_activations", False),
+        vocab_parallel=kw.get("vocab_parallel", False),
         rank_order=RANK_ORDERS[kw.get("rank_order") or rank_order_name(DEFAULT_RANK_ORDER)],
     )
     return model, cluster, workload, plan

@@ -12,6 +12,7 @@ pytest.importorskip("panel")
 import numpy as np  # noqa: E402
 from bokeh.models import ColumnDataSource, GlyphRenderer  # noqa: E402
 from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
+from workbench_widgets.app.state import WorkbenchState  # noqa: E402
 from workbench_widgets.plots.breakdown import refresh_breakdown_figure  # noqa: E402
 from workbench_widgets.plots.timeline import (  # noqa: E402
     content_timeline_figure,
@@ -20,16 +21,23 @@ from workbench_widgets.plots.timeline import (  # noqa: E402
     timeline_content,
 )
 
+from workbench.specs.estimate import MEMORY_COLUMNS  # noqa: E402
+
 
 @pytest.fixture
 def app() -> WorkbenchApp:
-    wb = WorkbenchApp()
+    """An app on the State's parameter defaults (tp 8, pp 8, 1f1b, fits in 80 GiB), which these tests start
+    from; a new session opens on the planner's best plan instead (tests/test_app_defaults.py)."""
+    wb = WorkbenchApp(WorkbenchState())
     wb.panel()
     return wb
 
 
 def _main(fig) -> GlyphRenderer:
-    return next(r for r in fig.renderers if r.name in ("blocks", "runs"))
+    """The renderer of the view shown: ``blocks`` or ``runs`` (the app's stable figure holds both, the
+    unused one empty)."""
+    views = [r for r in fig.renderers if r.name in ("blocks", "runs")]
+    return next((r for r in views if len(r.data_source.data["left"])), views[0])
 
 
 def _columns(fig) -> dict[str, list]:
@@ -107,11 +115,52 @@ def test_going_over_capacity_shows_the_marks_and_their_legend(app: WorkbenchApp)
     assert not _over_capacity_legend(fig)
 
 
-def test_layout_change_still_swaps_the_timeline(app: WorkbenchApp) -> None:
+def test_the_memory_axis_follows_every_update() -> None:
+    """Issue 19: tp 8 -> 4 (92.5 GiB on some ranks), then interleaved-1f1b at vpp 2 (120 GiB): the shown
+    figure is rewritten in place each time, and its y axis must reach above every rank and the capacity.
+
+    The range must be a Range1d whose reset follows too: BokehJS's DataRange1d puts back the end it was
+    created with on its next update, so a written end never reached the page (tests/test_app_layout_browser.py
+    checks the drawn range)."""
+    from bokeh.models import Range1d
+
+    app = WorkbenchApp(WorkbenchState())  # the parameters' defaults: tp 8, pp 8, 1f1b
+    app.panel()
+    fig = app.plan_view.memory.object
+    capacity_gib = app.store.estimate.memory_capacity_bytes / 2**30
+    for change in ({"tp": 4}, {"schedule": "interleaved-1f1b"}):
+        app.state.param.update(**change)
+        memory = app.store.estimate.memory
+        peak_gib = float(np.max(sum(memory[c].to_numpy() for c in MEMORY_COLUMNS))) / 2**30
+        assert peak_gib > capacity_gib  # ranks over capacity, which the old axis cut off
+        assert app.plan_view.memory.object is fig  # the in-place path
+        y = fig.y_range
+        assert isinstance(y, Range1d)
+        assert y.start == 0 and float(y.end) >= max(peak_gib, capacity_gib)  # type: ignore[arg-type]
+        assert (y.reset_start, y.reset_end) == (y.start, y.end)
+        over = next(r for r in fig.renderers if r.name == "over_capacity").data_source.data["y"]
+        assert max(over) <= y.end  # every over-capacity marker is inside the axis
+    assert app.state.vpp == 2
+
+
+def test_layout_change_is_written_into_the_shown_timeline(app: WorkbenchApp) -> None:
+    """Other lanes (and here the exact view instead of the aggregated one) are written into the figure shown,
+    which then shows what a figure built for the new plan shows (issue 19 item 12: no new figure models)."""
     fig = app.plan_view.timeline.object
+    assert _main(fig).name == "runs"  # tp 8 pp 8, m = 256: aggregated
     app.composer.widgets["num_nodes"].value = 2  # fewer pipeline ranks: other lanes
-    assert app.plan_view.timeline.object is not fig
-    assert app.plan_view.timeline.object.name == "plan-timeline"
+    assert app.plan_view.timeline.object is fig and fig.name == "plan-timeline"
+    content = estimate_timeline_content(app.store.estimate)
+    rebuilt = content_timeline_figure(content)
+    assert _main(fig).name == _main(rebuilt).name == "blocks"
+    assert fig.title.text == rebuilt.title.text and fig.frame_height == rebuilt.frame_height
+    assert fig.yaxis[0].major_label_overrides == rebuilt.yaxis[0].major_label_overrides
+    assert (fig.y_range.start, fig.y_range.end) == (rebuilt.y_range.start, rebuilt.y_range.end)
+    for key, column in _columns(rebuilt).items():
+        assert np.array_equal(np.asarray(column), np.asarray(_columns(fig)[key])), key
+    shown = [i.label.value for i in fig.legend[0].items if i.visible]
+    assert shown == [i.label.value for i in rebuilt.legend[0].items]
+    assert not any(len(r.data_source.data["left"]) for r in fig.renderers if r.name == "runs")
 
 
 def test_refresh_timeline_figure_writes_the_new_blocks() -> None:

@@ -206,3 +206,20 @@ def test_expert_controls_offer_valid_etp_and_capacity_factor(store: WorkbenchSto
     assert store.workload().capacity_factor == 1.25
     store.load_plan(ParallelPlan(dp=16, ep=8))
     assert s.etp == 0 and store.plan().etp is None
+
+
+def test_ulysses_and_rank_order_reach_the_plan(store: WorkbenchStore) -> None:
+    """The planner's plans may split cp into Ulysses and ring ranks and number the ranks pipeline-first; the
+    controls carry both into the priced plan."""
+    s = store.state
+    s.param.update(tp=4, cp=2)
+    # Llama 3.1 70B: 64 query and 8 key/value heads; tp*ulysses must divide both, ulysses must divide cp.
+    assert s.param.ulysses.objects == [1, 2]
+    store.load_plan(
+        ParallelPlan(dp=4, tp=4, pp=2, cp=2, ulysses=2, rank_order=("tp", "cp", "ep", "pp", "dp"))
+    )
+    assert (s.ulysses, s.rank_order) == (2, "tp-cp-ep-pp-dp")
+    assert store.estimate is not None
+    assert store.estimate.plan.ulysses == 2 and store.estimate.plan.rank_order[-1] == "dp"
+    s.cp = 1  # no context parallelism left: ulysses back to 1
+    assert s.ulysses == 1 and s.param.ulysses.objects == [1]

@@ -9,11 +9,15 @@ pytest.importorskip("panel")
 from bokeh.models import ColumnDataSource  # noqa: E402
 from workbench_widgets.app.app import PLAN_TAB, WorkbenchApp, cli_command, report_html  # noqa: E402
 from workbench_widgets.app.compare_search import display_frame, shared_ranges  # noqa: E402
+from workbench_widgets.app.state import WorkbenchState  # noqa: E402
+from workbench_widgets.app.views import summary_markdown  # noqa: E402
 
 
 @pytest.fixture
 def app() -> WorkbenchApp:
-    wb = WorkbenchApp()
+    """An app on the State's parameter defaults (tp 8, pp 8, 1f1b), which these tests start from; a new
+    session opens on the planner's best plan instead (tests/test_app_defaults.py)."""
+    wb = WorkbenchApp(WorkbenchState())
     wb.panel()
     return wb
 
@@ -26,8 +30,8 @@ def test_node_count_widget_redraws_the_timeline(app: WorkbenchApp) -> None:
     before_fig = app.plan_view.timeline.object
     before = _data(before_fig)
     app.composer.widgets["num_nodes"].value = 2  # 16 devices: tp8 leaves pp in {1, 2}
-    after_fig = app.plan_view.timeline.object
-    assert after_fig is not before_fig and after_fig.name == "plan-timeline"
+    after_fig = app.plan_view.timeline.object  # written in place (tests/test_app_latency.py)
+    assert after_fig.name == "plan-timeline"
     assert _data(after_fig) != before
     assert app.state.pp == 2 and "pp2" in app.plan_view.summary.object
 
@@ -121,3 +125,46 @@ def test_two_apps_do_not_share_widgets_or_state() -> None:
     a.composer.widgets["num_nodes"].value = 4
     assert b.composer.widgets["num_nodes"].value == 8 and b.state.num_nodes == 8
     assert a.composer.widgets["num_nodes"] is not b.composer.widgets["num_nodes"]
+
+
+def _markdown_tables(text: str) -> list[list[list[str]]]:
+    """Each Markdown table of ``text`` as its rows of cell texts (the separator row left out)."""
+    tables: list[list[list[str]]] = []
+    previous_was_table = False
+    for line in text.splitlines():
+        is_table = line.strip().startswith("|")
+        if is_table:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(set(c) <= set("-: ") and c for c in cells):
+                if not previous_was_table:
+                    tables.append([])
+                tables[-1].append(cells)
+        previous_was_table = is_table
+    return tables
+
+
+def test_summary_tables_have_a_header_row(app: WorkbenchApp) -> None:
+    """Issue 19: the summary table of the Plan tab (and of plans A and B in Compare) had an empty header."""
+    (table,) = _markdown_tables(summary_markdown(app.store.estimate))
+    header, *rows = table
+    assert all(header), header
+    assert [r[0] for r in rows][:2] == ["Step time", "Throughput"] and all(
+        len(r) == len(header) for r in rows
+    )
+    app.store.pin()
+    app.composer.widgets["pp"].value = 4
+    for side in app.compare_view.sides.objects:
+        for table in _markdown_tables(side[0].object):
+            assert all(table[0]), table[0]
+
+
+def test_placement_title_is_whole_on_two_lines(app: WorkbenchApp) -> None:
+    """Issue 19: the placement title ran past its figure ("tp groups across nodes: 0 of"); it is now two lines,
+    each at most 80 characters (about 500 px in its font). The browser test measures the drawn lines."""
+    plan = app.store.estimate.plan
+    title = app.plan_view.placement.object.title.text
+    lines = title.split("\n")
+    assert len(lines) == 2
+    tp_groups = plan.num_devices // plan.tp
+    assert lines[1].startswith(f"tp groups across nodes: 0 of {tp_groups} · dp groups across nodes: ")
+    assert max(len(line) for line in lines) <= 80

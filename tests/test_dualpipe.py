@@ -244,5 +244,7 @@ def test_screen_memory_sees_dualpipes_middle_ranks():
         # never below the simulated peak, at most 10 % above it (the closed form keeps PP+1 whole micro-batches;
         # the simulation frees the split backward's share at I); the edge ranks alone were below it
         assert row["peak_memory_bytes"] <= row["screen_peak_memory_bytes"] <= 1.10 * row["peak_memory_bytes"]
-    est = estimate_plan(model, cluster, work, result.estimates[0].plan, calibration=load_calibration("default"))
+    est = estimate_plan(
+        model, cluster, work, result.estimates[0].plan, calibration=load_calibration("default")
+    )
     assert est.peak_memory_bytes == pytest.approx(rows[0]["peak_memory_bytes"], rel=1e-9)

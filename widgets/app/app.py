@@ -15,7 +15,7 @@ import panel as pn
 from panel.io.document import hold
 from workbench_widgets.app.compare_search import CompareView, SearchView
 from workbench_widgets.app.goodput_view import GoodputView
-from workbench_widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
+from workbench_widgets.app.state import CUSTOM, DEFAULT_RANK_ORDER_NAME, UPLOADED, WorkbenchState
 from workbench_widgets.app.store import WorkbenchStore
 from workbench_widgets.app.views import Composer, PlanView
 
@@ -63,6 +63,10 @@ def cli_command(state: WorkbenchState) -> str:
         s.backend,
         "--sequence-parallel" if s.sequence_parallel else "--no-sequence-parallel",
     ]
+    if s.ulysses != 1:
+        args += ["--ulysses", str(s.ulysses)]
+    if s.rank_order != DEFAULT_RANK_ORDER_NAME:
+        args += ["--rank-order", s.rank_order]
     if s.etp:
         args += ["--etp", str(s.etp)]
     if s.capacity_factor is not None:
@@ -90,10 +94,19 @@ def _in_thread(work: Callable[[], None]) -> None:
 
 
 class WorkbenchApp:
-    """One session's State, Store and views, composed. ``panel()`` gives the page."""
+    """One session's State, Store and views, composed. ``panel()`` gives the page.
+
+    Built without a State or Store (a new session), it opens on the planner's best plan for the default
+    model, cluster and workload (``WorkbenchStore.load_best_plan``: the plan ``workbench plan`` ranks first);
+    a given State or Store is shown with its choices as they are.
+    """
 
     def __init__(self, state: WorkbenchState | None = None, store: WorkbenchStore | None = None) -> None:
-        self.store = store or WorkbenchStore(state or WorkbenchState())
+        if store is None:
+            store = WorkbenchStore(state or WorkbenchState())
+            if state is None:
+                store.load_best_plan()
+        self.store = store
         self.store.batch = hold  # one browser patch per pass of the Store
         self.store.run_in_background = _in_thread  # profiling and real runs keep the page live
         self.state = self.store.state
@@ -144,6 +157,12 @@ class WorkbenchApp:
             pn.Row(self.composer.panel(), self.tabs, sizing_mode="stretch_width"),
             sizing_mode="stretch_width",
         )
+
+
+def warm_up() -> None:
+    """Run the search a new session opens with (``planner.best_plan`` memoises it per process), so that the
+    first browser tab opens as fast as the next ones. ``server.run`` calls it in a thread at start."""
+    WorkbenchStore(WorkbenchState()).load_best_plan()
 
 
 DISCONNECTED = "Connection to the workbench server lost: reload the page (your choices are not kept)."

@@ -58,6 +58,13 @@ def cp_choices(ctx: RuleContext, devices_left: int) -> list[int]:
     return _passing(d, ("sequence",), ctx, cp=np.array(d))
 
 
+def ulysses_choices(ctx: RuleContext, cp: int, tp: int) -> list[int]:
+    """Ulysses degrees: divisors of cp for which tp*ulysses splits the attention and key/value heads."""
+    d = divisors(cp)
+    keys = ("ulysses_divides_cp", "ulysses_heads")
+    return _passing(d, keys, ctx, ulysses=np.array(d), cp=cp, tp=tp) or [1]
+
+
 def pp_choices(ctx: RuleContext, devices_left: int) -> list[int]:
     """Pipeline degrees: divisors of the devices left after tp and cp that divide the layers (vpp = 1)."""
     d = divisors(devices_left)
@@ -109,7 +116,8 @@ def plan_choices(
     uneven_stages: bool = False,
 ) -> tuple[dict[str, list[int]], dict[str, int]]:
     """Valid options of every degree selector and the value each moves to (the current one if still valid,
-    else the nearest), in dependency order tp -> cp -> pp -> vpp, micro-batch, ep; dp is what remains.
+    else the nearest), in dependency order tp -> cp -> ulysses, pp -> vpp, micro-batch, ep; dp is what
+    remains.
     ``uneven_stages``: the chosen stack runs stages of different layer counts."""
     options: dict[str, list[int]] = {}
     picks: dict[str, int] = {}
@@ -121,6 +129,7 @@ def plan_choices(
     n, ctx = num_devices, context(model, workload, uneven_stages=uneven_stages)
     tp = pick("tp", tp_choices(ctx, n) or [1])
     cp = pick("cp", cp_choices(ctx, n // tp) if n % tp == 0 else [1])
+    pick("ulysses", ulysses_choices(ctx, cp, tp))
     pp = pick("pp", pp_choices(ctx, n // (tp * cp)) if n % (tp * cp) == 0 else [1])
     dp = max(1, n // (tp * cp * pp))
     fixed_vpp = required_vpp(schedule) if pp > 1 else None

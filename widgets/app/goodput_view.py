@@ -59,8 +59,8 @@ class GoodputView(param.Parameterized):
             sizing_mode="stretch_width",
             css_classes=["wb-goodput-text"],
         )
-        self.interval = pn.pane.Bokeh(None, visible=False)
-        self.scale = pn.pane.Bokeh(None, visible=False)
+        self.interval = pn.pane.Bokeh(None, visible=False, sizing_mode="stretch_width")
+        self.scale = pn.pane.Bokeh(None, visible=False, sizing_mode="stretch_width")
 
     def compute(self) -> None:
         """Goodput of the Store's estimate and its scaling; a refusal (bad preset file, no estimate) is said in
@@ -86,7 +86,7 @@ class GoodputView(param.Parameterized):
             self.scale.param.update(object=goodput_scale_figure(scaling), visible=True)
 
     def panel(self) -> pn.Column:
-        controls = pn.Row(
+        controls = pn.FlexBox(  # wraps onto a second line in a narrow window
             *(
                 pn.widgets.Select.from_param(self.param[n], width=WIDTH, css_classes=[f"wb-goodput-{n}"])
                 for n in ("failures", "checkpoint", "on_failure")
@@ -95,5 +95,8 @@ class GoodputView(param.Parameterized):
                 self.param.spare_nodes, width=WIDTH, css_classes=["wb-goodput-spares"]
             ),
             self.button,
+            flex_wrap="wrap",
+            align_items="flex-end",
+            sizing_mode="stretch_width",
         )
         return pn.Column(controls, self.text, self.interval, self.scale, sizing_mode="stretch_width")

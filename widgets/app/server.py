@@ -19,13 +19,14 @@ that session's websocket (code 1009), and the page then says the connection was 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import panel as pn
-from workbench_widgets.app.app import TITLE, build_app
+from workbench_widgets.app.app import TITLE, build_app, warm_up
 
 WEBSOCKET_MAX_MESSAGE_BYTES = 4 * 2**20
 """Largest websocket message the server accepts (tornado's ``websocket_max_message_size``): four times the
@@ -80,6 +81,7 @@ def run(
     announce: Callable[[str], None] = print,
 ) -> None:
     """Serve until interrupted (port 0: a free port); ``announce`` receives the app's URL once it is bound.
+    Meanwhile a thread runs the search new sessions open with (``app.warm_up``).
 
     Raises OSError when the port is taken.
     """
@@ -88,6 +90,7 @@ def run(
     port = port or free_port(address)
     server = get_server(build_app, start=False, **_serve_kwargs(port, address, prefix, extra_origins))
     server.start()
+    threading.Thread(target=warm_up, name="workbench-warm-up", daemon=True).start()
     announce(url_of(address, port, prefix))
     if show:
         server.io_loop.add_callback(server.show, normalise_prefix(prefix) + "/")

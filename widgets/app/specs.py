@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from workbench_widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
+from workbench_widgets.app.state import APP_PLAN_FIELDS, CUSTOM, UPLOADED, WorkbenchState
 
 from workbench.presets import catalog
 from workbench.presets.hf_config import model_from_hf_config
 from workbench.specs.hardware import ClusterSpec, NetworkLevel
 from workbench.specs.model import ModelSpec
-from workbench.specs.plan import PLAN_FIELDS, ParallelPlan, Workload
+from workbench.specs.plan import RANK_ORDERS, ParallelPlan, Workload
 
 MODEL_FIELDS = (
     "num_layers",
@@ -48,32 +48,49 @@ class Presets:
 
 
 def cluster_spec(s: WorkbenchState, presets: Presets) -> ClusterSpec:
-    """The cluster the fields describe; a preset's levels between the first and the last are kept, and
-    an edited preset is named ``<name> (edited)``."""
-    base = presets.get("cluster", s.cluster_preset) if s.cluster_preset != CUSTOM else None
-    inner = NetworkLevel(
-        name=base.levels[0].name if base else "scale-up",
-        span=s.scale_up_span,
-        bytes_per_s=s.scale_up_bandwidth_GBps * GBPS,
-        latency_s=s.scale_up_latency_us * US,
-    )
-    outer = NetworkLevel(
-        name=base.levels[-1].name if base else "scale-out",
-        bytes_per_s=s.scale_out_bandwidth_GBps * GBPS,
-        latency_s=s.scale_out_latency_us * US,
-    )
-    spec = ClusterSpec(
-        id=base.id if base else CUSTOM,
-        name=base.name if base else "Custom cluster",
+    """The cluster the fields describe; a preset keeps what the fields do not show (its levels between the
+    first and the last, each level's hardware features such as NVLS, its storage), and an edited preset is
+    named ``<name> (edited)``."""
+    if s.cluster_preset == CUSTOM:
+        return ClusterSpec(
+            id=CUSTOM,
+            name="Custom cluster",
+            device=presets.get("device", s.device),
+            devices_per_node=s.devices_per_node,
+            num_nodes=s.num_nodes,
+            levels=(
+                NetworkLevel(name="scale-up", **_inner_fields(s)),
+                NetworkLevel(name="scale-out", **_outer_fields(s)),
+            ),
+        )
+    base = presets.get("cluster", s.cluster_preset)
+    last = base.levels[-1] if len(base.levels) > 1 else replace(base.levels[0], span=None)
+    spec = replace(
+        base,
         device=presets.get("device", s.device),
         devices_per_node=s.devices_per_node,
         num_nodes=s.num_nodes,
-        levels=(inner, *(base.levels[1:-1] if base else ()), outer),
-        source=base.source if base else "",
+        levels=(
+            replace(base.levels[0], **_inner_fields(s)),
+            *base.levels[1:-1],
+            replace(last, **_outer_fields(s)),
+        ),
     )
-    if base and replace(base, num_nodes=s.num_nodes) != spec:
+    if replace(base, num_nodes=s.num_nodes) != spec:
         spec = replace(spec, name=f"{base.name} (edited)")
     return spec
+
+
+def _inner_fields(s: WorkbenchState) -> dict[str, Any]:
+    return {
+        "span": s.scale_up_span,
+        "bytes_per_s": s.scale_up_bandwidth_GBps * GBPS,
+        "latency_s": s.scale_up_latency_us * US,
+    }
+
+
+def _outer_fields(s: WorkbenchState) -> dict[str, Any]:
+    return {"bytes_per_s": s.scale_out_bandwidth_GBps * GBPS, "latency_s": s.scale_out_latency_us * US}
 
 
 def cluster_fields(cluster: ClusterSpec) -> dict[str, Any]:
@@ -125,6 +142,7 @@ def workload(s: WorkbenchState) -> Workload:
 
 
 def plan(s: WorkbenchState) -> ParallelPlan:
-    """The plan of the controls (the etp control's 0 is the automatic degree, ``etp=None``)."""
-    values = {f: getattr(s, f) for f in PLAN_FIELDS}
-    return ParallelPlan(**{**values, "etp": values["etp"] or None})
+    """The plan of the controls (the etp control's 0 is the automatic degree, ``etp=None``; the rank order is
+    chosen by name)."""
+    values = {f: getattr(s, f) for f in APP_PLAN_FIELDS}
+    return ParallelPlan(**{**values, "etp": values["etp"] or None, "rank_order": RANK_ORDERS[s.rank_order]})

@@ -11,18 +11,36 @@ The option lists of the selectors (presets, backends, valid degrees) are filled 
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import param
 
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK, framework_names
 from workbench.specs.limits import MAX_CAPACITY_FACTOR
+from workbench.specs.plan import PLAN_FIELDS, RANK_ORDERS, ParallelPlan, rank_order_name
 
 CUSTOM = "custom"
 """Selector value meaning: the fields as edited, not a preset."""
 UPLOADED = "uploaded config.json"
 """Model selector value for a Hugging Face config the user uploaded."""
 
-DEGREE_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch_size")
+DEGREE_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ulysses", "ep", "etp", "vpp", "micro_batch_size")
 """Plan fields offered as selectors of valid values; ``dp`` follows from them and the device count."""
+
+
+def _app_plan_fields() -> tuple[str, ...]:
+    names = {f.name for f in fields(ParallelPlan)}
+    out = [f for f in PLAN_FIELDS if f in names]
+    if "ulysses" in names and "ulysses" not in out:
+        out.insert(out.index("cp") + 1, "ulysses")
+    return (*out, "rank_order")
+
+
+APP_PLAN_FIELDS: tuple[str, ...] = _app_plan_fields()
+"""The plan fields the app's controls set, in display order: the core's ``PLAN_FIELDS``, with ``ulysses``
+(the share of cp that exchanges heads) after ``cp`` where the rule table does not list it, and the rank
+order (by its name in ``RANK_ORDERS``) last."""
+DEFAULT_RANK_ORDER_NAME = rank_order_name(ParallelPlan().rank_order)
 
 
 class WorkbenchState(param.Parameterized):
@@ -83,6 +101,12 @@ class WorkbenchState(param.Parameterized):
     tp = param.Selector(default=8, objects=[1, 2, 4, 8], doc="Tensor-parallel degree.")
     pp = param.Selector(default=8, objects=[1, 2, 4, 8], doc="Pipeline-parallel degree.")
     cp = param.Selector(default=1, objects=[1], doc="Context-parallel degree.")
+    ulysses = param.Selector(
+        default=1,
+        objects=[1],
+        doc="Of the cp ranks, how many exchange attention heads by all-to-all (DeepSpeed-Ulysses); the rest "
+        "of cp is a ring. Divides cp; 1: ring attention only.",
+    )
     ep = param.Selector(default=1, objects=[1], doc="Expert-parallel degree (MoE models only).")
     etp = param.Selector(
         default=0,
@@ -91,6 +115,11 @@ class WorkbenchState(param.Parameterized):
     )
     vpp = param.Selector(default=1, objects=[1], doc="Virtual stages per pipeline rank.")
     micro_batch_size = param.Selector(default=1, objects=[1], doc="Sequences per micro-batch.")
+    rank_order = param.Selector(
+        default=DEFAULT_RANK_ORDER_NAME,
+        objects=list(RANK_ORDERS),
+        doc="How ranks are numbered over the groups, innermost first (workbench.specs.plan.RANK_ORDERS).",
+    )
     zero_stage = param.Selector(
         default=1, objects=[0, 1, 2, 3], doc="0 DDP, 1 optimizer, 2 + gradients, 3 FSDP."
     )

@@ -18,7 +18,7 @@ from typing import Any
 import param
 import polars as pl
 from workbench_widgets.app import choices, specs
-from workbench_widgets.app.state import CUSTOM, DEGREE_FIELDS, UPLOADED, WorkbenchState
+from workbench_widgets.app.state import APP_PLAN_FIELDS, CUSTOM, DEGREE_FIELDS, UPLOADED, WorkbenchState
 
 from workbench.estimate.registry import backend_names, get_backend
 from workbench.presets import catalog
@@ -26,7 +26,7 @@ from workbench.presets.hf_config import model_from_hf_config
 from workbench.specs.estimate import Estimate
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
-from workbench.specs.plan import PLAN_FIELDS, ParallelPlan, Workload
+from workbench.specs.plan import ParallelPlan, Workload, rank_order_name
 
 ESTIMATE_CACHE_SIZE = 32
 MAX_UPLOAD_BYTES = 2**20
@@ -363,10 +363,14 @@ class WorkbenchStore(param.Parameterized):
     def load_plan(self, plan: ParallelPlan | dict[str, Any]) -> None:
         """Set the plan controls from a ParallelPlan or a search row (its ``num_nodes`` too; extra keys ignored)."""
         values = plan if isinstance(plan, dict) else {f.name: getattr(plan, f.name) for f in fields(plan)}
-        update = {f: values[f] for f in PLAN_FIELDS if f in values and f != "dp" and values[f] is not None}
+        update = {
+            f: values[f] for f in APP_PLAN_FIELDS if f in values and f != "dp" and values[f] is not None
+        }
         update["etp"] = int(values.get("etp") or 0)  # the planner's rows and etp=None: the automatic degree
         if "recompute" in update:
             update["recompute"] = str(update["recompute"])
+        if not isinstance(update.get("rank_order", ""), str):  # a ParallelPlan's tuple of axes: its name
+            update["rank_order"] = rank_order_name(update["rank_order"])
         if values.get("num_nodes"):
             update["num_nodes"] = int(values["num_nodes"])
         s = self.state
@@ -375,9 +379,25 @@ class WorkbenchStore(param.Parameterized):
                 s.param[field].objects = [*s.param[field].objects, update[field]]
         s.param.update(**update)
 
+    def load_best_plan(self) -> ParallelPlan | None:
+        """Load the planner's best plan for the current model, cluster, workload and framework profile
+        (``planner.best_plan``: the plan ``workbench plan`` ranks first for them) and return it; None, with
+        the choices left as they are, when no plan fits or the inputs are not valid."""
+        from workbench_widgets.app.planner import best_plan
+
+        try:
+            plan = best_plan(self.model_spec(), self.cluster_spec(), self.workload(), self.state.framework)
+        except ValueError:
+            return None
+        if plan is not None:
+            self.load_plan(plan)
+        return plan
+
     def search(self, progress: Callable[[float], None] | None = None, **options: Any) -> pl.DataFrame:
         """Run the planner (``workbench.search.search``) for the current model, cluster and workload with
-        ``options`` (e.g. ``top_k``, ``objective``, ``nodes``); keep the result and return its ranked plans."""
+        ``options`` (e.g. ``top_k``, ``objective``, ``nodes``; by default the chosen framework's fitted
+        constants and ``workbench plan``'s memory headroom, ``planner.HEADROOM_FRAC``); keep the result and
+        return its ranked plans."""
         from workbench_widgets.app.planner import run_planner
 
         def report(frac: float) -> None:
@@ -386,9 +406,13 @@ class WorkbenchStore(param.Parameterized):
                 progress(frac)
 
         self.search_progress = 0.0
+        from workbench_widgets.app.planner import HEADROOM_FRAC
+
         from workbench.presets.calibration import load_calibration
+        from workbench.search import Constraints
 
         options.setdefault("calibration", load_calibration(framework=self.state.framework))
+        options.setdefault("constraints", Constraints(memory_headroom_frac=HEADROOM_FRAC))
         result = run_planner(
             self.model_spec(), self.cluster_spec(), self.workload(), progress=report, **options
         )

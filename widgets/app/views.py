@@ -20,7 +20,7 @@ from panel.io.notebook import push
 from panel.io.state import set_curdoc
 from panel.io.state import state as pn_state
 from workbench_widgets.app.choices import violations_by_control
-from workbench_widgets.app.state import WorkbenchState
+from workbench_widgets.app.state import APP_PLAN_FIELDS, WorkbenchState
 from workbench_widgets.app.store import MAX_UPLOAD_BYTES, WorkbenchStore, too_big_message
 from workbench_widgets.app.upload import ConfigUpload
 from workbench_widgets.plots import (
@@ -29,7 +29,8 @@ from workbench_widgets.plots import (
     placement_figure,
 )
 from workbench_widgets.plots.breakdown import refresh_breakdown_figure, same_bars
-from workbench_widgets.plots.memory import refresh_memory_figure, same_memory_layout
+from workbench_widgets.plots.memory import refresh_memory_figure
+from workbench_widgets.plots.placement import placement_figure_tags, refresh_placement_figure
 from workbench_widgets.plots.timeline import (
     TimelineContent,
     content_timeline_figure,
@@ -37,7 +38,6 @@ from workbench_widgets.plots.timeline import (
     refresh_timeline_figure,
 )
 
-from workbench.specs.plan import PLAN_FIELDS
 from workbench.specs.rules import CONTROLS
 
 MS_PER_S, GIB = 1e3, 2**30
@@ -67,10 +67,12 @@ LABELS: Mapping[str, str] = MappingProxyType(
         "tp": "tp",
         "pp": "pp",
         "cp": "cp",
+        "ulysses": "ulysses (of cp, all-to-all)",
         "ep": "ep",
         "etp": "etp (0 = automatic)",
         "vpp": "vpp (virtual stages)",
         "micro_batch_size": "Micro-batch (sequences)",
+        "rank_order": "Rank order (innermost first)",
         "zero_stage": "ZeRO stage",
         "sequence_parallel": "Sequence parallel",
         "recompute": "Recompute",
@@ -100,7 +102,7 @@ MODEL_CONTROLS = (
     "vocab_size",
 )
 WORKLOAD_CONTROLS = ("seq_len", "global_batch_size", "dtype", "capacity_factor")
-PLAN_CONTROLS = PLAN_FIELDS
+PLAN_CONTROLS = APP_PLAN_FIELDS
 WIDTH = 260
 
 
@@ -241,7 +243,8 @@ def _others(names: dict[str, str], current: str) -> list[str]:
 
 
 def summary_markdown(estimate: Any) -> str:
-    """The headline numbers of an Estimate as a Markdown table, each with its unit."""
+    """The headline numbers of an Estimate as a Markdown table (header ``Measure | Value``), each with its
+    unit."""
     if estimate is None:
         return "No estimate: fix the plan (see the notes next to the controls)."
     e = estimate
@@ -258,7 +261,7 @@ def summary_markdown(estimate: Any) -> str:
         ("Bubble", f"{e.bubble_fraction * 100:.1f} % of the step (critical rank)"),
         ("Backend", f"{e.backend}{' (measured)' if e.measured else ''}"),
     ]
-    table = "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    table = "| Measure | Value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
     notes = "".join(f"\n- {n}" for n in e.notes)
     return f"**{e.model.name}** on **{e.cluster.name}** · `{e.plan.describe()}`\n\n{table}\n{notes}"
 
@@ -266,12 +269,14 @@ def summary_markdown(estimate: Any) -> str:
 class PlanView(param.Parameterized):
     """Summary, timeline, memory, breakdown and placement of the Store's estimate.
 
-    Figures are rebuilt only when their input changed (the placement depends on the plan and the cluster
-    alone, the memory bars on the memory table and the capacity), and the swap happens under one document
-    hold with the model graph frozen, so the browser gets a single patch per change. When the new timeline,
-    memory or breakdown figure has the layout of the one shown (same lanes, ops and view; same ranks; as
-    many bars), its data and texts are written into the shown figure instead:
-    no new bokeh models, no document re-walk.
+    A change writes the new data and texts into the figures shown (no new bokeh models, no document
+    re-walk, a small patch for the browser, issue 19 item 12): the timeline is built ``stable`` (every
+    renderer and legend entry it may need, so lanes, view and ops can change in place), the memory figure
+    takes other ranks, the placement another plan on the same node grid; a figure is written only when its
+    input changed (the placement depends on the plan and the cluster alone, the memory bars on the memory
+    table and the capacity). New figures are built only for what needs other models (another node grid,
+    another bar count, a timeline that starts or stops panning its lanes); that swap happens under one
+    document hold with the model graph frozen, so the browser still gets a single patch per change.
     """
 
     store = param.ClassSelector(class_=WorkbenchStore)
@@ -283,10 +288,11 @@ class PlanView(param.Parameterized):
             pn.indicators.LoadingSpinner(value=True, size=24), pn.pane.Markdown(""), visible=False
         )
         self.store.param.watch(self._show_working, "working")
-        self.timeline = pn.pane.Bokeh(None, css_classes=["wb-timeline"])
-        self.memory = pn.pane.Bokeh(None, css_classes=["wb-memory"])
-        self.breakdown = pn.pane.Bokeh(None)
-        self.placement = pn.pane.Bokeh(None)
+        # Stretched to the width of the tab: the pane sets ``sizing_mode`` on every figure it shows.
+        self.timeline = pn.pane.Bokeh(None, css_classes=["wb-timeline"], sizing_mode="stretch_width")
+        self.memory = pn.pane.Bokeh(None, css_classes=["wb-memory"], sizing_mode="stretch_width")
+        self.breakdown = pn.pane.Bokeh(None, css_classes=["wb-breakdown"], sizing_mode="stretch_width")
+        self.placement = pn.pane.Bokeh(None, css_classes=["wb-placement"], sizing_mode="stretch_width")
         self._shown: Any = None
         self._placement_key: Any = None
         self._memory_key: Any = None
@@ -311,13 +317,14 @@ class PlanView(param.Parameterized):
                     pane.visible = False
             return
         content = estimate_timeline_content(e)
-        memory_changed = self._memory_changed(e)
-        figures = self._new_figures(e, content, memory_changed)
+        memory_changed, placement_changed = self._memory_changed(e), self._placement_changed(e)
+        figures = self._new_figures(e, content)
         # Freezing costs one walk of the document's model graph on exit: only when a figure is swapped.
         with frozen(*panes, models=bool(figures)):
             self.summary.object = summary_markdown(e)
             # The figures are bound now: a write scheduled from a thread never lands on a later figure.
-            timeline, breakdown, memory = self.timeline.object, self.breakdown.object, self.memory.object
+            timeline, breakdown = self.timeline.object, self.breakdown.object
+            memory, placement = self.memory.object, self.placement.object
             if self.timeline not in figures:
                 in_session(self.timeline, lambda: refresh_timeline_figure(timeline, content))
             if self.breakdown not in figures:
@@ -327,36 +334,58 @@ class PlanView(param.Parameterized):
                 in_session(
                     self.memory, lambda: refresh_memory_figure(memory, e.memory, capacity_bytes=capacity)
                 )
+            if self.placement not in figures and placement_changed:
+                in_session(self.placement, lambda: refresh_placement_figure(placement, e.plan, e.cluster))
             for pane in panes:
-                pane.param.update(object=figures.get(pane, pane.object), visible=True)
+                # Giving a pane its own figure again re-walks that figure: only a new figure, or a pane that
+                # comes back (Panel then takes the visibility from the figure unless both are set together).
+                if pane in figures or not pane.visible:
+                    pane.param.update(object=figures.get(pane, pane.object), visible=True)
 
     def _memory_changed(self, e: Any) -> bool:
         old, self._memory_key = self._memory_key, (e.memory_capacity_bytes, e.memory)
         return old is None or old[0] != e.memory_capacity_bytes or not old[1].equals(e.memory)
 
-    def _new_figures(
-        self, e: Any, content: TimelineContent, memory_changed: bool
-    ) -> dict[pn.pane.Bokeh, Any]:
-        """The figures whose layout or input changed, rebuilt; the others are refreshed in place or kept."""
+    def _placement_changed(self, e: Any) -> bool:
+        old, self._placement_key = self._placement_key, placement_key(e)
+        return old != self._placement_key
+
+    def _new_figures(self, e: Any, content: TimelineContent) -> dict[pn.pane.Bokeh, Any]:
+        """The figures that need new bokeh models, built: the first of each pane, a timeline of another
+        ``stable_key`` (width, lanes panned or not), a breakdown of another bar count, a placement of another
+        node grid. Every other change is written into the figure shown (``update``), so the browser receives
+        new data and texts, not new figures."""
         figures: dict[pn.pane.Bokeh, Any] = {}
-        if self.timeline.object is None or content.layout_key != self._timeline_key:
-            self._timeline_key = content.layout_key
-            figures[self.timeline] = _named(content_timeline_figure(content), "plan-timeline")
-        fig = self.memory.object
-        if fig is None or (memory_changed and not same_memory_layout(fig, e.memory)):
+        if self.timeline.object is None or content.stable_key != self._timeline_key:
+            self._timeline_key = content.stable_key
+            figures[self.timeline] = _named(content_timeline_figure(content, stable=True), "plan-timeline")
+        if self.memory.object is None:
             figures[self.memory] = _named(estimate_memory_figure(e), "plan-memory")
         if self.breakdown.object is None or not same_bars(self.breakdown.object, [e]):
             figures[self.breakdown] = estimates_breakdown_figure([e])
-        key = placement_key(e)
-        if key != self._placement_key:
-            self._placement_key = key
+        fig = self.placement.object
+        if fig is None or not refreshable_placement(fig, e):
             figures[self.placement] = placement_figure(e.plan, e.cluster)
+        for fig in figures.values():  # not aligned to one another: each keeps its own axis margins
+            fig.frame_align = False
         return figures
 
     def panel(self) -> pn.Column:
+        """The figures one under the other, each as wide as the tab (the page never scrolls sideways)."""
         return pn.Column(
-            self.working, self.summary, self.timeline, pn.Row(self.memory, self.breakdown), self.placement
+            self.working,
+            self.summary,
+            self.timeline,
+            self.memory,
+            self.breakdown,
+            self.placement,
+            sizing_mode="stretch_width",
         )
+
+
+def refreshable_placement(fig: Any, e: Any) -> bool:
+    """Whether ``fig``, a placement figure, can show ``e``'s plan in place (same node grid)."""
+    return fig.tags == placement_figure_tags(e.cluster) and e.plan.num_devices <= e.cluster.num_devices
 
 
 def placement_key(e: Any) -> tuple:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 from workbench_widgets.plots._lanes import Lanes, aggregate_runs, assign_lanes
-from workbench_widgets.plots._style import MS_PER_S, OP_COLORS, OP_NAMES, PLOT_WIDTH_PX, op_color
+from workbench_widgets.plots._style import MS_PER_S, OP_COLORS, PLOT_WIDTH_PX, op_color
 
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate
@@ -30,6 +30,39 @@ COMM_MIN_PX = 3
 """Screen width of the mark drawn on every communication block, so a send stays visible at full zoom-out."""
 COMM_FLOOR_ALPHA = 0.5
 """Least opacity of a communication bin in the aggregated view (a thin send is a small busy share)."""
+
+
+BLOCK_COLUMNS: tuple[str, ...] = (
+    "left",
+    "right",
+    "bottom",
+    "top",
+    "lane",
+    "rank",
+    "stage",
+    "chunk",
+    "microbatch",
+    "op",
+    "color",
+    "duration_ms",
+)
+"""Columns of renderer ``blocks`` (exact view): quad edges (ms, lanes), hover fields, fill colour."""
+COMM_COLUMNS: tuple[str, ...] = (*BLOCK_COLUMNS, "x", "y", "height")
+"""Columns of renderer ``comm_marks``: the communication blocks' columns plus their marks' centre and height."""
+RUN_COLUMNS: tuple[str, ...] = (
+    "left",
+    "right",
+    "bottom",
+    "top",
+    "lane",
+    "op_code",
+    "busy",
+    "alpha",
+    "blocks",
+)
+"""Columns of renderer ``runs`` (aggregated view)."""
+LABEL_COLUMNS: tuple[str, ...] = ("x", "y", "text")
+"""Columns of renderer ``labels`` (micro-batch numbers)."""
 
 
 def lane_layout(num_lanes: int) -> tuple[int, int]:
@@ -77,6 +110,13 @@ class TimelineContent:
     def shown_lanes(self) -> int:
         """Lanes in view at the initial zoom (all of them unless above ``MAX_FRAME_PX``)."""
         return lane_layout(len(self.lanes.labels))[1]
+
+    @property
+    def stable_key(self) -> tuple:
+        """What fixes the models of a figure built ``stable`` (``content_timeline_figure``): its width, and
+        whether its lanes overflow the frame (the tools then pan in y)."""
+        num = len(self.lanes.labels)
+        return (self.width, lane_layout(num)[1] < num)
 
     @property
     def layout_key(self) -> tuple:
@@ -192,6 +232,8 @@ def _half_heights(lanes: Lanes, lane: np.ndarray) -> np.ndarray:
 
 
 def _blocks_data(timeline: pl.DataFrame, lanes: Lanes) -> dict[str, Any]:
+    """One row per block: text only where it varies (op, colour); lanes and ops are named by the hover's
+    formatters, not per row, which keeps the patch of a change small (issue 19 item 12)."""
     ops = timeline["op"].to_list()
     left = timeline["start_s"].to_numpy() * MS_PER_S
     right = timeline["end_s"].to_numpy() * MS_PER_S
@@ -201,13 +243,12 @@ def _blocks_data(timeline: pl.DataFrame, lanes: Lanes) -> dict[str, Any]:
         "right": right,
         "bottom": lanes.lane - half,
         "top": lanes.lane + half,
-        "lane_label": [lanes.labels[i] for i in lanes.lane],
-        "rank": timeline["rank"].to_numpy(),
-        "stage": timeline["stage"].to_numpy(),
-        "chunk": timeline["chunk"].to_numpy(),
-        "microbatch": timeline["microbatch"].to_numpy(),
+        "lane": lanes.lane.astype(np.int32),
+        "rank": timeline["rank"].to_numpy().astype(np.int32),
+        "stage": timeline["stage"].to_numpy().astype(np.int32),
+        "chunk": timeline["chunk"].to_numpy().astype(np.int32),
+        "microbatch": timeline["microbatch"].to_numpy().astype(np.int32),
         "op": ops,
-        "op_name": [OP_NAMES.get(op, op) for op in ops],
         "color": [op_color(op) for op in ops],
         "duration_ms": right - left,
     }

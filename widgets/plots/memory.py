@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-from bokeh.models import ColumnDataSource, HoverTool, LegendItem
+from bokeh.models import ColumnDataSource, HoverTool, LegendItem, Range1d
 from bokeh.models.annotations import Span
 from bokeh.plotting import figure
 from workbench_widgets.plots._style import (
@@ -43,7 +43,8 @@ def memory_figure(
     width: int = PLOT_WIDTH_PX,
 ) -> figure:
     """Stacked bars of ``MEMORY_COLUMNS`` per rank (GiB), the capacity as a dashed line (Span ``capacity``)
-    and an ``x`` marker (renderer ``over_capacity``) on every rank whose total exceeds it.
+    and an ``x`` marker (renderer ``over_capacity``) on every rank whose total exceeds it. The y axis (a
+    ``Range1d``) runs from 0 to above the tallest bar and the capacity.
 
     ``memory`` follows ``workbench.specs.estimate`` (rank, MEMORY_COLUMNS in bytes, total_bytes).
     ValueError if a column is missing.
@@ -56,6 +57,7 @@ def memory_figure(
     ranks = [str(r) for r in memory["rank"].to_list()]
     fig = figure(
         x_range=ranks,  # type: ignore[arg-type]
+        y_range=Range1d(start=0.0, end=_y_end_gib(totals, capacity_bytes)),
         width=width,
         height=360,
         tools="save,reset",
@@ -107,11 +109,9 @@ def memory_figure(
             ],
         )
     )
-    fig.y_range.start = 0  # type: ignore[attr-defined]
-    fig.y_range.end = _y_end_gib(totals, capacity_bytes)  # type: ignore[attr-defined]
     _legend_outside(fig)
     _over_capacity_item(fig).visible = bool(len(idx))  # shown only when some rank is over
-    fig.xaxis.major_label_orientation = 0.0 if len(ranks) <= 32 else 1.2
+    fig.xaxis.major_label_orientation = _label_orientation(ranks)
     return fig
 
 
@@ -123,15 +123,16 @@ def same_memory_layout(fig: figure, memory: pl.DataFrame) -> bool:
 def refresh_memory_figure(
     fig: figure, memory: pl.DataFrame, *, capacity_bytes: float, title: str = "Memory per pipeline rank"
 ) -> bool:
-    """Write ``memory`` into ``fig`` (a ``memory_figure``) in place, with no new bokeh models: bars, capacity
-    line, over-capacity markers and their legend entry, title and y range. False (nothing changed) unless
-    ``same_memory_layout``."""
-    if not same_memory_layout(fig, memory):
-        return False
+    """Write ``memory`` into ``fig`` (a ``memory_figure``) in place, with no new bokeh models: ranks (the x
+    factors), bars, capacity line, over-capacity markers and their legend entry, title and y range. Returns
+    True (the figure shows ``memory``)."""
     memory = memory.sort("rank")
     totals = memory.select(pl.sum_horizontal(*MEMORY_COLUMNS)).to_series().to_numpy()
     ranks = [str(r) for r in memory["rank"].to_list()]
     idx = np.nonzero(totals > capacity_bytes)[0]
+    if list(fig.x_range.factors) != ranks:  # type: ignore[attr-defined]
+        fig.x_range.factors = ranks  # type: ignore[attr-defined]
+        fig.xaxis[0].major_label_orientation = _label_orientation(ranks)
     _renderer(fig, "bars").data_source.data = _stack(memory, ranks, totals)
     over = {"x": [ranks[i] for i in idx], "y": (totals[idx] / GIB) * 1.03}
     _renderer(fig, "over_capacity").data_source.data = over
@@ -142,8 +143,13 @@ def refresh_memory_figure(
     hover = next(t for t in fig.tools if isinstance(t, HoverTool))
     hover.tooltips = [*hover.tooltips[:-1], ("capacity", f"{capacity_bytes / GIB:,.2f} GiB")]  # type: ignore[index,misc]
     fig.title.text = _title(title, totals, capacity_bytes)  # type: ignore[union-attr]
-    fig.y_range.end = _y_end_gib(totals, capacity_bytes)  # type: ignore[attr-defined]
+    _set_y_end(fig, _y_end_gib(totals, capacity_bytes))
     return True
+
+
+def _label_orientation(ranks: list[str]) -> float:
+    """Rank labels upright up to 32 ranks, slanted beyond."""
+    return 0.0 if len(ranks) <= 32 else 1.2
 
 
 def _over_capacity_item(fig: figure) -> LegendItem:
@@ -155,7 +161,21 @@ def _renderer(fig: figure, name: str) -> Any:
 
 
 def _y_end_gib(totals: np.ndarray, capacity_bytes: float) -> float:
+    """Top of the y axis: the tallest bar, its over-capacity marker (drawn 3 % above it) and the capacity
+    line, with room to spare."""
     return max(capacity_bytes, float(totals.max(initial=0.0))) / GIB * 1.12
+
+
+def _set_y_end(fig: figure, end_gib: float) -> None:
+    """Show 0..``end_gib`` on the y axis of a shown figure, also after the reset tool (which otherwise goes
+    back to the range the figure was first drawn with).
+
+    The y range is a ``Range1d``: BokehJS's ``DataRange1d`` keeps the ``end`` it was created with and puts it
+    back on its next update, so an ``end`` written later would not be drawn.
+    """
+    y = fig.y_range
+    assert isinstance(y, Range1d), "memory_figure draws on a Range1d y axis"
+    y.update(start=0.0, end=end_gib, reset_start=0.0, reset_end=end_gib)
 
 
 def _stack(memory: pl.DataFrame, ranks: list[str], totals: np.ndarray) -> dict[str, object]:

@@ -9,6 +9,7 @@ leaves the NVLink domain stands out.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 from bokeh.models import ColumnDataSource, HoverTool, Range1d
@@ -47,7 +48,8 @@ def crosses_node(group: list[int], devices_per_node: int) -> bool:
 
 def placement_figure(plan: ParallelPlan, cluster: ClusterSpec, *, width: int = 640) -> figure:
     """Grid figure: renderer ``devices`` (one rect per device of the cluster), ``tp_groups`` (boxes),
-    ``dp_groups`` (lines). ValueError if the plan needs more devices than the cluster has."""
+    ``dp_groups`` (lines), and a two-line title that counts the groups crossing nodes. ValueError if the plan
+    needs more devices than the cluster has."""
     if plan.num_devices > cluster.num_devices:
         raise ValueError(
             f"placement_figure: plan needs {plan.num_devices} devices, cluster "
@@ -71,7 +73,37 @@ def placement_figure(plan: ParallelPlan, cluster: ClusterSpec, *, width: int = 6
     _draw_dp_lines(fig, dp_groups, dpn)
     fig.grid.grid_line_color = None
     fig.toolbar.logo = None
+    fig.tags = placement_figure_tags(cluster)
     return fig
+
+
+def refresh_placement_figure(fig: figure, plan: ParallelPlan, cluster: ClusterSpec) -> bool:
+    """Write ``plan`` into ``fig`` (a ``placement_figure`` of a cluster with the same node grid) in place, with
+    no new bokeh models: device colours and coordinates, tp boxes, dp lines and title. False (nothing
+    changed) when the grid differs (``placement_grid_key``) or the plan needs more devices than the cluster."""
+    if fig.tags != placement_figure_tags(cluster) or plan.num_devices > cluster.num_devices:
+        return False
+    dpn = cluster.devices_per_node
+    tp_groups, dp_groups = axis_groups(plan, Axis.TP), axis_groups(plan, Axis.DP)
+    fig.title.text = _title(plan, cluster, tp_groups, dp_groups)  # type: ignore[union-attr]
+    _named(fig, "devices").data_source.data = _devices_data(plan, cluster)
+    _named(fig, "tp_groups").data_source.data = _tp_boxes_data(tp_groups, dpn)
+    _named(fig, "dp_groups").data_source.data = _dp_lines_data(dp_groups, dpn)
+    return True
+
+
+def placement_grid_key(cluster: ClusterSpec) -> tuple[int, int]:
+    """What fixes the models of a ``placement_figure``: the grid of devices per node x nodes."""
+    return (cluster.devices_per_node, cluster.num_nodes)
+
+
+def placement_figure_tags(cluster: ClusterSpec) -> list[str]:
+    """The ``tags`` of a ``placement_figure`` of ``cluster``: its node grid, which fixes its models."""
+    return ["placement-grid {}x{}".format(*placement_grid_key(cluster))]
+
+
+def _named(fig: figure, name: str) -> Any:
+    return next(r for r in fig.renderers if r.name == name)
 
 
 def _title(
@@ -80,19 +112,19 @@ def _title(
     dpn = cluster.devices_per_node
     tp_x = sum(crosses_node(g, dpn) for g in tp_groups)
     dp_x = sum(crosses_node(g, dpn) for g in dp_groups)
-    return (
+    return (  # two lines, so that the whole title fits the figure's default width
         f"Placement · {plan.num_devices} of {cluster.num_devices} devices ({cluster.num_nodes} nodes x {dpn}) · "
-        f"colour: pipeline stage · tp groups across nodes: {tp_x} of {len(tp_groups)} · "
-        f"dp groups across nodes: {dp_x} of {len(dp_groups)}"
+        f"colour: pipeline stage\n"
+        f"tp groups across nodes: {tp_x} of {len(tp_groups)} · dp groups across nodes: {dp_x} of {len(dp_groups)}"
     )
 
 
-def _draw_devices(fig: figure, plan: ParallelPlan, cluster: ClusterSpec) -> None:
+def _devices_data(plan: ParallelPlan, cluster: ClusterSpec) -> dict[str, Any]:
     n = cluster.num_devices
     coords = rank_coordinates(plan, n)
     used = np.arange(n) < plan.num_devices
     stage_colors = category_colors(plan.pp)
-    data = {
+    return {
         "x": np.arange(n) % cluster.devices_per_node,
         "y": np.arange(n) // cluster.devices_per_node,
         "rank": np.arange(n),
@@ -100,6 +132,11 @@ def _draw_devices(fig: figure, plan: ParallelPlan, cluster: ClusterSpec) -> None
         **{k: np.where(used, v, -1) for k, v in coords.items()},
         "state": ["in use" if u else "unused" for u in used],
     }
+
+
+def _draw_devices(fig: figure, plan: ParallelPlan, cluster: ClusterSpec) -> None:
+    n = cluster.num_devices
+    data = _devices_data(plan, cluster)
     source = ColumnDataSource(data)
     rects = fig.rect(
         x="x",
@@ -149,7 +186,7 @@ def _segments(group: list[int], dpn: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _draw_tp_boxes(fig: figure, groups: list[list[int]], dpn: int) -> None:
+def _tp_boxes_data(groups: list[list[int]], dpn: int) -> dict[str, list]:
     cols: dict[str, list] = {"left": [], "right": [], "top": [], "bottom": [], "color": [], "dash": []}
     for g in groups:
         cross = crosses_node(g, dpn)
@@ -160,6 +197,11 @@ def _draw_tp_boxes(fig: figure, groups: list[list[int]], dpn: int) -> None:
             cols["bottom"].append(node + 0.48)
             cols["color"].append(CROSS_COLOR if cross else "black")
             cols["dash"].append("dashed" if cross else "solid")
+    return cols
+
+
+def _draw_tp_boxes(fig: figure, groups: list[list[int]], dpn: int) -> None:
+    cols = _tp_boxes_data(groups, dpn)
     fig.quad(
         source=ColumnDataSource(cols),
         left="left",
@@ -174,10 +216,15 @@ def _draw_tp_boxes(fig: figure, groups: list[list[int]], dpn: int) -> None:
     )
 
 
+def _dp_lines_data(groups: list[list[int]], dpn: int) -> dict[str, list]:
+    return {
+        "xs": [[r % dpn for r in g] for g in groups],
+        "ys": [[r // dpn for r in g] for g in groups],
+        "color": [CROSS_COLOR if crosses_node(g, dpn) else "black" for g in groups],
+    }
+
+
 def _draw_dp_lines(fig: figure, groups: list[list[int]], dpn: int) -> None:
-    xs = [[r % dpn for r in g] for g in groups]
-    ys = [[r // dpn for r in g] for g in groups]
-    color = [CROSS_COLOR if crosses_node(g, dpn) else "black" for g in groups]
     fig.multi_line(
         xs="xs",
         ys="ys",
@@ -185,6 +232,6 @@ def _draw_dp_lines(fig: figure, groups: list[list[int]], dpn: int) -> None:
         line_alpha=0.6,
         line_width=1,
         line_dash="dotted",
-        source=ColumnDataSource({"xs": xs, "ys": ys, "color": color}),
+        source=ColumnDataSource(_dp_lines_data(groups, dpn)),
         name="dp_groups",
     )

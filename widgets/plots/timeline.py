@@ -17,21 +17,30 @@ aggregated runs, which blend several blocks and idle time into one quad, have th
 
 What is drawn is computed first, without bokeh (``timeline_content``, in ``_timeline_content``); the
 builders stay pure functions of it, and ``refresh_timeline_figure`` writes a new content into a figure
-whose ``layout_key`` matches (the Panel app does so instead of building and swapping a new figure).
+whose ``layout_key`` matches. The Panel app builds its figure ``stable`` (every renderer and legend entry
+either view may need), so that a change of lanes, view or ops is written in place too: the browser then
+patches data sources instead of building a new figure (issue 19 item 12).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool, Range1d, WheelPanTool
+from bokeh.models import (
+    ColumnDataSource,
+    CustomJSHover,
+    HoverTool,
+    LinearColorMapper,
+    Range1d,
+    WheelPanTool,
+)
 from bokeh.models.annotations import Span
 from bokeh.models.renderers import DataRenderer, GlyphRenderer
 from bokeh.plotting import figure
-from bokeh.transform import linear_cmap
 from workbench_widgets.plots._lanes import Lanes
 from workbench_widgets.plots._style import (
     COMM_COLOR,
@@ -43,10 +52,14 @@ from workbench_widgets.plots._style import (
     op_color,
 )
 from workbench_widgets.plots._timeline_content import (
+    BLOCK_COLUMNS,
+    COMM_COLUMNS,
     COMM_MIN_PX,
+    LABEL_COLUMNS,
     LANE_PX,
     MAX_BLOCKS,
     MAX_FRAME_PX,
+    RUN_COLUMNS,
     TimelineContent,
     estimate_timeline_content,
     lane_layout,
@@ -63,6 +76,8 @@ _CHROME_PX, _LEGEND_ROW_PX = 110, 22
 """Height outside the plot area (title, x axis and its label; and per legend row), for panes that read
 ``height`` (bokeh sizes the figure from ``frame_height``)."""
 _LEGEND_PX_PER_CHAR, _LEGEND_ITEM_PX = 6.5, 30
+STABLE_TAG = "wb-stable-timeline"
+"""Tag of a figure built ``stable`` (``content_timeline_figure``)."""
 
 __all__ = [
     "BLENDED_LABEL",
@@ -116,35 +131,56 @@ def timeline_figure(
     return content_timeline_figure(content)
 
 
-def content_timeline_figure(content: TimelineContent) -> figure:
-    """The figure of a ``TimelineContent`` (``timeline_figure`` is this of ``timeline_content``)."""
+def content_timeline_figure(content: TimelineContent, *, stable: bool = False) -> figure:
+    """The figure of a ``TimelineContent`` (``timeline_figure`` is this of ``timeline_content``).
+
+    ``stable`` (the Panel app): the figure holds every renderer either view can need (``blocks``, ``labels``,
+    ``comm_marks`` and ``runs``, the unused ones empty), a legend entry for every op kind and the blended
+    runs (hidden while absent) and the makespan line, so that ``refresh_timeline_figure`` can write any
+    content of the same ``stable_key`` into it: another lane count, the exact or the aggregated view, other
+    ops. A plain figure holds only what its content shows."""
     fig = _frame(content.lanes, content.span_s, content.width, content.title)
-    if content.aggregated:
-        _draw_runs(fig, content)
+    if stable:
+        fig.tags = [STABLE_TAG]
+        _draw_blocks(fig, content, stable=True)
+        _draw_runs(fig, content, stable=True)
+        entries = list(_STABLE_ENTRIES)
     else:
-        _draw_blocks(fig, content)
-    rows = _legend(fig, list(content.legend_ops), blended=content.has_blended, width=content.width)
+        (_draw_runs if content.aggregated else _draw_blocks)(fig, content)
+        entries = _legend_entries(content)
+    _legend(fig, entries)
+    shown = _shown_entries(content, entries)
+    items: list[Any] = fig.legend[0].items
+    for item, entry in zip(items, entries, strict=True):
+        item.visible = entry in shown
+    rows = _set_legend_layout(fig, shown, content.width)
     fig.height = content.frame_px + _CHROME_PX + _LEGEND_ROW_PX * rows
-    if content.makespan_ms is not None:
+    if content.makespan_ms is not None or stable:
         fig.add_layout(
             Span(
-                location=content.makespan_ms,
+                location=content.makespan_ms or 0.0,
                 dimension="height",
                 line_dash="dashed",
                 line_color="black",
                 line_width=1,
                 name="makespan",
+                visible=content.makespan_ms is not None,
             )
         )
     return fig
 
 
 def refresh_timeline_figure(fig: figure, content: TimelineContent) -> None:
-    """Write ``content`` into ``fig``, a figure built from a content with the same ``layout_key``, in place:
-    new data, title, x range and makespan line, and no new bokeh models (so no document re-walk)."""
+    """Write ``content`` into ``fig`` in place: new data, title, x range and makespan line, and no new bokeh
+    models (so no document re-walk). ``fig`` was built from a content with the same ``layout_key``, or, built
+    ``stable`` (``content_timeline_figure``), with the same ``stable_key``: then lanes, view and legend
+    follow the content too."""
     fig.title.text = content.title  # type: ignore[union-attr]
     start, end = x_range_ms(content.span_s)
     fig.x_range.update(start=start, end=end, reset_start=start, reset_end=end)
+    if STABLE_TAG in fig.tags:
+        _refresh_stable(fig, content)
+        return
     main = "runs" if content.aggregated else "blocks"
     _renderer(fig, main).data_source.data = content.data  # type: ignore[attr-defined]
     if content.label_data is not None:
@@ -152,8 +188,68 @@ def refresh_timeline_figure(fig: figure, content: TimelineContent) -> None:
     if content.comm_data is not None:
         _renderer(fig, "comm_marks").data_source.data = content.comm_data  # type: ignore[attr-defined]
     if content.makespan_ms is not None:
-        span = next(a for a in fig.center if isinstance(a, Span) and a.name == "makespan")
+        _makespan_span(fig).location = content.makespan_ms
+
+
+def _refresh_stable(fig: figure, content: TimelineContent) -> None:
+    """The part of ``refresh_timeline_figure`` that only a stable figure takes: lanes (y axis, frame height),
+    every renderer's data (the unused view emptied), the runs' colours and hover names, legend, makespan."""
+    num = len(content.lanes.labels)
+    frame_px, shown = lane_layout(num)
+    fig.y_range.update(
+        start=shown - 0.5, end=-0.5, reset_start=shown - 0.5, reset_end=-0.5, bounds=(-0.5, num - 0.5)
+    )
+    ticks, overrides = label_ticks(list(range(num)), list(content.lanes.labels), max_ticks=max(num, 1))
+    axis: Any = fig.yaxis[0]
+    axis.ticker.ticks = ticks
+    axis.major_label_overrides = overrides
+    runs = _renderer(fig, "runs")
+    _write(runs, content.data if content.aggregated else None)
+    _write(_renderer(fig, "blocks"), None if content.aggregated else content.data)
+    _write(_renderer(fig, "comm_marks"), content.comm_data)
+    _write(_renderer(fig, "labels"), content.label_data)
+    if content.aggregated:
+        _recolour_runs(fig, runs, content)
+    lane_code = _lane_formatter(content).code
+    for hover in (t for t in fig.tools if isinstance(t, HoverTool)):
+        formatters: Any = hover.formatters
+        formatters["@lane"].code = lane_code
+    shown_entries = _shown_entries(content, _STABLE_ENTRIES)
+    items: list[Any] = fig.legend[0].items
+    for item, entry in zip(items, _STABLE_ENTRIES, strict=True):
+        if item.visible != (entry in shown_entries):  # a legend of another size relayouts the page
+            item.visible = entry in shown_entries
+    rows = _set_legend_layout(fig, shown_entries, content.width)
+    fig.frame_height = frame_px
+    fig.height = frame_px + _CHROME_PX + _LEGEND_ROW_PX * rows
+    span = _makespan_span(fig)
+    span.visible = content.makespan_ms is not None
+    if content.makespan_ms is not None:
         span.location = content.makespan_ms
+
+
+def _write(renderer: GlyphRenderer, data: dict[str, Any] | None) -> None:
+    """``data`` into the renderer's source; None: no rows, the columns kept (the glyph and the hover still
+    name them)."""
+    source: Any = renderer.data_source
+    if data is not None:
+        source.data = data
+    elif any(len(v) for v in source.data.values()):
+        source.data = {k: [] for k in source.data}
+
+
+def _recolour_runs(fig: figure, runs: GlyphRenderer, content: TimelineContent) -> None:
+    """Palette and hover names of the runs for ``content.legend_ops`` (op codes index that tuple)."""
+    mapper = _runs_mapper(content.legend_ops)
+    glyph: Any = runs.glyph
+    glyph.fill_color.transform.update(palette=mapper.palette, low=mapper.low, high=mapper.high)
+    hover = next(t for t in fig.tools if isinstance(t, HoverTool) and runs in (t.renderers or []))
+    formatters: Any = hover.formatters
+    formatters["@op_code"].code = _runs_formatters(content)[0].code
+
+
+def _makespan_span(fig: figure) -> Span:
+    return next(a for a in fig.center if isinstance(a, Span) and a.name == "makespan")
 
 
 def _renderer(fig: figure, name: str) -> GlyphRenderer:
@@ -188,8 +284,11 @@ def _frame(lanes: Lanes, span: tuple[float, float], width: int, title: str) -> f
     return fig
 
 
-def _draw_blocks(fig: figure, content: TimelineContent) -> None:
-    source = ColumnDataSource(content.data)
+def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False) -> None:
+    """Renderers ``blocks``, ``comm_marks`` and ``labels`` of the exact view (in a stable figure always, empty
+    while the content is aggregated or has no sends or labels)."""
+    exact = not content.aggregated
+    source = ColumnDataSource(content.data if exact else _no_rows(BLOCK_COLUMNS))
     blocks = fig.quad(
         left="left",
         right="right",
@@ -202,7 +301,8 @@ def _draw_blocks(fig: figure, content: TimelineContent) -> None:
         line_width=0.5,
     )
     hovered: list[DataRenderer] = [blocks]
-    if content.comm_data is not None:
+    if content.comm_data is not None or stable:
+        comm = content.comm_data if exact and content.comm_data is not None else _no_rows(COMM_COLUMNS)
         hovered.append(
             fig.rect(
                 x="x",
@@ -210,7 +310,7 @@ def _draw_blocks(fig: figure, content: TimelineContent) -> None:
                 width=COMM_MIN_PX,
                 height="height",
                 width_units="screen",
-                source=ColumnDataSource(content.comm_data),
+                source=ColumnDataSource(comm),
                 name="comm_marks",
                 fill_color="color",
                 line_color=None,
@@ -219,9 +319,10 @@ def _draw_blocks(fig: figure, content: TimelineContent) -> None:
     fig.add_tools(
         HoverTool(
             renderers=hovered,
+            formatters={"@lane": _lane_formatter(content), "@op": CustomJSHover(code=_OP_NAME_CODE)},
             tooltips=[
-                ("lane", "@lane_label"),
-                ("op", "@op_name (@op)"),
+                ("lane", "@lane{custom}"),
+                ("op", "@op{custom}"),
                 ("stage · chunk", "@stage · @chunk"),
                 ("micro-batch", "@microbatch"),
                 ("start", "@left{0,0.000} ms"),
@@ -230,12 +331,14 @@ def _draw_blocks(fig: figure, content: TimelineContent) -> None:
             ],
         )
     )
-    if content.label_data is not None:
+    if content.label_data is not None or stable:
         fig.text(
             x="x",
             y="y",
             text="text",
-            source=ColumnDataSource(content.label_data),
+            source=ColumnDataSource(
+                content.label_data if content.label_data is not None else _no_rows(LABEL_COLUMNS)
+            ),
             name="labels",
             text_align="center",
             text_baseline="middle",
@@ -244,58 +347,103 @@ def _draw_blocks(fig: figure, content: TimelineContent) -> None:
         )
 
 
-def _legend(fig: figure, ops: list[str], *, blended: bool, width: int) -> int:
-    """Legend entries via invisible glyphs, one per op present (the quads share one data source), then
-    ``BLENDED_LABEL`` when some quads blend blocks; above the plot, wrapped into rows that fit ``width``.
-    Returns the number of legend rows."""
-    entries: list[tuple[str, str, float]] = []
-    for op in ops:
+def _no_rows(columns: tuple[str, ...]) -> dict[str, list]:
+    return {c: [] for c in columns}
+
+
+LegendEntry = tuple[str, str, float]
+"""(label, colour, alpha) of one legend entry."""
+_COMM_ENTRY: LegendEntry = ("communication / wait", COMM_COLOR, 1.0)
+_BLENDED_ENTRY: LegendEntry = (BLENDED_LABEL, GREY, 0.45)
+_STABLE_ENTRIES: tuple[LegendEntry, ...] = (
+    *((f"{op}: {OP_NAMES[op]}", OP_COLORS[op], 1.0) for op in sorted(OP_COLORS)),
+    _COMM_ENTRY,
+    _BLENDED_ENTRY,
+)
+"""Every entry a timeline legend can have, in the order of a content's own (compute ops sorted, then
+communication, then blended): a stable figure holds them all and shows those of its content."""
+
+
+def _legend_entries(content: TimelineContent) -> list[LegendEntry]:
+    """One entry per op present (the quads share one data source), one for communication and waits, then
+    ``BLENDED_LABEL`` when some quads blend blocks."""
+    entries: list[LegendEntry] = []
+    for op in content.legend_ops:
         if op in OP_COLORS:
             entries.append((f"{op}: {OP_NAMES[op]}", OP_COLORS[op], 1.0))
-        elif not any(label == "communication / wait" for label, _, _ in entries):
-            entries.append(("communication / wait", COMM_COLOR, 1.0))
-    if blended:
-        entries.append((BLENDED_LABEL, GREY, 0.45))
+        elif _COMM_ENTRY not in entries:
+            entries.append(_COMM_ENTRY)
+    if content.has_blended:
+        entries.append(_BLENDED_ENTRY)
+    return entries
+
+
+def _shown_entries(content: TimelineContent, entries: Sequence[LegendEntry]) -> list[LegendEntry]:
+    present = set(_legend_entries(content))
+    return [e for e in entries if e in present]
+
+
+def _legend(fig: figure, entries: Sequence[LegendEntry]) -> None:
+    """Legend entries via invisible glyphs, above the plot, horizontal (``_set_legend_layout`` wraps them)."""
     for label, color, alpha in entries:
         fig.scatter(
             x=[np.nan], y=[np.nan], marker="square", size=10, color=color, alpha=alpha, legend_label=label
         )
-    item_px = [_LEGEND_ITEM_PX + _LEGEND_PX_PER_CHAR * len(label) for label, _, _ in entries]
-    per_row = len(entries)
-    while per_row > 1 and sum(max(item_px[j::per_row]) for j in range(per_row)) > width - 40:
-        per_row -= 1  # the legend is a grid: a column is as wide as its widest item
     fig.legend.orientation = "horizontal"
-    fig.legend.ncols = per_row
     fig.legend.location = "top_left"
     fig.legend.background_fill_alpha = 0.8
     fig.add_layout(fig.legend[0], "above")
-    return -(-len(entries) // per_row)
 
 
-def _draw_runs(fig: figure, content: TimelineContent) -> None:
-    ops = content.legend_ops
-    palette = [op_color(op) for op in ops]
-    mapper = linear_cmap(
-        "op_code",
+def _set_legend_layout(fig: figure, shown: list[LegendEntry], width: int) -> int:
+    """Wrap the ``shown`` entries into rows that fit ``width``; returns the number of legend rows."""
+    item_px = [_LEGEND_ITEM_PX + _LEGEND_PX_PER_CHAR * len(label) for label, _, _ in shown]
+    per_row = max(1, len(shown))
+    while per_row > 1 and sum(max(item_px[j::per_row]) for j in range(per_row)) > width - 40:
+        per_row -= 1  # the legend is a grid: a column is as wide as its widest item
+    fig.legend.ncols = per_row
+    return max(1, -(-len(shown) // per_row))
+
+
+def _runs_mapper(ops: tuple[str, ...]) -> Any:
+    palette = [op_color(op) for op in ops] or [GREY]
+    return LinearColorMapper(
         palette=palette if len(palette) > 1 else palette * 2,
         low=-0.5,
         high=len(palette) - 0.5 if len(palette) > 1 else 1.5,
         nan_color=GREY,
     )
+
+
+_OP_NAME_CODE = f"const names = {json.dumps(OP_NAMES)}; return `${{names[value] ?? value}} (${{value}})`"
+"""Hover text of an op column: ``forward (F)``."""
+
+
+def _lane_formatter(content: TimelineContent) -> CustomJSHover:
+    """Hover text of a lane index: the lane's label."""
+    return CustomJSHover(code=f"return {json.dumps(list(content.lanes.labels))}[value] ?? String(value)")
+
+
+def _runs_formatters(content: TimelineContent) -> tuple[CustomJSHover, CustomJSHover]:
+    names = [f"{OP_NAMES.get(op, op)} ({op})" for op in content.legend_ops]
+    op_fmt = CustomJSHover(code=f"return {json.dumps(names)}[value] ?? String(value)")
+    return op_fmt, _lane_formatter(content)
+
+
+def _draw_runs(fig: figure, content: TimelineContent, *, stable: bool = False) -> None:
+    """Renderer ``runs`` of the aggregated view (in a stable figure always, empty while the view is exact)."""
     runs_r = fig.quad(
         left="left",
         right="right",
         bottom="bottom",
         top="top",
-        source=ColumnDataSource(content.data),
+        source=ColumnDataSource(content.data if content.aggregated else _no_rows(RUN_COLUMNS)),
         name="runs",
-        fill_color=mapper,
+        fill_color={"field": "op_code", "transform": _runs_mapper(content.legend_ops)},
         fill_alpha="alpha",
         line_color=None,
     )
-    names = [f"{OP_NAMES.get(op, op)} ({op})" for op in ops]
-    op_fmt = CustomJSHover(code=f"return {json.dumps(names)}[value] ?? String(value)")
-    lane_fmt = CustomJSHover(code=f"return {json.dumps(list(content.lanes.labels))}[value] ?? String(value)")
+    op_fmt, lane_fmt = _runs_formatters(content)
     fig.add_tools(
         HoverTool(
             renderers=[runs_r],

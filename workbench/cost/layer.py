@@ -406,6 +406,9 @@ class EdgeCosts(NamedTuple):
     head_f_s: Array
     head_i_s: Array
     head_w_s: Array
+    vocab_s: Array = 0.0
+    """With vocabulary parallelism: the communication each pipeline rank adds per micro-batch (forward and
+    backward together, ``workbench.cost.step.vocab_parallel_comm_s``); 0 otherwise."""
 
 
 def edge_costs(

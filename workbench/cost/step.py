@@ -135,6 +135,7 @@ def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray
         "loss_chunks": plan.loss_chunks,
         "offload_optimizer": plan.offload_optimizer,
         "offload_activations": plan.offload_activations,
+        "vocab_parallel": plan.vocab_parallel,
         "pp": plan.pp,
         "dp": plan.dp,
         "ep": plan.ep,
@@ -236,6 +237,22 @@ def rank_holdings(
     return out
 
 
+def spread_vocab(held: Holdings, cols: Cols, holders: Array) -> Holdings:
+    """``held`` with the vocabulary layers spread (``ParallelPlan.vocab_parallel``, pp > 1): every one of the
+    ``holders`` (the pipeline ranks, or the stages) holds 1/holders of the embedding and of the LM head with its
+    loss instead of the first and the last holding them whole (Yeung et al. 2024, "Balancing Pipeline
+    Parallelism with Vocabulary Parallelism", arXiv:2411.05288)."""
+    on = np.asarray(cols.get("vocab_parallel", False), dtype=bool) & (np.asarray(cols["pp"]) > 1)
+    if not np.any(on):
+        return held
+    share = 1.0 / np.asarray(holders, dtype=float)
+    return {
+        **held,
+        "embedding": np.where(on, share, held["embedding"]),
+        "head": np.where(on, share, held["head"]),
+    }
+
+
 class LayerPair(NamedTuple):
     """Per-layer costs of the model's dense and MoE layers (None for a dense model) and its edges."""
 
@@ -277,6 +294,9 @@ def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
         tp=cols["tp"],
         loss_chunks=cols.get("loss_chunks", 1),
     )
+    vocab = np.asarray(cols.get("vocab_parallel", False), dtype=bool) & (np.asarray(cols["pp"]) > 1)
+    if np.any(vocab):
+        edges = edges._replace(vocab_s=np.where(vocab, vocab_parallel_comm_s(ctx, cols), 0.0))
     return LayerPair(dense, moe, edges)
 
 
@@ -311,6 +331,18 @@ def _offload_transfers(ctx: StepContext, cols: Cols, layer: LayerCosts, stored_b
     return layer._replace(
         compute_f_s=layer.compute_f_s + np.where(on, out, 0.0),
         compute_i_s=layer.compute_i_s + np.where(on, back, 0.0),
+    )
+
+
+def vocab_parallel_comm_s(ctx: StepContext, cols: Cols) -> Array:
+    """Per micro-batch and pipeline rank, the communication vocabulary parallelism adds (Yeung et al. 2024,
+    section 4): the last stage's output hidden states reach every pipeline rank forward and their gradients
+    are summed back backward (each a collective of tokens x hidden 16-bit values / tp over the pp group),
+    priced as two all-reduces over it; the softmax statistics' all-reduces are tokens-sized and left out."""
+    payload = tokens(ctx, cols) * ctx.model.hidden_size * ACT_BYTES / cols["tp"]
+    s = strides(cols)
+    return 2 * all_reduce_s(
+        ctx.cluster, payload, cols["pp"], s["pp"], ctx.cal.framework.collective_efficiency_frac
     )
 
 
@@ -388,6 +420,8 @@ def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array
     comp_w = both("compute_w_s") + head * edges.head_w_s
     comm_f = {k: both(f"{k}_f_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.f}
     comm_b = {k: both(f"{k}_b_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.b}
+    vocab = np.where(np.asarray(head) > 0, edges.vocab_s, 0.0) / 2  # forward and backward halves
+    comm_f["vocab"], comm_b["vocab"] = vocab, vocab
     hidden = {f"hidden_{k}": both(f"{k}_hidden_s") for k in ("tp", "cp", "ep")}
     return {
         "f": comp_f + sum(comm_f.values()),
@@ -399,6 +433,7 @@ def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array
         **{k: comm_f[k] + comm_b[k] for k in comm_f},
         **hidden,
         "hidden_fsdp": (nd + nm) * fsdp.hidden,
+        "hidden_vocab": 0.0 * vocab,
     }
 
 
@@ -483,25 +518,39 @@ def dp_comm_s(
     gather: Array = 0.0
     tails: list[tuple[Array, Array]] = []
     for params, n, stride, k in groups:
+        if not np.any(params > 0):  # a dense model's expert group: nothing to reduce
+            continue
         replicas = np.maximum(n // np.maximum(k, 1), 1)
 
         def reduction(
             count: Array, n: Array = n, stride: Array = stride, k: Array = k, r: Array = replicas
         ) -> Array:
             """ZeRO 0: all-reduce over the n ranks; 1-3: reduce-scatter inside the shard group of k (ZeRO-3
-            does it per layer) and all-reduce the 1/k shard over the r = n/k replicas (HSDP)."""
-            ar = all_reduce_s(ctx.cluster, count * g, n, stride, eff)
-            rs = np.where(z < 3, reduce_scatter_s(ctx.cluster, count * g, k, stride, eff), 0.0)
-            across = all_reduce_s(ctx.cluster, count * g / np.maximum(k, 1), r, stride * k, eff)
+            does it per layer) and all-reduce the 1/k shard over the r = n/k replicas (HSDP). Each collective
+            is priced only when some plan of the batch needs it (the same values, less work)."""
+            ar = all_reduce_s(ctx.cluster, count * g, n, stride, eff) if np.any(z == 0) else 0.0
+            rs = (
+                np.where(z < 3, reduce_scatter_s(ctx.cluster, count * g, k, stride, eff), 0.0)
+                if np.any((z > 0) & (z < 3))
+                else 0.0
+            )
+            across = (
+                all_reduce_s(ctx.cluster, count * g / np.maximum(k, 1), r, stride * k, eff)
+                if np.any(r > 1)
+                else 0.0
+            )
             return np.where(z == 0, ar, rs + across)
 
         bucket = np.minimum(params, fw.grad_bucket_params)
         on = (params > 0) & (n > 1) & ((z < 3) | (replicas > 1))
-        ag = all_gather_s(ctx.cluster, params * ctx.param_bytes, k, stride, eff)
+        gathers = np.any(on & (z > 0) & (z < 3))
+        ag = all_gather_s(ctx.cluster, params * ctx.param_bytes, k, stride, eff) if gathers else 0.0
         reduce = reduce + np.where(on, reduction(params), 0.0)
         gather = gather + np.where(on & (z > 0) & (z < 3), ag, 0.0)
-        ag_bucket = all_gather_s(ctx.cluster, bucket * ctx.param_bytes, k, stride, eff)
+        ag_bucket = all_gather_s(ctx.cluster, bucket * ctx.param_bytes, k, stride, eff) if gathers else 0.0
         tails.append((np.where(on, reduction(bucket), 0.0), np.where(on & (z > 0) & (z < 3), ag_bucket, 0.0)))
+    if not tails:
+        tails.append((0.0, 0.0))
     mix = fw.comm_interference_frac
     back, fore = whole["compute_b"] / cols["pp"], whole["compute_f"] / cols["pp"]
     red_tail, gat_tail = tails[0]  # the non-expert weights' bucket (the embedding's) is the last to reduce

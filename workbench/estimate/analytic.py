@@ -66,6 +66,8 @@ def analytic_costs(
     cols = step.plan_columns(plan, workload)
     schedule = build_pipeline(plan, plan.num_microbatches(workload))
     stage_held, rank_held = pipeline_holdings(model, schedule)
+    stage_held = step.spread_vocab(stage_held, cols, schedule.num_stages)
+    rank_held = step.spread_vocab(rank_held, cols, plan.pp)
     pair = step.layer_pair(ctx, cols)
     fsdp = step.fsdp_layer_s(ctx, cols, step.mean_layer_compute_s(model, pair))
     per_stage = step.share_s(pair, stage_held, fsdp)

@@ -214,7 +214,7 @@ def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
         "exposed_tp_comm_s": m * best["tp"],
         "exposed_cp_comm_s": m * best["cp"],
         "exposed_ep_comm_s": m * best["ep"],
-        "exposed_pp_comm_s": pp_comm,
+        "exposed_pp_comm_s": pp_comm + m * best["vocab"],
         "exposed_dp_comm_s": m * best["fsdp"] + dp_s,
         "bubble_s": idle - pp_comm,
         "bubble_fraction": bubble_fraction(idle - pp_comm, step_time),

@@ -101,6 +101,7 @@ _FLAGS = (
     "chunked_loss",
     "optimizer_offload",
     "activation_offload",
+    "vocab_parallel",
 )
 
 
@@ -151,6 +152,8 @@ class FrameworkProfile:
     """Can keep the optimizer states in host memory and step on the CPUs (``ParallelPlan.offload_optimizer``)."""
     activation_offload: bool = False
     """Can move saved activations to host memory between forward and backward (``offload_activations``)."""
+    vocab_parallel: bool = False
+    """Can spread the vocabulary layers over the pipeline ranks (``ParallelPlan.vocab_parallel``)."""
     uneven_stages: bool = False
     """Lets pipeline stages hold different numbers of layers."""
     default_microbatches: str = "mbs1"
@@ -385,6 +388,8 @@ class FrameworkProfile:
             out.append("optimizer offload to host memory")
         if plan.offload_activations and not self.activation_offload:
             out.append("activation offload to host memory")
+        if plan.vocab_parallel and plan.pp > 1 and not self.vocab_parallel:
+            out.append("vocabulary parallelism")
         return out + self.unsupported_dtype(dtype)
 
     def unsupported_dtype(self, dtype: str) -> list[str]:

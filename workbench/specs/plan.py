@@ -146,6 +146,11 @@ class ParallelPlan:
     chunk's logits exist at a time (fused linear cross-entropy: Liger-Kernel, Hsu et al. 2024,
     arXiv:2410.10989; Cut Cross-Entropy, Wijmans et al. 2024, arXiv:2411.09009). 1: the logits of the whole
     micro-batch are materialised (16-bit, their fp32 upcast and fp32 gradient)."""
+    vocab_parallel: bool = False
+    """Spread the embedding and the LM head with its loss over every pipeline rank (Yeung et al. 2024,
+    "Balancing Pipeline Parallelism with Vocabulary Parallelism", arXiv:2411.05288) instead of putting them
+    on the first and the last stage; each rank then takes part in the pp-group collectives of the output
+    hidden states (``workbench.cost.step.vocab_parallel_comm_s``). Needs pp > 1 to matter."""
     offload_optimizer: bool = False
     """The optimizer states (fp32 master weights and moments) live in host memory and the step runs on the CPUs
     (ZeRO-Offload, Ren et al. 2021, arXiv:2101.06840; PyTorch FSDP2's CPUOffloadPolicy): the device keeps the
@@ -181,7 +186,7 @@ class ParallelPlan:
             raise ValueError(f"ParallelPlan: schedule must be a schedule name, got {self.schedule!r}")
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
             raise ValueError(f"ParallelPlan: zero_stage must be one of 0, 1, 2, 3, got {self.zero_stage!r}")
-        for flag in ("offload_optimizer", "offload_activations"):
+        for flag in ("offload_optimizer", "offload_activations", "vocab_parallel"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"ParallelPlan: {flag} must be true or false, got {getattr(self, flag)!r}")
         if not isinstance(self.sequence_parallel, bool):
@@ -253,6 +258,7 @@ class ParallelPlan:
             for name, on in (
                 ("offload-opt", self.offload_optimizer),
                 ("offload-act", self.offload_activations),
+                ("vocab-par", self.vocab_parallel and self.pp > 1),
             )
             if on
         ]

@@ -1,0 +1,126 @@
+"""The fast path of a control change (issue 19 item 12; numbers in benchmarks/bench_app_latency.py).
+
+A change of tp, pp, micro-batch, schedule or model at 64 devices writes new data and texts into the figures
+already on the page: the document gains no bokeh model and the plan tab keeps its figure objects, so the
+browser patches data sources in place instead of building new figure views (which took ~0.5 s per figure).
+What the figures then show equals what figures built afresh for the new estimate show.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("panel")
+
+from bokeh.document import Document  # noqa: E402
+from panel.io.state import set_curdoc  # noqa: E402
+from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
+from workbench_widgets.plots import estimate_memory_figure, placement_figure  # noqa: E402
+from workbench_widgets.plots.timeline import (  # noqa: E402
+    content_timeline_figure,
+    estimate_timeline_content,
+)
+
+CHANGES: tuple[tuple[str, Any], ...] = (
+    ("tp", 8),  # 4 -> 8: the timeline goes from the exact view to the aggregated one
+    ("pp", 4),  # other lanes, other memory ranks
+    ("micro_batch_size", 2),
+    ("schedule", "interleaved-1f1b"),  # other ops: other legend entries
+    ("model_preset", "llama-3.1-8b"),
+)
+"""The benchmark's changes, from the app's opening plan (the planner's best plan on 8 DGX H100 nodes)."""
+
+
+@pytest.fixture(scope="module")
+def session() -> tuple[WorkbenchApp, Document]:
+    """A new session's app (as a browser tab gets it), its page attached to a bokeh Document."""
+    app = WorkbenchApp()
+    doc = Document()
+    with set_curdoc(doc):
+        doc.add_root(app.panel().get_root(doc))
+    return app, doc
+
+
+@pytest.fixture
+def served(session: tuple[WorkbenchApp, Document]) -> Any:
+    """The session, put back on its opening plan after each test."""
+    app, doc = session
+    opening = {name: getattr(app.state, name) for name, _ in CHANGES}
+    yield session
+    with set_curdoc(doc):
+        app.state.param.update(**opening)
+
+
+def _figures(app: WorkbenchApp) -> list[Any]:
+    v = app.plan_view
+    return [v.timeline.object, v.memory.object, v.breakdown.object, v.placement.object]
+
+
+def _main(fig: Any) -> Any:
+    """The renderer of the view the timeline shows (``blocks`` or ``runs``; the other one is empty)."""
+    (shown,) = [r for r in fig.renderers if r.name in ("blocks", "runs") and len(r.data_source.data["left"])]
+    return shown
+
+
+def _set(app: WorkbenchApp, doc: Document, name: str, value: Any) -> None:
+    with set_curdoc(doc):  # as a served session's callback runs
+        setattr(app.state, name, value)
+    assert getattr(app.state, name) == value and app.store.estimate is not None, app.store.error
+
+
+@pytest.mark.parametrize(("name", "other"), CHANGES)
+def test_control_change_adds_no_bokeh_model(served, name: str, other: Any) -> None:
+    app, doc = served
+    assert app.store.cluster_spec().num_devices == 64
+    figures, models = _figures(app), {m.id for m in doc.models}
+    base = getattr(app.state, name)
+    assert base != other
+    for value in (other, base):
+        _set(app, doc, name, value)
+        assert _figures(app) == figures  # the same figure objects...
+        assert {m.id for m in doc.models} == models  # ...and not one new model in the document
+
+
+@pytest.mark.parametrize(("name", "other"), CHANGES)
+def test_figures_written_in_place_show_the_new_estimate(served, name: str, other: Any) -> None:
+    app, doc = served
+    base = getattr(app.state, name)
+    for value in (other, base):
+        _set(app, doc, name, value)
+        e = app.store.estimate
+        timeline, memory, _, placement = _figures(app)
+        content = estimate_timeline_content(e)
+        fresh = content_timeline_figure(content)
+        assert timeline.title.text == fresh.title.text
+        assert _main(timeline).name == ("runs" if content.aggregated else "blocks")
+        for key, column in _main(fresh).data_source.data.items():
+            assert np.array_equal(np.asarray(column), np.asarray(_main(timeline).data_source.data[key])), key
+        assert timeline.yaxis[0].major_label_overrides == fresh.yaxis[0].major_label_overrides
+        assert timeline.frame_height == fresh.frame_height
+        shown = [i.label.value for i in timeline.legend[0].items if i.visible]
+        assert shown == [i.label.value for i in fresh.legend[0].items]
+        fresh_memory = estimate_memory_figure(e)
+        assert memory.title.text == fresh_memory.title.text
+        assert list(memory.x_range.factors) == list(fresh_memory.x_range.factors)
+        fresh_placement = placement_figure(e.plan, e.cluster)
+        assert placement.title.text == fresh_placement.title.text
+        for r in ("devices", "tp_groups", "dp_groups"):
+            ours = next(x for x in placement.renderers if x.name == r).data_source.data
+            theirs = next(x for x in fresh_placement.renderers if x.name == r).data_source.data
+            assert {k: list(map(str, v)) for k, v in ours.items()} == {
+                k: list(map(str, v)) for k, v in theirs.items()
+            }, r
+
+
+def test_exact_timeline_rows_carry_no_per_row_names(served) -> None:
+    """Lanes and op names reach the hover through formatters, not as a string per block: the patch of a
+    change stays small (text columns are the op and its colour only)."""
+    app, _ = served
+    content = estimate_timeline_content(app.store.estimate)
+    assert not content.aggregated
+    text_columns = {k for k, v in content.data.items() if not isinstance(v, np.ndarray)}
+    assert text_columns == {"op", "color"}
+    assert content.data["lane"].dtype == np.int32
