@@ -30,6 +30,9 @@ TIMELINE_TITLE_JS = """() => {
   return found;
 }"""
 
+RAW_NAMES = ("index", "rank", "num_nodes", "tier", "rejected_reason", "tokens_per_s", "step_time_s")
+"""Column names of the search frame that the Search tab must not show as headers."""
+
 pytestmark = [
     pytest.mark.browser,
     needs_chromium,
@@ -111,6 +114,14 @@ def test_search_runs_in_the_background_and_a_row_loads_into_plan() -> None:
             page.locator(".bk-tab", has_text="Search").first.click()
             page.locator(".wb-search button").first.click()
             page.get_by_text("plans ranked").wait_for(timeout=90_000)  # the page stayed live meanwhile
+            # issue 19 item 4, as the browser shows it: human headers, one 1-based number, the planner's totals
+            headers = [h.strip() for h in page.locator(".tabulator-col-title").all_inner_texts() if h.strip()]
+            assert "#" in headers and not any(h in RAW_NAMES for h in headers), headers
+            first_cells = (
+                page.locator(".tabulator-row").first.locator(".tabulator-cell:visible").all_inner_texts()
+            )
+            assert first_cells and first_cells[0].strip() == "1", first_cells
+            assert page.get_by_text("Screened").first.is_visible()
             page.locator(".tabulator-row").nth(2).click()  # not the best plan: the app opens on that one
             page.wait_for_function(
                 f"() => {{ const t = ({TIMELINE_TITLE_JS})(); return t && t !== {before!r}; }}",
