@@ -79,12 +79,13 @@ def test_node_modules_and_intermediate_output_are_not_committed() -> None:
     if not (ROOT / ".git").exists() or shutil.which("git") is None:
         pytest.skip("not a git checkout")
     ignored = subprocess.run(
-        ["git", "check-ignore", "labextension/node_modules", "labextension/lib"],
+        # trailing slashes: the patterns name directories, which a fresh clone does not have yet
+        ["git", "check-ignore", "labextension/node_modules/", "labextension/lib/"],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
-    assert ignored.stdout.split() == ["labextension/node_modules", "labextension/lib"]
+    assert ignored.stdout.split() == ["labextension/node_modules/", "labextension/lib/"]
 
 
 # --- this environment --------------------------------------------------------------------------------------
