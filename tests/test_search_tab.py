@@ -48,7 +48,7 @@ def searched() -> tuple[SearchView, object]:
 def test_table_headers_are_human(searched) -> None:
     view, _ = searched
     headers = list(view.table.value.columns)
-    assert headers[:4] == ["#", "plan", "nodes", "tokens/s"]
+    assert headers[:5] == ["#", "tied", "plan", "nodes", "tokens/s"]
     assert "why rejected" in headers and any(h.startswith("tier") for h in headers)
     assert not [h for h in headers if SNAKE_CASE.search(h)], headers
     assert not set(headers) & set(RAW_NAMES)
@@ -59,7 +59,8 @@ def test_one_plan_number_from_one(searched) -> None:
     view, core = searched
     shown = view.table.value
     assert list(shown["#"][:10]) == list(range(1, 11))
-    assert list(shown["plan"][:10]) == core.plans["plan"].head(10).to_list()  # same order as the planner
+    plans = [p.removeprefix("└ ") for p in shown["plan"][:10]]  # variants fold under their layout's best plan
+    assert plans == core.plans["plan"].head(10).to_list()  # same order as the planner
     assert [c for c in shown.columns if list(shown[c][:3]) == [0, 1, 2]] == []  # no 0-based column
 
 
@@ -147,3 +148,14 @@ def test_column_widths_fit_header_words_and_cells(searched) -> None:
         assert widths[col] >= 8 * max(len(word) for word in col.split())  # wrapped headers: one word per line
     longest_plan = max(len(p) for p in shown["plan"])
     assert widths["plan"] >= 8 * min(longest_plan, 50)
+
+
+def test_ties_and_variants_are_marked_as_in_the_cli(searched) -> None:
+    """Issue 15 item 8 in the app: plans within the model's ranking error of #1 say "= #1" and a variant of the
+    layout above it is indented with "└", from the planner's own ``tied`` and ``variant`` columns."""
+    view, core = searched
+    shown = view.table.value
+    rows = core.plans.head(len(shown)).iter_rows(named=True)
+    for i, row in enumerate(rows):
+        assert shown["tied"][i] == ("= #1" if row["tied"] and row["rank"] > 1 else "")
+        assert shown["plan"][i].startswith("└ ") == bool(row["variant"])

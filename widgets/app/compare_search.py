@@ -30,6 +30,7 @@ from workbench_widgets.plots import (
 
 TABLE_COLUMNS = (
     "rank",
+    "tied",
     "plan",
     "num_nodes",
     "tokens_per_s",
@@ -51,6 +52,7 @@ CONVERSIONS: dict[str, tuple[str, float]] = {
 """SI column -> (header, factor to the display unit)."""
 HEADERS: dict[str, str] = {
     "rank": "#",
+    "tied": "tied",
     "plan": "plan",
     "num_nodes": "nodes",
     "fits": "fits",
@@ -95,6 +97,16 @@ def display_frame(frame: Any, max_rows: int = 500) -> Any:
     out = frame.head(max_rows)
     if "rank" not in out.columns:
         out = out.with_row_index("rank", offset=1)
+    if "variant" in out.columns:  # a variant of the layout above folds under it, as in `workbench plan`
+        variant = pl.col("variant").fill_null(False)
+        out = out.with_columns(
+            pl.when(variant).then(pl.lit("└ ") + pl.col("plan")).otherwise(pl.col("plan")).alias("plan")
+        )
+    if (
+        "tied" in out.columns
+    ):  # within the model's ranking error of #1 (``workbench.search.planner.TIE_FRAC``)
+        tied = pl.col("tied").fill_null(False) & (pl.col("rank") > 1)
+        out = out.with_columns(pl.when(tied).then(pl.lit("= #1")).otherwise(pl.lit("")).alias("tied"))
     out = out.select([c for c in TABLE_COLUMNS if c in out.columns])
     out = out.with_columns(
         (pl.col(col) * factor).round(2) for col, (_, factor) in CONVERSIONS.items() if col in out.columns
