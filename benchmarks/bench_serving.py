@@ -16,7 +16,7 @@ import time
 from workbench.serving.rows import DEFAULT_SERVING_DATA
 from workbench.serving.validate import validate_serving
 
-FLOOR = 0.20
+FLOOR_MAPE_FRAC = 0.20
 """Issue 16's turn floor on each metric group."""
 
 
@@ -41,7 +41,7 @@ def main() -> None:
     scored = len({r["id"] for r in result["rows"]})
     print(f"{scored} rows scored, {len(result['skipped'])} skipped, {wall:.1f} s")
     for key, value in result["mape_by_metric"].items():
-        verdict = "ok" if value is not None and value <= FLOOR else "ABOVE the 20% floor"
+        verdict = "ok" if value is not None and value <= FLOOR_MAPE_FRAC else "ABOVE the 20% floor"
         print(f"MAPE {key:12s} {100 * value:5.1f}%  ({verdict})")
     for key, value in result["mape_by_source"].items():
         print(f"MAPE source {key:22s} {100 * value:5.1f}%")

@@ -65,7 +65,7 @@ def serve_estimate_cmd(as_json: bool, **kw: Any) -> None:
     from workbench.presets.calibration import load_calibration
     from workbench.presets.catalog import load_cluster, load_model
     from workbench.serving.estimate import serve_estimate
-    from workbench.specs.serving import ServingPlan, ServingWorkload
+    from workbench.specs.serving import ServingPlan
 
     if kw["concurrency"] is not None and kw["rate"] is not None:
         raise click.BadParameter("give --concurrency or --rate, not both", param_hint="--rate")
@@ -85,7 +85,7 @@ def serve_estimate_cmd(as_json: bool, **kw: Any) -> None:
         scheduler=kw["scheduler"],
         gpu_memory_utilization_frac=kw["gpu_memory_utilization"],
     )
-    workload = _workload(kw, ServingWorkload)
+    workload = _workload(kw)
     est = serve_estimate(model, cluster, plan, workload, load_calibration(kw["calibration"]))
     summary = est.summary()
     if as_json:
@@ -111,24 +111,26 @@ def serve_estimate_cmd(as_json: bool, **kw: Any) -> None:
     )
 
 
-def _workload(kw: dict[str, Any], cls: Any) -> Any:
+def _workload(kw: dict[str, Any]) -> Any:
     """The ServingWorkload of the options (ValueError names a bad field)."""
+    from workbench.specs.serving import ServingWorkload
+
     if kw["trace_path"] is not None:
         from workbench.serving.simulate import Requests
 
         req = Requests.from_trace_csv(kw["trace_path"])
         rows = zip(req.arrival_s.tolist(), req.input_tokens.tolist(), req.output_tokens.tolist(), strict=True)
-        return cls(arrival="trace", trace=tuple((float(a), int(i), int(o)) for a, i, o in rows))
+        return ServingWorkload(arrival="trace", trace=tuple((float(a), int(i), int(o)) for a, i, o in rows))
     common = {
         "num_requests": kw["num_requests"],
         "input_tokens": kw["input_tokens"],
         "output_tokens": kw["output_tokens"],
     }
     if kw["concurrency"] is not None:
-        return cls(arrival="closed", concurrency=kw["concurrency"], **common)
+        return ServingWorkload(arrival="closed", concurrency=kw["concurrency"], **common)
     if kw["rate"] is not None:
-        return cls(arrival="poisson", request_rate_per_s=kw["rate"], **common)
-    return cls(arrival="offline", **common)
+        return ServingWorkload(arrival="poisson", request_rate_per_s=kw["rate"], **common)
+    return ServingWorkload(arrival="offline", **common)
 
 
 def register(group: click.Group) -> None:

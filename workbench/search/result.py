@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.search.grid import REASONS
-from workbench.search.refine import BREAKDOWN_LABELS, bottleneck
+from workbench.search.refine import BREAKDOWN_LABELS, bottleneck, plan_from_row
 from workbench.search.space import RECOMPUTE_CODES
 from workbench.specs.plan import PLAN_FIELDS, RANK_ORDERS
 
@@ -81,25 +81,6 @@ METRIC_COLUMNS = (
 )
 
 
-def describe(row: dict[str, Any]) -> str:
-    """``ParallelPlan.describe()`` text from a row's plan columns (without building the plan)."""
-    parts = [f"dp{row['dp']}", f"tp{row['tp']}", f"pp{row['pp']}"]
-    parts += [f"{k}{row[k]}" for k in ("cp", "ep", "vpp") if row[k] > 1]
-    uly = row.get("ulysses", 1)
-    if uly > 1:
-        parts.append("ulysses" if uly == row["cp"] else f"usp{uly}")
-    parts += [f"mbs{row['micro_batch_size']}", f"zero{row['zero_stage']}"]
-    if row["sequence_parallel"]:
-        parts.append("sp")
-    if row["recompute"] != "none":
-        parts.append(f"rc-{row['recompute']}")
-    if row["pp"] > 1:
-        parts.append(row["schedule"])
-    if row.get("rank_order", ORDER_NAMES[0]) != ORDER_NAMES[0]:
-        parts.append(f"order {row['rank_order']}")
-    return " ".join(parts)
-
-
 def rows_from_pool(
     pool: dict[str, np.ndarray], schedule_names: tuple[str, ...], capacity_bytes: float
 ) -> list[dict]:
@@ -111,7 +92,7 @@ def rows_from_pool(
         row["recompute"] = RECOMPUTE_CODES[row.pop("recompute_code")]
         row["schedule"] = schedule_names[row.pop("schedule_code")]
         row["rank_order"] = ORDER_NAMES[row.pop("order_code", 0)]
-        row["plan"] = describe(row)
+        row["plan"] = plan_from_row(row).describe()
         row["memory_capacity_bytes"] = capacity_bytes
         row["fits"] = bool(row["memory_frac"] <= 1.0)
         row.setdefault("screen_step_time_s", row.get("step_time_s", float("nan")))

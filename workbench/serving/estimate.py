@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.simulate import DisaggregatedPools, Requests, SimResult, simulate
 from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
@@ -66,14 +68,10 @@ def requests_of(workload: ServingWorkload) -> Requests:
         rate = float(workload.request_rate_per_s or 0.0)
         return Requests.poisson(rate, n, seed=workload.seed, **lengths)
     return Requests(
-        arrival_s=_array(workload.arrival_times_s() or ()), **{k: _array(v) for k, v in lengths.items()}
+        arrival_s=np.asarray(workload.arrival_times_s() or ()),
+        input_tokens=np.asarray(lengths["input_tokens"]),
+        output_tokens=np.asarray(lengths["output_tokens"]),
     )
-
-
-def _array(values: Any) -> Any:
-    import numpy as np
-
-    return np.asarray(values)
 
 
 def serve_estimate(

@@ -32,12 +32,12 @@ METRIC_GROUPS: dict[str, str] = {
 """Measured statistic (``workbench.serving.rows.MEASURED``) -> the group its error is averaged in."""
 
 
-def predicted(est: ServingEstimate, key: str) -> float:
-    """The simulation's value of the measured statistic ``key`` (SI units)."""
+def predicted(est: ServingEstimate) -> dict[str, float]:
+    """The simulation's value of every measured statistic (``METRIC_GROUPS`` keys), SI units."""
     sim, devices = est.sim, est.plan.num_devices
     duration = max(sim.duration_s, 1e-300)
     inputs = float(sim.requests["input_tokens"].sum())
-    values = {
+    return {
         "ttft_mean_s": sim.ttft.mean_s,
         "ttft_median_s": sim.ttft.p50_s,
         "ttft_p99_s": sim.ttft.p99_s,
@@ -50,17 +50,17 @@ def predicted(est: ServingEstimate, key: str) -> float:
         "requests_per_s": sim.requests_per_s,
         "kv_cache_capacity_tokens": float(est.kv_cache_capacity_tokens),
     }
-    return float(values[key])
 
 
 def score_serving_case(case: ServingCase, calibration: Any) -> list[dict[str, Any]]:
     """One row per measured statistic of ``case``: id, source_key, metric, group, predicted, measured, ape."""
     est = serve_estimate(case.model, case.cluster, case.plan, case.workload, calibration)
+    values = predicted(est)
     out = []
     for key, measured in case.measured.items():
         if key not in METRIC_GROUPS or measured <= 0:
             continue
-        pred = predicted(est, key)
+        pred = float(values[key])
         out.append(
             {
                 "id": case.id,
