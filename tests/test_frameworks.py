@@ -42,6 +42,44 @@ def test_every_validation_framework_text_maps_to_a_profile() -> None:
     assert all(profile_for_text(t) is not None for t in texts), texts
 
 
+@pytest.mark.parametrize(
+    ("text", "year", "expected"),
+    [
+        ("NeMo 24.07", None, "megatron-core-2024"),  # a version after the name
+        ("Megatron-DeepSpeed", None, "deepspeed-2021"),  # the longer keyword is the more specific
+        ("DeepSpeed ZeRO-3", 2022, "deepspeed-2021"),
+        ("PyTorch FSDP", None, "llm-foundry-2023"),  # FSDP1
+        ("TorchTitan (FSDP2)", None, "torchtitan-2024"),
+        ("Megatron-LM", 2021, "megatron-lm-2021"),  # the exact alias in its era
+        ("Megatron-LM", 2024, "megatron-core-2024"),  # Megatron-LM after 2022 runs Megatron-Core
+        ("megatron_lm (v0.4)", 2020, "megatron-lm-2021"),
+        ("Megatron-LM fork (zero-bubble)", 2024, "zero-bubble-2024"),
+        ("MaxText", 2024, None),
+        ("", None, None),
+    ],
+)
+def test_framework_text_matches_by_keyword_and_year(
+    text: str, year: int | None, expected: str | None
+) -> None:
+    prof = profile_for_text(text, year=year)
+    assert (prof.id if prof else None) == expected
+
+
+def test_source_year_skips_the_locator() -> None:
+    from workbench.presets.frameworks import source_year
+
+    assert source_year("Narayanan et al. 2021 'Efficient ...' (SC21) [NVIDIA/Megatron-LM @2023]") == 2021
+    assert source_year("Zero Bubble (ICLR'24), Tables 3-4 [a copy from 2025]") is None
+    assert source_year("torchtitan benchmarks (PyTorch team, Dec 2024) [llama3_h100_202412.md]") == 2024
+
+
+def test_bad_years_are_refused() -> None:
+    from workbench.presets.frameworks import profile_from_dict
+
+    with pytest.raises(ValueError, match="years must be"):
+        profile_from_dict({"id": "x", "name": "x", "years": [2024, 2020]}, where="x.toml")
+
+
 def test_bad_profile_file_names_file_and_key(tmp_path: Path) -> None:
     bad = tmp_path / "x.toml"
     bad.write_text('id = "x"\nname = "x"\nwarp_speed = 9\n')

@@ -53,6 +53,7 @@ def test_gpt2_small() -> None:
         ("qwen2.5-72b", "Qwen2ForCausalLM"),
         ("qwen3-30b-a3b", "Qwen3MoeForCausalLM"),
         ("deepseek-v3", "DeepseekV3ForCausalLM"),
+        ("gpt-oss-120b", "GptOssForCausalLM"),
         ("gpt3-175b", "GPT2LMHeadModel"),
     ],
 )
@@ -74,6 +75,18 @@ def test_qwen2_has_qkv_bias_and_qwen3_moe_qk_norm() -> None:
     assert catalog.load_model("qwen2.5-72b").qkv_bias
     q3 = catalog.load_model("qwen3-30b-a3b")
     assert q3.qk_norm and q3.num_experts == 128 and q3.experts_per_token == 8 and q3.head_dim == 128
+
+
+def test_gpt_oss_and_qwen3_235b_fields_and_published_sizes() -> None:
+    oss = catalog.load_model("gpt-oss-120b")
+    assert oss.head_dim == 64 and oss.num_key_value_heads == 8 and oss.qkv_bias
+    assert (oss.sliding_window, oss.num_sliding_window_layers) == (128, 18)  # every other layer of 36
+    assert (oss.num_experts, oss.experts_per_token, oss.moe_ffn_hidden_size) == (128, 4, 2880)
+    # 116.83B total (gpt-oss model card, Table 1), less the expert biases left out (36 x 128 x 8640 = 40M)
+    assert oss.total_parameters() == pytest.approx(116.83e9 - 36 * 128 * 8640, rel=2e-3)
+    q = catalog.load_model("qwen3-235b-a22b")
+    assert q.head_dim == 128 and q.qk_norm and q.num_layers == 94
+    assert q.total_parameters() == pytest.approx(235e9, rel=0.01)  # Qwen3 technical report, Table 2
 
 
 def test_deepseek_mla_fields() -> None:

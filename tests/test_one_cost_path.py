@@ -161,7 +161,7 @@ def test_stage_holdings_match_megatrons_uneven_split(num_layers, num_stages):
 
     from workbench.cost.step import stage_holdings
 
-    model = dataclasses.replace(load_model("deepseek-v3"), num_layers=num_layers)
+    model = dataclasses.replace(load_model("deepseek-v3"), num_layers=num_layers, num_mtp_layers=0)
     if num_stages > num_layers:
         return
     base, extra = divmod(num_layers, num_stages)
@@ -223,3 +223,37 @@ def test_three_level_cluster_screen_and_refinement_agree(three_level):
         ratio = row["screen_step_time_s"] / row["step_time_s"]
         if row["pp"] == 1 or row["num_microbatches"] >= 2 * row["pp"]:
             assert 0.9 <= ratio <= 1.1, (row["plan"], ratio)
+
+
+def test_mtp_modules_sit_on_the_last_stage_and_count_in_its_split():
+    """DeepSeek-V3's MTP module (arXiv:2412.19437 section 2.2) is one more MoE block, a 2h x h projection
+    and a second pass through the head on the last stage; the split counts it as a layer there, so at pp16
+    the 61 decoder layers are 3 (dense) + 14 x 4 + 2 and the last stage holds the MTP block too."""
+    import dataclasses
+
+    from workbench.cost.step import stage_holdings
+
+    model = load_model("deepseek-v3")
+    assert model.num_mtp_layers == 1
+    # 14B in the checkpoint beyond the 671B (the HF model card: 685B); our count leaves out the shared parts
+    assert 11e9 < model.mtp_parameters() < 14.5e9
+    held = stage_holdings(model, 16, np.arange(16))
+    assert (held["dense"] + held["moe"]).tolist() == [3] + [4] * 14 + [3]
+    assert held["mtp"].tolist() == [0] * 15 + [1]
+    assert int(np.sum(held["dense"] + held["moe"] - held["mtp"])) == model.num_layers
+    cluster = load_cluster("hgx-h800", num_nodes=32)
+    workload = Workload(seq_len=4096, global_batch_size=256, dtype="bf16")
+    plan = ParallelPlan(dp=16, pp=16, ep=16, micro_batch_size=1, zero_stage=1)
+    cal = load_calibration()
+    with_mtp = estimate_plan(model, cluster, workload, plan, calibration=cal, allow_uneven_layers=True)
+    without = estimate_plan(
+        dataclasses.replace(model, num_mtp_layers=0),
+        cluster,
+        workload,
+        plan,
+        calibration=cal,
+        allow_uneven_layers=True,
+    )
+    assert with_mtp.step_time_s > without.step_time_s
+    last = [e.memory["total_bytes"][-1] for e in (with_mtp, without)]  # the last pipeline rank's memory
+    assert last[0] > last[1]

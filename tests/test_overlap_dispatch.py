@@ -14,13 +14,8 @@ import pytest
 
 from workbench.cost.comm import all_to_all_s
 from workbench.cost.flops import FP8_CAST_BYTES, fp8_cast_op, layer_ops
-from workbench.cost.layer import (
-    FP8_DISPATCH_BYTES,
-    MOE_LAYER_KERNELS,
-    edge_costs,
-    moe_dispatch_s,
-    nodes_reached,
-)
+from workbench.cost.layer import edge_costs
+from workbench.cost.moe import FP8_DISPATCH_BYTES, MOE_LAYER_KERNELS, moe_dispatch_s, nodes_reached
 from workbench.cost.overlap import overlap
 from workbench.estimate.analytic import estimate_plan
 from workbench.presets.calibration import load_calibration

@@ -82,3 +82,48 @@ def test_rows_skipped_with_reason_and_mape(tmp_path: Path) -> None:
     assert row["ape"] == pytest.approx(abs(row["predicted"] - 1.0))
     assert result["mape"] == pytest.approx(row["ape"]) and set(result["mape_by_source"]) == {"X"}
     assert result["memory_mape"] == pytest.approx(abs(row["predicted_memory_GiB"] - 20) / 20)
+
+
+QWEN3_30B = {
+    **BASE,
+    "model_name": "Qwen3_30B_a3B",
+    "num_layers": "48",
+    "hidden_size": "2048",
+    "num_attention_heads": "32",
+    "num_key_value_heads": "4",
+    "vocab_size": "151936",
+    "gated_mlp": "true",
+    "num_experts": "128",
+    "experts_per_token": "8",
+    "moe_ffn_hidden_size": "768",
+    "attention": "gqa",
+    "tp": "1",
+    "pp": "1",
+    "dp": "8",
+    "ep": "8",
+}
+
+
+def test_schema_less_fields_come_from_the_preset_of_the_same_architecture() -> None:
+    # Qwen3-30B-A3B's config.json sets head_dim 128 (32 x 128 = 4096 != hidden 2048) and q/k norms; the CSV
+    # has no column for either, so hidden/heads = 64 would halve the attention projections.
+    case = row_case(QWEN3_30B)
+    assert "architecture:qwen3-30b-a3b" in case.assumed
+    assert case.model.head_dim == 128 and case.model.qk_norm
+    # 30.5B total parameters (Qwen/Qwen3-30B-A3B model card), within 1%
+    assert case.model.total_parameters() == pytest.approx(30.5e9, rel=0.01)
+    other = row_case({**QWEN3_30B, "num_layers": "47"})  # no preset has 47 such layers
+    assert not any(a.startswith("architecture:") for a in other.assumed)
+    assert other.model.head_dim == 2048 // 32 and not other.model.qk_norm
+
+
+def test_an_undescribed_other_cluster_falls_back_to_the_devices_default_and_says_so() -> None:
+    from workbench.validate import Unexpressible
+
+    case = row_case({**BASE, "cluster": "other-a100-ib-400g"})
+    assert "cluster:dgx-a100" in case.assumed and case.cluster.id == row_case(BASE).cluster.id
+    # GB200 rows with a blank cluster take the NVL72 rack
+    gb = row_case({**BASE, "device": "gb200", "cluster": "", "devices_per_node": "4"})
+    assert "cluster" in gb.assumed and gb.cluster.device.id == "gb200"
+    with pytest.raises(Unexpressible, match="neither a preset"):
+        row_case({**BASE, "cluster": "selene-2"})  # not an other-* id: a typo is not guessed

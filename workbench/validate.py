@@ -1,9 +1,11 @@
 """Predicted vs published: run the analytic model on every row of a validation CSV and measure the error.
 
 The file follows the schema of ``shared/validation/training_public.csv`` (its README defines every column).
-Per row: the model, cluster and plan are rebuilt from the columns; the row's ``framework`` text picks a
-framework profile by alias (:func:`workbench.presets.frameworks.profile_for_text`; none matching: the
-default profile, listed under ``assumed``); blanks that the README gives a fixed reading (cp, ep, MHA
+Per row: the model, cluster and plan are rebuilt from the columns (fields the schema lacks, such as a head
+size other than hidden/heads, from the model preset of the same architecture: :func:`matching_preset`); the
+row's ``framework`` text picks a framework profile by alias or keyword, in the era of the year its ``source``
+cites (:func:`workbench.presets.frameworks.profile_for_text`; none matching: the default profile, listed
+under ``assumed``); blanks that the README gives a fixed reading (cp, ep, MHA
 key/value heads) take it; other blanks default through the profile or ``PLAN_DEFAULTS`` and are listed in
 the row's ``assumed`` field; rows that cannot be expressed (no parallel plan, blank architecture fields,
 unknown device or cluster, infeasible plan) go to ``skipped`` with the reason. A cluster that is not a
@@ -33,7 +35,7 @@ from typing import Any
 
 from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import load_cluster, load_device, load_model, preset_names, profiles_dir
-from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework, profile_for_text
+from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework, profile_for_text, source_year
 from workbench.specs import limits
 from workbench.specs.files import check_input_file
 from workbench.specs.framework import FrameworkProfile
@@ -67,7 +69,12 @@ DEFAULT_CLUSTER = {
     "h200-sxm-141gb": "dgx-h200",
     "b200-sxm-180gb": "dgx-b200",
     "h100-sxm5-96gb": "dgx-h100",
+    "h800-sxm5-80gb": "hgx-h800",
+    "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72",
 }
+"""The cluster a row of each device is priced on when its ``cluster`` is blank, or an ``other-*`` id that is
+neither a preset nor described beside the CSV (listed in ``assumed`` as ``cluster`` or ``cluster:<id>``)."""
 
 METRICS = (
     "measured_step_time_s",
@@ -287,8 +294,74 @@ def _int(row: dict[str, str], key: str, default: int | None, assumed: list[str],
     return int(v)
 
 
+SCHEMA_LESS_FIELDS = (
+    "head_dim",
+    "qkv_bias",
+    "qk_norm",
+    "sliding_window",
+    "num_sliding_window_layers",
+    "num_dense_layers",
+    "num_expert_groups",
+    "routed_groups_per_token",
+    "router_bias",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "num_mtp_layers",
+)
+"""Architecture fields the CSV has no column for (head size when it is not hidden/heads, Qwen3's q/k norms,
+banded attention, MLA's ranks, DeepSeekMoE's dense layers and routing groups, multi-token prediction): a row whose columns match a
+model preset (:func:`matching_preset`) takes them from the preset's ``config.json``."""
+
+_MATCHED_COLUMNS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "attention",
+    "gated_mlp",
+    "num_experts",
+    "experts_per_token",
+    "moe_ffn_hidden_size",
+    "num_shared_experts",
+)
+
+
+def _model_presets() -> dict[str, ModelSpec]:
+    """Every model preset by id (read once per presets folder)."""
+    folder = profiles_dir()
+    cached = _PRESET_CACHE.get(folder)
+    if cached is None:
+        cached = _PRESET_CACHE[folder] = {name: load_model(name) for name in preset_names("model")}
+    return cached
+
+
+_PRESET_CACHE: dict[Path, dict[str, ModelSpec]] = {}
+
+
+def matching_preset(columns: dict[str, Any]) -> tuple[str, ModelSpec] | None:
+    """The model preset with the same layers, width, heads, key/value heads, attention kind, MLP gating and
+    experts (count, top-k, size, shared) as the ModelSpec fields in ``columns`` (absent expert fields: 0):
+    the first by id when every match agrees on ``SCHEMA_LESS_FIELDS``, else None (presets sharing an
+    architecture but differing there would make the choice arbitrary)."""
+    key = tuple(columns.get(c, 0) for c in _MATCHED_COLUMNS)
+    found = [
+        (name, m)
+        for name, m in _model_presets().items()
+        if tuple(getattr(m, c) for c in _MATCHED_COLUMNS) == key
+    ]
+    if not found or len({tuple(getattr(m, f) for f in SCHEMA_LESS_FIELDS) for _, m in found}) > 1:
+        return None
+    return found[0]
+
+
 def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
-    """A ModelSpec from the architecture columns (MLA dims from the deepseek-v3 preset)."""
+    """A ModelSpec from the architecture columns. The fields the CSV has no column for
+    (``SCHEMA_LESS_FIELDS``) come from the model preset with the same architecture when there is one
+    (listed in ``assumed`` as ``architecture:<preset>``); otherwise head_dim = hidden / heads, and MLA rows take
+    DeepSeek-V3's ranks (``mla_dims``) with 3 dense layers when the row gives a dense MLP size."""
     h, a = _required(row, "hidden_size"), _required(row, "num_attention_heads")
     attention = row["attention"] or "mha"
     kv = int(_num(row, "num_key_value_heads") or a)
@@ -299,42 +372,50 @@ def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
         ffn = 4 * h
         assumed.append("ffn_hidden_size")
     extra: dict[str, Any] = {}
-    if attention == "mla":
-        ds = load_model("deepseek-v3")
-        extra = {
-            k: getattr(ds, k)
-            for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-        }
-        assumed.append("mla_dims")
     if experts:
         extra.update(
             num_experts=experts,
             experts_per_token=_required(row, "experts_per_token"),
             moe_ffn_hidden_size=_required(row, "moe_ffn_hidden_size"),
             num_shared_experts=int(_num(row, "num_shared_experts") or 0),
-            num_dense_layers=3 if attention == "mla" and ffn else 0,
         )
-    return ModelSpec(
-        name=row["model_name"] or row["id"],
-        num_layers=_required(row, "num_layers"),
-        hidden_size=h,
-        num_attention_heads=a,
-        num_key_value_heads=kv if attention != "mla" else a,
-        head_dim=h // a,
-        ffn_hidden_size=int(ffn or 0),
-        vocab_size=_int(row, "vocab_size", 51200, assumed),
-        gated_mlp=gated,
-        tied_embeddings=not gated,
-        attention=AttentionKind(attention),
-        norm=NormKind.RMSNORM if gated else NormKind.LAYERNORM,
-        linear_bias=not gated,
-        **extra,
-    )
+    base = {
+        "name": row["model_name"] or row["id"],
+        "num_layers": _required(row, "num_layers"),
+        "hidden_size": h,
+        "num_attention_heads": a,
+        "num_key_value_heads": kv if attention != "mla" else a,
+        "head_dim": h // a,
+        "ffn_hidden_size": int(ffn or 0),
+        "vocab_size": _int(row, "vocab_size", 51200, assumed),
+        "gated_mlp": gated,
+        "tied_embeddings": not gated,
+        "attention": AttentionKind(attention),
+        "norm": NormKind.RMSNORM if gated else NormKind.LAYERNORM,
+        "linear_bias": not gated,
+    }
+    match = matching_preset({**base, **extra})
+    if match is not None:
+        name, preset = match
+        extra.update({f: getattr(preset, f) for f in SCHEMA_LESS_FIELDS})
+        assumed.append(f"architecture:{name}")
+    elif attention == "mla":
+        ds = load_model("deepseek-v3")
+        extra.update(
+            {
+                k: getattr(ds, k)
+                for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+            }
+        )
+        extra["num_dense_layers"] = 3 if ffn and experts else 0
+        assumed.append("mla_dims")
+    return ModelSpec(**{**base, **extra})
 
 
 def row_cluster(row: dict[str, str], assumed: list[str], data_dir: Path | None = None) -> ClusterSpec:
     """The row's cluster (a preset, or ``clusters/<name>.toml`` beside the CSV) with the row's device and
-    node count."""
+    node count. A blank cluster, or an id the schema leaves to the row's notes (``other-*``) that is neither a
+    preset nor beside the CSV, is priced on the device's ``DEFAULT_CLUSTER`` and listed in ``assumed``."""
     device = load_device(row["device"])
     name = row["cluster"] or DEFAULT_CLUSTER.get(row["device"])
     if not row["cluster"]:
@@ -342,10 +423,14 @@ def row_cluster(row: dict[str, str], assumed: list[str], data_dir: Path | None =
     if name is None:
         raise Unexpressible(f"no cluster given and no default for device {row['device']}")
     sidecar = data_dir / "clusters" / f"{name}.toml" if data_dir is not None else None
+    fallback = DEFAULT_CLUSTER.get(row["device"])
     if name not in preset_names("cluster") and sidecar is not None and sidecar.is_file():
         cluster = load_cluster(sidecar)
     elif name in preset_names("cluster"):
         cluster = load_cluster(name)
+    elif name.startswith("other-") and fallback is not None:
+        assumed.append(f"cluster:{fallback}")
+        cluster = load_cluster(fallback)
     else:
         where = f" or {sidecar}" if sidecar is not None else ""
         raise Unexpressible(f"cluster {name!r} is neither a preset{where}")
@@ -365,10 +450,11 @@ ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "
 def row_framework(
     row: dict[str, str], assumed: list[str], override: FrameworkProfile | None = None
 ) -> FrameworkProfile:
-    """``override``, else the profile whose alias is the row's framework text, else the default profile."""
+    """``override``, else the profile the row's framework text names in its source's year (alias or keyword), else
+    the default profile."""
     if override is not None:
         return override
-    prof = profile_for_text(row.get("framework", ""))
+    prof = profile_for_text(row.get("framework", ""), year=source_year(row.get("source", "")))
     if prof is None:
         assumed.append("framework")
         return load_framework(DEFAULT_FRAMEWORK)

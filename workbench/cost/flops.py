@@ -76,6 +76,21 @@ def roofline_time_s(
     return np.maximum(flop / (peak_flop_per_s * efficiency_frac), bytes_moved / hbm_bytes_per_s)
 
 
+def attended_keys_frac(model: ModelSpec, seq_len: Array) -> Array:
+    """Mean keys a query attends to, over ``seq_len`` keys, as a share of the full score matrix, averaged
+    over the layers: 1/2 for causal attention, ``(w - w^2 / (2 s)) / s`` in a layer with a window of
+    w < s keys (``ModelSpec.sliding_window``; query i sees min(i + 1, w) keys, the mean over s queries to
+    O(1/s)). What a fused kernel executes: it skips the blocks the causal or window mask empties (at block
+    granularity, which this ignores)."""
+    s = np.maximum(np.asarray(seq_len, dtype=float), 1.0)
+    if not model.sliding_window:
+        return 0.5 + 0.0 * s
+    w = np.minimum(float(model.sliding_window), s)
+    window = (w - w * w / (2 * s)) / s
+    n = model.num_sliding_window_layers
+    return ((model.num_layers - n) * 0.5 + n * window) / model.num_layers
+
+
 def attention_ops(
     model: ModelSpec,
     *,
@@ -108,8 +123,10 @@ def attention_ops(
         ops.append(Op("layout_copies", "memory", 0.0, layout))
     score_flop = 2.0 * tokens * seq_len * a * (dqk + dv) / tp
     core_bytes = act_bytes * tokens * a * (2 * dqk + 2 * dv) / tp
-    if flash:
-        ops.append(Op("attention_core", "attention", 0.5 * score_flop, core_bytes))
+    if flash:  # causal (and windowed) blocks skipped
+        ops.append(
+            Op("attention_core", "attention", attended_keys_frac(model, seq_len) * score_flop, core_bytes)
+        )
     else:
         ops.append(Op("attention_core", "attention", score_flop, core_bytes))
         scores = tokens * seq_len * a / tp
@@ -132,12 +149,15 @@ def mlp_ops(
     capacity_factor: float = 1.0,
     dispatch_passes: float = 0.0,
     grouped_gemm: bool = True,
+    gemm_streams: int = 0,
 ) -> list[Op]:
     """The dense MLP, or an MoE block: router, the token permutation to the experts and back
     (``dispatch_passes`` HBM passes over the routed tokens), top-k routed experts (times the capacity
     factor, which also carries routing imbalance) and shared experts (DeepSeekMoE). Expert work per device is
     tokens*k/tp whatever the ep/etp split (balanced routing). The expert GEMMs' efficiency is read at the size
-    of all local experts' work when they run as one ``grouped_gemm``, else at one expert's."""
+    of all local experts' work when they run as one ``grouped_gemm``, else at one expert's; with
+    ``gemm_streams`` > 0 (a grouped GEMM issued as one GEMM per local expert over that many streams, as
+    Transformer Engine 2.9's GroupedLinear does) at the work of min(streams, local experts) experts."""
     h, n_mat = model.hidden_size, (3 if model.gated_mlp else 2)
     if not moe_layer:
         f = model.ffn_hidden_size
@@ -163,7 +183,10 @@ def mlp_ops(
             "matmul",
             2.0 * routed * n_mat * h * f,
             act_bytes * (routed * (2 * h + n_mat * f) + w_local),
-            gemm_flop=2.0 * (routed if grouped_gemm else per_expert_tokens) * h * f,
+            gemm_flop=2.0
+            * _expert_gemm_tokens(routed, per_expert_tokens, e / ep, grouped_gemm, gemm_streams)
+            * h
+            * f,
         ),
     ]
     if model.num_shared_experts:
@@ -180,6 +203,15 @@ def mlp_ops(
     return ops
 
 
+def _expert_gemm_tokens(routed: Array, per_expert: Array, local: Array, grouped: bool, streams: int) -> Array:
+    """Tokens of the expert GEMM work that runs as one unit (see :func:`mlp_ops`)."""
+    if not grouped:
+        return per_expert
+    if streams > 0:
+        return per_expert * np.minimum(float(streams), np.maximum(local, 1.0))
+    return routed
+
+
 def cheap_recompute_ops(
     model: ModelSpec,
     *,
@@ -188,19 +220,24 @@ def cheap_recompute_ops(
     act_bytes: float,
     moe_layer: bool,
     capacity_factor: float = 1.0,
+    modules: tuple[str, ...] | None = None,
 ) -> list[Op]:
     """The forward work the backward pass redoes under ``FrameworkProfile.recompute_cheap_ops`` (DeepSeek-V3,
     arXiv:2412.19437 sections 3.2.3 and 3.3.3), one layer, one device: every RMSNorm (read its input, write
     its output: the block's two and MLA's two latent norms), MLA's up-projection GEMMs (q, k, v from their
     latents; the same FLOPs as in :func:`attention_ops`), and the MLP's activation function (read the gate
     and up outputs, write the product: 3 values per hidden unit of each routed and shared expert, or of the
-    dense MLP). The recomputed values are the ones ``workbench.cost.memory.activation_parts`` drops."""
+    dense MLP). The recomputed values are the ones ``workbench.cost.memory.activation_parts`` drops.
+
+    ``modules`` (``FrameworkProfile.recompute_modules``, Megatron-Core's ``--recompute-modules``) picks a
+    subset: ``layernorm`` the norms, ``mla_up_proj`` the up-projections, ``moe_act`` the experts' activation
+    in MoE layers only; None: all three, with the dense MLP's activation as well (DeepSeek-V3)."""
     h, a, n_mat = model.hidden_size, model.num_attention_heads, (3 if model.gated_mlp else 2)
-    norm_width = 2 * h
+    chosen = {"layernorm", "mla_up_proj", "moe_act"} if modules is None else set(modules)
+    mla = model.attention is AttentionKind.MLA
+    r_q, r_kv = (model.q_lora_rank, model.kv_lora_rank) if mla else (0, 0)
     ops: list[Op] = []
-    if model.attention is AttentionKind.MLA:
-        r_q, r_kv = model.q_lora_rank, model.kv_lora_rank
-        norm_width += r_q + r_kv
+    if mla and "mla_up_proj" in chosen:
         up_w = (
             (r_q if r_q else h) * a * model.qk_head_dim
             + r_kv * a * (model.qk_nope_head_dim + model.value_head_dim)
@@ -214,15 +251,17 @@ def cheap_recompute_ops(
                 act_bytes * (tokens * (r_q + r_kv + up_out) + up_w),
             )
         )
-    if moe_layer:
-        f = model.moe_ffn_hidden_size
-        units = tokens * (model.experts_per_token * capacity_factor + model.num_shared_experts) * f / tp
+    if modules is None:  # DeepSeek-V3: routed and shared experts, or the dense MLP
+        experts = model.experts_per_token * capacity_factor + model.num_shared_experts
+        units = tokens * (experts * model.moe_ffn_hidden_size if moe_layer else model.ffn_hidden_size) / tp
+    elif moe_layer and "moe_act" in chosen:  # Megatron-Core moe_act: the routed experts' activation
+        units = tokens * model.experts_per_token * capacity_factor * model.moe_ffn_hidden_size / tp
     else:
-        units = tokens * model.ffn_hidden_size / tp
-    act_values = n_mat  # the activation function's inputs ((n_mat - 1) per unit) and its output
-    ops.append(
-        Op("norm_act_recompute", "memory", 0.0, act_bytes * (2 * tokens * norm_width + act_values * units))
-    )
+        units = 0.0
+    norms = 2 * tokens * (2 * h + r_q + r_kv) if "layernorm" in chosen else 0.0
+    if modules is None or "layernorm" in chosen or (moe_layer and "moe_act" in chosen):
+        # the activation function reads its (n_mat - 1) inputs per unit and writes its output
+        ops.append(Op("norm_act_recompute", "memory", 0.0, act_bytes * (norms + n_mat * units)))
     return ops
 
 
@@ -309,6 +348,7 @@ def layer_ops(
     dispatch_passes: float = 0.0,
     grouped_gemm: bool = True,
     fp8_recipe: str | None = None,
+    gemm_streams: int = 0,
 ) -> list[Op]:
     """All forward ops of one transformer block on one device for one micro-batch; ``fp8_recipe`` (FP8 runs)
     adds the quantisation of the linear layers' inputs (:func:`fp8_cast_op`)."""
@@ -331,6 +371,7 @@ def layer_ops(
         capacity_factor=capacity_factor,
         dispatch_passes=dispatch_passes,
         grouped_gemm=grouped_gemm,
+        gemm_streams=gemm_streams,
     )
     ops.append(
         elementwise_op(
@@ -378,6 +419,19 @@ def head_ops(
             flop / loss_chunks,
         ),
         Op("loss", "memory", 0.0, 3 * 4.0 * tokens * v / tp + act_bytes * tokens * h * 2),
+    ]
+
+
+def mtp_ops(model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float) -> list[Op]:
+    """One multi-token-prediction module's own work on the last stage (``ModelSpec.num_mtp_layers``;
+    DeepSeek-V3, arXiv:2412.19437 section 2.2), its block and the second pass through the head aside: the
+    RMSNorms of the hidden state and of the next token's embedding (read and write h each) and the projection
+    of their concatenation, 2h -> h (split over tp like the block's linear layers)."""
+    h = model.hidden_size
+    w = 2 * h * h / tp
+    return [
+        Op("mtp_norms", "memory", 0.0, act_bytes * tokens * 4 * h),
+        Op("mtp_projection", "matmul", 2.0 * tokens * w, act_bytes * (tokens * 3 * h + w)),
     ]
 
 

@@ -22,6 +22,10 @@ Communication volumes per layer and micro-batch (bytes per device; e = 2 bytes p
 
 What of each kind hides behind compute follows :mod:`workbench.cost.overlap`; ``LayerCosts`` keeps the
 exposed seconds (interference included) and the hidden ones.
+
+The framework profile is first resolved for the device (``FrameworkProfile.for_device``: the recipes' choice
+of dispatcher, CUDA graphs, recomputed modules and EP overlap on that GPU), so every piece here prices the
+plan as the stack runs it on that device.
 """
 
 from __future__ import annotations
@@ -30,9 +34,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from workbench.cost.comm import all_gather_s, all_reduce_s, all_to_all_s, p2p_s, reduce_scatter_s
-from workbench.cost.flops import cheap_recompute_ops, embedding_ops, head_ops, layer_ops, op_times
-from workbench.cost.memory import FP8_TILE_BYTES
+from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s
+from workbench.cost.flops import cheap_recompute_ops, embedding_ops, head_ops, layer_ops, mtp_ops, op_times
+from workbench.cost.moe import (
+    ACT_BYTES,
+    BACKWARD_KERNELS,
+    dispatch_passes,
+    moe_dispatch_s,
+    moe_host_s,
+    on_device,
+    routed_load,
+)
 from workbench.cost.overlap import overlap
 from workbench.presets.calibration import Calibration
 from workbench.specs.framework import FrameworkProfile
@@ -40,9 +52,6 @@ from workbench.specs.hardware import BYTES_PER_ELEMENT, ClusterSpec, DeviceSpec,
 from workbench.specs.model import AttentionKind, ModelSpec
 
 Array = Any
-
-ACT_BYTES = 2.0
-"""Activations and communicated tensors are 16-bit (bf16/fp16; FP8 runs keep bf16 activations)."""
 
 
 class LayerCosts(NamedTuple):
@@ -131,6 +140,7 @@ def layer_costs(
     the workload's (None: dropless), ``etp`` the expert tensor-parallel degree, ``ulysses`` the cp ranks that
     exchange heads by all-to-all (the rest of cp is the ring, ``ParallelPlan.ulysses``). The framework's
     ``host_overhead_per_layer_s`` is added to the forward and once more to the backward pass."""
+    cal = on_device(cal, cluster.device)
     fw = cal.framework
     load = routed_load(fw, capacity_factor)
     rates = device_rates(cluster.device, dtype, cal)
@@ -147,9 +157,10 @@ def layer_costs(
         moe_layer=moe_layer,
         capacity_factor=load,
         fused_elementwise=fw.fused_elementwise,
-        dispatch_passes=fw.moe_dispatch_passes,
+        dispatch_passes=dispatch_passes(fw, model, ep=ep, dtype=dtype, dropless=capacity_factor is None),
         grouped_gemm=fw.moe_grouped_gemm,
         fp8_recipe=fw.fp8_recipe if str(dtype) == "fp8" else None,
+        gemm_streams=int(fw.moe_grouped_gemm_streams),
     )
     attention = None
     if fw.flash_attention:
@@ -179,18 +190,7 @@ def layer_costs(
         hbm_bytes_per_s=rates.hbm_bytes_per_s,
         attention=attention,
     )
-    if fw.recompute_cheap_ops:
-        redo = op_times(
-            cheap_recompute_ops(
-                model, tokens=tokens, tp=tp, act_bytes=ACT_BYTES, moe_layer=moe_layer, capacity_factor=load
-            ),
-            peak_flop_per_s=rates.other_peak,
-            gemm_curve=rates.other_curve,
-            hbm_bytes_per_s=rates.hbm_bytes_per_s,
-            attention=None,
-        ).fwd_s
-    else:
-        redo = 0.0
+    redo = recompute_modules_s(model, cal, rates, tokens=tokens, tp=tp, moe_layer=moe_layer, load=load)
     overhead = fw.host_overhead_per_layer_s
     slow = compute_slowdown(fw)
     fwd = (mm.fwd_s + rest.fwd_s) * slow + overhead
@@ -278,6 +278,41 @@ def layer_costs(
     )
 
 
+def recompute_modules_s(
+    model: ModelSpec,
+    cal: Calibration,
+    rates: Rates,
+    *,
+    tokens: Array,
+    tp: Array,
+    moe_layer: bool,
+    load: float,
+) -> Array:
+    """Forward seconds (before ``compute_slowdown``) of what the backward pass recomputes under the
+    profile's ``recompute_modules``, or all three modules under ``recompute_cheap_ops``; 0 when neither."""
+    fw = cal.framework
+    if not (fw.recompute_modules or fw.recompute_cheap_ops):
+        return 0.0
+    ops = cheap_recompute_ops(
+        model,
+        tokens=tokens,
+        tp=tp,
+        act_bytes=ACT_BYTES,
+        moe_layer=moe_layer,
+        capacity_factor=load,
+        modules=None if fw.recompute_cheap_ops else fw.recompute_modules,
+    )
+    if not ops:
+        return 0.0
+    return op_times(
+        ops,
+        peak_flop_per_s=rates.other_peak,
+        gemm_curve=rates.other_curve,
+        hbm_bytes_per_s=rates.hbm_bytes_per_s,
+        attention=None,
+    ).fwd_s
+
+
 def _kv_heads(model: ModelSpec) -> int:
     """Key/value heads a rank exchanges: every head under MLA (its K and V are per head once up-projected)."""
     return model.num_attention_heads if model.attention is AttentionKind.MLA else model.num_key_value_heads
@@ -305,112 +340,6 @@ def ulysses_all_to_all_s(
     return 2 * one + 2 * all_to_all_s(cluster, kv, ulysses, stride, eff)
 
 
-MOE_LAYER_KERNELS = 60
-"""Kernels one transformer layer with an MoE block launches forward, apart from the per-expert GEMMs: the
-attention block with Transformer Engine's fusions (~20), the router (logits, softmax or sigmoid, top-k,
-auxiliary loss or bias update: ~12), permute and unpermute with their index and probability copies (~10),
-the dispatch and combine with their split-size exchanges (~8), the expert activation and the residual adds
-(~10). A count read from Megatron-Core's MoE layer (megatron/core/transformer/moe/), rounded."""
-
-BACKWARD_KERNELS = 2.0
-"""Kernels launched backward per kernel forward (input and weight gradients)."""
-
-
-def routed_load(fw: FrameworkProfile, capacity_factor: float | None) -> float:
-    """Routed copies on the busiest expert rank over the balanced share: the workload's capacity factor (experts
-    padded to it), or for dropless routing the framework's ``moe_imbalance``."""
-    return float(capacity_factor) if capacity_factor is not None else fw.moe_imbalance
-
-
-def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
-    """Host seconds to launch one MoE layer's forward: (``MOE_LAYER_KERNELS`` + per local expert 2 GEMMs, and
-    in FP8 runs their 2 quantisation kernels) x the framework's ``host_s_per_kernel``. A stack that syncs the
-    host on every MoE layer (``moe_host_sync``: Megatron-Core's alltoall dispatcher copies the tokens per expert
-    to the CPU before the all-to-all, and grouped GEMMs take their splits from the host) cannot queue work
-    ahead, so the layer takes at least this long forward and ``BACKWARD_KERNELS`` times it backward. A
-    capacity factor (drop-and-pad) fixes the splits and removes the sync."""
-    per_expert = 4.0 if str(dtype) == "fp8" else 2.0
-    local = model.num_experts / np.maximum(ep, 1)
-    return (MOE_LAYER_KERNELS + per_expert * local) * cal.framework.host_s_per_kernel
-
-
-FP8_DISPATCH_BYTES = FP8_TILE_BYTES
-"""Bytes per value of an FP8 dispatch: one e4m3 byte plus one fp32 scale per 128 values (DeepSeek-V3's
-1x128 tile-wise quantisation, arXiv:2412.19437 section 3.3.2; DeepEP's FP8 dispatch)."""
-
-
-def nodes_reached(model: ModelSpec, ep_nodes: Array) -> Array:
-    """Expected distinct nodes a token's top-k experts lie on, with the experts spread evenly over
-    ``ep_nodes`` nodes and routing uniform over the allowed ones: ``M (1 - (1 - 1/M)^k)`` for M allowed nodes
-    (the chance a node holds none of k independent picks is (1 - 1/M)^k). Group-limited routing caps M: a
-    token may use ``routed_groups_per_token`` of ``num_expert_groups`` groups, each spanning
-    ``max(1, ep_nodes / num_expert_groups)`` nodes (DeepSeek-V3 section 2.1.2: at most 4 nodes)."""
-    n = np.maximum(np.asarray(ep_nodes, dtype=float), 1.0)
-    allowed = n
-    if model.num_expert_groups and model.routed_groups_per_token:
-        per_group = np.maximum(n / model.num_expert_groups, 1.0)
-        allowed = np.minimum(n, model.routed_groups_per_token * per_group)
-    k = model.experts_per_token
-    return allowed * (1 - (1 - 1 / allowed) ** k)
-
-
-def moe_dispatch_s(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    cal: Calibration,
-    *,
-    dtype: DType | str,
-    tokens: Array,
-    tp: Array,
-    ep: Array,
-    capacity_factor: float | None = None,
-    etp: Array = 1,
-) -> tuple[Array, Array]:
-    """(forward, backward) seconds of one MoE layer's token dispatch and combine on one device per micro-batch.
-
-    Each device sends ``tokens/tp`` tokens, ``k x routed_load`` routed copies each, of
-    ``hidden`` values, over an ep group of ranks ``etp`` apart. ``alltoall``: every copy travels to its
-    expert's rank (:func:`workbench.cost.comm.all_to_all_s`). ``deepep``: a token crosses the network once per
-    remote node it reaches (``nodes_reached`` times (N - 1) / N of them for N nodes in the group), then its
-    copies fan out over NVLink; the network and NVLink legs run pipelined, the slower one sets the time.
-    The forward dispatch sends FP8 (``FP8_DISPATCH_BYTES``) in FP8 runs with ``moe_fp8_dispatch``; the combine
-    and both backward transfers carry 16-bit values. With expert tensor parallelism (ep > 1, etp > 1; the ep
-    ranks ``etp`` apart) the etp ranks of an expert all-gather the tokens routed to it before its GEMMs and
-    reduce-scatter the outputs after (Megatron-Core's MoE parallel folding), each way again backward."""
-    fw = cal.framework
-    eff = fw.collective_efficiency_frac
-    copies = model.experts_per_token * routed_load(fw, capacity_factor)
-    per_value = tokens / tp * model.hidden_size
-    dispatch_bytes = FP8_DISPATCH_BYTES if (str(dtype) == "fp8" and fw.moe_fp8_dispatch) else ACT_BYTES
-
-    def one(bytes_per_value: float) -> Array:
-        routed = per_value * copies * bytes_per_value
-        if fw.moe_dispatcher == "alltoall":
-            return all_to_all_s(cluster, routed, ep, etp, eff)
-        node = cluster.devices_per_node
-        per_node = np.maximum(np.minimum(ep, node // np.minimum(etp, node)), 1)
-        inside = all_to_all_s(cluster, routed, per_node, etp, eff)
-        nodes = np.maximum(ep // per_node, 1)
-        remote = nodes_reached(model, nodes) * (nodes - 1) / nodes
-        network = all_to_all_s(
-            cluster,
-            per_value * remote * bytes_per_value * nodes / np.maximum(nodes - 1, 1),
-            nodes,
-            per_node * etp,
-            eff,
-        )
-        return np.maximum(inside, np.where(nodes > 1, network, 0.0))
-
-    gathered = per_value * copies * ACT_BYTES * etp
-    folding = np.where(
-        (ep > 1) & (etp > 1),
-        all_gather_s(cluster, gathered, etp, 1, eff) + reduce_scatter_s(cluster, gathered, etp, 1, eff),
-        0.0,
-    )
-    fwd = one(dispatch_bytes) + one(ACT_BYTES) + folding
-    return fwd, 2 * one(ACT_BYTES) + folding
-
-
 class EdgeCosts(NamedTuple):
     """Embedding (first stage) and LM head + loss (last stage), seconds per micro-batch."""
 
@@ -422,6 +351,11 @@ class EdgeCosts(NamedTuple):
     vocab_s: Array = 0.0
     """With vocabulary parallelism: the communication each pipeline rank adds per micro-batch (forward and
     backward together, ``workbench.cost.step.vocab_parallel_comm_s``); 0 otherwise."""
+    mtp_f_s: Array = 0.0
+    """One multi-token-prediction module's own forward (``flops.mtp_ops``) plus its pass through the head and
+    loss; its transformer block is priced as a layer. 0 for a model without MTP."""
+    mtp_i_s: Array = 0.0
+    mtp_w_s: Array = 0.0
 
 
 def edge_costs(
@@ -459,12 +393,23 @@ def edge_costs(
         attention=None,
     )
     slow = compute_slowdown(cal.framework)
+    head_f, head_i, head_w = mm.fwd_s + loss.fwd_s, mm.bwd_input_s + loss.bwd_input_s, mm.bwd_weight_s
+    mtp = op_times(  # 16-bit like the head
+        mtp_ops(model, tokens=tokens, tp=tp, act_bytes=ACT_BYTES) if model.num_mtp_layers else [],
+        peak_flop_per_s=rates.other_peak,
+        gemm_curve=rates.other_curve,
+        hbm_bytes_per_s=rates.hbm_bytes_per_s,
+        attention=None,
+    )
     return EdgeCosts(
         emb.fwd_s * slow,
         emb.bwd_input_s * slow,
-        (mm.fwd_s + loss.fwd_s) * slow,
-        (mm.bwd_input_s + loss.bwd_input_s) * slow,
-        mm.bwd_weight_s * slow,
+        head_f * slow,
+        head_i * slow,
+        head_w * slow,
+        mtp_f_s=(head_f + mtp.fwd_s) * slow,
+        mtp_i_s=(head_i + mtp.bwd_input_s) * slow,
+        mtp_w_s=(head_w + mtp.bwd_weight_s) * slow,
     )
 
 

@@ -92,6 +92,7 @@ def activation_parts(
     capacity_factor: float = 1.0,
     fp8_cache: bool = False,
     recompute_cheap: bool = False,
+    recompute_modules: tuple[str, ...] = (),
 ) -> ActivationParts:
     """Korthikanti et al. 2022 section 4.1, generalised to GQA/MLA, gated MLPs and MoE (see module doc).
 
@@ -100,17 +101,22 @@ def activation_parts(
     MLP's stored values in FP8 (``FP8_TILE_BYTES``), the attention output in E5M6 (``E5M6_BYTES``).
     ``recompute_cheap`` (``FrameworkProfile.recompute_cheap_ops``): RMSNorm outputs (the QKV, latent and MLP
     inputs), MLA's up-projected q, k, v and everything the MLP derives from its activation function's inputs
-    are recomputed, not stored. DeepSeek-V3 sections 3.2.3 and 3.3.3 (arXiv:2412.19437)."""
+    are recomputed, not stored. DeepSeek-V3 sections 3.2.3 and 3.3.3 (arXiv:2412.19437).
+    ``recompute_modules`` (``FrameworkProfile.recompute_modules``, Megatron-Core's selective modules) drops
+    a subset: ``layernorm`` the norm outputs, ``mla_up_proj`` MLA's up-projected q, k, v, ``moe_act`` the
+    routed experts' activation output (MoE layers)."""
     h, a = model.hidden_size, model.num_attention_heads
     mla = model.attention is AttentionKind.MLA
     kv = a if mla else model.num_key_value_heads
     dqk, dv = model.qk_head_dim, model.value_head_dim
     drop = 1.0 if dropout else 0.0
     linear = FP8_TILE_BYTES if fp8_cache else act_bytes  # a linear layer's stored input
-    norm_out = 0.0 if recompute_cheap else linear  # an RMSNorm output that feeds a linear layer
+    modules = set(recompute_modules)
+    norm_out = 0.0 if (recompute_cheap or "layernorm" in modules) else linear  # a norm output feeding a GEMM
     # two norm inputs, QKV input and MLP input (the norms' outputs), two dropout masks
     outside = act_bytes * 2 * h + norm_out * 2 * h + drop * 2 * h
-    qkv = 0.0 if (mla and recompute_cheap) else act_bytes * (a * dqk + kv * dqk + kv * dv)
+    up_proj = recompute_cheap or "mla_up_proj" in modules
+    qkv = 0.0 if (mla and up_proj) else act_bytes * (a * dqk + kv * dqk + kv * dv)
     attn = qkv + (E5M6_BYTES if fp8_cache else act_bytes) * a * dv + (0.0 if not flash else 4.0 * a)
     if mla:  # latents: their norms' inputs and outputs (the up-projections' inputs)
         attn += (act_bytes + norm_out) * (model.q_lora_rank + model.kv_lora_rank)
@@ -119,8 +125,10 @@ def activation_parts(
     if moe_layer:
         f = model.moe_ffn_hidden_size
         k = model.experts_per_token * capacity_factor
-        kept = (n_mat - 1) * f if recompute_cheap else (2 * (n_mat - 1) + 1) * f
-        mlp = k * (linear * h + per_value * kept) + per_value * model.num_shared_experts * kept
+        full = (2 * (n_mat - 1) + 1) * f
+        kept = (n_mat - 1) * f if recompute_cheap else full
+        routed = (n_mat - 1) * f if (recompute_cheap or "moe_act" in modules) else full
+        mlp = k * (linear * h + per_value * routed) + per_value * model.num_shared_experts * kept
         mlp += 4.0 * model.num_experts  # fp32 router logits
     else:
         f = model.ffn_hidden_size

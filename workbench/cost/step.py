@@ -57,7 +57,9 @@ if TYPE_CHECKING:
 Array = Any
 Cols = Mapping[str, Array]
 Holdings = dict[str, Array]
-"""dense, moe: layer counts; embedding, head: 0/1 (or bool) flags. Arrays broadcast against ``Cols``."""
+"""dense, moe: layer counts (the blocks of multi-token-prediction modules included); embedding, head: 0/1 (or
+bool) flags; mtp: multi-token-prediction modules held (their norms, projection and second head pass).
+Arrays broadcast against ``Cols``."""
 
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 """HBM traffic of one Adam step per locally owned parameter, bytes (see the module docstring)."""
@@ -97,20 +99,21 @@ class StepContext:
     def build(
         cls, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cal: Calibration
     ) -> StepContext:
-        fw, fp8 = cal.framework, str(workload.dtype) == "fp8"
+        fw, fp8 = cal.framework.for_device(cluster.device.id), str(workload.dtype) == "fp8"
         kw: dict[str, Any] = {
             "flash": fw.flash_attention,
             "dropout": fw.dropout,
             "act_bytes": ACT_BYTES,
             "fp8_cache": fp8 and fw.fp8_activation_cache,
             "recompute_cheap": fw.recompute_cheap_ops,
+            "recompute_modules": fw.recompute_modules,
         }
         dense = activation_parts(model, **kw)
         moe = (
             activation_parts(
                 model,
                 moe_layer=True,
-                capacity_factor=routed_load(cal.framework, workload.capacity_factor),
+                capacity_factor=routed_load(fw, workload.capacity_factor),
                 **kw,
             )
             if model.is_moe
@@ -214,10 +217,26 @@ def stage_layer_span(num_layers: int, num_stages: Array, stage: Array) -> tuple[
 
 def stage_holdings(model: ModelSpec, num_stages: Array, stage: Array) -> Holdings:
     """What pipeline ``stage`` of ``num_stages`` holds, elementwise: the layers of ``stage_layer_span``
-    (dense-first layers land on the first stages), the embedding on stage 0 and the LM head on the last."""
-    start, count = stage_layer_span(model.num_layers, num_stages, stage)
+    (dense-first layers land on the first stages), the embedding on stage 0 and the LM head on the last.
+    A model's multi-token-prediction modules (``ModelSpec.num_mtp_layers``) sit on the last stage after the
+    head, and the split counts each as one more layer there (each is a block like the last layer, counted in
+    ``dense`` or ``moe``), so that stage keeps fewer decoder layers, as Megatron-Bridge's DeepSeek-V3 recipes
+    lay them out (``pipeline_model_parallel_layout``: the stage with ``mtp`` and ``loss`` holds the
+    remainder, e.g. one decoder layer of 61 at pp16)."""
+    mtp = model.num_mtp_layers
+    start, count = stage_layer_span(model.num_layers + mtp, num_stages, stage)
+    last = stage == num_stages - 1
+    count = count - np.where(last, mtp, 0)  # the MTP blocks are the last "layers"
     dense = np.clip(model.num_layers - model.num_moe_layers - start, 0, count)
-    return {"dense": dense, "moe": count - dense, "embedding": stage == 0, "head": stage == num_stages - 1}
+    held_mtp = np.where(last, mtp, 0)
+    extra_moe = held_mtp if model.num_moe_layers else 0
+    return {
+        "dense": dense + (held_mtp - extra_moe),
+        "moe": count - dense + extra_moe,
+        "embedding": stage == 0,
+        "head": last,
+        "mtp": held_mtp,
+    }
 
 
 def rank_holdings(
@@ -230,7 +249,7 @@ def rank_holdings(
     2x). The model is then cut into pp*vpp/copies blocks and stage s holds block s mod pp*vpp/copies, so
     DualPipe's rank r holds blocks r and p-1-r. The ``copies`` entry of the result tells ``share_s`` that one
     micro-batch goes through one copy: 1/copies of what the rank holds."""
-    out: Holdings = {"dense": 0, "moe": 0, "embedding": False, "head": False, "copies": copies}
+    out: Holdings = {"dense": 0, "moe": 0, "embedding": False, "head": False, "mtp": 0, "copies": copies}
     blocks = pp * vpp // copies
     for k in range(int(np.max(vpp)) if np.size(vpp) else 0):
         stage = np.where(v_shape, np.where(k == 0, rank, 2 * pp - 1 - rank), rank + k * pp)
@@ -241,6 +260,7 @@ def rank_holdings(
             "moe": out["moe"] + np.where(held, one["moe"], 0),
             "embedding": out["embedding"] | (held & one["embedding"]),
             "head": out["head"] | (held & one["head"]),
+            "mtp": out["mtp"] + np.where(held, one["mtp"], 0),
             "copies": copies,
         }
     return out
@@ -424,9 +444,10 @@ def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array
     def both(name: str) -> Array:
         return nd * getattr(dense, name) + (nm * getattr(moe, name) if moe is not None else 0.0)
 
-    comp_f = both("compute_f_s") + emb * edges.embedding_f_s + head * edges.head_f_s
-    comp_i = both("compute_i_s") + emb * edges.embedding_b_s + head * edges.head_i_s
-    comp_w = both("compute_w_s") + head * edges.head_w_s
+    mtp = held.get("mtp", 0) * per
+    comp_f = both("compute_f_s") + emb * edges.embedding_f_s + head * edges.head_f_s + mtp * edges.mtp_f_s
+    comp_i = both("compute_i_s") + emb * edges.embedding_b_s + head * edges.head_i_s + mtp * edges.mtp_i_s
+    comp_w = both("compute_w_s") + head * edges.head_w_s + mtp * edges.mtp_w_s
     comm_f = {k: both(f"{k}_f_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.f}
     comm_b = {k: both(f"{k}_b_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.b}
     vocab = np.where(np.asarray(head) > 0, edges.vocab_s, 0.0) / 2  # forward and backward halves
@@ -483,11 +504,20 @@ def params_held(ctx: StepContext, cols: Cols, held: Holdings) -> tuple[Array, Ar
     experts_layer = model.num_experts * model.mlp_parameters(model.moe_ffn_hidden_size) if model.is_moe else 0
     moe_other = model.layer_parameters(model.num_layers - 1) - experts_layer if model.is_moe else 0
     head_params = model.lm_head_parameters() + (model.embedding_parameters() if model.tied_embeddings else 0)
+    mtp = np.asarray(held.get("mtp", 0))
+    h = model.hidden_size
+    # MTP modules: their norms and projection, and a copy of the shared embedding where the rank has none
+    mtp_params = mtp * (2 * h * h + 2 * h) + np.where(
+        (mtp > 0) & ~np.asarray(held["embedding"], dtype=bool) & (not model.tied_embeddings),
+        model.embedding_parameters(),
+        0,
+    )
     dense = (
         held["dense"] * model.layer_parameters(0)
         + held["moe"] * moe_other
         + held["embedding"] * model.embedding_parameters()
         + held["head"] * head_params
+        + mtp_params
     ) / cols["tp"]
     return dense * 1.0, held["moe"] * experts_layer / (cols["ep"] * expert_tp(cols))
 
@@ -663,12 +693,14 @@ def static_memory(
         zero >= 3, gathered * ctx.param_bytes, 0.0
     )
     if ctx.fp8_copy_bytes:
-        layers = sum(params_held(ctx, cols, {**held, "embedding": False, "head": False}))
+        layers = sum(params_held(ctx, cols, {**held, "embedding": False, "head": False, "mtp": 0}))
         buffers = buffers + ctx.fp8_copy_bytes * np.where(zero >= 3, gathered, layers)
     return {
         **{k: a + b for k, a, b in zip(STATE_COLUMNS, d, e, strict=True)},
         "buffers_bytes": buffers + 0.0 * dense,
-        "activation_extra_bytes": sizes.recompute_work + held["head"] * sizes.logits + 0.0 * dense,
+        "activation_extra_bytes": sizes.recompute_work
+        + (held["head"] + held.get("mtp", 0)) * sizes.logits
+        + 0.0 * dense,
     }
 
 

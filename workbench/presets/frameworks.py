@@ -2,11 +2,13 @@
 
 Keys are the fields of :class:`~workbench.specs.framework.FrameworkProfile` plus a ``[sources]`` table
 (field -> source). Unknown keys raise ValueError naming the file and listing the allowed keys; a validation
-row's ``framework`` text is matched to a profile by its ``aliases`` (:func:`profile_for_text`).
+row's ``framework`` text is matched to a profile by its ``aliases`` and ``keywords``, in the era of the
+source's year (:func:`profile_for_text`, :func:`source_year`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
@@ -24,6 +26,8 @@ runs use today, sharing its fitted constants) offering every schedule and featur
 _FIELDS = {f.name for f in fields(FrameworkProfile)}
 _TUPLES = {
     "aliases",
+    "keywords",
+    "years",
     "fitted",
     "schedules",
     "zero_stages",
@@ -86,10 +90,31 @@ def all_frameworks() -> list[FrameworkProfile]:
     return [load_framework(n) for n in framework_names()]
 
 
-def profile_for_text(text: str) -> FrameworkProfile | None:
-    """The profile whose id or alias equals ``text`` (case-insensitive, stripped); None when none does."""
-    key = text.strip().lower()
+def _words(text: str) -> str:
+    """``text`` lower-cased with hyphens, underscores, slashes and runs of spaces as one space, padded."""
+    return " " + re.sub(r"[\s_\-/]+", " ", text.strip().lower()) + " "
+
+
+def profile_for_text(text: str, *, year: int | None = None) -> FrameworkProfile | None:
+    """The profile a source's framework ``text`` names: among the profiles whose id or alias equals the text
+    (case-insensitive, stripped) or one of whose ``keywords`` occurs in it as whole words, prefer (1) one that
+    covers the source's ``year`` (``FrameworkProfile.years``), (2) an exact id or alias, (3) the longest
+    keyword (the most specific: "Megatron-DeepSpeed" is DeepSpeed, not Megatron). None when nothing matches."""
+    key, words = text.strip().lower(), _words(text)
+    best: tuple[bool, bool, int] | None = None
+    found: FrameworkProfile | None = None
     for prof in all_frameworks():
-        if key == prof.id or key in (a.lower() for a in prof.aliases):
-            return prof
-    return None
+        exact = key == prof.id or key in (a.lower() for a in prof.aliases)
+        hits = [len(k) for k in prof.keywords if _words(k) in words]
+        if not (exact or hits):
+            continue
+        score = (prof.covers_year(year), exact, max(hits, default=0))
+        if best is None or score > best:
+            best, found = score, prof
+    return found
+
+
+def source_year(source: str) -> int | None:
+    """The first year (1990-2099, as four digits) in a citation, outside its ``[...]`` locator; None if none."""
+    match = re.search(r"(?<!\d)(19[9]\d|20\d\d)(?!\d)", re.sub(r"\[[^\]]*\]", " ", source))
+    return int(match.group(1)) if match else None

@@ -14,7 +14,7 @@ from typing import Any
 
 from workbench.presets.profile_table import shape_key
 from workbench.specs.files import check_input_file
-from workbench.specs.limits import MAX_LAYERS, MODEL_MAXIMUM, check_count, shown
+from workbench.specs.limits import MAX_LAYERS, MAX_SEQ_LEN, MODEL_MAXIMUM, check_count, shown
 from workbench.specs.model import AttentionKind, ModelSpec, NormKind
 
 _FIELD_OF_KEY = {
@@ -86,13 +86,39 @@ def _attention_kind(heads: int, kv_heads: int) -> AttentionKind:
     return AttentionKind.MHA if heads == kv_heads else AttentionKind.GQA
 
 
+def _window(r: _Reader, num_layers: int) -> dict[str, Any]:
+    """``sliding_window`` and ``num_sliding_window_layers`` from the config (transformers' conventions):
+    ``layer_types`` lists ``sliding_attention`` per layer (GPT-OSS, Gemma); Qwen2/Qwen3 slide only with
+    ``use_sliding_window`` true, on the layers from ``max_window_layers`` on; otherwise an integer
+    ``sliding_window`` applies to every layer (Mistral). Empty when the model has no window."""
+    value = r.cfg.get("sliding_window")
+    if value is None or ("use_sliding_window" in r.cfg and not r.bool("use_sliding_window", False)):
+        return {}
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{r.origin}: field 'sliding_window' must be an integer or null, got {shown(value)}")
+    window = check_count(
+        r.origin, "field 'sliding_window'", value, minimum=1, maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN"
+    )
+    types = r.cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != num_layers:
+            raise ValueError(f"{r.origin}: field 'layer_types' must list one type per layer ({num_layers})")
+        layers = sum(1 for t in types if t == "sliding_attention")
+    elif "use_sliding_window" in r.cfg:
+        layers = num_layers - min(r.int("max_window_layers", default=num_layers), num_layers)
+    else:
+        layers = num_layers
+    return {"sliding_window": window, "num_sliding_window_layers": layers} if layers else {}
+
+
 def _llama_like(r: _Reader, name: str, **extra: Any) -> ModelSpec:
     h = r.int("hidden_size")
     heads = r.int("num_attention_heads")
     kv = r.int("num_key_value_heads", default=heads)
+    layers = r.int("num_hidden_layers")
     return ModelSpec(
         name=name,
-        num_layers=r.int("num_hidden_layers"),
+        num_layers=layers,
         hidden_size=h,
         num_attention_heads=heads,
         num_key_value_heads=kv,
@@ -102,6 +128,7 @@ def _llama_like(r: _Reader, name: str, **extra: Any) -> ModelSpec:
         gated_mlp=True,
         tied_embeddings=r.bool("tie_word_embeddings", False),
         attention=_attention_kind(heads, kv),
+        **_window(r, layers),
         **extra,
     )
 
@@ -142,6 +169,20 @@ def _qwen3_moe(r: _Reader, name: str) -> ModelSpec:
     )
 
 
+def _gpt_oss(r: _Reader, name: str) -> ModelSpec:
+    """GPT-OSS: top-k MoE in every layer (``num_local_experts``, experts of ``intermediate_size``), biased
+    q/k/v projections, banded attention on the ``layer_types`` marked ``sliding_attention``. The per-head
+    attention sink (one scalar per head) and the expert biases are left out: < 0.01% of the parameters."""
+    return _llama_like(
+        r,
+        name,
+        num_experts=r.int("num_local_experts"),
+        experts_per_token=r.int("num_experts_per_tok"),
+        moe_ffn_hidden_size=r.int("intermediate_size"),
+        qkv_bias=r.bool("attention_bias", False),
+    )
+
+
 def _deepseek_v3(r: _Reader, name: str) -> ModelSpec:
     if r.int("moe_layer_freq", default=1) != 1:
         raise ValueError(f"{r.origin}: moe_layer_freq must be 1 (every layer after the dense ones is MoE)")
@@ -166,6 +207,7 @@ def _deepseek_v3(r: _Reader, name: str) -> ModelSpec:
         num_expert_groups=r.int("n_group", default=0),
         routed_groups_per_token=r.int("topk_group", default=0),
         router_bias=True,
+        num_mtp_layers=r.int("num_nextn_predict_layers", default=0),
         q_lora_rank=r.int("q_lora_rank", default=0),
         kv_lora_rank=r.int("kv_lora_rank"),
         qk_nope_head_dim=r.int("qk_nope_head_dim"),
@@ -222,6 +264,7 @@ _READERS: dict[str, Callable[[_Reader, str], ModelSpec]] = {
     "Qwen2ForCausalLM": _qwen2,
     "Qwen3MoeForCausalLM": _qwen3_moe,
     "DeepseekV3ForCausalLM": _deepseek_v3,
+    "GptOssForCausalLM": _gpt_oss,
     "GPT2LMHeadModel": _gpt2,
     "GPTNeoXForCausalLM": _gpt_neox,
 }

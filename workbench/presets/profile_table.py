@@ -75,8 +75,14 @@ _SHAPE_EXEMPT = ("name", "num_layers", "num_dense_layers", "num_expert_groups", 
 
 
 def shape_key(model: ModelSpec | dict[str, Any]) -> dict[str, Any]:
-    """The fields of a model that determine one layer's cost (everything but name and layer counts)."""
-    data = model.to_dict() if isinstance(model, ModelSpec) else dict(model)
+    """The fields of a model that determine one layer's cost (everything but name and layer counts). A stored
+    manifest written before a field existed reads as that field's default (e.g. no sliding window)."""
+    if isinstance(model, ModelSpec):
+        data = model.to_dict()
+    else:
+        data = {f.name: f.default for f in fields(ModelSpec) if isinstance(f.default, int | bool)} | dict(
+            model
+        )
     return {k: v for k, v in data.items() if k not in _SHAPE_EXEMPT}
 
 

@@ -13,7 +13,7 @@ Profiles live in ``profiles/frameworks/<id>.toml`` (loader: :mod:`workbench.pres
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from workbench.specs.kernels import ATTENTION_FAMILIES
@@ -31,10 +31,31 @@ DEFAULT_MICROBATCHES = ("mbs1", "stages")
 FP8_RECIPES = ("delayed", "current", "mxfp8", "blockwise")
 """Values of ``FrameworkProfile.fp8_recipe`` (the bytes each moves: ``workbench.cost.flops.FP8_CAST_BYTES``)."""
 
-MOE_DISPATCHERS = ("alltoall", "deepep")
+MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 """Values of ``FrameworkProfile.moe_dispatcher``: ``alltoall`` sends every routed copy of a token to its
 expert's rank (Megatron-Core's alltoall token dispatcher); ``deepep`` sends a token once to each node it is
-routed to and forwards the copies inside the node over NVLink (DeepSeek's DeepEP normal kernels)."""
+routed to and forwards the copies inside the node over NVLink (DeepSeek's DeepEP normal kernels);
+``hybridep`` sends a token once to each expert-parallel rank it is routed to, with the permutation to the
+experts' order done inside the dispatch and combine kernels (NVIDIA's Hybrid-EP in DeepEP's ``hybrid-ep``
+branch, Megatron-Core's flex dispatcher ``_HybridEPManager``: "permute, all-to-all and permute for experts in a
+single step"; Megatron-Bridge allows it on GB200/GB300 NVL72 only, ``flex_dispatcher_backend.py``)."""
+
+CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
+"""Values of ``FrameworkProfile.cuda_graph_scopes``, Megatron-Core's ``cuda_graph_scope`` with
+``cuda_graph_impl="transformer_engine"`` (megatron/core/transformer/transformer_layer.py, 0.15): ``attn`` the
+input norm and the attention block, ``moe_router`` the pre-MLP norm and the router, ``moe_preprocess`` the
+token dispatcher's preprocessing (token counts and split sizes; needs ``moe_router``). A graphed part is
+replayed by one launch forward and one backward instead of its kernels one by one."""
+
+RECOMPUTE_MODULES = ("layernorm", "moe_act", "mla_up_proj")
+"""Values of ``FrameworkProfile.recompute_modules``, Megatron-Core's ``--recompute-modules`` with selective
+granularity (megatron/core/transformer/transformer_config.py, 0.15): the norms' outputs, the MoE experts'
+activation output, MLA's up-projections; each module's forward runs again in the backward pass instead of
+keeping its output (``core_attn`` is the plan's ``recompute=selective``)."""
+
+DEVICE_RECIPE_FIELDS = ("moe_dispatcher", "cuda_graph_scopes", "recompute_modules", "ep_comm_overlap")
+"""Fields a profile's ``device_recipes`` may set per device (the execution choices a stack's published recipes
+make per GPU)."""
 
 MEMORY_REPORTS = ("allocated", "reserved", "required")
 """What a stack's published peak memory counts: ``allocated`` = the caching allocator's max allocated
@@ -69,6 +90,9 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "grad_bytes_per_param": (0.0, 16.0, True),
     "host_overhead_per_layer_s": (0.0, 1.0, False),
     "moe_dispatch_passes": (0.0, 1e3, False),
+    "moe_expert_sort_passes": (0.0, 1e3, False),
+    "moe_fp8_padding_passes": (0.0, 1e3, False),
+    "moe_grouped_gemm_streams": (0.0, 64.0, False),
     "fp8_matmul_scale": (0.0, 1e3, True),
     "context_bytes": (0.0, 2.0**50, False),
     "optimizer_moment_bytes": (0.0, 8.0, True),
@@ -77,7 +101,16 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
 so they exclude 0; overlap and fragmentation shares may be 0; the upper ends of the non-fractions are far above
 any stack (a gradient of 16 bytes per parameter, a second of host time per layer, 1 PiB of context)."""
 
-_STRING_TUPLES = ("aliases", "fitted", "attention_kernels", "cp_kinds", "rank_orders")
+_STRING_TUPLES = (
+    "aliases",
+    "fitted",
+    "attention_kernels",
+    "cp_kinds",
+    "rank_orders",
+    "cuda_graph_scopes",
+    "recompute_modules",
+    "keywords",
+)
 _FLAGS = (
     "sequence_parallel",
     "default_sequence_parallel",
@@ -123,6 +156,13 @@ class FrameworkProfile:
     name: str
     aliases: tuple[str, ...] = ()
     """Names under which sources cite the stack (the ``framework`` column of the validation set)."""
+    keywords: tuple[str, ...] = ()
+    """Words that name the stack inside a longer text ("NeMo 24.07", "Megatron-LM (2023)", "PyTorch FSDP"),
+    compared with hyphens, underscores and case ignored (``workbench.presets.frameworks.profile_for_text``)."""
+    years: tuple[int, ...] = ()
+    """The calendar years the profile describes, ``[first, last]`` (empty: any): a text naming the stack in a
+    source of another year is matched to the profile of that year when one exists (Megatron-LM before 2023 ran
+    without FlashAttention; from 2023 on it is Megatron-Core)."""
     fit_group: str = ""
     """Profiles with the same group share fitted constants (a fork with its parent); default: the id."""
     description: str = ""
@@ -246,6 +286,14 @@ class FrameworkProfile:
     """HBM passes over the routed tokens (tokens x top-k x hidden) per MoE layer forward to permute them to
     their experts and back (permute: read the token, write each copy; unpermute: read each copy, write the
     weighted sum; 4 with index copies); backward moves them again. From the kernels' bytes, not fitted."""
+    moe_expert_sort_passes: float = 0.0
+    """HBM passes over the routed tokens per MoE layer forward to sort the received tokens by local expert and
+    back, when the ``alltoall`` dispatcher's rank holds more than one expert (Megatron-Core's
+    ``sort_chunks_by_idxs`` after the dispatch and before the combine: a read and a write each, 4)."""
+    moe_fp8_padding_passes: float = 0.0
+    """HBM passes over the routed tokens per MoE layer forward in dropless FP8 runs to pad each local expert's
+    tokens to the FP8 GEMM alignment and to unpad the output (Megatron-Core's TEGroupedMLP with Transformer
+    Engine's Fp8Padding / Fp8Unpadding: a read and a write each, 4)."""
     moe_dispatcher: str = "alltoall"
     """How routed tokens travel to their experts (``MOE_DISPATCHERS``)."""
     moe_fp8_dispatch: bool = False
@@ -255,13 +303,28 @@ class FrameworkProfile:
     """The local experts run as one grouped GEMM (Megatron-Core --moe-grouped-gemm, TE GroupedLinear,
     torchtitan grouped_mm): the efficiency curve is read at the size of all local experts' work; False: one
     GEMM per expert, read at one expert's size."""
+    moe_grouped_gemm_streams: float = 0.0
+    """How a grouped GEMM runs: 0 one kernel for all local experts (CUTLASS grouped GEMM, torch grouped_mm);
+    n > 0 one GEMM per local expert issued round-robin on n streams (Transformer Engine 2.9 GroupedLinear:
+    ``multi_stream_cublas_gemm`` with ``num_compute_streams = 4``; its CUTLASS grouped GEMM is Hopper-only
+    behind ``NVTE_USE_CUTLASS_GROUPED_GEMM``), so at most n experts' GEMMs share the GPU at a time."""
     moe_host_sync: bool = False
     """The host waits for the GPU once per MoE layer forward (token counts per expert copied to the CPU), so
-    the layer cannot be queued ahead and costs at least its launch time (``workbench.cost.layer.moe_host_s``).
+    the layer cannot be queued ahead and costs at least its launch time (``workbench.cost.moe.moe_host_s``).
     Megatron-Core's alltoall dispatcher does; drop-and-pad, CUDA graphs and DeepEP's fixed buffers avoid it."""
     host_s_per_kernel: float = 0.0
     """Host seconds to issue one kernel from the framework's Python code (PyTorch dispatch, autograd
     bookkeeping and the CUDA launch: ~5-20 us per op in eager PyTorch)."""
+    cuda_graph_scopes: tuple[str, ...] = ()
+    """Parts of each layer the stack replays as CUDA graphs (``CUDA_GRAPH_SCOPES``): a graphed part costs the
+    host one launch instead of one per kernel (``workbench.cost.moe.moe_host_s``)."""
+    recompute_modules: tuple[str, ...] = ()
+    """Modules whose output the backward pass recomputes instead of keeping (``RECOMPUTE_MODULES``): their
+    forward time is added to the backward (``workbench.cost.flops.cheap_recompute_ops``) and their outputs
+    leave the saved activations (``workbench.cost.memory.activation_parts``)."""
+    device_recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Device preset id -> execution fields (``DEVICE_RECIPE_FIELDS``) the stack's recipes set on that GPU,
+    applied by :meth:`for_device` when a plan is priced on it; each entry's source is in ``sources``."""
     moe_imbalance: float = 1.0
     """Routed tokens on the busiest expert-parallel rank over the mean (1: balanced, as forced-balance
     benchmarks run); scales expert compute and the all-to-all."""
@@ -328,9 +391,65 @@ class FrameworkProfile:
         bad = [k for k in self.fitted if k not in FITTABLE]
         if bad:
             raise ValueError(f"{where}: fitted {bad} cannot be fitted; allowed: {', '.join(FITTABLE)}")
+        self._check_execution_lists(where)
+        self._check_device_recipes(where)
+        if self.years and (
+            len(self.years) != 2
+            or any(isinstance(y, bool) or not isinstance(y, int) for y in self.years)
+            or not 1990 <= self.years[0] <= self.years[1] <= 2100
+        ):
+            raise ValueError(
+                f"{where}: years must be [first, last] with 1990 <= first <= last <= 2100, got "
+                f"{shown(self.years)}"
+            )
+
+    def covers_year(self, year: int | None) -> bool:
+        """Whether the profile describes the stack as it ran in ``year`` (always for None or no ``years``)."""
+        return year is None or not self.years or self.years[0] <= year <= self.years[1]
+
+    def _check_execution_lists(self, where: str) -> None:
+        """CUDA graph scopes and recompute modules: known names, and the pairs Megatron-Core refuses
+        (transformer_config.py: moe_preprocess needs moe_router; an attn graph with mla_up_proj recompute)."""
+        for name, allowed in (
+            ("cuda_graph_scopes", CUDA_GRAPH_SCOPES),
+            ("recompute_modules", RECOMPUTE_MODULES),
+        ):
+            bad = [v for v in getattr(self, name) if v not in allowed]
+            if bad:
+                raise ValueError(f"{where}: {name} {bad} unknown; allowed: {', '.join(allowed)}")
+        scopes = self.cuda_graph_scopes
+        if "moe_preprocess" in scopes and "moe_router" not in scopes:
+            raise ValueError(
+                f"{where}: cuda_graph_scopes: moe_preprocess needs moe_router, got {list(scopes)}"
+            )
+        if "attn" in scopes and "mla_up_proj" in self.recompute_modules:
+            raise ValueError(
+                f"{where}: an attn CUDA graph cannot recompute mla_up_proj (Megatron-Core refuses the pair)"
+            )
+
+    def _check_device_recipes(self, where: str) -> None:
+        """Each entry names known fields with values the profile itself would accept."""
+        if not isinstance(self.device_recipes, dict):
+            raise ValueError(f"{where}: device_recipes must be a table of device id -> fields")
+        for device, recipe in self.device_recipes.items():
+            if not isinstance(recipe, dict):
+                raise ValueError(f"{where}: device_recipes.{device} must be a table, got {shown(recipe)}")
+            bad = sorted(set(recipe) - set(DEVICE_RECIPE_FIELDS))
+            if bad:
+                raise ValueError(
+                    f"{where}: device_recipes.{device}: unknown field(s) {bad}; "
+                    f"allowed: {', '.join(DEVICE_RECIPE_FIELDS)}"
+                )
+            try:
+                self.for_device(device)
+            except ValueError as exc:
+                raise ValueError(f"{where}: device_recipes.{device}: {exc}") from None
 
     def _check_types(self, where: str) -> None:
         """Strings, flags and lists of the right kind (a TOML file may hold any type in any key)."""
+        for name in ("cuda_graph_scopes", "recompute_modules"):  # TOML lists arrive as lists
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         strings = (
             "id",
             "name",
@@ -367,6 +486,15 @@ class FrameworkProfile:
             not isinstance(k, str) or not isinstance(v, str) for k, v in self.sources.items()
         ):
             raise ValueError(f'{where}: sources must be a table of field = "source" strings')
+
+    def for_device(self, device_id: str) -> FrameworkProfile:
+        """This profile as its recipes run on the device preset ``device_id``: its ``device_recipes`` entry
+        applied (the profile itself when it has none). Raises ValueError for a bad entry."""
+        recipe = self.device_recipes.get(device_id)
+        if not recipe:
+            return self
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in recipe.items()}
+        return replace(self, device_recipes={}, **values)
 
     @property
     def group(self) -> str:

@@ -212,6 +212,7 @@ MODEL_MAXIMUM: dict[str, tuple[int, str]] = {
     "ffn_hidden_size": (MAX_FFN_HIDDEN_SIZE, "MAX_FFN_HIDDEN_SIZE"),
     "vocab_size": (MAX_VOCAB_SIZE, "MAX_VOCAB_SIZE"),
     "num_learned_positions": (MAX_SEQ_LEN, "MAX_SEQ_LEN"),
+    "num_mtp_layers": (MAX_LAYERS, "MAX_LAYERS"),
     "num_experts": (MAX_EXPERTS, "MAX_EXPERTS"),
     "experts_per_token": (MAX_EXPERTS, "MAX_EXPERTS"),
     "moe_ffn_hidden_size": (MAX_FFN_HIDDEN_SIZE, "MAX_FFN_HIDDEN_SIZE"),

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from workbench.specs.errors import check_choice, check_int
-from workbench.specs.limits import MODEL_MAXIMUM, shown
+from workbench.specs.limits import MAX_LAYERS, MAX_SEQ_LEN, MODEL_MAXIMUM, shown
 
 
 class AttentionKind(StrEnum):
@@ -70,6 +70,20 @@ class ModelSpec:
     """RMSNorm on each query and key head (Qwen3): 2 * head_dim parameters per layer."""
     num_learned_positions: int = 0
     """Rows of a learned absolute position embedding (GPT-2: ``n_positions``); 0 for rotary models."""
+    num_mtp_layers: int = 0
+    """Multi-token-prediction modules trained beside the model (DeepSeek-V3: 1, HF
+    ``num_nextn_predict_layers``; arXiv:2412.19437 section 2.2): each adds on the last pipeline stage two
+    RMSNorms, a 2h x h projection, one transformer block like the model's last and another pass through the
+    shared output head and loss, and holds a copy of the shared embedding there. Not counted in
+    ``total_parameters`` (the published sizes leave them out): see ``mtp_parameters``."""
+    sliding_window: int = 0
+    """Keys a query attends to in a sliding-window layer: itself and the ``sliding_window - 1`` tokens before
+    it (Hugging Face ``sliding_window``: Mistral-7B v0.1 4096, GPT-OSS 128); 0: every layer attends to the
+    whole causal prefix. 0..``limits.MAX_SEQ_LEN``."""
+    num_sliding_window_layers: int = 0
+    """Layers that attend through the window (GPT-OSS: every other layer, 18 of 36, HF ``layer_types``;
+    Mistral-7B v0.1: all); the others attend to the whole prefix. 0..num_layers, > 0 exactly when
+    ``sliding_window`` is."""
     # Mixture of experts. num_experts == 0 means dense.
     num_experts: int = 0
     """Routed experts per MoE layer; 0 for a dense model."""
@@ -126,6 +140,7 @@ class ModelSpec:
             "num_expert_groups",
             "routed_groups_per_token",
             "num_learned_positions",
+            "num_mtp_layers",
             "q_lora_rank",
             "kv_lora_rank",
             "qk_nope_head_dim",
@@ -140,6 +155,7 @@ class ModelSpec:
             )
         self._check_moe()
         self._check_mla()
+        self._check_window()
         if self.num_dense_layers < self.num_layers and not self.is_moe and self.ffn_hidden_size == 0:
             raise ValueError(
                 f"ModelSpec {shown(self.name)}: ffn_hidden_size must be > 0 for a dense model, got 0"
@@ -184,6 +200,18 @@ class ModelSpec:
         if self.num_dense_layers and self.ffn_hidden_size <= 0:
             raise ValueError(
                 f"ModelSpec {shown(self.name)}: ffn_hidden_size must be > 0 when num_dense_layers > 0"
+            )
+
+    def _check_window(self) -> None:
+        check_int(self, "sliding_window", minimum=0, maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
+        check_int(self, "num_sliding_window_layers", minimum=0, maximum=MAX_LAYERS, limit="MAX_LAYERS")
+        if self.num_sliding_window_layers > self.num_layers or (
+            bool(self.sliding_window) != bool(self.num_sliding_window_layers)
+        ):
+            raise ValueError(
+                f"ModelSpec {shown(self.name)}: num_sliding_window_layers={self.num_sliding_window_layers} must be "
+                f"in 1..num_layers={self.num_layers} when sliding_window={self.sliding_window} > 0, and 0 when "
+                "sliding_window is 0"
             )
 
     def _check_mla(self) -> None:
@@ -292,6 +320,13 @@ class ModelSpec:
         return (
             self._sum_layers(self.layer_parameters) + self.embedding_parameters() + self.lm_head_parameters()
         )
+
+    def mtp_parameters(self) -> int:
+        """Parameters of the multi-token-prediction modules (their embedding and head are the model's): per
+        module a block like the last layer, the 2h x h projection and two RMSNorms (DeepSeek-V3: 14B for one
+        module, the 685B - 671B of its checkpoint)."""
+        h = self.hidden_size
+        return self.num_mtp_layers * (self.layer_parameters(self.num_layers - 1) + 2 * h * h + 2 * h)
 
     def active_parameters(self) -> int:
         """Parameters used per token, embeddings included (the convention of Mixtral's '12.9B active')."""

@@ -1,0 +1,223 @@
+"""Megatron-Bridge 25.11 recipe mechanisms (issues 13 and 14): per-device recipes of a framework profile, CUDA
+graph scopes cutting host launches, the Hybrid-EP dispatcher, the token copies of Megatron-Core's MoE path
+(expert sort, FP8 padding), Transformer Engine's multi-stream grouped GEMM, recomputed modules, and
+sliding-window attention.
+
+Expected values are closed forms written out here (kernel counts by part, passes x bytes, the mean keys a
+query attends to by brute force), never values read back from the cost model's own output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+
+from workbench.cost.flops import attended_keys_frac, attention_ops, cheap_recompute_ops, mlp_ops
+from workbench.cost.memory import activation_parts
+from workbench.cost.moe import (
+    MOE_LAYER_KERNEL_PARTS,
+    MOE_LAYER_KERNELS,
+    dispatch_passes,
+    moe_host_s,
+    moe_layer_launches,
+    ranks_reached,
+)
+from workbench.presets.calibration import load_calibration
+from workbench.presets.catalog import load_model, preset_names
+from workbench.presets.frameworks import load_framework
+from workbench.presets.hf_config import model_from_hf_config
+from workbench.specs.framework import FrameworkProfile
+
+MCORE = load_framework("megatron-core-2024")
+
+
+def _profile(**changes: Any) -> FrameworkProfile:
+    return dataclasses.replace(MCORE, device_recipes={}, **changes)
+
+
+def test_profile_applies_the_recipes_of_gb200_and_gb300_only() -> None:
+    for device in ("gb200", "gb300"):
+        assert device in preset_names("device")
+        fw = MCORE.for_device(device)
+        assert fw.moe_dispatcher == "hybridep"
+        assert fw.cuda_graph_scopes == ("moe_router", "moe_preprocess")
+    assert MCORE.for_device("b200-sxm-180gb") is MCORE
+    assert MCORE.for_device("h100-sxm5-80gb").moe_dispatcher == "alltoall"
+    assert "device_recipes" in MCORE.sources
+
+
+@pytest.mark.parametrize(
+    ("recipes", "match"),
+    [
+        ({"gb200": {"fp8_matmul_scale": 0.5}}, "unknown field"),
+        ({"gb200": {"cuda_graph_scopes": ["mlp_everything"]}}, "cuda_graph_scopes"),
+        ({"gb200": {"cuda_graph_scopes": ["moe_preprocess"]}}, "needs moe_router"),
+        ({"gb200": {"moe_dispatcher": "nccl"}}, "moe_dispatcher"),
+        ({"gb200": "hybridep"}, "must be a table"),
+    ],
+)
+def test_bad_device_recipes_are_refused_with_the_device_and_field(recipes: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as err:
+        dataclasses.replace(MCORE, device_recipes=recipes)
+    assert "megatron-core-2024" in str(err.value)
+
+
+def test_attn_graph_with_mla_up_proj_recompute_is_refused() -> None:
+    with pytest.raises(ValueError, match="mla_up_proj"):
+        _profile(cuda_graph_scopes=("attn", "moe_router"), recompute_modules=("mla_up_proj",))
+
+
+def test_graphed_parts_launch_once_per_contiguous_graph() -> None:
+    parts = MOE_LAYER_KERNEL_PARTS
+    assert MOE_LAYER_KERNELS == 60 == sum(parts.values())
+    assert moe_layer_launches(_profile()) == 60
+    # router + preprocess are adjacent: one graph
+    both = _profile(moe_dispatcher="hybridep", cuda_graph_scopes=("moe_router", "moe_preprocess"))
+    assert moe_layer_launches(both) == 60 - 12 - 6 + 1
+    # attn, router and preprocess are one run in layer order: one graph
+    three = _profile(cuda_graph_scopes=("attn", "moe_router", "moe_preprocess"))
+    assert moe_layer_launches(three) == 60 - 20 - 12 - 6 + 1
+
+
+def test_host_time_of_qwen3_30b_on_gb200_follows_its_launches() -> None:
+    """ep8, FP8: 16 local experts with 2 GEMMs and 2 quantisations each."""
+    model = load_model("qwen3-30b-a3b")
+    cal = dataclasses.replace(load_calibration("default"), framework=_profile(host_s_per_kernel=1e-5))
+    gb = dataclasses.replace(cal, framework=cal.framework.for_device("gb200"))
+    gb = dataclasses.replace(
+        gb,
+        framework=dataclasses.replace(
+            gb.framework, moe_dispatcher="hybridep", cuda_graph_scopes=("moe_router",)
+        ),
+    )
+    assert float(moe_host_s(model, cal, dtype="fp8", ep=8)) == pytest.approx((60 + 4 * 16) * 1e-5)
+    assert float(moe_host_s(model, gb, dtype="fp8", ep=8)) == pytest.approx((60 - 12 + 1 + 4 * 16) * 1e-5)
+
+
+def test_ranks_reached_is_the_expected_distinct_ranks_of_k_uniform_picks() -> None:
+    model = load_model("qwen3-30b-a3b")  # top-8
+    assert float(ranks_reached(model, 8)) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+    assert float(ranks_reached(model, 1)) == pytest.approx(1.0)
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, 64, size=(20000, 8))  # rank of each of 8 independent uniform picks over 64 ranks
+    distinct = np.mean([len(set(row)) for row in picks])
+    assert float(ranks_reached(model, 64)) == pytest.approx(distinct, rel=0.01)
+
+
+def test_token_copy_passes_by_dispatcher_and_dtype() -> None:
+    model = load_model("qwen3-30b-a3b")  # 128 experts
+    fw = _profile()
+    assert (fw.moe_dispatch_passes, fw.moe_expert_sort_passes, fw.moe_fp8_padding_passes) == (4.0, 4.0, 4.0)
+    # 16 local experts: permute + sort + FP8 padding
+    assert float(dispatch_passes(fw, model, ep=8, dtype="fp8", dropless=True)) == 12.0
+    # one expert per rank: nothing to sort; BF16 or drop-and-pad: nothing to pad
+    assert float(dispatch_passes(fw, model, ep=128, dtype="fp8", dropless=True)) == 8.0
+    assert float(dispatch_passes(fw, model, ep=8, dtype="bf16", dropless=True)) == 8.0
+    assert float(dispatch_passes(fw, model, ep=8, dtype="fp8", dropless=False)) == 8.0
+    # Hybrid-EP permutes the received tokens into expert order, padded: no sort, no padding copies
+    hybrid = _profile(moe_dispatcher="hybridep")
+    assert float(dispatch_passes(hybrid, model, ep=8, dtype="fp8", dropless=True)) == 4.0
+    ops = {
+        o.name: o
+        for o in mlp_ops(
+            model, tokens=4096.0, tp=1, ep=8, act_bytes=2.0, moe_layer=True, dispatch_passes=12.0
+        )
+    }
+    assert ops["moe_dispatch"].bytes == pytest.approx(12.0 * 2.0 * 4096 * 8 * model.hidden_size)
+
+
+def test_multi_stream_grouped_gemm_reads_the_curve_at_streams_experts() -> None:
+    model = load_model("qwen3-30b-a3b")
+    h, f, k = model.hidden_size, model.moe_ffn_hidden_size, model.experts_per_token
+    kw: dict[str, Any] = {"tokens": 4096.0, "tp": 1, "act_bytes": 2.0, "moe_layer": True}
+
+    def experts(**more: Any) -> float:
+        return float(next(o for o in mlp_ops(model, **kw, **more) if o.name == "experts").gemm_flop)
+
+    routed = 4096 * k
+    per_expert = routed * 8 / 128  # ep 8: balanced tokens per expert
+    assert experts(ep=8) == pytest.approx(2 * routed * h * f)  # one grouped kernel
+    assert experts(ep=8, gemm_streams=4) == pytest.approx(2 * 4 * per_expert * h * f)
+    assert experts(ep=64, gemm_streams=4) == pytest.approx(2 * 2 * (routed * 64 / 128) * h * f)  # 2 local
+    assert experts(ep=8, grouped_gemm=False) == pytest.approx(2 * per_expert * h * f)
+
+
+def test_recompute_modules_redo_their_forward() -> None:
+    qwen, v3 = load_model("qwen3-30b-a3b"), load_model("deepseek-v3")
+    h, f, k = qwen.hidden_size, qwen.moe_ffn_hidden_size, qwen.experts_per_token
+    kw: dict[str, Any] = {"tokens": 1000.0, "tp": 1, "act_bytes": 2.0}
+    (norms,) = cheap_recompute_ops(qwen, moe_layer=True, modules=("layernorm",), **kw)
+    assert norms.bytes == pytest.approx(2.0 * 2 * 1000 * 2 * h)  # two norms: read and write h
+    (act,) = cheap_recompute_ops(qwen, moe_layer=True, modules=("moe_act",), **kw)
+    assert act.bytes == pytest.approx(2.0 * 3 * 1000 * k * f)  # gate, up in; product out
+    assert cheap_recompute_ops(qwen, moe_layer=False, modules=("moe_act",), **kw) == []
+    up = cheap_recompute_ops(v3, moe_layer=True, modules=("mla_up_proj",), **kw)
+    a, r_q, r_kv = v3.num_attention_heads, v3.q_lora_rank, v3.kv_lora_rank
+    up_w = r_q * a * v3.qk_head_dim + r_kv * a * (v3.qk_nope_head_dim + v3.value_head_dim)
+    assert [o.name for o in up] == ["up_proj_recompute"] and up[0].flop == pytest.approx(2.0 * 1000 * up_w)
+    assert cheap_recompute_ops(qwen, moe_layer=True, modules=("mla_up_proj",), **kw) == []
+
+
+def test_recompute_modules_leave_the_saved_activations() -> None:
+    qwen = load_model("qwen3-30b-a3b")
+    h, f, k = qwen.hidden_size, qwen.moe_ffn_hidden_size, qwen.experts_per_token
+    kw: dict[str, Any] = {"flash": True, "dropout": False, "moe_layer": True}
+    plain = activation_parts(qwen, **kw)
+    norms = activation_parts(qwen, recompute_modules=("layernorm",), **kw)
+    act = activation_parts(qwen, recompute_modules=("moe_act",), **kw)
+    assert plain.outside_tp - norms.outside_tp == pytest.approx(2.0 * 2 * h)  # the two norm outputs
+    assert plain.inside_tp - act.inside_tp == pytest.approx(2.0 * k * (5 - 2) * f)  # gated: 5f kept -> 2f
+
+
+def test_attended_keys_of_a_window_match_brute_force() -> None:
+    def brute(s: int, w: int) -> float:  # query i sees min(i + 1, w) keys, over the full s x s matrix
+        return float(np.minimum(np.arange(1, s + 1), w).sum()) / s**2
+
+    dense = load_model("llama-3.1-8b")
+    assert float(attended_keys_frac(dense, 4096)) == 0.5
+    oss = load_model("gpt-oss-120b")  # banded attention (128 keys) on 18 of its 36 layers
+    want = (18 * brute(4096, 4096) + 18 * brute(4096, 128)) / 36
+    assert float(attended_keys_frac(oss, 4096)) == pytest.approx(want, rel=2e-3)
+    assert float(attended_keys_frac(oss, 100)) == pytest.approx(0.5)  # a window longer than the sequence
+    core = {
+        o.name: o for o in attention_ops(oss, tokens=4096.0, seq_len=4096, tp=1, act_bytes=2.0, flash=True)
+    }
+    full = 2.0 * 4096 * 4096 * 64 * (64 + 64)
+    assert core["attention_core"].flop == pytest.approx(want * full, rel=2e-3)
+
+
+def test_sliding_window_from_hf_configs() -> None:
+    assert (load_model("mistral-7b").sliding_window, load_model("mistral-7b").num_sliding_window_layers) == (
+        4096,
+        32,
+    )
+    base = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "num_hidden_layers": 28,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "intermediate_size": 2816,
+        "vocab_size": 32000,
+        "sliding_window": 4096,
+        "max_window_layers": 20,
+    }
+    assert model_from_hf_config({**base, "use_sliding_window": False}).sliding_window == 0
+    on = model_from_hf_config({**base, "use_sliding_window": True})
+    assert (on.sliding_window, on.num_sliding_window_layers) == (4096, 28 - 20)
+    llama = {**base, "architectures": ["LlamaForCausalLM"], "sliding_window": 128}
+    llama["layer_types"] = ["sliding_attention", "full_attention"] * 14
+    assert model_from_hf_config(llama).num_sliding_window_layers == 14
+    with pytest.raises(ValueError, match="sliding_window"):
+        model_from_hf_config({**llama, "sliding_window": "128"})
+    with pytest.raises(ValueError, match="layer_types"):
+        model_from_hf_config({**llama, "layer_types": ["sliding_attention"]})
+
+
+@pytest.mark.parametrize(("window", "layers"), [(128, 0), (0, 4), (128, 33), (-1, 1)])
+def test_inconsistent_windows_are_refused(window: int, layers: int) -> None:
+    with pytest.raises(ValueError, match="sliding_window"):
+        dataclasses.replace(load_model("mistral-7b"), sliding_window=window, num_sliding_window_layers=layers)

@@ -1,0 +1,204 @@
+"""The MoE layer's own costs: how the stack runs it on a device, its host launches, and its token dispatch.
+
+- ``on_device``: the framework profile as the stack's recipes run on a device (``FrameworkProfile.for_device``:
+  dispatcher, CUDA graphs, recomputed modules, EP overlap per GPU).
+- Host launches (``moe_layer_launches``, ``moe_host_s``): dropless routing syncs the host once per MoE layer
+  forward, so the layer costs at least the host time to launch its kernels; CUDA-graphed parts launch once.
+- Token copies (``dispatch_passes``): HBM passes over the routed tokens outside GEMMs and transfers.
+- Dispatch and combine (``moe_dispatch_s``): the all-to-all (``alltoall``, ``hybridep``) or DeepEP's
+  node-deduplicated transfer (``deepep``), FP8 dispatch, expert tensor parallelism.
+
+Vectorisation contract as in :mod:`workbench.cost.flops`: plan fields may be numpy arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from workbench.cost.comm import all_gather_s, all_to_all_s, reduce_scatter_s
+from workbench.cost.memory import FP8_TILE_BYTES
+from workbench.presets.calibration import Calibration
+from workbench.specs.framework import FrameworkProfile
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType
+from workbench.specs.model import ModelSpec
+
+Array = Any
+
+ACT_BYTES = 2.0
+"""Activations and communicated tensors are 16-bit (bf16/fp16; FP8 runs keep bf16 activations)."""
+
+
+def on_device(cal: Calibration, device: DeviceSpec) -> Calibration:
+    """``cal`` with its framework profile as the stack's recipes run on ``device``
+    (``FrameworkProfile.for_device``); ``cal`` itself when the profile sets nothing for that device."""
+    fw = cal.framework.for_device(device.id)
+    return cal if fw is cal.framework else dataclasses.replace(cal, framework=fw)
+
+
+def dispatch_passes(
+    fw: FrameworkProfile, model: ModelSpec, *, ep: Array, dtype: DType | str, dropless: bool
+) -> Array:
+    """HBM passes over the routed tokens (tokens x top-k x hidden, 16-bit) per MoE layer forward outside the
+    GEMMs and the transfers: the permutation to the experts and back (``moe_dispatch_passes``), the sort by
+    local expert of the ``alltoall`` dispatcher when a rank holds several experts (``moe_expert_sort_passes``)
+    and the FP8 alignment padding of dropless FP8 runs (``moe_fp8_padding_passes``). ``hybridep`` permutes
+    the received tokens straight into expert order, padded to the FP8 alignment (DeepEP hybrid-ep branch
+    2025-11, csrc/hybrid_ep/executor/executor.cu: ``permute_launcher`` with ``pad_multiple``, which Megatron-Core
+    sets to the FP8 alignment, so the experts' Fp8Padding finds aligned splits): the permutation only."""
+    passes: Array = fw.moe_dispatch_passes
+    if fw.moe_dispatcher == "hybridep":
+        return passes
+    if fw.moe_dispatcher == "alltoall":
+        passes = passes + np.where(model.num_experts / np.maximum(ep, 1) > 1, fw.moe_expert_sort_passes, 0.0)
+    if str(dtype) == "fp8" and dropless:
+        passes = passes + fw.moe_fp8_padding_passes
+    return passes
+
+
+MOE_LAYER_KERNEL_PARTS: dict[str, int] = {
+    "attn": 20,
+    "moe_router": 12,
+    "moe_preprocess": 6,
+    "permute": 10,
+    "dispatch": 2,
+    "expert_act": 10,
+}
+"""Kernels one transformer layer with an MoE block launches forward, apart from the per-expert GEMMs, by part
+of the layer in layer order: the attention block with its input norm and Transformer Engine's fusions
+(``attn``), the pre-MLP norm and the router (logits, softmax or sigmoid, top-k, auxiliary loss or bias update:
+``moe_router``), the dispatcher's preprocessing (tokens per expert, the split sizes and their exchange over
+the expert group: ``moe_preprocess``), permute and unpermute with their index and probability copies
+(``permute``), the dispatch and the combine (``dispatch``), the expert activation and the residual adds
+(``expert_act``). Counts read from Megatron-Core's MoE layer (megatron/core/transformer/moe/, 0.15), rounded;
+the first three are the parts ``FrameworkProfile.cuda_graph_scopes`` can graph."""
+
+MOE_LAYER_KERNELS = sum(MOE_LAYER_KERNEL_PARTS.values())
+"""All of them (60): what a layer launches with nothing graphed and the alltoall dispatcher."""
+
+BACKWARD_KERNELS = 2.0
+"""Kernels launched backward per kernel forward (input and weight gradients)."""
+
+
+def routed_load(fw: FrameworkProfile, capacity_factor: float | None) -> float:
+    """Routed copies on the busiest expert rank over the balanced share: the workload's capacity factor (experts
+    padded to it), or for dropless routing the framework's ``moe_imbalance``."""
+    return float(capacity_factor) if capacity_factor is not None else fw.moe_imbalance
+
+
+def moe_layer_launches(fw: FrameworkProfile) -> float:
+    """Host launches of one MoE layer's forward apart from the per-expert kernels: the kernels of the
+    ``MOE_LAYER_KERNEL_PARTS`` the profile does not graph, plus one launch per CUDA graph (graphed parts that
+    follow one another in layer order replay as one graph, as Megatron-Core captures attn, moe_router and
+    moe_preprocess in one callable)."""
+    scopes = set(fw.cuda_graph_scopes)
+    eager = sum(n for k, n in MOE_LAYER_KERNEL_PARTS.items() if k not in scopes)
+    flags = [k in scopes for k in MOE_LAYER_KERNEL_PARTS]
+    graphs = sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
+    return float(eager + graphs)
+
+
+def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
+    """Host seconds to launch one MoE layer's forward: (``moe_layer_launches`` + per local expert 2 GEMMs, and
+    in FP8 runs their 2 quantisation kernels) x the framework's ``host_s_per_kernel``. A stack that syncs the
+    host on every MoE layer (``moe_host_sync``: Megatron-Core's alltoall dispatcher copies the tokens per expert
+    to the CPU before the all-to-all, the flex dispatcher's Hybrid-EP reads the dispatched token count on the
+    host when dropless, and grouped GEMMs take their splits from the host) cannot queue work ahead, so the
+    layer takes at least this long forward and ``BACKWARD_KERNELS`` times it backward. A capacity factor
+    (drop-and-pad) fixes the splits and removes the sync; CUDA graphs (``cuda_graph_scopes``) cut launches.
+    ``cal``'s profile as resolved for the device (:func:`on_device`)."""
+    per_expert = 4.0 if str(dtype) == "fp8" else 2.0
+    local = model.num_experts / np.maximum(ep, 1)
+    return (moe_layer_launches(cal.framework) + per_expert * local) * cal.framework.host_s_per_kernel
+
+
+FP8_DISPATCH_BYTES = FP8_TILE_BYTES
+"""Bytes per value of an FP8 dispatch: one e4m3 byte plus one fp32 scale per 128 values (DeepSeek-V3's
+1x128 tile-wise quantisation, arXiv:2412.19437 section 3.3.2; DeepEP's FP8 dispatch)."""
+
+
+def nodes_reached(model: ModelSpec, ep_nodes: Array) -> Array:
+    """Expected distinct nodes a token's top-k experts lie on, with the experts spread evenly over
+    ``ep_nodes`` nodes and routing uniform over the allowed ones: ``M (1 - (1 - 1/M)^k)`` for M allowed nodes
+    (the chance a node holds none of k independent picks is (1 - 1/M)^k). Group-limited routing caps M: a
+    token may use ``routed_groups_per_token`` of ``num_expert_groups`` groups, each spanning
+    ``max(1, ep_nodes / num_expert_groups)`` nodes (DeepSeek-V3 section 2.1.2: at most 4 nodes)."""
+    n = np.maximum(np.asarray(ep_nodes, dtype=float), 1.0)
+    allowed = n
+    if model.num_expert_groups and model.routed_groups_per_token:
+        per_group = np.maximum(n / model.num_expert_groups, 1.0)
+        allowed = np.minimum(n, model.routed_groups_per_token * per_group)
+    k = model.experts_per_token
+    return allowed * (1 - (1 - 1 / allowed) ** k)
+
+
+def ranks_reached(model: ModelSpec, ep: Array) -> Array:
+    """Expected distinct expert-parallel ranks a token's top-k experts lie on, the experts spread evenly over
+    ``ep`` ranks and routing uniform (forced-balance benchmarks): ``ep (1 - (1 - 1/ep)^k)`` (the chance a rank
+    holds none of k independent picks is (1 - 1/ep)^k; :func:`nodes_reached` with ranks for nodes)."""
+    n = np.maximum(np.asarray(ep, dtype=float), 1.0)
+    return n * (1 - (1 - 1 / n) ** model.experts_per_token)
+
+
+def moe_dispatch_s(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cal: Calibration,
+    *,
+    dtype: DType | str,
+    tokens: Array,
+    tp: Array,
+    ep: Array,
+    capacity_factor: float | None = None,
+    etp: Array = 1,
+) -> tuple[Array, Array]:
+    """(forward, backward) seconds of one MoE layer's token dispatch and combine on one device per micro-batch.
+
+    Each device sends ``tokens/tp`` tokens, ``k x routed_load`` routed copies each, of
+    ``hidden`` values, over an ep group of ranks ``etp`` apart. ``alltoall``: every copy travels to its
+    expert's rank (:func:`workbench.cost.comm.all_to_all_s`). ``hybridep`` is priced the same: it sends a token
+    once per rank it reaches (:func:`ranks_reached`) but from 32 SMs, and its published GB200 rate, ~545 GB/s
+    of received bytes at 8 ranks and ~480-520 GB/s at 16-32 (deepseek-ai/DeepEP hybrid-ep branch,
+    docs/README_Hybrid-EP.md: 4096 tokens x 7168, top-8, 32 SMs, torch API), matches the NCCL-model time of all
+    copies at 8 ranks (0.58 ms vs 0.57 ms) and runs up to 1.35x slower at 32. ``deepep``: a token crosses the network once per
+    remote node it reaches (``nodes_reached`` times (N - 1) / N of them for N nodes in the group), then its
+    copies fan out over NVLink; the network and NVLink legs run pipelined, the slower one sets the time.
+    The forward dispatch sends FP8 (``FP8_DISPATCH_BYTES``) in FP8 runs with ``moe_fp8_dispatch``; the combine
+    and both backward transfers carry 16-bit values. With expert tensor parallelism (ep > 1, etp > 1; the ep
+    ranks ``etp`` apart) the etp ranks of an expert all-gather the tokens routed to it before its GEMMs and
+    reduce-scatter the outputs after (Megatron-Core's MoE parallel folding), each way again backward."""
+    cal = on_device(cal, cluster.device)
+    fw = cal.framework
+    eff = fw.collective_efficiency_frac
+    copies = model.experts_per_token * routed_load(fw, capacity_factor)
+    per_value = tokens / tp * model.hidden_size
+    dispatch_bytes = FP8_DISPATCH_BYTES if (str(dtype) == "fp8" and fw.moe_fp8_dispatch) else ACT_BYTES
+
+    def one(bytes_per_value: float) -> Array:
+        routed = per_value * copies * bytes_per_value
+        if fw.moe_dispatcher in ("alltoall", "hybridep"):
+            return all_to_all_s(cluster, routed, ep, etp, eff)
+        node = cluster.devices_per_node
+        per_node = np.maximum(np.minimum(ep, node // np.minimum(etp, node)), 1)
+        inside = all_to_all_s(cluster, routed, per_node, etp, eff)
+        nodes = np.maximum(ep // per_node, 1)
+        remote = nodes_reached(model, nodes) * (nodes - 1) / nodes
+        network = all_to_all_s(
+            cluster,
+            per_value * remote * bytes_per_value * nodes / np.maximum(nodes - 1, 1),
+            nodes,
+            per_node * etp,
+            eff,
+        )
+        return np.maximum(inside, np.where(nodes > 1, network, 0.0))
+
+    gathered = per_value * copies * ACT_BYTES * etp
+    folding = np.where(
+        (ep > 1) & (etp > 1),
+        all_gather_s(cluster, gathered, etp, 1, eff) + reduce_scatter_s(cluster, gathered, etp, 1, eff),
+        0.0,
+    )
+    fwd = one(dispatch_bytes) + one(ACT_BYTES) + folding
+    return fwd, 2 * one(ACT_BYTES) + folding
