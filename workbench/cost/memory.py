@@ -39,21 +39,32 @@ class StateBytes(NamedTuple):
     optimizer_states_bytes: Array
 
 
+def state_divisors(*, dp: Array, zero_stage: Array) -> tuple[Array, Array, Array]:
+    """(weights, gradients, optimizer states) sharding divisors over ``dp`` ranks by ZeRO stage: stage >= 1
+    divides the optimizer states, >= 2 the gradients, 3 the weights (Rajbhandari et al., ZeRO, sec. 5)."""
+    return (
+        np.where(zero_stage >= 3, dp, 1),
+        np.where(zero_stage >= 2, dp, 1),
+        np.where(zero_stage >= 1, dp, 1),
+    )
+
+
 def model_state_bytes(
     *,
     num_params: Array,
-    dp: Array,
-    zero_stage: Array,
+    dp: Array = 1,
+    zero_stage: Array = 0,
     param_bytes: float = 2.0,
     grad_bytes: float = 4.0,
-    optimizer_bytes: float = 12.0,
+    optimizer_bytes: Array = 12.0,
+    divisors: tuple[Array, Array, Array] | None = None,
 ) -> StateBytes:
     """Weights, gradients and optimizer states of ``num_params`` local parameters sharded over ``dp`` ranks
-    by ZeRO stage: stage >= 1 divides the optimizer states, >= 2 the gradients, 3 the weights (ZeRO, sec. 5)."""
-    opt = optimizer_bytes * num_params / np.where(zero_stage >= 1, dp, 1)
-    grads = grad_bytes * num_params / np.where(zero_stage >= 2, dp, 1)
-    params = param_bytes * num_params / np.where(zero_stage >= 3, dp, 1)
-    return StateBytes(params, grads, opt)
+    by ZeRO stage (``state_divisors``; pass ``divisors`` instead of dp and zero_stage when they are known)."""
+    w, g, o = state_divisors(dp=dp, zero_stage=zero_stage) if divisors is None else divisors
+    return StateBytes(
+        param_bytes * num_params / w, grad_bytes * num_params / g, optimizer_bytes * num_params / o
+    )
 
 
 class ActivationParts(NamedTuple):

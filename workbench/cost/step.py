@@ -43,6 +43,7 @@ from workbench.cost.memory import (
     logits_bytes,
     model_state_bytes,
     recompute_working_bytes,
+    state_divisors,
 )
 from workbench.cost.overlap import Overlapped, overlap
 from workbench.cost.placement import axis_stride, level_spans, pair_level_index
@@ -494,7 +495,8 @@ def expert_tp(cols: Cols) -> Array:
     """Expert tensor-parallel degree: the plan's ``etp`` column where it is set (> 0), else 1 when ep > 1
     (the MoE recipes' setting) and tp otherwise (``ParallelPlan.expert_tp``)."""
     auto = np.where(cols["ep"] > 1, 1, cols["tp"])
-    return np.where(np.asarray(cols.get("etp", 0)) > 0, cols.get("etp", 0), auto)
+    etp = np.asarray(cols.get("etp", 0))
+    return np.where(etp > 0, etp, auto) if etp.any() else auto  # the planner's columns leave it all 0
 
 
 def params_held(ctx: StepContext, cols: Cols, held: Holdings) -> tuple[Array, Array]:
@@ -665,8 +667,44 @@ def stored_activation_bytes(sizes: ActivationSizes, held: Holdings) -> Array:
     )
 
 
+class StaticShared(NamedTuple):
+    """What ``static_memory`` needs that no pipeline rank changes, for one set of plan columns: the executed
+    ZeRO stage, the sharding divisors of weights, gradients and optimizer states (``memory.state_divisors``)
+    of the non-expert and of the expert parameters, the optimizer bytes per parameter, ZeRO-3's two gathered
+    layers (parameters) and the buffers every rank holds. The screen builds it once per chunk for its ranks."""
+
+    zero: Array
+    dense_divisors: tuple[Array, Array, Array]
+    expert_divisors: tuple[Array, Array, Array]
+    optimizer_bytes: Array
+    gathered: Array
+    buffers: Array
+
+
+def static_shared(ctx: StepContext, cols: Cols) -> StaticShared:
+    """The rank-independent part of ``static_memory`` (see ``StaticShared``)."""
+    model, tp = ctx.model, cols["tp"]
+    zero = zero_exec(ctx, cols)
+    gathered = 2 * model.layer_parameters(model.num_layers - 1) / tp
+    buffers = np.where(tp > 1, 2 * tokens(ctx, cols) * model.hidden_size * ACT_BYTES, 0.0) + np.where(
+        zero >= 3, gathered * ctx.param_bytes, 0.0
+    )
+    return StaticShared(
+        zero=zero,
+        dense_divisors=state_divisors(dp=shard_group(cols), zero_stage=zero),
+        expert_divisors=state_divisors(dp=_expert_dp(cols), zero_stage=zero),
+        optimizer_bytes=np.where(cols.get("offload_optimizer", False), 0.0, ctx.optimizer_bytes),
+        gathered=gathered,
+        buffers=buffers,
+    )
+
+
 def static_memory(
-    ctx: StepContext, cols: Cols, held: Holdings, sizes: ActivationSizes | None = None
+    ctx: StepContext,
+    cols: Cols,
+    held: Holdings,
+    sizes: ActivationSizes | None = None,
+    shared: StaticShared | None = None,
 ) -> dict[str, Array]:
     """Memory of a pipeline rank that does not depend on the schedule, bytes per device: model states
     (``STATE_COLUMNS``: non-expert ones sharded over dp*cp, expert ones over the expert-data-parallel group,
@@ -674,24 +712,20 @@ def static_memory(
     sequence-parallel all-gather output of one layer when tp > 1, ZeRO-3's gathered weights of the current and
     the prefetched layer, and in FP8 runs the ``fp8_weight_copies`` of the layers' weights: all local ones, or
     the two gathered layers under ZeRO-3) and ``activation_extra_bytes`` (the recompute working set, plus the
-    logits on the rank that holds the LM head). ``sizes``: ``activation_sizes(ctx, cols)`` when the caller
-    has it already (it does not depend on the rank)."""
-    model, tp = ctx.model, cols["tp"]
+    logits on the rank that holds the LM head). ``sizes``: ``activation_sizes(ctx, cols)`` and ``shared``:
+    ``static_shared(ctx, cols)`` when the caller has them already (neither depends on the rank)."""
     dense, expert = params_held(ctx, cols, held)
-    zero = zero_exec(ctx, cols)
+    shared = static_shared(ctx, cols) if shared is None else shared
+    zero = shared.zero
     kw: dict[str, Any] = {
-        "zero_stage": zero,
         "param_bytes": ctx.param_bytes,
         "grad_bytes": ctx.cal.framework.grad_bytes_per_param,
-        "optimizer_bytes": np.where(cols.get("offload_optimizer", False), 0.0, ctx.optimizer_bytes),
+        "optimizer_bytes": shared.optimizer_bytes,
     }
-    d = model_state_bytes(num_params=dense, dp=shard_group(cols), **kw)
-    e = model_state_bytes(num_params=expert, dp=_expert_dp(cols), **kw)
+    d = model_state_bytes(num_params=dense, divisors=shared.dense_divisors, **kw)
+    e = model_state_bytes(num_params=expert, divisors=shared.expert_divisors, **kw)
     sizes = activation_sizes(ctx, cols) if sizes is None else sizes
-    gathered = 2 * model.layer_parameters(model.num_layers - 1) / tp
-    buffers = np.where(tp > 1, 2 * tokens(ctx, cols) * model.hidden_size * ACT_BYTES, 0.0) + np.where(
-        zero >= 3, gathered * ctx.param_bytes, 0.0
-    )
+    gathered, buffers = shared.gathered, shared.buffers
     if ctx.fp8_copy_bytes:
         layers = sum(params_held(ctx, cols, {**held, "embedding": False, "head": False, "mtp": 0}))
         buffers = buffers + ctx.fp8_copy_bytes * np.where(zero >= 3, gathered, layers)

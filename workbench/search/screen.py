@@ -121,10 +121,11 @@ def screen_memory(ctx: ScreenContext, cols: Cols) -> Cols:
     edge stages (the fewest layers when stages are uneven), the middle rank too; where a middle rank holds more
     layers than both edge ranks, that rank at its own peak count (``peak.peak_chunks_at``)."""
     sizes = step.activation_sizes(ctx.step_ctx, cols)
-    totals = [_rank_total(ctx, cols, rank, sizes) for rank in RANKS]
+    shared = step.static_shared(ctx.step_ctx, cols)
+    totals = [_rank_total(ctx, cols, rank, sizes, shared) for rank in RANKS]
     dual = ctx.peak_family[cols["schedule_code"]] == peak.PEAK_FAMILIES.index("dualpipe")
     if np.any(dual):
-        totals.append(np.where(dual, _rank_total(ctx, cols, "middle", sizes), 0.0))
+        totals.append(np.where(dual, _rank_total(ctx, cols, "middle", sizes, shared), 0.0))
     peak_bytes = np.max(totals, axis=0)
     distinct = np.flatnonzero(np.asarray(ctx.layout_holdings["heavy"]["distinct"])[cols["layout_index"]])
     if len(distinct):  # uneven stages: the rank with the most layers, at its own count of stored chunks
@@ -165,11 +166,17 @@ def _stored_peak_bytes(
     return chunks * per_chunk + held["embedding"] * first_stage * sizes.embedding
 
 
-def _rank_total(ctx: ScreenContext, cols: Cols, rank: str, sizes: step.ActivationSizes) -> Any:
+def _rank_total(
+    ctx: ScreenContext,
+    cols: Cols,
+    rank: str,
+    sizes: step.ActivationSizes,
+    shared: step.StaticShared | None = None,
+) -> Any:
     held = ctx.holdings(cols, rank)
     cal = ctx.step_ctx.cal
     parts = step.memory_columns(
-        step.static_memory(ctx.step_ctx, cols, held, sizes),
+        step.static_memory(ctx.step_ctx, cols, held, sizes, shared),
         _stored_peak_bytes(ctx, cols, held, rank, sizes),
         overhead_bytes=cal.framework.context_bytes,
         fragmentation_frac=cal.framework.fragmentation_frac,
