@@ -14,7 +14,7 @@ bubble fraction come from :mod:`workbench.estimate.metrics`, as for the estimate
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -121,37 +121,43 @@ def screen_memory(ctx: ScreenContext, cols: Cols) -> Cols:
     edge stages (the fewest layers when stages are uneven), the middle rank too; where a middle rank holds more
     layers than both edge ranks, that rank at its own peak count (``peak.peak_chunks_at``)."""
     sizes = step.activation_sizes(ctx.step_ctx, cols)
-    shared = step.static_shared(ctx.step_ctx, cols)
-    totals = [_rank_total(ctx, cols, rank, sizes, shared) for rank in RANKS]
-    dual = ctx.peak_family[cols["schedule_code"]] == peak.PEAK_FAMILIES.index("dualpipe")
+    shared, terms = step.static_shared(ctx.step_ctx, cols), peak_terms(ctx, cols)
+    totals = [_rank_total(ctx, cols, rank, sizes, shared, terms) for rank in RANKS]
+    dual = terms.family == peak.PEAK_FAMILIES.index("dualpipe")
     if np.any(dual):
-        totals.append(np.where(dual, _rank_total(ctx, cols, "middle", sizes, shared), 0.0))
+        totals.append(np.where(dual, _rank_total(ctx, cols, "middle", sizes, shared, terms), 0.0))
     peak_bytes = np.max(totals, axis=0)
     distinct = np.flatnonzero(np.asarray(ctx.layout_holdings["heavy"]["distinct"])[cols["layout_index"]])
     if len(distinct):  # uneven stages: the rank with the most layers, at its own count of stored chunks
         n = len(peak_bytes)
         sub = {k: v[distinct] for k, v in cols.items()}
-        heavy = _rank_total(ctx, sub, "heavy", _take(sizes, distinct, n))
+        heavy = _rank_total(
+            ctx,
+            sub,
+            "heavy",
+            _take(sizes, distinct, n),
+            _take(shared, distinct, n),
+            _take(terms, distinct, n),
+        )
         peak_bytes[distinct] = np.maximum(peak_bytes[distinct], heavy)
     return {"peak_memory_bytes": peak_bytes, "memory_frac": peak_bytes / ctx.capacity_bytes}
 
 
-def _stored_peak_bytes(
-    ctx: ScreenContext, cols: Cols, held: step.Holdings, rank: str, sizes: step.ActivationSizes
-) -> Any:
-    """Closed-form peak of stored activations on the first or the last rank (the pipeline term)."""
+class PeakTerms(NamedTuple):
+    """The closed-form pipeline peak of one chunk's plans that no rank changes: the peak family, rank 0's and
+    the last rank's peak counts of stored chunks (``peak.peak_chunks``) and stage 0's micro-batches in flight."""
+
+    family: Any
+    chunks0: Any
+    chunks_last: Any
+    first_stage: Any
+
+
+def peak_terms(ctx: ScreenContext, cols: Cols) -> PeakTerms:
+    """``PeakTerms`` of ``cols`` (see ``_stored_peak_bytes``)."""
     pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
     family = ctx.peak_family[cols["schedule_code"]]
     chunks0, chunks_last = peak.peak_chunks(family, pp=pp, vpp=vpp, m=m)
-    chunks = chunks0
-    if rank == "heavy":  # a middle rank: no embedding, its own peak count
-        r = held["rank"]
-        at = peak.peak_chunks_at(family, pp=pp, vpp=vpp, m=m, rank=r)
-        chunks = peak.split_backward_at(family, at, rank=r, freed_frac=sizes.freed_at_input_grad_frac)
-    if rank == "last":
-        chunks = peak.split_backward_last_rank(
-            family, chunks_last, pp=pp, freed_frac=sizes.freed_at_input_grad_frac
-        )
     # micro-batches of stage 0 in flight: all of rank 0's chunks without interleaving; looped BFS: all m;
     # interleaved 1F1B / ZB-H1: stage 0's backward comes last in each micro-batch, about 2p - 1 of them
     # (read off the simulator); V schedules: rank 0's mean
@@ -162,6 +168,30 @@ def _stored_peak_bytes(
         [chunks0, m, np.minimum(chunks0, np.minimum(m, 2 * pp - 1))],
         chunks0 / vpp,
     )
+    return PeakTerms(family, chunks0, chunks_last, first_stage)
+
+
+def _stored_peak_bytes(
+    ctx: ScreenContext,
+    cols: Cols,
+    held: step.Holdings,
+    rank: str,
+    sizes: step.ActivationSizes,
+    terms: PeakTerms | None = None,
+) -> Any:
+    """Closed-form peak of stored activations on the first or the last rank (the pipeline term); ``terms``:
+    ``peak_terms(ctx, cols)`` when the caller has it."""
+    pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
+    family, chunks0, chunks_last, first_stage = peak_terms(ctx, cols) if terms is None else terms
+    chunks = chunks0
+    if rank == "heavy":  # a middle rank: no embedding, its own peak count
+        r = held["rank"]
+        at = peak.peak_chunks_at(family, pp=pp, vpp=vpp, m=m, rank=r, edges=(chunks0, chunks_last))
+        chunks = peak.split_backward_at(family, at, rank=r, freed_frac=sizes.freed_at_input_grad_frac)
+    if rank == "last":
+        chunks = peak.split_backward_last_rank(
+            family, chunks_last, pp=pp, freed_frac=sizes.freed_at_input_grad_frac
+        )
     per_chunk = (held["dense"] * sizes.dense_layer + held["moe"] * sizes.moe_layer) / vpp  # the rank's mean
     return chunks * per_chunk + held["embedding"] * first_stage * sizes.embedding
 
@@ -172,12 +202,13 @@ def _rank_total(
     rank: str,
     sizes: step.ActivationSizes,
     shared: step.StaticShared | None = None,
+    terms: PeakTerms | None = None,
 ) -> Any:
     held = ctx.holdings(cols, rank)
     cal = ctx.step_ctx.cal
     parts = step.memory_columns(
         step.static_memory(ctx.step_ctx, cols, held, sizes, shared),
-        _stored_peak_bytes(ctx, cols, held, rank, sizes),
+        _stored_peak_bytes(ctx, cols, held, rank, sizes, terms),
         overhead_bytes=cal.framework.context_bytes,
         fragmentation_frac=cal.framework.fragmentation_frac,
     )
@@ -223,6 +254,8 @@ def _take(x: Any, idx: np.ndarray, n: int) -> Any:
     other shapes pass unchanged."""
     if isinstance(x, tuple) and hasattr(x, "_fields"):
         return type(x)(*(_take(v, idx, n) for v in x))
+    if isinstance(x, tuple):
+        return tuple(_take(v, idx, n) for v in x)
     a = np.asarray(x)
     return a[idx] if a.ndim == 1 and len(a) == n else x
 
