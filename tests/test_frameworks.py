@@ -49,6 +49,7 @@ def test_every_validation_framework_text_maps_to_a_profile() -> None:
         ("Megatron-DeepSpeed", None, "deepspeed-2021"),  # the longer keyword is the more specific
         ("DeepSpeed ZeRO-3", 2022, "deepspeed-2021"),
         ("PyTorch FSDP", None, "llm-foundry-2023"),  # FSDP1
+        ("PyTorch (FSDP)", None, "llm-foundry-2023"),  # whole words, whatever the punctuation
         ("TorchTitan (FSDP2)", None, "torchtitan-2024"),
         ("Megatron-LM", 2021, "megatron-lm-2021"),  # the exact alias in its era
         ("Megatron-LM", 2024, "megatron-core-2024"),  # Megatron-LM after 2022 runs Megatron-Core

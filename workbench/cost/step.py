@@ -445,7 +445,7 @@ def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array
     def both(name: str) -> Array:
         return nd * getattr(dense, name) + (nm * getattr(moe, name) if moe is not None else 0.0)
 
-    mtp = held.get("mtp", 0) * per
+    mtp = held["mtp"] * per
     comp_f = both("compute_f_s") + emb * edges.embedding_f_s + head * edges.head_f_s + mtp * edges.mtp_f_s
     comp_i = both("compute_i_s") + emb * edges.embedding_b_s + head * edges.head_i_s + mtp * edges.mtp_i_s
     comp_w = both("compute_w_s") + head * edges.head_w_s + mtp * edges.mtp_w_s
@@ -506,7 +506,7 @@ def params_held(ctx: StepContext, cols: Cols, held: Holdings) -> tuple[Array, Ar
     experts_layer = model.num_experts * model.mlp_parameters(model.moe_ffn_hidden_size) if model.is_moe else 0
     moe_other = model.layer_parameters(model.num_layers - 1) - experts_layer if model.is_moe else 0
     head_params = model.lm_head_parameters() + (model.embedding_parameters() if model.tied_embeddings else 0)
-    mtp = np.asarray(held.get("mtp", 0))
+    mtp = np.asarray(held["mtp"])
     h = model.hidden_size
     # MTP modules: their norms and projection, and a copy of the shared embedding where the rank has none
     mtp_params = mtp * (2 * h * h + 2 * h) + np.where(
@@ -530,9 +530,9 @@ def _expert_dp(cols: Cols) -> Array:
 
 
 def whole_share(model: ModelSpec, pair: LayerPair, fsdp: FsdpLayer) -> dict[str, Array]:
-    """``share_s`` of the whole model (every layer, the embedding and the LM head)."""
-    everything = {"dense": model.num_layers - model.num_moe_layers, "moe": model.num_moe_layers}
-    return share_s(pair, {**everything, "embedding": True, "head": True}, fsdp)
+    """``share_s`` of the whole model: every layer, the embedding, the LM head and the multi-token-prediction
+    modules (counted as ``stage_holdings`` counts them on the last stage)."""
+    return share_s(pair, stage_holdings(model, 1, 0), fsdp)
 
 
 def dp_comm_s(
@@ -733,7 +733,7 @@ def static_memory(
         **{k: a + b for k, a, b in zip(STATE_COLUMNS, d, e, strict=True)},
         "buffers_bytes": buffers + 0.0 * dense,
         "activation_extra_bytes": sizes.recompute_work
-        + (held["head"] + held.get("mtp", 0)) * sizes.logits
+        + (held["head"] + held["mtp"]) * sizes.logits
         + 0.0 * dense,
     }
 

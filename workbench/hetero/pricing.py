@@ -49,12 +49,14 @@ def pool_plan(
 
 
 def holdings(layers: Array, *, embedding: Array = False, head: Array = False) -> step.Holdings:
-    """What a stage of a dense model holds: ``layers`` decoder layers, and the embedding / LM head flags."""
+    """What a stage of a dense model holds: ``layers`` decoder layers, and the embedding / LM head flags (mixed
+    clusters price models without multi-token prediction)."""
     return {
         "dense": np.asarray(layers),
         "moe": 0,
         "embedding": np.asarray(embedding),
         "head": np.asarray(head),
+        "mtp": 0,
     }
 
 

@@ -91,8 +91,9 @@ def all_frameworks() -> list[FrameworkProfile]:
 
 
 def _words(text: str) -> str:
-    """``text`` lower-cased with hyphens, underscores, slashes and runs of spaces as one space, padded."""
-    return " " + re.sub(r"[\s_\-/]+", " ", text.strip().lower()) + " "
+    """``text`` lower-cased with every run of characters other than letters, digits and dots as one space,
+    padded, so keywords match whole words whatever the punctuation around them."""
+    return " " + re.sub(r"[^0-9a-z.]+", " ", text.strip().lower()) + " "
 
 
 def profile_for_text(text: str, *, year: int | None = None) -> FrameworkProfile | None:
@@ -116,5 +117,5 @@ def profile_for_text(text: str, *, year: int | None = None) -> FrameworkProfile 
 
 def source_year(source: str) -> int | None:
     """The first year (1990-2099, as four digits) in a citation, outside its ``[...]`` locator; None if none."""
-    match = re.search(r"(?<!\d)(19[9]\d|20\d\d)(?!\d)", re.sub(r"\[[^\]]*\]", " ", source))
+    match = re.search(r"(?<!\d)(199\d|20\d\d)(?!\d)", re.sub(r"\[[^\]]*\]", " ", source))
     return int(match.group(1)) if match else None
