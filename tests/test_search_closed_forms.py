@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.pipeline.bubble import bubble_s, family_of
+from workbench.pipeline.bubble import bubble_s, family_of, tile_s
 from workbench.pipeline.peak import family_codes, peak_chunks
 from workbench.pipeline.schedules import SCHEDULE_NAMES, build_schedule, schedule_rule_violations
 from workbench.pipeline.schedules.registry import get_schedule
@@ -159,3 +159,76 @@ def test_split_backward_at_every_rank_matches_the_simulated_in_flight_bytes(name
             got,
             sim.peak_activation_bytes_per_rank,
         )
+
+
+def _simulated_tile(name, pp, vpp, m, f, i, w):
+    """Makespan less the longest rank span: what overlapping consecutive steps saves."""
+    sim = simulate(
+        build_schedule(name, pp=pp, num_microbatches=m, vpp=vpp),
+        StageCosts.uniform(num_stages=pp * vpp, vpp=vpp, forward_s=f, backward_s=i + w, backward_weight_s=w),
+    )
+    return sim.makespan_s - max(sim.span_s)
+
+
+def _closed_tile(name, pp, vpp, m, f, i, w):
+    fam = family_of((name,))[0]
+    return float(tile_s(fam, pp=np.array(pp), vpp=np.array(vpp), m=np.array(m), f_s=f, i_s=i, w_s=w))
+
+
+@pytest.mark.parametrize("name", SCHEDULE_NAMES)
+def test_only_schedules_marked_as_tiling_have_rank_spans_shorter_than_the_step(name):
+    """Read off the generators: every rank of a schedule not marked ``tiles_across_steps`` spans the whole
+    step, so overlapping steps gains nothing there."""
+    tiles = get_schedule(name).tiles_across_steps
+    gains = []
+    for _, pp, vpp, m in _cases([name], vpps=(1, 2), pps=(4, 8), ms=(8, 16, 32)):
+        for f, i, w in RATIOS:
+            gains.append(_simulated_tile(name, pp, vpp, m, f, i, w))
+    assert (max(gains) > 0) == tiles, (name, max(gains))
+
+
+def test_zb_h2_tile_matches_the_generator_and_makes_the_papers_bubble():
+    """ZB-H2 tiled: exact where I >= W, within F/2 otherwise; in steady state with I <= 2W <= I + F the bubble
+    is Qi et al.'s (p-1)(F + I - 2W) (arXiv:2401.10241 Table 1)."""
+    for pp in (4, 8):
+        for m in range(pp, 2 * pp + 3):
+            for f, i, w in RATIOS:
+                got, sim = (
+                    _closed_tile("zb-h2", pp, 1, m, f, i, w),
+                    _simulated_tile("zb-h2", pp, 1, m, f, i, w),
+                )
+                assert abs(got - sim) <= (1e-9 if i >= w else 0.5 * f), (pp, m, f, i, w, got, sim)
+                if m >= 2 * pp and i <= 2 * w <= i + f:
+                    tiled_bubble = _simulated_bubble("zb-h2", pp, 1, m, f, i, w) - sim
+                    assert tiled_bubble == pytest.approx((pp - 1) * (f + i - 2 * w), abs=1e-9)
+
+
+def test_zb_h1_tile_is_exact_from_p_micro_batches():
+    """ZB-H1 tiled, W > I: the paper's (p-1)(F + I - W) bubble per v chunks (arXiv:2401.10241 Table 1)."""
+    for _, pp, vpp, m in _cases(["zb-h1"], vpps=(1, 2), pps=(4, 8), ms=(1, 2, 3, 4, 8, 16)):
+        for f, i, w in RATIOS:
+            got, sim = (
+                _closed_tile("zb-h1", pp, vpp, m, f, i, w),
+                _simulated_tile("zb-h1", pp, vpp, m, f, i, w),
+            )
+            assert abs(got - sim) <= (1e-9 if m >= pp or vpp == 1 else 0.5 * f), (
+                pp,
+                vpp,
+                m,
+                f,
+                i,
+                w,
+                got,
+                sim,
+            )
+            if m >= pp and w >= i:
+                tiled = _simulated_bubble("zb-h1", pp, vpp, m, f, i, w) - sim
+                assert tiled == pytest.approx((pp - 1) * (f + i - w) / vpp, abs=1e-9)
+
+
+def test_zbv_tile_within_half_a_forward_of_the_generator():
+    for pp in (4, 8):
+        for m in (2 * pp, 2 * pp + 2, 4 * pp):
+            for f, i, w in RATIOS:
+                got, sim = _closed_tile("zbv", pp, 2, m, f, i, w), _simulated_tile("zbv", pp, 2, m, f, i, w)
+                assert abs(got - sim) <= 0.5 * f + 1e-9, (pp, m, f, i, w, got, sim)

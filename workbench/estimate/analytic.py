@@ -15,6 +15,7 @@ import numpy as np
 
 from workbench.cost import step
 from workbench.estimate.assemble import COMM_KINDS, PlanCosts, assemble
+from workbench.pipeline import bubble
 from workbench.pipeline.simulate import StageCosts
 from workbench.presets.calibration import Calibration, load_calibration
 
@@ -104,6 +105,9 @@ def analytic_costs(
         rank_memory={k: _per_rank(v, plan.pp) for k, v in step.static_memory(ctx, cols, rank_held).items()},
         overhead_bytes=cal.framework.context_bytes,
         fragmentation_frac=cal.framework.fragmentation_frac,
+        tiled=bool(
+            bubble.tiles((plan.schedule,), post_validation=cal.framework.optimizer_post_validation)[0]
+        ),
         notes=_notes(cal, plan),
     )
 

@@ -73,7 +73,16 @@ class PlanCosts:
     """Framework overhead per device (CUDA context, workspaces)."""
     fragmentation_frac: float = 0.0
     """Allocator fragmentation as a share of the counted memory."""
+    tiled: bool = False
+    """Consecutive steps overlap (``FrameworkProfile.optimizer_post_validation`` with a schedule that
+    ``tiles_across_steps``): the pipeline's period is its longest rank span, not its makespan."""
     notes: tuple[str, ...] = field(default=())
+
+
+def pipeline_period_s(sim: SimResult, *, tiled: bool) -> float:
+    """Seconds the pipeline adds to every step: the makespan, or with ``tiled`` the longest rank span (the next
+    step's warm-up runs in this one's cool-down; ``workbench.pipeline.bubble.tile_s`` is its closed form)."""
+    return max(sim.span_s) if tiled else sim.makespan_s
 
 
 def assemble(
@@ -91,7 +100,7 @@ def assemble(
     sim = simulate(costs.schedule, costs.stages)
     m = costs.schedule.num_microbatches
     breakdown = _breakdown(sim, costs, m)
-    step = sim.makespan_s + costs.dp_comm_s + costs.optimizer_s
+    step = pipeline_period_s(sim, tiled=costs.tiled) + costs.dp_comm_s + costs.optimizer_s
     figures = throughput(
         model,
         workload,
@@ -128,7 +137,7 @@ def critical_rank(sim: SimResult) -> int:
 
 def _breakdown(sim: SimResult, costs: PlanCosts, m: int) -> StepBreakdown:
     r = critical_rank(sim)
-    idle = max(sim.makespan_s - sim.busy_s[r], 0.0)
+    idle = max(pipeline_period_s(sim, tiled=costs.tiled) - sim.busy_s[r], 0.0)
     pp_exposed = min(idle, 2 * (sim.schedule.num_stages - 1) * costs.stages.p2p_s)
     comm = {k: float(v[r]) * m for k, v in costs.rank_comm_s.items()}
     hidden = {k: float(v[r]) * m for k, v in costs.rank_hidden_s.items()}

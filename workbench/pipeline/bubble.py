@@ -23,8 +23,20 @@ chunks), p ranks, v chunks per rank and m micro-batches, makespan = m (F + B) + 
   every overlapped pair, so about m (p-1)/p + 3(p/2 - 1) hops reach the critical path (read off the
   simulator: exact for m a multiple of 2p, within one hop otherwise) instead of 2(p v - 1).
 
-The forms were read off simulations of the generators with F:I:W in {1:1:1, 1:2:1, 2:1:1, 1:1.5:0.5,
-1:0.5:1} for p in {4, 8} (``tests/test_search_bubble.py`` re-checks them).
+Tiling across steps (``tile_s``): the Zero Bubble schedules leave each rank's span shorter than the makespan
+(a parallelogram: the last rank starts (p-1)F late, the first one ends early). A stack that steps its
+optimizer without a global sync (Qi et al. 2024 section 4, optimizer post-validation) runs the next step's
+warm-up in this step's cool-down, so the period is the longest rank span: the makespan less ``tile_s``, read
+off the generators:
+
+- ZB-H2: (p-1) min(F, max(2W - I, 0)) once m >= 2p - 1, less min(W, (I+W)/2) per micro-batch below that
+  (exact for I >= W, within F/2 otherwise); with I <= 2W <= I + F the bubble becomes the paper's
+  (p-1)(F + I - 2W) (arXiv:2401.10241 Table 1);
+- ZB-V: half of ZB-H2's (within F/2 of the generator);
+- ZB-H1: (min(m, p) - 1) max(W - I, 0) / v (exact for m >= p), the paper's (p-1)(F + I - W) when W > I.
+
+With uneven stages the tile is taken on the other ranks' mean F, I, W like the bubble; the simulated gain
+can be larger (a heavier edge rank's whole start lag disappears), so the closed form errs on the slow side.
 """
 
 from __future__ import annotations
@@ -47,6 +59,12 @@ def family_of(names: tuple[str, ...]) -> np.ndarray:
     return np.array([FAMILIES.index(get_schedule(n).bubble_family) for n in names], dtype=np.int8)
 
 
+def tiles(names: tuple[str, ...], *, post_validation: bool) -> np.ndarray:
+    """Per schedule name, whether consecutive steps overlap (bool): the stack validates its optimizer step
+    afterwards (``FrameworkProfile.optimizer_post_validation``) and the schedule ``tiles_across_steps``."""
+    return np.array([post_validation and get_schedule(n).tiles_across_steps for n in names], dtype=bool)
+
+
 def bubble_s(family: Array, *, pp: Array, vpp: Array, m: Array, f_s: Array, i_s: Array, w_s: Array) -> Array:
     """Pipeline bubble in seconds (see the module docstring); 0 where pp = 1."""
     p, v = pp, vpp
@@ -66,6 +84,19 @@ def bubble_s(family: Array, *, pp: Array, vpp: Array, m: Array, f_s: Array, i_s:
     return np.where(p > 1, out, 0.0)
 
 
+def tile_s(family: Array, *, pp: Array, vpp: Array, m: Array, f_s: Array, i_s: Array, w_s: Array) -> Array:
+    """Seconds by which a tiling schedule's period (its longest rank span) falls short of its makespan (see the
+    module docstring); 0 for families that do not tile and where pp = 1."""
+    p, fam = pp, np.asarray(family)
+    zb_h1 = (np.minimum(m, p) - 1) * np.maximum(w_s - i_s, 0) / vpp
+    lag = np.minimum(f_s, np.maximum(2 * w_s - i_s, 0)) * (p - 1)
+    ramp = np.maximum(2 * p - 1 - m, 0) * np.minimum(w_s, (i_s + w_s) / 2)
+    full = np.where(fam == FAMILIES.index("v"), lag / 2, lag)
+    out = np.where(fam == FAMILIES.index("zb-h1"), zb_h1, np.maximum(full - ramp, 0.0))
+    tiles = np.isin(fam, (FAMILIES.index("zb-h1"), FAMILIES.index("zb-h2"), FAMILIES.index("v")))
+    return np.where(tiles & (p > 1), out, 0.0)
+
+
 def makespan_s(
     family: Array,
     *,
@@ -77,15 +108,18 @@ def makespan_s(
     w_s: Array,
     p2p_time_s: Array,
     others: tuple[Array, Array, Array] | None = None,
+    tiled: Array = False,
 ) -> Array:
     """m (F + I + W) + bubble + hops p2p: the step's pipeline part, seconds; hops = 2 (p v - 1), DualPipe's
     m (p-1)/p + 3(p/2 - 1) (module docstring). F, I, W are the critical
     rank's; ``others`` the mean (F, I, W) of the other ranks, which set the bubble when stages are uneven
     (1F1B on stages of times t_s: sum of t_s + (m-1) max t_s, so the bubble is the others' sum); default:
-    the critical rank's own."""
+    the critical rank's own. Where ``tiled`` (bool, per plan) consecutive steps overlap and the period is the
+    makespan less ``tile_s``."""
     dual = np.asarray(family) == FAMILIES.index("dualpipe")
     hops = np.where(dual, m * (pp - 1) / pp + 3 * (pp / 2 - 1), 2 * (pp * vpp - 1))
     hops = np.where(pp > 1, hops, 0)
     bf, bi, bw = others if others is not None else (f_s, i_s, w_s)
     bubble = bubble_s(family, pp=pp, vpp=vpp, m=m, f_s=bf, i_s=bi, w_s=bw)
+    bubble = bubble - np.where(tiled, tile_s(family, pp=pp, vpp=vpp, m=m, f_s=bf, i_s=bi, w_s=bw), 0.0)
     return m * (f_s + i_s + w_s) + bubble + hops * p2p_time_s

@@ -44,6 +44,8 @@ class ScreenContext:
     """Per schedule code: its ``workbench.pipeline.peak.PEAK_FAMILIES`` index."""
     bubble_family: np.ndarray
     """Per schedule code: its ``workbench.pipeline.bubble.FAMILIES`` index."""
+    tiled: np.ndarray
+    """Per schedule code: consecutive steps overlap (``workbench.pipeline.bubble.tiles``)."""
     layout_holdings: dict[str, step.Holdings]
     """For the first, the last, the middle (pp // 2) and the heaviest pipeline rank (``_heaviest_rank``; with
     ``distinct``, true where it holds more layers than both edge ranks, and its ``rank``):
@@ -89,6 +91,7 @@ class ScreenContext:
             schedule_names=space.schedule_names,
             peak_family=peak.family_codes(space.schedule_names),
             bubble_family=bubble.family_of(space.schedule_names),
+            tiled=bubble.tiles(space.schedule_names, post_validation=cal.framework.optimizer_post_validation),
             layout_holdings={r: {k: np.broadcast_to(v, n) for k, v in h.items()} for r, h in held.items()},
             capacity_bytes=cluster.device.hbm_bytes,
             peak_flop_per_s=cluster.device.peak(workload.dtype),
@@ -278,6 +281,7 @@ def _critical(
         w_s=share["w"],
         p2p_time_s=share["p2p_s"],
         others=others,
+        tiled=ctx.tiled[cols["schedule_code"]],
     )
     if not best:
         return share

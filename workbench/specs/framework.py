@@ -257,6 +257,11 @@ class FrameworkProfile:
     overlap_param_gather: bool = False
     """The distributed optimizer's all-gather of updated weights runs during the next step's first forward
     pass (Megatron-Core --overlap-param-gather); the first bucket stays exposed."""
+    optimizer_post_validation: bool = False
+    """Each rank steps its optimizer as soon as its own backward ends and the global checks (gradient norm for
+    clipping, NaN/Inf) are validated afterwards, rolling the step back in the rare case they fail (Qi et al.
+    2024, arXiv:2401.10241 section 4): no step-wide sync, so schedules whose ranks' spans are shorter than the
+    step (``ScheduleSpec.tiles_across_steps``) overlap consecutive steps."""
     grad_bucket_params: float = 4.0e7
     """Parameters per gradient bucket (Megatron-Core DDP default 40M; PyTorch DDP 25 MB)."""
     fsdp_prefetch: bool = False

@@ -68,6 +68,12 @@ class ScheduleSpec:
     relaxation of Megatron's m % pp == 0 for interleaved schedules)."""
     bubble_family: str
     """Its closed-form bubble in ``workbench.pipeline.bubble.FAMILIES``."""
+    tiles_across_steps: bool = False
+    """Its ranks' spans are shorter than the step (a parallelogram: the last rank starts late and the first
+    finishes early), so a stack that steps the optimizer without a global sync (``FrameworkProfile.
+    optimizer_post_validation``) starts the next step's warm-up inside this step's cool-down: the period is
+    the longest rank span (``workbench.pipeline.bubble.tile_s``). Qi et al. 2024 (arXiv:2401.10241) sec. 3 and
+    4: ZB-H1 (when W > I), ZB-H2 and ZB-V."""
     peak_family: str
     """Its closed-form activation peak in ``workbench.pipeline.peak.PEAK_FAMILIES``."""
     source: str
