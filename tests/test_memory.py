@@ -1,14 +1,19 @@
-"""Memory formulas: Megatron bytes per parameter, Korthikanti Table 2, shard invariants."""
+"""Memory formulas: Megatron bytes per parameter, Korthikanti Table 2, shard invariants, the loss peak."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from workbench.cost import step
-from workbench.cost.memory import activation_parts, layer_activation_bytes, model_state_bytes
+from workbench.cost.memory import activation_parts, layer_activation_bytes, logits_bytes, model_state_bytes
 from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import load_cluster, load_model
+from workbench.presets.frameworks import load_framework
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload
 
@@ -104,3 +109,54 @@ def test_per_op_sac_keeps_between_full_and_megatron_selective() -> None:
     op = layer_activation_bytes(parts, recompute=1, selective_op=True, **kw)  # type: ignore[arg-type]
     megatron = layer_activation_bytes(parts, recompute=1, **kw)  # type: ignore[arg-type]
     assert full < op < megatron
+
+
+_LOSS_PEAK = r"""
+import gc, sys
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+tokens, vocab, hidden = 2048, 8192, 64  # every fp32 logits tensor is 64 MiB: glibc maps it, free unmaps it
+
+
+def rss(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+
+
+h = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
+y = torch.randint(0, vocab, (tokens,))
+
+
+def step():  # torchtitan's train step: the loss on an fp32 upcast, pred freed before the backward
+    pred = h @ w.t()
+    loss = F.cross_entropy(pred.float(), y)
+    del pred
+    loss.backward()
+
+
+step()
+h.grad = w.grad = None
+gc.collect()
+base = rss("VmRSS")
+open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size
+step()
+print((rss("VmHWM") - base) / (tokens * vocab))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc peak-RSS reset")
+def test_torchtitan_loss_peak_bytes_per_logit_matches_torch() -> None:
+    """The torchtitan profile's loss peak (``loss_bytes_per_logit``) against PyTorch itself: the peak resident
+    bytes of that loss path over the number of logits, measured in a fresh process on the CPU (the autograd
+    graph, and so what is alive when, is the same on a GPU)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LOSS_PEAK], capture_output=True, text=True, check=True, timeout=120
+    )
+    measured = float(out.stdout.split()[-1])
+    assert load_framework("torchtitan-2024").loss_bytes_per_logit == pytest.approx(measured, abs=0.5)
+    model = load_model("llama-3.1-8b")
+    assert float(logits_bytes(model, tokens=8192, tp=1, bytes_per_logit=12.0)) == 8192 * model.vocab_size * 12

@@ -196,9 +196,10 @@ def recompute_working_bytes(
 
 
 def logits_bytes(
-    model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float = 2.0, loss_chunks: Array = 1
+    model: ModelSpec, *, tokens: Array, tp: Array, bytes_per_logit: float = 10.0, loss_chunks: Array = 1
 ) -> Array:
-    """Last stage: logits of one micro-batch in 16 bits, their fp32 upcast for the loss and its fp32
-    gradient, alive together at the start of the backward (vocab split over tp). With ``loss_chunks`` > 1
-    (fused linear cross-entropy, ``workbench.cost.flops.head_ops``) only one chunk's are alive at a time."""
-    return tokens / loss_chunks * model.vocab_size / tp * (act_bytes + 4.0 + 4.0)
+    """Last stage: what the loss keeps alive at the start of the backward, ``bytes_per_logit`` per logit of
+    one micro-batch (vocab split over tp; ``FrameworkProfile.loss_bytes_per_logit``: 10 = the 16-bit logits,
+    their fp32 upcast and its fp32 gradient). With ``loss_chunks`` > 1 (fused linear cross-entropy,
+    ``workbench.cost.flops.head_ops``) only one chunk's are alive at a time."""
+    return tokens / loss_chunks * model.vocab_size / tp * bytes_per_logit

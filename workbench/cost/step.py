@@ -653,7 +653,13 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
         moe_layer=np.where(off, 0.0, moe),
         embedding=tok * model.hidden_size * ACT_BYTES / np.where(cols["sequence_parallel"], tp, 1),
         recompute_work=recompute_working_bytes(ctx.moe_parts, **kw) + working,
-        logits=logits_bytes(model, tokens=tok, tp=tp, loss_chunks=cols.get("loss_chunks", 1)),
+        logits=logits_bytes(
+            model,
+            tokens=tok,
+            tp=tp,
+            bytes_per_logit=ctx.cal.framework.loss_bytes_per_logit,
+            loss_chunks=cols.get("loss_chunks", 1),
+        ),
         freed_at_input_grad_frac=np.where(cols["recompute_code"] == 0, freed, 0.0),
     )
 

@@ -96,6 +96,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "fp8_matmul_scale": (0.0, 1e3, True),
     "context_bytes": (0.0, 2.0**50, False),
     "optimizer_moment_bytes": (0.0, 8.0, True),
+    "loss_bytes_per_logit": (0.0, 64.0, False),
 }
 """Numeric field -> (lowest, highest, lowest excluded): every number finite. The efficiency shares divide a time,
 so they exclude 0; overlap and fragmentation shares may be 0; the upper ends of the non-fractions are far above
@@ -223,6 +224,11 @@ class FrameworkProfile:
     """Gradient buffer precision: Megatron main_grad fp32 = 4; FSDP pure bf16 reduction = 2."""
     master_weights: bool = True
     """fp32 master copy of the weights in the optimizer (mixed precision, Micikevicius et al. 2018)."""
+    loss_bytes_per_logit: float = 10.0
+    """Bytes per logit the loss holds at its peak, at the start of the backward (``workbench.cost.memory.
+    logits_bytes``): 10 = the 16-bit logits, their fp32 upcast and its fp32 gradient; PyTorch's
+    ``cross_entropy`` on an fp32 upcast whose 16-bit input is freed before the backward peaks at 12 (the saved
+    log-softmax, its incoming gradient and the input gradient, all fp32)."""
     optimizer_moment_bytes: float = 4.0
     """Bytes per stored optimizer moment (Adam keeps two per parameter): fp32 4; DeepSeek-V3 keeps them in
     BF16, 2 (arXiv:2412.19437 section 3.3.3, "Low-Precision Optimizer States")."""
