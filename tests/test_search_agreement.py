@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from workbench.cost import step
 from workbench.estimate.analytic import estimate_plan
 from workbench.pipeline.schedules import uses_v_placement
 from workbench.presets.calibration import load_calibration
@@ -120,3 +121,35 @@ def test_screen_agrees_with_the_estimate_when_steps_overlap():
         assert est.step_time_s <= slow.step_time_s + 1e-12
         gained += est.step_time_s < slow.step_time_s * (1 - 1e-3)
     assert gained >= 5  # the weight-gradient passes fill the ramps only where 2W > I (ZB-H2, ZB-V)
+
+
+def test_blocking_pipeline_sends_agree_and_cost_one_hop_per_action():
+    """Megatron-LM 2021 waits on every pipeline send (batch_isend_irecv, wait, device sync): each F and B of
+    each chunk exposes one hop, so the critical rank's exposed pipeline communication is 2 m v hop exactly, the
+    step is longer than with asynchronous sends, and the screen agrees with the simulated estimate."""
+    model, cluster = load_model("gpt3-175b"), load_cluster("dgx-a100", num_nodes=16)
+    workload = Workload(seq_len=2048, global_batch_size=512)
+    cal = load_calibration("default").with_framework("megatron-lm-2021")
+    assert set(cal.framework.blocking_p2p_schedules) == {"1f1b", "interleaved-1f1b"}
+    free = dataclasses.replace(cal, framework=dataclasses.replace(cal.framework, blocking_p2p_schedules=()))
+    rows = [
+        r
+        for r in _random_valid_plans(
+            model, cluster, workload, cal, 40, 11, framework_constraints(Constraints(), cal.framework)
+        )
+        if r["pp"] > 1 and r["num_microbatches"] >= 2 * r["pp"]
+    ]
+    assert len(rows) >= 5 and {r["schedule"] for r in rows} == {"1f1b", "interleaved-1f1b"}
+    for row in rows:
+        plan = plan_from_row(row)
+        est = estimate_plan(model, cluster, workload, plan, calibration=cal)
+        assert abs(row["step_time_s"] / est.step_time_s - 1) <= 0.05, (
+            row["plan"],
+            row["step_time_s"],
+            est.step_time_s,
+        )
+        ctx = step.StepContext.build(model, cluster, workload, cal)
+        hop = float(step.pp_hop_s(ctx, step.plan_columns(plan, workload)))
+        m = plan.num_microbatches(workload)
+        assert est.breakdown.exposed_pp_comm_s == pytest.approx(2 * m * plan.vpp * hop, rel=1e-9), row["plan"]
+        assert est.step_time_s > estimate_plan(model, cluster, workload, plan, calibration=free).step_time_s

@@ -433,11 +433,15 @@ def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: tuple[Array, Arr
     )
 
 
-def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array]:
+def share_s(
+    pair: LayerPair, held: Holdings, fsdp: FsdpLayer, blocking_p2p_s: Array = 0.0
+) -> dict[str, Array]:
     """Seconds per micro-batch of what ``held`` holds: f, i, w (each action's time, exposed communication
     folded in), compute (F + I + W without communication), compute_f and compute_b (its forward and backward
-    parts), the exposed tp, cp, ep and fsdp parts and the hidden ones (``hidden_<kind>``). A micro-batch goes
-    through one of the ``copies`` of the model a rank holds (``rank_holdings``; DualPipe: 2): 1/copies of it."""
+    parts), the exposed tp, cp, ep, fsdp, vocab and pp parts and the hidden ones (``hidden_<kind>``). A
+    micro-batch goes through one of the ``copies`` of the model a rank holds (``rank_holdings``; DualPipe: 2):
+    1/copies of it. ``blocking_p2p_s``: the pipeline transfers one micro-batch's forward and backward wait
+    for on what ``held`` holds (``pp_blocking_s``), split evenly between F and I."""
     per = 1 / np.asarray(held.get("copies", 1))
     nd, nm, emb, head = (held[k] * per for k in ("dense", "moe", "embedding", "head"))
     dense, moe, edges = pair
@@ -453,6 +457,7 @@ def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array
     comm_b = {k: both(f"{k}_b_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.b}
     vocab = np.where(np.asarray(head) > 0, edges.vocab_s, 0.0) / 2  # forward and backward halves
     comm_f["vocab"], comm_b["vocab"] = vocab, vocab
+    comm_f["pp"] = comm_b["pp"] = np.asarray(blocking_p2p_s) / 2
     hidden = {f"hidden_{k}": both(f"{k}_hidden_s") for k in ("tp", "cp", "ep")}
     return {
         "f": comp_f + sum(comm_f.values()),
@@ -465,6 +470,7 @@ def share_s(pair: LayerPair, held: Holdings, fsdp: FsdpLayer) -> dict[str, Array
         **hidden,
         "hidden_fsdp": (nd + nm) * fsdp.hidden,
         "hidden_vocab": 0.0 * vocab,
+        "hidden_pp": 0.0 * vocab,
     }
 
 
@@ -476,6 +482,20 @@ def pp_hop_s(ctx: StepContext, cols: Cols) -> Array:
     span = strides(cols)["pp"] * np.maximum(cols["pp"] - 1, 1)
     hop = p2p_s(ctx.cluster, payload, span, ctx.cal.framework.collective_efficiency_frac)
     return np.where(cols["pp"] > 1, hop, 0.0)
+
+
+def pp_blocking_s(ctx: StepContext, cols: Cols, blocking: Array, actions: Array) -> Array:
+    """Seconds per micro-batch a pipeline rank (or stage) waits on its own transfers when the schedule's sends
+    block compute (``blocking``, per plan: the schedule is among ``FrameworkProfile.blocking_p2p_schedules``):
+    ``actions`` chunks each send once in the forward and once in the backward, one hop each (``pp_hop_s``,
+    the slowest hop: a blocking pipeline moves at the pace of its slowest link). 0 otherwise."""
+    return np.where(np.asarray(blocking, dtype=bool), 2 * np.asarray(actions) * pp_hop_s(ctx, cols), 0.0)
+
+
+def pp_latency_s(ctx: StepContext, cols: Cols, blocking: Array) -> Array:
+    """The hop the simulated dependencies and the closed forms wait for between stages: ``pp_hop_s``, or 0
+    where the transfer already sits inside the sender's action (``pp_blocking_s``)."""
+    return np.where(np.asarray(blocking, dtype=bool), 0.0, pp_hop_s(ctx, cols))
 
 
 def pp_hop_table_s(ctx: StepContext, cols: Cols) -> np.ndarray:

@@ -35,9 +35,10 @@ if TYPE_CHECKING:
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import ParallelPlan, Workload
 
-COMM_KINDS = ("tp", "cp", "ep", "fsdp", "vocab")
+COMM_KINDS = ("tp", "cp", "ep", "fsdp", "vocab", "pp")
 """Exposed communication folded into the pipeline's actions, by kind (fsdp: ZeRO-3 per-layer traffic; vocab:
-the pipeline-group collectives of vocabulary parallelism, reported with the pipeline's communication)."""
+the pipeline-group collectives of vocabulary parallelism; pp: blocking pipeline sends, ``step.pp_blocking_s``;
+the last two reported with the pipeline's communication)."""
 
 MEMORY_PARTS = (
     "parameters_bytes",
@@ -148,7 +149,7 @@ def _breakdown(sim: SimResult, costs: PlanCosts, m: int) -> StepBreakdown:
         exposed_tp_comm_s=comm.get("tp", 0.0),
         exposed_cp_comm_s=comm.get("cp", 0.0),
         exposed_ep_comm_s=comm.get("ep", 0.0),
-        exposed_pp_comm_s=pp_exposed + comm.get("vocab", 0.0),
+        exposed_pp_comm_s=pp_exposed + comm.get("vocab", 0.0) + comm.get("pp", 0.0),
         exposed_dp_comm_s=comm.get("fsdp", 0.0) + costs.dp_comm_s,
         bubble_s=idle - pp_exposed,
         optimizer_s=costs.optimizer_s,

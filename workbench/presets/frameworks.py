@@ -35,6 +35,7 @@ _TUPLES = {
     "cp_attention_kernels",
     "cp_kinds",
     "rank_orders",
+    "blocking_p2p_schedules",
 }
 
 

@@ -46,6 +46,8 @@ class ScreenContext:
     """Per schedule code: its ``workbench.pipeline.bubble.FAMILIES`` index."""
     tiled: np.ndarray
     """Per schedule code: consecutive steps overlap (``workbench.pipeline.bubble.tiles``)."""
+    blocking: np.ndarray
+    """Per schedule code: its pipeline sends block compute (``FrameworkProfile.blocking_p2p_schedules``)."""
     layout_holdings: dict[str, step.Holdings]
     """For the first, the last, the middle (pp // 2) and the heaviest pipeline rank (``_heaviest_rank``; with
     ``distinct``, true where it holds more layers than both edge ranks, and its ``rank``):
@@ -92,6 +94,9 @@ class ScreenContext:
             peak_family=peak.family_codes(space.schedule_names),
             bubble_family=bubble.family_of(space.schedule_names),
             tiled=bubble.tiles(space.schedule_names, post_validation=cal.framework.optimizer_post_validation),
+            blocking=np.array(
+                [n in cal.framework.blocking_p2p_schedules for n in space.schedule_names], dtype=bool
+            ),
             layout_holdings={r: {k: np.broadcast_to(v, n) for k, v in h.items()} for r, h in held.items()},
             capacity_bytes=cluster.device.hbm_bytes,
             peak_flop_per_s=cluster.device.peak(workload.dtype),
@@ -234,11 +239,14 @@ def rank_terms(
     pair, fsdp = layers or _layers(ctx, cols)
     held = ctx.holdings(cols, rank)
     dense, expert = step.params_held(sc, cols, held)
-    share = step.share_s(pair, held, fsdp)
+    blocking = ctx.blocking[cols["schedule_code"]] & (cols["pp"] > 1)
+    share = step.share_s(
+        pair, held, fsdp, step.pp_blocking_s(sc, cols, blocking, cols["vpp"] / held["copies"])
+    )
     dp = step.dp_comm_s(sc, cols, dense, expert, step.whole_share(ctx.model, pair, fsdp))
     return {
         **share,
-        "p2p_s": step.pp_hop_s(sc, cols),
+        "p2p_s": step.pp_latency_s(sc, cols, blocking),
         "dp_comm_s": dp.exposed,
         "dp_hidden_s": dp.hidden,
         "optimizer_s": step.optimizer_s(sc, cols, dense, expert),
@@ -312,7 +320,12 @@ def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
         # rank, and the data-parallel reduction and the optimizer step stay the edge ranks' (a middle rank holds
         # neither the embedding nor the LM head, so its share of those differs by its extra layers only)
         heavy = {
-            **step.share_s(_take(pair, distinct, n), ctx.holdings(sub, "heavy"), _take(fsdp, distinct, n)),
+            **step.share_s(
+                _take(pair, distinct, n),
+                ctx.holdings(sub, "heavy"),
+                _take(fsdp, distinct, n),
+                edge["pp"],  # every rank waits on the same number of hops per micro-batch
+            ),
             **{k: edge[k] for k in ("p2p_s", "dp_comm_s", "dp_hidden_s", "optimizer_s")},
         }
         sub_best = _critical(
@@ -342,7 +355,7 @@ def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
         "exposed_tp_comm_s": m * best["tp"],
         "exposed_cp_comm_s": m * best["cp"],
         "exposed_ep_comm_s": m * best["ep"],
-        "exposed_pp_comm_s": pp_comm + m * best["vocab"],
+        "exposed_pp_comm_s": pp_comm + m * (best["vocab"] + best["pp"]),
         "exposed_dp_comm_s": m * best["fsdp"] + dp_s,
         "bubble_s": idle - pp_comm,
         "bubble_fraction": bubble_fraction(idle - pp_comm, step_time),

@@ -111,6 +111,7 @@ _STRING_TUPLES = (
     "cuda_graph_scopes",
     "recompute_modules",
     "keywords",
+    "blocking_p2p_schedules",
 )
 _FLAGS = (
     "sequence_parallel",
@@ -139,6 +140,7 @@ _FLAGS = (
     "vocab_parallel",
     "fp8_activation_cache",
     "recompute_cheap_ops",
+    "optimizer_post_validation",
 )
 
 
@@ -263,6 +265,13 @@ class FrameworkProfile:
     overlap_param_gather: bool = False
     """The distributed optimizer's all-gather of updated weights runs during the next step's first forward
     pass (Megatron-Core --overlap-param-gather); the first bucket stays exposed."""
+    blocking_p2p_schedules: tuple[str, ...] = ()
+    """Pipeline schedules whose sends and receives block compute: each F and B of a chunk batches its transfer
+    (``torch.distributed.batch_isend_irecv``), waits for it and synchronises the device (Megatron's
+    ``p2p_communication`` with ``batch_p2p_comm`` and ``batch_p2p_sync``, the defaults, "to protect against
+    race condition when using batch_isend_irecv"), so every pipeline action exposes one hop
+    (``workbench.cost.step.pp_blocking_s``); the others post their transfers asynchronously and only the
+    simulated dependencies wait for them."""
     optimizer_post_validation: bool = False
     """Each rank steps its optimizer as soon as its own backward ends and the global checks (gradient norm for
     clipping, NaN/Inf) are validated afterwards, rolling the step back in the rare case they fail (Qi et al.
