@@ -131,34 +131,49 @@ def test_costs_validation() -> None:
 
 
 def _reference_ends(schedule, costs) -> dict:
-    """Slow fixed-point reference: relax every action until nothing changes."""
-    dur = {
+    """Slow fixed-point reference: relax every action until nothing changes. A stage runs the cost entries of
+    its pieces (``Schedule.pieces_of_stage``: two for each DualPipe stage, one otherwise)."""
+    per_piece = {
         "F": costs.forward_s,
         "B": costs.backward_s,
         "I": costs.backward_input_s,
         "W": costs.backward_weight_s,
     }
+    dur = {
+        op: [sum(v[k] for k in schedule.pieces_of_stage(s)) for s in range(schedule.num_stages)]
+        for op, v in per_piece.items()
+    }
     key = {(a.stage, a.op, a.microbatch) for row in schedule.actions for a in row}
+
+    def dependency(a):
+        s, op, i = a
+        if op == "F":
+            return (s - 1, "F", i) if s > 0 else None
+        if op == "W":
+            return (s, "I", i)
+        if s == schedule.num_stages - 1:
+            return (s, "F", i)
+        return (s + 1, "B", i) if (s + 1, "B", i) in key else (s + 1, "I", i)
+
+    def ready(a, end):
+        d = dependency(a)
+        if d is None:
+            return 0.0
+        cross = schedule.stage_to_rank[d[0]] != schedule.stage_to_rank[a[0]]
+        return end.get(d, 0.0) + (costs.p2p_s if cross else 0.0)
+
     end: dict = {}
     changed = True
     while changed:
         changed = False
-        for row in schedule.actions:
+        for r, row in enumerate(schedule.actions):
+            openers = set(schedule.overlap_pairs[r]) if schedule.overlap_pairs else set()
             t = 0.0
-            for a in row:
-                s, op, i = a
-                if op == "F":
-                    d = (s - 1, "F", i) if s > 0 else None
-                elif op == "W":
-                    d = (s, "I", i)
-                elif s == schedule.num_stages - 1:
-                    d = (s, "F", i)
-                else:
-                    d = (s + 1, "B", i) if (s + 1, "B", i) in key else (s + 1, "I", i)
-                if d is not None:
-                    cross = schedule.stage_to_rank[d[0]] != schedule.stage_to_rank[s]
-                    t = max(t, end.get(d, 0.0) + (costs.p2p_s if cross else 0.0))
-                t += dur[op][s]
+            for j, a in enumerate(row):
+                t = max(t, ready(a, end))
+                if j in openers:  # an overlapped F&B pair starts as one unit: it waits for both inputs
+                    t = max(t, ready(row[j + 1], end))
+                t += dur[a.op][a.stage]
                 if end.get(a) != t:
                     end[a], changed = t, True
     return end
