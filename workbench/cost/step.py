@@ -484,18 +484,18 @@ def pp_hop_s(ctx: StepContext, cols: Cols) -> Array:
     return np.where(cols["pp"] > 1, hop, 0.0)
 
 
-def pp_blocking_s(ctx: StepContext, cols: Cols, blocking: Array, actions: Array) -> Array:
+def pp_blocking_s(hop_s: Array, blocking: Array, actions: Array) -> Array:
     """Seconds per micro-batch a pipeline rank (or stage) waits on its own transfers when the schedule's sends
     block compute (``blocking``, per plan: the schedule is among ``FrameworkProfile.blocking_p2p_schedules``):
-    ``actions`` chunks each send once in the forward and once in the backward, one hop each (``pp_hop_s``,
-    the slowest hop: a blocking pipeline moves at the pace of its slowest link). 0 otherwise."""
-    return np.where(np.asarray(blocking, dtype=bool), 2 * np.asarray(actions) * pp_hop_s(ctx, cols), 0.0)
+    ``actions`` chunks each send once in the forward and once in the backward, one hop ``hop_s`` each
+    (``pp_hop_s``, the slowest hop: a blocking pipeline moves at the pace of its slowest link). 0 otherwise."""
+    return np.where(np.asarray(blocking, dtype=bool), 2 * np.asarray(actions) * hop_s, 0.0)
 
 
-def pp_latency_s(ctx: StepContext, cols: Cols, blocking: Array) -> Array:
-    """The hop the simulated dependencies and the closed forms wait for between stages: ``pp_hop_s``, or 0
-    where the transfer already sits inside the sender's action (``pp_blocking_s``)."""
-    return np.where(np.asarray(blocking, dtype=bool), 0.0, pp_hop_s(ctx, cols))
+def pp_latency_s(hop_s: Array, blocking: Array) -> Array:
+    """The hop the simulated dependencies and the closed forms wait for between stages: ``hop_s``, or 0 where
+    the transfer already sits inside the sender's action (``pp_blocking_s``)."""
+    return np.where(np.asarray(blocking, dtype=bool), 0.0, hop_s)
 
 
 def pp_hop_table_s(ctx: StepContext, cols: Cols) -> np.ndarray:

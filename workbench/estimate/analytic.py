@@ -73,9 +73,10 @@ def analytic_costs(
     pair = step.layer_pair(ctx, cols)
     fsdp = step.fsdp_layer_s(ctx, cols, step.mean_layer_compute_s(model, pair))
     blocking = plan.pp > 1 and plan.schedule in cal.framework.blocking_p2p_schedules
-    per_stage = step.share_s(pair, stage_held, fsdp, step.pp_blocking_s(ctx, cols, blocking, 1))
+    hop = step.pp_hop_s(ctx, cols)
+    per_stage = step.share_s(pair, stage_held, fsdp, step.pp_blocking_s(hop, blocking, 1))
     rank_actions = schedule.num_stages / plan.pp / num_directions(plan.schedule)
-    per_rank = step.share_s(pair, rank_held, fsdp, step.pp_blocking_s(ctx, cols, blocking, rank_actions))
+    per_rank = step.share_s(pair, rank_held, fsdp, step.pp_blocking_s(hop, blocking, rank_actions))
     sizes = step.activation_sizes(ctx, cols)
     dense, expert = step.params_held(ctx, cols, rank_held)
     dp = step.dp_comm_s(ctx, cols, dense, expert, step.whole_share(model, pair, fsdp))
@@ -89,7 +90,7 @@ def analytic_costs(
         backward_s=tuple(np.add(stage_array("i"), stage_array("w"))),
         backward_input_s=stage_array("i"),
         backward_weight_s=stage_array("w"),
-        p2p_s=float(step.pp_latency_s(ctx, cols, blocking)),
+        p2p_s=float(step.pp_latency_s(hop, blocking)),
         p2p_rank_s=tuple(map(tuple, step.pp_hop_table_s(ctx, cols)))
         if plan.pp > 1 and not blocking
         else None,

@@ -121,5 +121,6 @@ def makespan_s(
     hops = np.where(pp > 1, hops, 0)
     bf, bi, bw = others if others is not None else (f_s, i_s, w_s)
     bubble = bubble_s(family, pp=pp, vpp=vpp, m=m, f_s=bf, i_s=bi, w_s=bw)
-    bubble = bubble - np.where(tiled, tile_s(family, pp=pp, vpp=vpp, m=m, f_s=bf, i_s=bi, w_s=bw), 0.0)
+    if np.any(tiled):
+        bubble = bubble - np.where(tiled, tile_s(family, pp=pp, vpp=vpp, m=m, f_s=bf, i_s=bi, w_s=bw), 0.0)
     return m * (f_s + i_s + w_s) + bubble + hops * p2p_time_s

@@ -240,13 +240,12 @@ def rank_terms(
     held = ctx.holdings(cols, rank)
     dense, expert = step.params_held(sc, cols, held)
     blocking = ctx.blocking[cols["schedule_code"]] & (cols["pp"] > 1)
-    share = step.share_s(
-        pair, held, fsdp, step.pp_blocking_s(sc, cols, blocking, cols["vpp"] / held["copies"])
-    )
+    hop = step.pp_hop_s(sc, cols)
+    share = step.share_s(pair, held, fsdp, step.pp_blocking_s(hop, blocking, cols["vpp"] / held["copies"]))
     dp = step.dp_comm_s(sc, cols, dense, expert, step.whole_share(ctx.model, pair, fsdp))
     return {
         **share,
-        "p2p_s": step.pp_latency_s(sc, cols, blocking),
+        "p2p_s": step.pp_latency_s(hop, blocking),
         "dp_comm_s": dp.exposed,
         "dp_hidden_s": dp.hidden,
         "optimizer_s": step.optimizer_s(sc, cols, dense, expert),
