@@ -37,6 +37,9 @@ off the generators:
 
 With uneven stages the tile is taken on the other ranks' mean F, I, W like the bubble; the simulated gain
 can be larger (a heavier edge rank's whole start lag disappears), so the closed form errs on the slow side.
+
+The forms were read off simulations of the generators with F:I:W in {1:1:1, 1:2:1, 2:1:1, 1:1.5:0.5,
+1:0.5:1} for p in {4, 8} (``tests/test_search_closed_forms.py`` re-checks them).
 """
 
 from __future__ import annotations

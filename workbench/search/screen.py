@@ -277,7 +277,12 @@ def _critical(
     whichever has the longer makespan (``bubble.makespan_s``, the other ranks' mean setting the bubble); the
     data-parallel reduction and the optimizer step are the slowest rank's either way."""
     pp = cols["pp"]
-    others = tuple((whole[k] - share[k]) / np.maximum(pp - 1, 1) for k in ("f", "i", "w"))
+    # every rank waits on as many blocking sends per micro-batch as this one (``step.pp_blocking_s``); the
+    # whole-model share holds none, so they come off this rank's share and back onto the others' mean
+    sends = {"f": share["pp"] / 2, "i": share["pp"] / 2, "w": 0.0}
+    others = tuple(
+        (whole[k] - share[k] + sends[k]) / np.maximum(pp - 1, 1) + sends[k] for k in ("f", "i", "w")
+    )
     share["makespan"] = bubble.makespan_s(
         ctx.bubble_family[cols["schedule_code"]],
         pp=pp,
