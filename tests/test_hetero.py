@@ -119,6 +119,37 @@ def test_single_pool_pipeline_equals_the_homogeneous_estimate(
     )
 
 
+@pytest.mark.parametrize(
+    ("framework", "schedule", "tp", "pp"),
+    [
+        ("megatron-core-2024", "1f1b", 4, 4),
+        ("zero-bubble-2024", "zb-h2", 1, 4),
+        ("zero-bubble-2024", "zb-h2", 8, 2),
+    ],
+)
+def test_single_pool_pipeline_keeps_blocking_sends_and_overlapped_steps(
+    framework: str, schedule: str, tp: int, pp: int
+) -> None:
+    """The profile's pipeline mechanisms reach the mixed-cluster path too: Megatron-Core's blocking 1F1B sends
+    and Zero Bubble's overlapped steps (optimizer post-validation) price one pool exactly as the homogeneous
+    estimate does."""
+    model, cal = load_model("llama-3.1-8b"), load_calibration("default").with_framework(framework)
+    workload = Workload(seq_len=2048, global_batch_size=64)
+    mixed = MixedCluster(id="one", name="one", pools=(H100,))
+    dp = H100.num_devices // (tp * pp)
+    layout = Layout(order=(0,), tps=(tp,), stages=(pp,), dp=dp, micro_batch_size=1, zero_stage=0,
+                    recompute="none", schedule=schedule)  # fmt: skip
+    pricer = PipelinePricer(model, mixed, workload, cal, 0.0)
+    pricer.prepare([layout])
+    split = pricer.split(layout, layers=(model.num_layers // pp,) * pp)
+    assert split is not None
+    plan = ParallelPlan(
+        dp=dp, tp=tp, pp=pp, sequence_parallel=tp > 1, recompute=Recompute.NONE, schedule=schedule
+    )
+    ref = estimate_plan(model, H100, workload, plan, calibration=cal)
+    assert pricer.estimate(split).step_time_s == pytest.approx(ref.step_time_s, rel=1e-12)
+
+
 # ---- the layer split and the batch split ---------------------------------------------------------------
 
 

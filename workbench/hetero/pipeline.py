@@ -17,7 +17,10 @@ The screen prices a split with the 1F1B closed form for uneven stages, sum(t) + 
 and back (the fill and drain pass every stage once, the steady state runs at the slowest), plus the largest
 data-parallel reduction and optimizer step of any stage. The best layouts are then simulated by
 :func:`workbench.pipeline.simulate.simulate` with the per-stage times and the hop table (hops inside a pool on the
-pool's levels, ``step.pp_hop_table_s``; between pools on the shared level, ``comm.p2p_s``).
+pool's levels, ``step.pp_hop_table_s``; between pools on the shared level, ``comm.p2p_s``). The framework
+profile's pipeline mechanisms apply as in the analytic backend: blocking sends (``blocking_p2p_schedules``) put
+the slowest hop into every F and I and nothing on the dependencies, and overlapped steps
+(``optimizer_post_validation``) make the step the longest rank span.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ from workbench.cost.comm import p2p_s
 from workbench.cost.layer import ACT_BYTES
 from workbench.cost.memory import RECOMPUTE_CODES
 from workbench.estimate.assemble import _timeline as simulated_timeline
+from workbench.estimate.assemble import pipeline_period_s
 from workbench.estimate.metrics import bubble_fraction, throughput
 from workbench.hetero.layouts import Layout, inflight_per_rank, split_layers
 from workbench.hetero.plan import STAGE_COLUMNS, MixedEstimate, PipelinePlan, PoolStages
 from workbench.hetero.pricing import PoolGrid, pool_plan, position_index, price_grid
+from workbench.pipeline.bubble import tiles
 from workbench.pipeline.schedules import build_schedule
 from workbench.pipeline.simulate import StageCosts, simulate
 from workbench.specs.hardware import ClusterSpec
@@ -143,6 +148,9 @@ class PipelinePricer:
         stage_s = [self._cell(k, c, "total_s", n) for k, c, n in zip(pools, cells, layers, strict=True)]
         hops = self._hop_table(layout, pools, tps)
         sends = sum(hops[s, s + 1] + hops[s + 1, s] for s in range(pp - 1))
+        if self._blocking(layout):  # each F and B waits on its send (step.pp_blocking_s), no latency after it
+            stage_s = [t + 2 * float(hops.max()) for t in stage_s]
+            sends = 0.0
         dp = max(self._cell(k, c, "dp_comm_s", n) for k, c, n in zip(pools, cells, layers, strict=True))
         opt = max(self._cell(k, c, "optimizer_s", n) for k, c, n in zip(pools, cells, layers, strict=True))
         screen = sum(stage_s) + (m - 1) * max(stage_s) + sends + dp + opt
@@ -150,6 +158,10 @@ class PipelinePricer:
             layout=layout, pools=pools, cells=cells, layers=layers, hop_table_s=hops, screen_step_s=screen,
             dp_comm_s=dp, optimizer_s=opt,
         )  # fmt: skip
+
+    def _blocking(self, layout: Layout) -> bool:
+        """The layout's pipeline sends block compute (``FrameworkProfile.blocking_p2p_schedules``)."""
+        return layout.pp > 1 and layout.schedule in self.cal.framework.blocking_p2p_schedules
 
     def _cell(self, pool: int, cell: tuple[int, int], name: str, layers: int) -> float:
         return float(getattr(self.grids[pool], name)[cell[0], cell[1], layers])
@@ -191,18 +203,24 @@ class PipelinePricer:
 
         f, i, w = per_stage("forward_s"), per_stage("backward_input_s"), per_stage("backward_weight_s")
         stored = per_stage("stored_bytes")
+        blocking, hop = self._blocking(layout), float(split.hop_table_s.max()) if pp > 1 else 0.0
+        if blocking:  # as the analytic backend: every F and I waits on one (the slowest) hop
+            f, i = tuple(t + hop for t in f), tuple(t + hop for t in i)
         costs = StageCosts(
             forward_s=f,
             backward_s=tuple(a + b for a, b in zip(i, w, strict=True)),
             backward_input_s=i,
             backward_weight_s=w,
-            p2p_s=float(split.hop_table_s.max()) if pp > 1 else 0.0,
-            p2p_rank_s=tuple(map(tuple, split.hop_table_s)) if pp > 1 else None,
+            p2p_s=0.0 if blocking else hop,
+            p2p_rank_s=tuple(map(tuple, split.hop_table_s)) if pp > 1 and not blocking else None,
             activation_bytes=stored,
             released_at_input_grad_frac=self._released_frac(layout),
         )
         sim = simulate(build_schedule(layout.schedule, pp=pp, num_microbatches=m, vpp=1), costs)
-        step_s = sim.makespan_s + split.dp_comm_s + split.optimizer_s
+        tiled = bool(
+            tiles((layout.schedule,), post_validation=self.cal.framework.optimizer_post_validation)[0]
+        )
+        step_s = pipeline_period_s(sim, tiled=tiled) + split.dp_comm_s + split.optimizer_s
         memory = [
             self._cell(k, c, "empty_bytes", n) + peak / held * self._cell(k, c, "per_microbatch_bytes", n)
             for (k, c, n), peak, held in zip(stages, sim.peak_activation_bytes_per_rank, stored, strict=True)
@@ -238,7 +256,8 @@ class PipelinePricer:
         cross = [
             split.hop_table_s[s, s + 1] for s in range(layout.pp - 1) if split.pools[s] != split.pools[s + 1]
         ]
-        idle = sim.makespan_s - float(np.max(sim.busy_s))
+        pipeline_s = step_s - split.dp_comm_s - split.optimizer_s
+        idle = pipeline_s - float(np.max(sim.busy_s))
         return MixedEstimate(
             kind="pipeline",
             plan=plan,
@@ -247,7 +266,7 @@ class PipelinePricer:
             tokens_per_s=float(figures["tokens_per_s"]),
             mfu=float(figures["mfu"]),
             parts={
-                "pipeline_s": sim.makespan_s,
+                "pipeline_s": pipeline_s,
                 "dp_comm_s": split.dp_comm_s,
                 "cross_pool_s": float(sum(cross)),
                 "optimizer_s": split.optimizer_s,
