@@ -200,7 +200,17 @@ def frameworks_cmd(framework_id: str | None, as_json: bool) -> None:
         if as_json:
             echo_json(rows)
             return
-        keys = ["id", "name", "schedules", "zero_stages", "features", "attention", "elementwise", "fitted"]
+        keys = [
+            "id",
+            "name",
+            "schedules",
+            "zero_stages",
+            "features",
+            "attention",
+            "elementwise",
+            "pipeline",
+            "fitted",
+        ]
         print_table("Framework profiles", keys, [[r[k] for k in keys] for r in rows])
         return
     prof = load_framework(framework_id)

@@ -560,7 +560,7 @@ class FrameworkProfile:
         return ["fp8 GEMMs"] if str(dtype) == "fp8" and not self.fp8 else []
 
     def describe(self) -> dict[str, Any]:
-        """A flat summary for tables (id, name, schedules, features, kernels)."""
+        """A flat summary for tables (id, name, schedules, features, kernels, pipeline mechanisms, fitted)."""
         features = [
             name
             for name, on in (
@@ -580,5 +580,16 @@ class FrameworkProfile:
             "features": ", ".join(features),
             "attention": ", ".join(self.attention_kernels) or "unfused",
             "elementwise": "fused" if self.fused_elementwise else "eager",
+            "pipeline": "; ".join(
+                part
+                for part, on in (
+                    (
+                        f"blocking sends: {', '.join(self.blocking_p2p_schedules)}",
+                        self.blocking_p2p_schedules,
+                    ),
+                    ("steps overlap (optimizer post-validation)", self.optimizer_post_validation),
+                )
+                if on
+            ),
             "fitted": ", ".join(self.fitted),
         }
