@@ -120,6 +120,8 @@ def test_screen_agrees_with_the_estimate_when_steps_overlap():
         )
         assert est.step_time_s <= slow.step_time_s + 1e-12
         gained += est.step_time_s < slow.step_time_s * (1 - 1e-3)
+        overlap_noted = any(n.startswith("steps overlap") for n in est.notes)
+        assert overlap_noted == (est.step_time_s < slow.step_time_s - 1e-12), (row["plan"], est.notes)
     assert gained >= 5  # the weight-gradient passes fill the ramps only where 2W > I (ZB-H2, ZB-V)
 
 

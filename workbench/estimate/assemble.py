@@ -127,7 +127,20 @@ def assemble(
         memory_capacity_bytes=cluster.device.hbm_bytes,
         timeline=_timeline(sim),
         activation_timeline=sim.inflight.select("rank", "time_s", "activation_bytes"),
-        notes=costs.notes,
+        notes=costs.notes + _overlap_note(sim, costs.tiled),
+    )
+
+
+def _overlap_note(sim: SimResult, tiled: bool) -> tuple[str, ...]:
+    """What the timeline cannot show when consecutive steps overlap: its drawn makespan is longer than the
+    step."""
+    period = pipeline_period_s(sim, tiled=tiled)
+    if not tiled or period >= sim.makespan_s:
+        return ()
+    return (
+        f"steps overlap (optimizer post-validation): the next step's warm-up runs in this one's cool-down, so "
+        f"the pipeline adds its longest rank span, {period:.4g} s, not the {sim.makespan_s:.4g} s the timeline "
+        "draws",
     )
 
 
