@@ -220,12 +220,14 @@ class PipelinePricer:
         tiled = bool(
             tiles((layout.schedule,), post_validation=self.cal.framework.optimizer_post_validation)[0]
         )
-        step_s = pipeline_period_s(sim, tiled=tiled) + split.dp_comm_s + split.optimizer_s
+        pipeline_s = pipeline_period_s(sim, tiled=tiled)
         memory = [
             self._cell(k, c, "empty_bytes", n) + peak / held * self._cell(k, c, "per_microbatch_bytes", n)
             for (k, c, n), peak, held in zip(stages, sim.peak_activation_bytes_per_rank, stored, strict=True)
         ]
-        return self._result(split, sim, step_s, memory, (f, tuple(a + b for a, b in zip(i, w, strict=True))))
+        return self._result(
+            split, sim, pipeline_s, memory, (f, tuple(a + b for a, b in zip(i, w, strict=True)))
+        )
 
     def _released_frac(self, layout: Layout) -> float:
         """Share of a stage's activations freed when its I ends (one figure for the simulator: the smallest of
@@ -240,11 +242,12 @@ class PipelinePricer:
         self,
         split: Split,
         sim: Any,
-        step_s: float,
+        pipeline_s: float,
         memory: list[float],
         times: tuple[tuple[float, ...], tuple[float, ...]],
     ) -> MixedEstimate:
         layout, pools = split.layout, self.mixed.pools
+        step_s = pipeline_s + split.dp_comm_s + split.optimizer_s
         used = sum(p.num_devices for p in pools)
         peak = sum(p.num_devices * p.device.peak(self.workload.dtype) for p in pools) / used
         figures = throughput(
@@ -256,7 +259,6 @@ class PipelinePricer:
         cross = [
             split.hop_table_s[s, s + 1] for s in range(layout.pp - 1) if split.pools[s] != split.pools[s + 1]
         ]
-        pipeline_s = step_s - split.dp_comm_s - split.optimizer_s
         idle = pipeline_s - float(np.max(sim.busy_s))
         return MixedEstimate(
             kind="pipeline",
