@@ -250,3 +250,39 @@ def test_blank_micro_batch_of_a_row_follows_the_stacks_default() -> None:
     assert no_batch.workload.global_batch_size == 8 * 8  # dp x stages micro-batches of one sample
     megatron = row_case(row, framework=load_framework("megatron-core-2024"))
     assert megatron.plan.micro_batch_size == 1
+
+
+# DeepGEMM README tables on H800 SXM5, FP8 with 1x128/128x128 scaling, M = 4096 tokens (normal) or 4 groups of
+# 8192 (grouped contiguous): TFLOP/s by (N, K) at the first public release (a6d97a1, 2025-02-26) and at the
+# release the H800/H100 FP8 kernel table reads (55ab91f, 2025-03-25).
+DEEPGEMM_FIRST = {(2112, 7168): 1058, (24576, 1536): 990, (32768, 512): 590, (7168, 16384): 1358,
+                  (4096, 7168): 1304, (7168, 2048): 1025}  # fmt: skip
+DEEPGEMM_TABLE = {(2112, 7168): 1009, (24576, 1536): 1125, (32768, 512): 751, (7168, 16384): 1426,
+                  (4096, 7168): 1265, (7168, 2048): 1168}  # fmt: skip
+DEEPGEMM_GROUPED_FIRST = {(4096, 7168): 1297, (7168, 2048): 1099}
+DEEPGEMM_GROUPED_TABLE = {(4096, 7168): 1346, (7168, 2048): 1214}
+
+
+def test_deepseek_fp8_gemm_scale_is_the_first_deepgemm_release_over_the_table() -> None:
+    """The DeepSeek-V3 profile's FP8 GEMM scale is the FLOP-weighted time ratio of the two DeepGEMM releases over
+    the GEMMs of one DeepSeek-V3 MoE layer, shapes read off the model preset."""
+    m = load_model("deepseek-v3")
+    h, f = m.hidden_size, m.moe_ffn_hidden_size
+    q_heads = m.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+    normal = {
+        (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim, h): 1,  # fused q / kv down-projection
+        (q_heads, m.q_lora_rank): 1,  # q up-projection
+        (m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank): 1,  # kv up-projection
+        (h, m.num_attention_heads * m.v_head_dim): 1,  # output projection
+        (2 * f * m.num_shared_experts, h): 1,  # shared expert gate+up
+        (h, f * m.num_shared_experts): 1,  # shared expert down
+    }
+    grouped = {(2 * f, h): m.experts_per_token, (h, f): m.experts_per_token}
+    assert set(normal) == set(DEEPGEMM_TABLE) and set(grouped) == set(DEEPGEMM_GROUPED_TABLE)
+
+    def time(rates: dict, shapes: dict) -> float:
+        return sum(n * k * count / rates[(n, k)] for (n, k), count in shapes.items())
+
+    first = time(DEEPGEMM_FIRST, normal) + time(DEEPGEMM_GROUPED_FIRST, grouped)
+    table = time(DEEPGEMM_TABLE, normal) + time(DEEPGEMM_GROUPED_TABLE, grouped)
+    assert load_framework("deepseek-v3-2024").fp8_matmul_scale == pytest.approx(table / first, abs=5e-4)
