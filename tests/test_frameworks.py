@@ -56,6 +56,8 @@ def test_every_validation_framework_text_maps_to_a_profile() -> None:
         ("megatron_lm (v0.4)", 2020, "megatron-lm-2021"),
         ("Megatron-LM fork (zero-bubble)", 2024, "zero-bubble-2024"),
         ("MaxText", 2024, None),
+        ("Megatron-LM (2023)", None, "megatron-core-2024"),  # the text's own year
+        ("Megatron-LM (2021)", 2024, "megatron-lm-2021"),  # wins over the source's
         ("", None, None),
     ],
 )

@@ -101,7 +101,10 @@ def profile_for_text(text: str, *, year: int | None = None) -> FrameworkProfile 
     """The profile a source's framework ``text`` names: among the profiles whose id or alias equals the text
     (case-insensitive, stripped) or one of whose ``keywords`` occurs in it as whole words, prefer (1) one that
     covers the source's ``year`` (``FrameworkProfile.years``), (2) an exact id or alias, (3) the longest
-    keyword (the most specific: "Megatron-DeepSpeed" is DeepSpeed, not Megatron). None when nothing matches."""
+    keyword (the most specific: "Megatron-DeepSpeed" is DeepSpeed, not Megatron). A year written in ``text``
+    itself ("Megatron-LM (2023)") names the stack's vintage and wins over ``year``. None when nothing matches."""
+    own_year = source_year(text)
+    year = own_year if own_year is not None else year
     key, words = text.strip().lower(), _words(text)
     best: tuple[bool, bool, int] | None = None
     found: FrameworkProfile | None = None
