@@ -155,3 +155,36 @@ def test_blocking_pipeline_sends_agree_and_cost_one_hop_per_action():
         m = plan.num_microbatches(workload)
         assert est.breakdown.exposed_pp_comm_s == pytest.approx(2 * m * plan.vpp * hop, rel=1e-9), row["plan"]
         assert est.step_time_s > estimate_plan(model, cluster, workload, plan, calibration=free).step_time_s
+
+
+def test_deepspeed_pipeline_reduces_gradients_after_the_schedule():
+    """DeepSpeed's PipelineEngine all-reduces the gradients in a ReduceGrads instruction after the last
+    backward: with pp > 1 none of the reduction hides (it equals the estimate with the overlap switched off),
+    with pp = 1 the ZeRO engine's overlap_comm still hides it; the screen agrees with the estimate."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-a100", num_nodes=4)
+    workload = Workload(seq_len=2048, global_batch_size=256)
+    cal = load_calibration("default").with_framework("deepspeed-2021")
+    assert cal.framework.overlap_grad_reduce and not cal.framework.grad_reduce_overlaps_pipeline
+    no_overlap = dataclasses.replace(
+        cal, framework=dataclasses.replace(cal.framework, overlap_grad_reduce=False)
+    )
+    rows = [
+        r
+        for r in _random_valid_plans(
+            model, cluster, workload, cal, 60, 5, framework_constraints(Constraints(), cal.framework)
+        )
+        # the PipelineEngine refuses ZeRO-2/3 ("incompatible with pipeline parallelism")
+        if r["dp"] > 1 and r["num_microbatches"] >= 2 * r["pp"] and (r["pp"] == 1 or r["zero_stage"] <= 1)
+    ]
+    assert {r["pp"] > 1 for r in rows} == {True, False}
+    for row in rows:
+        plan = plan_from_row(row)
+        est = estimate_plan(model, cluster, workload, plan, calibration=cal)
+        assert abs(row["step_time_s"] / est.step_time_s - 1) <= 0.05, (row["plan"], row["step_time_s"])
+        hidden = est.breakdown.overlapped().get("dp", 0.0)
+        if plan.pp > 1:
+            bare = estimate_plan(model, cluster, workload, plan, calibration=no_overlap).breakdown
+            assert hidden == 0.0, row["plan"]
+            assert est.breakdown.exposed_dp_comm_s == pytest.approx(bare.exposed_dp_comm_s, rel=1e-12)
+        else:
+            assert hidden > 0.0, row["plan"]

@@ -565,7 +565,8 @@ def dp_comm_s(
     ranks, replicated r = dp*cp/k times) the reduce-scatter and all-gather stay inside a shard group and each
     rank's 1/k shard of the gradients is all-reduced over the r replicas (for ZeRO-3 too, once per step). With ``overlap_grad_reduce`` the reduction runs in
     buckets of ``grad_bucket_params`` behind the last micro-batch's backward on a pipeline rank (``whole``: the
-    whole model's ``share_s``, of which a rank runs 1/pp), the last bucket exposed; with ``overlap_param_gather``
+    whole model's ``share_s``, of which a rank runs 1/pp), the last bucket exposed, unless pp > 1 and the stack
+    reduces after the schedule (``grad_reduce_overlaps_pipeline`` false); with ``overlap_param_gather``
     the all-gather runs behind the next step's first forward, the first bucket exposed
     (:mod:`workbench.cost.overlap`)."""
     fw, s = ctx.cal.framework, strides(cols)
@@ -615,7 +616,8 @@ def dp_comm_s(
     mix = fw.comm_interference_frac
     back, fore = whole["compute_b"] / cols["pp"], whole["compute_f"] / cols["pp"]
     red_tail, gat_tail = tails[0]  # the non-expert weights' bucket (the embedding's) is the last to reduce
-    red = overlap(reduce, back, on=fw.overlap_grad_reduce, tail=red_tail, interference=mix)
+    behind = fw.overlap_grad_reduce & ((cols["pp"] == 1) | fw.grad_reduce_overlaps_pipeline)
+    red = overlap(reduce, back, on=behind, tail=red_tail, interference=mix)
     gat = overlap(gather, fore, on=fw.overlap_param_gather, tail=gat_tail, interference=mix)
     return Overlapped(red.exposed + gat.exposed, red.hidden + gat.hidden)
 

@@ -128,6 +128,7 @@ _FLAGS = (
     "cp_comm_overlap",
     "ep_comm_overlap",
     "overlap_grad_reduce",
+    "grad_reduce_overlaps_pipeline",
     "overlap_param_gather",
     "fsdp_prefetch",
     "moe_grouped_gemm",
@@ -262,6 +263,10 @@ class FrameworkProfile:
     """Data-parallel gradient reduction in buckets during the last micro-batch's backward pass
     (Megatron-Core --overlap-grad-reduce, PyTorch DDP, DeepSpeed overlap_comm); the last bucket stays
     exposed."""
+    grad_reduce_overlaps_pipeline: bool = True
+    """Under a pipeline schedule (pp > 1) the reduction still runs behind the last backward of each rank;
+    False: the stack reduces after the whole schedule (DeepSpeed's PipelineEngine runs a ``ReduceGrads``
+    instruction once the last micro-batch's backward is done), so with pp > 1 all of it is exposed."""
     overlap_param_gather: bool = False
     """The distributed optimizer's all-gather of updated weights runs during the next step's first forward
     pass (Megatron-Core --overlap-param-gather); the first bucket stays exposed."""
@@ -588,6 +593,10 @@ class FrameworkProfile:
                         self.blocking_p2p_schedules,
                     ),
                     ("steps overlap (optimizer post-validation)", self.optimizer_post_validation),
+                    (
+                        "gradients reduced after the schedule",
+                        self.overlap_grad_reduce and not self.grad_reduce_overlaps_pipeline,
+                    ),
                 )
                 if on
             ),
