@@ -14,7 +14,7 @@ from workbench.presets.calibration import Calibration, load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.presets.frameworks import all_frameworks, framework_names, load_framework, profile_for_text
 from workbench.presets.kernels import kernel_table_names, load_kernel_table
-from workbench.search import Constraints
+from workbench.search import Constraints, search
 from workbench.search.space import framework_constraints
 from workbench.specs.plan import ParallelPlan, Workload
 from workbench.validate import cross_validate, prepare, read_rows, validate_rows
@@ -90,6 +90,9 @@ def test_bad_profile_file_names_file_and_key(tmp_path: Path) -> None:
         load_framework(bad)
     bad.write_text('id = "x"\nname = "x"\ncomm_interference_frac = 1.5\n')
     with pytest.raises(ValueError, match="comm_interference_frac"):
+        load_framework(bad)
+    bad.write_text('id = "x"\nname = "x"\nzero_stages = [0, 1]\npipeline_zero_stages = [3]\n')
+    with pytest.raises(ValueError, match=r"x\.toml.*pipeline_zero_stages must be among zero_stages"):
         load_framework(bad)
 
 
@@ -288,3 +291,32 @@ def test_deepseek_fp8_gemm_scale_is_the_first_deepgemm_release_over_the_table() 
     first = time(DEEPGEMM_FIRST, normal) + time(DEEPGEMM_GROUPED_FIRST, grouped)
     table = time(DEEPGEMM_TABLE, normal) + time(DEEPGEMM_GROUPED_TABLE, grouped)
     assert load_framework("deepseek-v3-2024").fp8_matmul_scale == pytest.approx(table / first, abs=5e-4)
+
+
+def test_deepspeed_pipeline_runs_only_zero_0_and_1() -> None:
+    """DeepSpeed's PipelineEngine refuses ZeRO-2/3: the planner counts those plans under ``stack`` (exactly
+    the plans a copy of the profile without the restriction screens on), the estimate refuses one, and a
+    fixed pp > 1 narrows the ZeRO stages up front."""
+    prof = load_framework("deepspeed-2021")
+    assert prof.zero_stages == (0, 1, 2, 3) and prof.zero_stages_with_pipeline == (0, 1)
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-a100", num_nodes=2)
+    workload = Workload(seq_len=2048, global_batch_size=64)
+    cal = load_calibration(framework="deepspeed-2021")
+    free = dataclasses.replace(cal, framework=dataclasses.replace(cal.framework, pipeline_zero_stages=None))
+    res = search(model, cluster, workload, calibration=cal, top_k=0, keep=5000)
+    loose = search(model, cluster, workload, calibration=free, top_k=0, keep=5000)
+    assert res.num_plans == loose.num_plans and loose.rejections["stack"] == 0
+    assert res.rejections["stack"] > 0
+    assert res.rejections["stack"] == (loose.num_feasible + loose.rejections["memory"]) - (
+        res.num_feasible + res.rejections["memory"]
+    )
+    assert sum(res.rejections.values()) == res.num_plans - res.num_feasible
+    kept = res.plans.to_dicts() + res.pareto.to_dicts()
+    assert kept and all(r["pp"] == 1 or r["zero_stage"] <= 1 for r in kept)
+    assert any(r["pp"] > 1 and r["zero_stage"] >= 2 for r in loose.plans.to_dicts())
+    plan = ParallelPlan(dp=4, pp=4, micro_batch_size=1, zero_stage=3, schedule="1f1b")
+    with pytest.raises(ValueError, match="zero_stage 3 with pp > 1"):
+        estimate_plan(model, cluster, workload, plan, calibration=cal)
+    assert framework_constraints(Constraints(fixed={"pp": 4}), prof).zero_stages == (0, 1)
+    with pytest.raises(ValueError, match="with pp > 1"):
+        framework_constraints(Constraints(fixed={"pp": 4}, zero_stages=(3,)), prof)

@@ -36,7 +36,7 @@ def test_table_is_well_formed() -> None:
     assert set(PLAN_FIELDS) <= set(CONTROLS) and {r.control for r in table} <= set(CONTROLS)
     assert all(hasattr(ParallelPlan(), c) for c in RULE_COLUMNS[:8])
     assert {r.reason for r in table} - {None} == {k for k, _ in REJECTION_REASONS}
-    assert grid.REASONS[:-1] == REJECTION_REASONS and grid.REASONS[-1][0] == "memory"
+    assert grid.REASONS[:-2] == REJECTION_REASONS and [k for k, _ in grid.REASONS[-2:]] == ["stack", "memory"]
 
 
 def test_table_refuses_duplicates_and_unknown_controls() -> None:

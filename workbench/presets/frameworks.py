@@ -36,6 +36,7 @@ _TUPLES = {
     "cp_kinds",
     "rank_orders",
     "blocking_p2p_schedules",
+    "pipeline_zero_stages",
 }
 
 

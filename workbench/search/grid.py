@@ -18,12 +18,17 @@ from workbench.specs.rules import REJECTION_REASONS, RuleContext, rule_table
 
 if TYPE_CHECKING:
     from workbench.search.space import PlanSpace
+    from workbench.specs.framework import FrameworkProfile
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import Workload
 
-REASONS: tuple[tuple[str, str], ...] = (*REJECTION_REASONS, ("memory", "exceeds the device memory"))
+REASONS: tuple[tuple[str, str], ...] = (
+    *REJECTION_REASONS,
+    ("stack", "the framework does not run this ZeRO stage with pipeline parallelism"),
+    ("memory", "exceeds the device memory"),
+)
 """Rejection reasons in the order they are checked: a plan is counted under the first one it breaks. All but
-memory are the rule table's (``Rule.reason``)."""
+the last two are the rule table's (``Rule.reason``); ``stack`` is the framework's (``stack_mask``)."""
 
 REASON_INDEX = {key: i for i, (key, _) in enumerate(REASONS)}
 MEMORY_REASON = REASON_INDEX["memory"]
@@ -52,6 +57,13 @@ def rule_columns(space: PlanSpace, start: int, stop: int, global_batch_size: int
     per_step = cols["dp"] * cols["micro_batch_size"]
     cols["num_microbatches"] = np.where(global_batch_size % per_step == 0, global_batch_size // per_step, 0)
     return cols
+
+
+def stack_mask(cols: dict[str, np.ndarray], framework: FrameworkProfile) -> np.ndarray:
+    """True where an expanded plan (``expand``) runs a ZeRO stage its stack refuses under a pipeline
+    (``FrameworkProfile.pipeline_zero_stages``): pp > 1 and zero_stage not among them."""
+    allowed = framework.zero_stages_with_pipeline
+    return (np.asarray(cols["pp"]) > 1) & ~np.isin(cols["zero_stage"], allowed)
 
 
 def expand(space: PlanSpace, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

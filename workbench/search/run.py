@@ -88,6 +88,10 @@ def _screen_chunk(
     for i, (key, _) in enumerate(grid.REASONS[: grid.MEMORY_REASON]):
         pools.rejections[key] += per_row * int(np.count_nonzero(reasons == i))
     valid = grid.expand(space, _take(cols, np.flatnonzero(reasons < 0)))
+    refused = grid.stack_mask(valid, ctx.step_ctx.cal.framework)
+    if refused.any():
+        pools.rejections["stack"] += int(np.count_nonzero(refused))
+        valid = _take(valid, np.flatnonzero(~refused))
     mem = screen.screen_memory(ctx, valid)
     valid.update(mem)
     limit = ctx.capacity_bytes * (1.0 - headroom_frac)

@@ -190,7 +190,9 @@ class Constraints:
 
 
 def framework_constraints(constraints: Constraints, framework: FrameworkProfile) -> Constraints:
-    """``constraints`` narrowed to what ``framework`` runs: its schedules (none: pp fixed to 1), ZeRO stages,
+    """``constraints`` narrowed to what ``framework`` runs: its schedules (none: pp fixed to 1), ZeRO stages
+    (with pp fixed above 1, those it runs under a pipeline; otherwise ``workbench.search.grid.stack_mask``
+    refuses those plans one by one),
     sequence parallelism, cp and ep only when it offers them. ValueError when nothing allowed is left."""
     changes: dict[str, Any] = {}
     fixed = dict(constraints.fixed)
@@ -205,11 +207,13 @@ def framework_constraints(constraints: Constraints, framework: FrameworkProfile)
                     f"(it runs: {', '.join(framework.schedules) or 'no pipeline parallelism'})"
                 )
             fixed["pp"] = 1
-    stages = tuple(z for z in constraints.zero_stages if z in framework.zero_stages)
+    runs = framework.zero_stages_with_pipeline if fixed.get("pp", 1) > 1 else framework.zero_stages
+    stages = tuple(z for z in constraints.zero_stages if z in runs)
     if not stages:
+        with_pp = " with pp > 1" if runs != framework.zero_stages else ""
         raise ValueError(
-            f"framework {framework.id} runs none of the ZeRO stages {constraints.zero_stages} "
-            f"(it runs: {framework.zero_stages})"
+            f"framework {framework.id} runs none of the ZeRO stages {constraints.zero_stages}{with_pp} "
+            f"(it runs: {runs})"
         )
     changes["zero_stages"] = stages
     if not framework.sequence_parallel:

@@ -180,6 +180,9 @@ class FrameworkProfile:
     """Pipeline schedules the stack runs (names of :mod:`workbench.pipeline.schedules`); empty: no pipeline
     parallelism; None (``"any"`` in a file): every schedule the workbench models."""
     zero_stages: tuple[int, ...] = (0, 1)
+    pipeline_zero_stages: tuple[int, ...] | None = None
+    """The ``zero_stages`` the stack runs together with pipeline parallelism (pp > 1); None: all of them
+    (DeepSpeed's PipelineEngine refuses ZeRO-2 and -3)."""
     sequence_parallel: bool = True
     """Offers Megatron sequence parallelism (Korthikanti et al. 2022)."""
     default_sequence_parallel: bool = False
@@ -499,6 +502,8 @@ class FrameworkProfile:
         for name in ("schedules", "cp_attention_kernels"):
             if getattr(self, name) is not None:
                 lists.append((name, getattr(self, name), str))
+        if self.pipeline_zero_stages is not None:
+            lists.append(("pipeline_zero_stages", self.pipeline_zero_stages, int))
         for name, value, kind in lists:
             if not isinstance(value, tuple) or any(
                 not isinstance(v, kind) or isinstance(v, bool) for v in value
@@ -507,6 +512,13 @@ class FrameworkProfile:
                 raise ValueError(f"{where}: {name} must be a list of {what}, got {shown(value)}")
         if any(z not in (0, 1, 2, 3) for z in self.zero_stages):
             raise ValueError(f"{where}: zero_stages must be among 0, 1, 2, 3, got {shown(self.zero_stages)}")
+        if self.pipeline_zero_stages is not None and any(
+            z not in self.zero_stages for z in self.pipeline_zero_stages
+        ):
+            raise ValueError(
+                f"{where}: pipeline_zero_stages must be among zero_stages {shown(self.zero_stages)}, "
+                f"got {shown(self.pipeline_zero_stages)}"
+            )
         if not isinstance(self.sources, dict) or any(
             not isinstance(k, str) or not isinstance(v, str) for k, v in self.sources.items()
         ):
@@ -527,6 +539,11 @@ class FrameworkProfile:
         return self.fit_group or self.id
 
     @property
+    def zero_stages_with_pipeline(self) -> tuple[int, ...]:
+        """The ZeRO stages the stack runs when pp > 1 (``pipeline_zero_stages``, else every ``zero_stages``)."""
+        return self.zero_stages if self.pipeline_zero_stages is None else self.pipeline_zero_stages
+
+    @property
     def flash_attention(self) -> bool:
         """Attention runs as a fused kernel (some family is named)."""
         return bool(self.attention_kernels)
@@ -539,6 +556,9 @@ class FrameworkProfile:
             out.append(f"schedule {plan.schedule} (runs: {runs})")
         if plan.zero_stage not in self.zero_stages:
             out.append(f"zero_stage {plan.zero_stage} (runs: {', '.join(map(str, self.zero_stages))})")
+        elif plan.pp > 1 and plan.zero_stage not in self.zero_stages_with_pipeline:
+            runs = ", ".join(map(str, self.zero_stages_with_pipeline)) or "none"
+            out.append(f"zero_stage {plan.zero_stage} with pp > 1 (runs with a pipeline: {runs})")
         if plan.sequence_parallel and plan.tp > 1 and not self.sequence_parallel:
             out.append("sequence parallelism")
         if plan.cp > 1 and not self.context_parallel:
@@ -581,7 +601,12 @@ class FrameworkProfile:
             "id": self.id,
             "name": self.name,
             "schedules": "any" if self.schedules is None else ", ".join(self.schedules) or "none (pp = 1)",
-            "zero_stages": ", ".join(map(str, self.zero_stages)),
+            "zero_stages": ", ".join(map(str, self.zero_stages))
+            + (
+                f" (with pp > 1: {', '.join(map(str, self.zero_stages_with_pipeline))})"
+                if self.zero_stages_with_pipeline != self.zero_stages
+                else ""
+            ),
             "features": ", ".join(features),
             "attention": ", ".join(self.attention_kernels) or "unfused",
             "elementwise": "fused" if self.fused_elementwise else "eager",
