@@ -61,9 +61,11 @@ def rule_columns(space: PlanSpace, start: int, stop: int, global_batch_size: int
 
 def stack_mask(cols: dict[str, np.ndarray], framework: FrameworkProfile) -> np.ndarray:
     """True where an expanded plan (``expand``) runs a ZeRO stage its stack refuses under a pipeline
-    (``FrameworkProfile.pipeline_zero_stages``): pp > 1 and zero_stage not among them."""
-    allowed = framework.zero_stages_with_pipeline
-    return (np.asarray(cols["pp"]) > 1) & ~np.isin(cols["zero_stage"], allowed)
+    (``FrameworkProfile.pipeline_zero_stages``): pp > 1 and zero_stage not among them. All False when the
+    stack has no such restriction (the space's ZeRO stages are already among ``zero_stages``)."""
+    if framework.pipeline_zero_stages is None:
+        return np.zeros(len(cols["pp"]), dtype=bool)
+    return (np.asarray(cols["pp"]) > 1) & ~np.isin(cols["zero_stage"], framework.pipeline_zero_stages)
 
 
 def expand(space: PlanSpace, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
