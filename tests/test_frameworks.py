@@ -55,6 +55,8 @@ def test_every_validation_framework_text_maps_to_a_profile() -> None:
         ("Megatron-LM", 2024, "megatron-core-2024"),  # Megatron-LM after 2022 runs Megatron-Core
         ("megatron_lm (v0.4)", 2020, "megatron-lm-2021"),
         ("Megatron-LM fork (zero-bubble)", 2024, "zero-bubble-2024"),
+        ("Zero Bubble (Megatron-LM fork)", None, "zero-bubble-2024"),  # equal keywords: the fork
+        ("GPT-NeoX", 2022, "deepspeed-2021"),  # DeepSpeed's pipeline engine under Megatron layers
         ("MaxText", 2024, None),
         ("Megatron-LM (2023)", None, "megatron-core-2024"),  # the text's own year
         ("Megatron-LM (2021)", 2024, "megatron-lm-2021"),  # wins over the source's

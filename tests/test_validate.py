@@ -127,3 +127,62 @@ def test_an_undescribed_other_cluster_falls_back_to_the_devices_default_and_says
     assert "cluster" in gb.assumed and gb.cluster.device.id == "gb200"
     with pytest.raises(Unexpressible, match="neither a preset"):
         row_case({**BASE, "cluster": "selene-2"})  # not an other-* id: a typo is not guessed
+
+
+def test_a_published_plan_outside_the_profiles_feature_list_is_priced_not_skipped() -> None:
+    # Megatron-LM 2021's profile runs no ZeRO (its distributed optimizer came later), yet a published row
+    # that says zero_stage 1 happened: it is priced by the same profile admitting that stage, and says so.
+    import dataclasses
+
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.presets.frameworks import load_framework
+    from workbench.validate import score_case
+
+    row = {**BASE, "framework": "Megatron-LM", "source": "a 2021 paper", "schedule": "interleaved-1f1b"}
+    case = row_case(row)
+    fw = load_framework("megatron-lm-2021")
+    assert fw.unsupported(case.plan) == ["zero_stage 1 (runs: 0)"]  # the planner's view is unchanged
+    assert case.framework.id == "megatron-lm-2021" and 1 in case.framework.zero_stages
+    assert "framework:megatron-lm-2021 widened to run zero_stage 1 (runs: 0)" in case.assumed
+    with pytest.raises(ValueError, match="does not run: zero_stage 1"):
+        cal = load_calibration().with_framework(fw)
+        estimate_plan(case.model, case.cluster, case.workload, case.plan, calibration=cal)
+    # The price is the profile's own mechanisms with ZeRO-1 admitted by hand (nothing else changed).
+    by_hand = dataclasses.replace(fw, zero_stages=(0, 1))
+    item = score_case(case, load_calibration())
+    ref = score_case(dataclasses.replace(case, framework=by_hand), load_calibration())
+    assert item["predicted"] == pytest.approx(ref["predicted"], rel=1e-12)
+    result = validate_rows([row], calibration=load_calibration())
+    assert not result["skipped"] and [r["id"] for r in result["rows"]] == ["X-001"]
+
+
+def test_admitting_widens_only_the_feature_lists() -> None:
+    import dataclasses
+
+    from workbench.presets.frameworks import load_framework
+    from workbench.specs.plan import ParallelPlan
+
+    fw = load_framework("deepspeed-2021")
+    plan = ParallelPlan(
+        dp=2, tp=2, pp=2, vpp=2, micro_batch_size=1, zero_stage=3, schedule="interleaved-1f1b"
+    )
+    assert fw.admitting(ParallelPlan(dp=8)) is fw
+    wide = fw.admitting(plan, dtype="fp8")
+    assert wide.unsupported(plan, dtype="fp8") == [] and fw.unsupported(plan, dtype="fp8")
+    lists = {"schedules", "zero_stages", "pipeline_zero_stages", "fp8"}
+    changed = {f.name for f in dataclasses.fields(fw) if getattr(fw, f.name) != getattr(wide, f.name)}
+    assert changed <= lists and {"schedules", "pipeline_zero_stages", "fp8"} <= changed
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("Some et al. 2021, Table 2", "megatron-lm-2021"),  # before fused attention reached the stacks
+        ("Some et al. 2024, Table 2", "generic"),
+        ("a blog post", "generic"),  # no year: today's default
+    ],
+)
+def test_an_unknown_stack_is_priced_as_its_eras_reference_stack(source: str, expected: str) -> None:
+    case = row_case({**BASE, "framework": "metaseq", "source": source, "zero_stage": "0"})
+    assert case.framework.id == expected and "framework" in case.assumed
+    assert case.framework.flash_attention == (expected == "generic")

@@ -4,8 +4,10 @@ The file follows the schema of ``shared/validation/training_public.csv`` (its RE
 Per row: the model, cluster and plan are rebuilt from the columns (fields the schema lacks, such as a head
 size other than hidden/heads, from the model preset of the same architecture: :func:`matching_preset`); the
 row's ``framework`` text picks a framework profile by alias or keyword, in the era of the year its ``source``
-cites (:func:`workbench.presets.frameworks.profile_for_text`; none matching: the default profile, listed
-under ``assumed``); blanks that the README gives a fixed reading (cp, ep, MHA
+cites (:func:`workbench.presets.frameworks.profile_for_text`; none matching: the default profile of the
+source's year, :func:`workbench.presets.frameworks.default_framework`, listed under ``assumed``; a published plan outside the profile's feature list, such as a ZeRO stage or schedule
+the profile does not name, is priced by the profile widened to run it, :meth:`FrameworkProfile.admitting`,
+and listed under ``assumed``, never skipped); blanks that the README gives a fixed reading (cp, ep, MHA
 key/value heads) take it; other blanks default through the profile or ``PLAN_DEFAULTS`` and are listed in
 the row's ``assumed`` field; rows that cannot be expressed (no parallel plan, blank architecture fields,
 unknown device or cluster, infeasible plan) go to ``skipped`` with the reason. A cluster that is not a
@@ -35,7 +37,13 @@ from typing import Any
 
 from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import load_cluster, load_device, load_model, preset_names, profiles_dir
-from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework, profile_for_text, source_year
+from workbench.presets.frameworks import (
+    DEFAULT_FRAMEWORK,
+    default_framework,
+    load_framework,
+    profile_for_text,
+    source_year,
+)
 from workbench.specs import limits
 from workbench.specs.files import check_input_file
 from workbench.specs.framework import FrameworkProfile
@@ -451,13 +459,14 @@ def row_framework(
     row: dict[str, str], assumed: list[str], override: FrameworkProfile | None = None
 ) -> FrameworkProfile:
     """``override``, else the profile the row's framework text names in its source's year (alias or keyword), else
-    the default profile."""
+    the default profile of that year (:func:`workbench.presets.frameworks.default_framework`)."""
     if override is not None:
         return override
-    prof = profile_for_text(row.get("framework", ""), year=source_year(row.get("source", "")))
+    year = source_year(row.get("source", ""))
+    prof = profile_for_text(row.get("framework", ""), year=year)
     if prof is None:
         assumed.append("framework")
-        return load_framework(DEFAULT_FRAMEWORK)
+        return default_framework(year)
     return prof
 
 
@@ -514,6 +523,11 @@ def row_case(
         schedule=schedule,
     )
     workload = Workload(seq_len=_required(row, "seq_len"), global_batch_size=gbs, dtype=DType(dtype))
+    outside = fw.unsupported(plan, dtype=dtype)
+    if outside:
+        # The run happened: a profile's feature list (what the planner offers) never refuses it.
+        assumed.append(f"framework:{fw.id} widened to run " + "; ".join(outside))
+        fw = fw.admitting(plan, dtype=dtype)
     return RowCase(
         id=row["id"],
         source_key=row["source_key"],

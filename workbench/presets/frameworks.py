@@ -23,6 +23,12 @@ DEFAULT_FRAMEWORK = "generic"
 """The profile a plan is priced with when the user names none: Megatron-Core's execution (the stack most large
 runs use today, sharing its fitted constants) offering every schedule and feature the workbench models."""
 
+PRE_FUSED_ATTENTION_FRAMEWORK = "megatron-lm-2021"
+"""The profile a run that names no known stack is priced with when its source dates from the years this
+profile covers (``years``, 2019-2022): before fused attention kernels reached the common stacks
+(FlashAttention: Dao et al., May 2022; Megatron-Core with Transformer Engine: 2023), that era's reference
+stack, with unfused softmax and attention, prices it closer than today's (:func:`default_framework`)."""
+
 _FIELDS = {f.name for f in fields(FrameworkProfile)}
 _TUPLES = {
     "aliases",
@@ -102,22 +108,36 @@ def profile_for_text(text: str, *, year: int | None = None) -> FrameworkProfile 
     """The profile a source's framework ``text`` names: among the profiles whose id or alias equals the text
     (case-insensitive, stripped) or one of whose ``keywords`` occurs in it as whole words, prefer (1) one that
     covers the source's ``year`` (``FrameworkProfile.years``), (2) an exact id or alias, (3) the longest
-    keyword (the most specific: "Megatron-DeepSpeed" is DeepSpeed, not Megatron). A year written in ``text``
+    keyword (the most specific: "Megatron-DeepSpeed" is DeepSpeed, not Megatron), (4) a fork over the parent its
+    ``fit_group`` names ("Zero Bubble (Megatron-LM fork)" is the fork). A year written in ``text``
     itself ("Megatron-LM (2023)") names the stack's vintage and wins over ``year``. None when nothing matches."""
     own_year = source_year(text)
     year = own_year if own_year is not None else year
     key, words = text.strip().lower(), _words(text)
-    best: tuple[bool, bool, int] | None = None
-    found: FrameworkProfile | None = None
+    scored: list[tuple[tuple[bool, bool, int], FrameworkProfile]] = []
     for prof in all_frameworks():
         exact = key == prof.id or key in (a.lower() for a in prof.aliases)
         hits = [len(k) for k in prof.keywords if _words(k) in words]
-        if not (exact or hits):
-            continue
-        score = (prof.covers_year(year), exact, max(hits, default=0))
-        if best is None or score > best:
-            best, found = score, prof
-    return found
+        if exact or hits:
+            scored.append(((prof.covers_year(year), exact, max(hits, default=0)), prof))
+    if not scored:
+        return None
+    best = max(score for score, _ in scored)
+    tied = [prof for score, prof in scored if score == best]
+    # A fork named beside its parent ("Zero Bubble (Megatron-LM fork)") is the more specific match: its
+    # fit_group is the parent's id.
+    forks = [prof for prof in tied if prof.fit_group in {other.id for other in tied}]
+    return (forks or tied)[0]
+
+
+def default_framework(year: int | None = None) -> FrameworkProfile:
+    """The profile for a run whose framework names no profile: ``PRE_FUSED_ATTENTION_FRAMEWORK`` when
+    ``year`` (the source's) falls in the years it covers, else ``DEFAULT_FRAMEWORK``."""
+    if year is not None:
+        old = load_framework(PRE_FUSED_ATTENTION_FRAMEWORK)
+        if old.years and old.covers_year(year):
+            return old
+    return load_framework(DEFAULT_FRAMEWORK)
 
 
 def source_year(source: str) -> int | None:

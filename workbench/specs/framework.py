@@ -580,6 +580,46 @@ class FrameworkProfile:
             out.append("vocabulary parallelism")
         return out + self.unsupported_dtype(dtype)
 
+    def admitting(self, plan: ParallelPlan, *, dtype: str = "bf16") -> FrameworkProfile:
+        """This profile widened just enough that :meth:`unsupported` has nothing against ``plan``: the plan's
+        schedule, ZeRO stage, rank order and features join the lists of what the stack runs; every execution
+        mechanism (kernels, overlaps, overheads, fitted constants) stays. For pricing a run that is known to
+        have happened (a published measurement) whose stack the profile describes by an older or narrower
+        feature list; the planner never widens. ``self`` when nothing needs widening."""
+        if not self.unsupported(plan, dtype=dtype):
+            return self
+        changes: dict[str, Any] = {}
+        if plan.pp > 1 and self.schedules is not None and plan.schedule not in self.schedules:
+            changes["schedules"] = (*self.schedules, plan.schedule)
+        if plan.zero_stage not in self.zero_stages:
+            changes["zero_stages"] = tuple(sorted((*self.zero_stages, plan.zero_stage)))
+        if plan.pp > 1 and plan.zero_stage not in self.zero_stages_with_pipeline:
+            changes["pipeline_zero_stages"] = tuple(
+                sorted((*self.zero_stages_with_pipeline, plan.zero_stage))
+            )
+        if plan.sequence_parallel and plan.tp > 1:
+            changes["sequence_parallel"] = True
+        if plan.cp > 1:
+            changes["context_parallel"] = True
+            if plan.cp_kind not in self.cp_kinds:
+                changes["cp_kinds"] = (*self.cp_kinds, plan.cp_kind)
+        if plan.ep > 1:
+            changes["expert_parallel"] = True
+        order = rank_order_name(plan.rank_order)
+        if order not in self.rank_orders and plan.num_devices > 1:
+            changes["rank_orders"] = (*self.rank_orders, order)
+        if plan.loss_chunks > 1:
+            changes["chunked_loss"] = True
+        if plan.offload_optimizer:
+            changes["optimizer_offload"] = True
+        if plan.offload_activations:
+            changes["activation_offload"] = True
+        if plan.vocab_parallel and plan.pp > 1:
+            changes["vocab_parallel"] = True
+        if self.unsupported_dtype(dtype):
+            changes["fp8"] = True
+        return replace(self, **changes)
+
     def unsupported_dtype(self, dtype: str) -> list[str]:
         """``["fp8 GEMMs"]`` when ``dtype`` is fp8 and the stack has no FP8 recipe, else empty."""
         return ["fp8 GEMMs"] if str(dtype) == "fp8" and not self.fp8 else []
