@@ -24,6 +24,7 @@ REQUIRED_DEVICES = [
     "gb200",
     "gb300",
     "mi300x",
+    "h20-96gb",
 ]
 REQUIRED_CLUSTERS = [
     "dgx-a100",
@@ -34,6 +35,7 @@ REQUIRED_CLUSTERS = [
     "gb300-nvl72",
     "hgx-h800",
     "meta-grand-teton-h100",
+    "hgx-h20",
 ]
 REQUIRED_MODELS = [
     "llama-2-7b",
@@ -52,6 +54,24 @@ REQUIRED_MODELS = [
     "megatron-gpt-1.7b",
     "megatron-gpt-1t",
 ]
+
+
+def test_every_device_id_of_the_validation_readme_is_a_preset_with_a_default_node() -> None:
+    # A published row (training or serving) may use any device id the schema lists; none may be unknown.
+    import re
+
+    from workbench.serving.rows_specs import DEFAULT_CLUSTER as SERVING_NODE
+    from workbench.validate import DEFAULT_CLUSTER as TRAINING_NODE
+
+    readme = (Path(__file__).resolve().parents[1] / "profiles" / "validation" / "README.md").read_text()
+    sections = re.findall(r"^## Device ids.*?(?=^## )", readme, flags=re.M | re.S)
+    devices = {i for sec in sections for i in re.findall(r"^\| `([a-z0-9.-]+)` \|", sec, flags=re.M)}
+    assert {"h20-96gb", "a100-sxm4-40gb", "gb300"} <= devices
+    assert devices <= set(catalog.preset_names("device"))
+    for device in devices - {"rtx4090-24gb", "rtx-pro-6000-96gb"}:  # PCIe cards: serving rows only
+        node = TRAINING_NODE.get(device) or SERVING_NODE.get(device)
+        assert node in catalog.preset_names("cluster"), device  # rows put their own device on it
+    assert catalog.load_cluster(SERVING_NODE["h20-96gb"]).device.peak("bf16") == 148e12
 
 
 def test_required_presets_exist() -> None:

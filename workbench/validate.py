@@ -78,6 +78,7 @@ DEFAULT_CLUSTER = {
     "b200-sxm-180gb": "dgx-b200",
     "h100-sxm5-96gb": "dgx-h100",
     "h800-sxm5-80gb": "hgx-h800",
+    "h20-96gb": "hgx-h20",
     "gb200": "gb200-nvl72",
     "gb300": "gb300-nvl72",
 }

@@ -37,6 +37,7 @@ DEFAULT_CLUSTER = {
     "h100-sxm5-80gb": "dgx-h100",
     "h200-sxm-141gb": "dgx-h200",
     "b200-sxm-180gb": "dgx-b200",
+    "h20-96gb": "hgx-h20",
     "rtx4090-24gb": "pcie-rtx4090",
     "rtx-pro-6000-96gb": "pcie-rtx-pro-6000",
 }
