@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,26 @@ def test_an_unknown_stack_is_priced_as_its_eras_reference_stack(source: str, exp
     case = row_case({**BASE, "framework": "metaseq", "source": source, "zero_stage": "0"})
     assert case.framework.id == expected and "framework" in case.assumed
     assert case.framework.flash_attention == (expected == "generic")
+
+
+def test_a_run_without_stages_and_no_micro_batch_takes_the_largest_that_fits() -> None:
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.presets.frameworks import load_framework
+
+    row = {**BASE, "tp": "8", "pp": "1", "dp": "1", "micro_batch_size": "", "global_batch_size": "64"}
+    row |= {"num_layers": "48", "hidden_size": "6144", "num_attention_heads": "48", "recompute": "none"}
+    case = row_case(row)
+    mbs = case.plan.micro_batch_size
+    cal = load_calibration().with_framework(load_framework("generic"))
+    hbm = case.cluster.device.hbm_bytes
+
+    def peak(m: int) -> float:
+        plan = dataclasses.replace(case.plan, micro_batch_size=m)
+        return estimate_plan(case.model, case.cluster, case.workload, plan, calibration=cal).peak_memory_bytes
+
+    assert 1 < mbs < 64 and 64 % mbs == 0 and "micro_batch_size" in case.assumed
+    larger = min(d for d in range(mbs + 1, 65) if 64 % d == 0)
+    assert peak(mbs) <= hbm < peak(larger)
+    assert row_case({**row, "micro_batch_size": "1"}).plan.micro_batch_size == 1  # a given one stays
+    staged = row_case({**row, "pp": "2", "dp": "1", "num_devices": "16"})  # pp > 1: the stack's rule (1 here)
+    assert staged.plan.micro_batch_size == 1

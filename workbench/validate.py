@@ -56,13 +56,17 @@ DEFAULT_DATA = profiles_dir() / "validation" / "training_public.csv"
 """A copy of the team's public validation set (shared/validation), kept in the repo so validate works anywhere."""
 
 PLAN_DEFAULTS: dict[str, str] = {
-    "micro_batch_size": "1",
+    "micro_batch_size": (
+        "pp > 1: the stack's default_microbatches rule; pp = 1 with the global batch given: the largest divisor"
+        " of the data-parallel rank's batch whose step fits the device memory; else 1"
+    ),
     "recompute": "full when flops_definition is 'hardware' (Megatron eq. 3 counts recompute), else none",
     "zero_stage": "0",
     "schedule": "interleaved-1f1b when vpp > 1, else 1f1b",
     "vpp": "1 (2 for an interleaved schedule)",
     "sequence_parallel": "tp > 1 when the framework profile's default_sequence_parallel is on",
-    "framework": "megatron-core-2024 when the framework text matches no profile alias",
+    "framework": "the reference stack of the source's year when the framework text names no profile"
+    " (megatron-lm-2021 for 2019-2022, else generic)",
     "dtype": "bf16",
     "vocab_size": "51200 (Megatron's padded GPT-2 vocabulary)",
     "ffn_hidden_size": "4 * hidden_size",
@@ -524,6 +528,8 @@ def row_case(
         schedule=schedule,
     )
     workload = Workload(seq_len=_required(row, "seq_len"), global_batch_size=gbs, dtype=DType(dtype))
+    if not row["micro_batch_size"] and pp == 1 and _num(row, "global_batch_size") is not None:
+        plan = _largest_fitting_micro_batch(model, cluster, workload, plan, fw)
     outside = fw.unsupported(plan, dtype=dtype)
     if outside:
         # The run happened: a profile's feature list (what the planner offers) never refuses it.
@@ -540,6 +546,34 @@ def row_case(
         assumed=tuple(assumed),
         row=row,
     )
+
+
+def _largest_fitting_micro_batch(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan, fw: FrameworkProfile
+) -> ParallelPlan:
+    """``plan`` with the largest micro-batch that divides the data-parallel rank's batch and whose predicted
+    peak memory fits the device: a run without pipeline stages that names no micro-batch accumulates no more
+    gradient steps than memory forces (fewer, larger GEMMs), as tuned published runs do. ``plan`` itself
+    when no larger one fits or the batch does not split evenly."""
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.presets.calibration import load_calibration
+
+    replicas = plan.dp * plan.cp
+    local = workload.global_batch_size // replicas
+    if local <= 1 or workload.global_batch_size % replicas:
+        return plan
+    cal = load_calibration().with_framework(fw.admitting(plan, dtype=str(workload.dtype)))
+    for mbs in sorted((d for d in range(2, local + 1) if local % d == 0), reverse=True):
+        candidate = dataclasses.replace(plan, micro_batch_size=mbs)
+        try:
+            est = estimate_plan(
+                model, cluster, workload, candidate, calibration=cal, allow_uneven_layers=True
+            )
+        except ValueError:
+            continue
+        if est.peak_memory_bytes <= cluster.device.hbm_bytes:
+            return candidate
+    return plan
 
 
 def _default_mbs(row: dict[str, str], fw: FrameworkProfile, *, dp: int, stages: int) -> int:
