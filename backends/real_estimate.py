@@ -4,15 +4,18 @@
 ``RunResult``; ``to_estimate`` assembles it with the conventions every backend shares (a measured run is not
 simulated, so :func:`workbench.estimate.assemble.assemble` does not apply, but its figures are defined alike):
 
-- ``step_time_s``: median over the steps after ``warmup_steps`` of the slowest rank's step (barrier to end of
-  the optimizer step); the spread (min..max) is in the notes;
+- ``step_time_s``: the median step's time (the steps after ``warmup_steps``, each the slowest rank's barrier to
+  end of the optimizer step; the lower middle one for an even count), so that the step time, the timeline and
+  the breakdown describe one step; the spread (min..max) is in the notes;
 - ``timeline``: the actions of the median step on the ranks with dp = tp = 0 (``rank`` is the pipeline rank;
   ops F, B, I, W and ``wait``; seconds from the step's barrier);
 - the breakdown on the critical rank (the pipeline rank with the most compute in that step): ``compute_s`` its
   compute actions, ``bubble_s`` its idle time inside the pipeline's span (first compute start to last compute
   end over the ranks; waits on pipeline sends included: a measurement does not separate them), ``optimizer_s``
   the measured optimizer step, ``exposed_dp_comm_s`` the rest of the step (outside the pipeline's span and the
-  optimizer: the gradient reduction left after the last backward, the step's barrier and runtime overhead);
+  optimizer: the gradient reduction left after the last backward, the step's barrier and runtime overhead).
+  The parts add up to ``step_time_s``: each rank times from its own barrier exit, so where the span and the
+  slowest optimizer overrun the step, the later parts are cut to what the step leaves;
 - tokens/s, MFU, HFU (with the plan's recompute) and ``bubble_fraction`` (= bubble_s / step_time_s) from
   :mod:`workbench.estimate.metrics`, the one definition of each;
 - ``memory`` (the columns mean what they mean for every backend): parameters, gradients and optimizer states
@@ -165,8 +168,8 @@ def to_estimate(
     import polars as pl
 
     times = run.step_times_s()
-    step_s = statistics.median(times)
     step = run.median_step()
+    step_s = times[step - run.warmup_steps]
     rows = timeline_rows(run, step)
     timeline = pl.DataFrame(
         rows,
@@ -205,11 +208,14 @@ def to_estimate(
         peak_flop_per_s=peak or math.inf,
         recompute_code=RECOMPUTE_CODES[plan.recompute.value],
     )
+    busy_s = min(idle.busy_s, step_s)
+    bubble_s = min(idle.idle_s, step_s - busy_s)
+    tail_s = step_s - busy_s - bubble_s
     breakdown = StepBreakdown(
-        compute_s=idle.busy_s,
-        exposed_dp_comm_s=max(0.0, step_s - idle.span_s - optimizer_s),
-        bubble_s=idle.idle_s,
-        optimizer_s=optimizer_s,
+        compute_s=busy_s,
+        exposed_dp_comm_s=tail_s - min(optimizer_s, tail_s),
+        bubble_s=bubble_s,
+        optimizer_s=min(optimizer_s, tail_s),
     )
     return Estimate(
         backend="real-run",
