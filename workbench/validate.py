@@ -5,9 +5,10 @@ Per row: the model, cluster and plan are rebuilt from the columns (fields the sc
 size other than hidden/heads, from the model preset of the same architecture: :func:`matching_preset`); the
 row's ``framework`` text picks a framework profile by alias or keyword, in the era of the year its ``source``
 cites (:func:`workbench.presets.frameworks.profile_for_text`; none matching: the default profile of the
-source's year, :func:`workbench.presets.frameworks.default_framework`, listed under ``assumed``; a published plan outside the profile's feature list, such as a ZeRO stage or schedule
-the profile does not name, is priced by the profile widened to run it, :meth:`FrameworkProfile.admitting`,
-and listed under ``assumed``, never skipped); blanks that the README gives a fixed reading (cp, ep, MHA
+source's year, :func:`workbench.presets.frameworks.default_framework`, listed under ``assumed``; a published
+plan outside the profile's feature list, such as a ZeRO stage or schedule the profile does not name, is
+priced by the profile widened to run it, :meth:`FrameworkProfile.admitting`, and listed under ``assumed``,
+never skipped); blanks that the README gives a fixed reading (cp, ep, MHA
 key/value heads) take it; other blanks default through the profile or ``PLAN_DEFAULTS`` and are listed in
 the row's ``assumed`` field; rows that cannot be expressed (no parallel plan, blank architecture fields,
 unknown device or cluster, infeasible plan) go to ``skipped`` with the reason. A cluster that is not a
