@@ -133,8 +133,6 @@ def test_an_undescribed_other_cluster_falls_back_to_the_devices_default_and_says
 def test_a_published_plan_outside_the_profiles_feature_list_is_priced_not_skipped() -> None:
     # Megatron-LM 2021's profile runs no ZeRO (its distributed optimizer came later), yet a published row
     # that says zero_stage 1 happened: it is priced by the same profile admitting that stage, and says so.
-    import dataclasses
-
     from workbench.estimate.analytic import estimate_plan
     from workbench.presets.frameworks import load_framework
     from workbench.validate import score_case
@@ -158,8 +156,6 @@ def test_a_published_plan_outside_the_profiles_feature_list_is_priced_not_skippe
 
 
 def test_admitting_widens_only_the_feature_lists() -> None:
-    import dataclasses
-
     from workbench.presets.frameworks import load_framework
     from workbench.specs.plan import ParallelPlan
 

@@ -572,7 +572,7 @@ def _largest_fitting_micro_batch(
             )
         except ValueError:
             continue
-        if est.peak_memory_bytes <= cluster.device.hbm_bytes:
+        if est.fits:
             return candidate
     return plan
 
