@@ -163,3 +163,19 @@ def test_rtx_kernel_tables_reproduce_their_microbenchmarks() -> None:
         flop = 2 * 2048 * 4096 * 28672
         frac = float(matmul_efficiency_frac(flop, cal.gemm_curve(spec, "bf16")))
         assert flop / (spec.peak("bf16") * frac) == pytest.approx(gemm_us * 1e-6, rel=0.1)
+
+
+def test_a_blank_replica_count_or_tensor_degree_is_what_the_devices_leave() -> None:
+    """A TRT-LLM row set to 4 replicas of TP2 on 8 H100s: either blank cell comes back from the other and the
+    device count; both blank, or degrees that do not divide the devices, skip the row with the reason."""
+    row = next(r for r in read_serving_rows() if r["id"] == "TRT-02")
+    row = {**row, "num_devices_total": "8", "replicas": "4", "tp": "2", "pp": "1"}
+    for blank in ("replicas", "tp"):
+        case = row_case({**row, blank: ""})
+        assert isinstance(case, ServingCase), case
+        assert (case.plan.replicas, case.plan.tp) == (4, 2)
+        assert any(a.startswith(f"{blank}=") for a in case.assumed)
+    both = row_case({**row, "replicas": "", "tp": ""})
+    assert not isinstance(both, ServingCase) and "tp is blank" in both.reason
+    odd = row_case({**row, "replicas": "", "tp": "3"})
+    assert not isinstance(odd, ServingCase) and "not a multiple of tp x pp x attention_dp = 3" in odd.reason

@@ -206,3 +206,40 @@ def test_a_run_without_stages_and_no_micro_batch_takes_the_largest_that_fits() -
     assert row_case({**row, "micro_batch_size": "1"}).plan.micro_batch_size == 1  # a given one stays
     staged = row_case({**row, "pp": "2", "dp": "1", "num_devices": "16"})  # pp > 1: the stack's rule (1 here)
     assert staged.plan.micro_batch_size == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "expected", "filled"),
+    [
+        # (dp, tp, pp, cp) given on 64 devices of 8-GPU nodes -> (dp, tp, pp, cp) and the filled columns
+        (("", "2", "4", ""), (8, 2, 4, 1), {"dp"}),
+        (("4", "", "2", ""), (4, 8, 2, 1), {"tp"}),
+        (("4", "8", "", ""), (4, 8, 2, 1), {"pp"}),
+        (("4", "8", "1", ""), (4, 8, 1, 2), {"cp"}),
+        (("4", "8", "2", ""), (4, 8, 2, 1), set()),
+        # both blank: tensor parallelism fills the node, pipeline stages take the rest
+        (("2", "", "", ""), (2, 8, 4, 1), {"tp", "pp"}),
+        (("16", "", "", ""), (16, 4, 1, 1), {"tp", "pp"}),  # fewer devices left than a node: all to tp
+        (("1", "", "", "2"), (1, 8, 4, 2), {"tp", "pp"}),
+    ],
+)
+def test_blank_degrees_are_what_the_given_ones_leave_of_the_devices(
+    given: tuple[str, str, str, str], expected: tuple[int, int, int, int], filled: set[str]
+) -> None:
+    row = {**BASE, "num_devices": "64", **dict(zip(("dp", "tp", "pp", "cp"), given, strict=True))}
+    case = row_case(row)
+    p = case.plan
+    assert (p.dp, p.tp, p.pp, p.cp) == expected
+    assert p.dp * p.tp * p.pp * p.cp == 64
+    assert filled == {k for k in ("dp", "tp", "pp", "cp") if k in case.assumed}
+
+
+def test_tensor_parallelism_filled_in_divides_the_heads_and_given_degrees_must_divide_the_devices() -> None:
+    from workbench.validate import Unexpressible
+
+    case = row_case({**BASE, "num_devices": "64", "num_attention_heads": "12", "dp": "2", "tp": "", "pp": ""})
+    assert (case.plan.tp, case.plan.pp) == (4, 8)  # 8 does not divide 12 heads: the largest that does
+    with pytest.raises(Unexpressible, match=r"num_devices 64 is not a multiple of the given degrees \(dp=3"):
+        row_case({**BASE, "num_devices": "64", "dp": "3", "tp": "", "pp": ""})
+    with pytest.raises(Unexpressible, match="no parallel plan"):
+        row_case({**BASE, "dp": "", "tp": "", "pp": ""})

@@ -476,6 +476,41 @@ def row_framework(
     return prof
 
 
+def row_degrees(
+    row: dict[str, str], n: int, per_node: int, heads: int, assumed: list[str]
+) -> tuple[int, int, int, int]:
+    """(dp, tp, pp, cp) of a row on ``n`` devices, filling blank degrees so that dp*tp*pp*cp = n:
+
+    - dp blank: the devices the other degrees leave (blank tp and pp are 1, blank cp is 1);
+    - dp given and one of tp, pp blank: the devices the given degrees leave;
+    - dp, tp and pp given, cp blank: the devices they leave (1 when they fill the devices);
+    - dp given and both blank: tensor parallelism fills a node (up to ``per_node`` and dividing the ``heads``)
+      and pipeline stages take the rest, the layout Narayanan et al. (SC 2021, section 3.3, takeaway 1)
+      prescribe: tensor parallelism up to the GPUs of a server, pipeline parallelism across servers.
+
+    cp blank is otherwise 1. Each filled degree is listed in ``assumed`` (a blank cp only when it comes out
+    above 1). Raises Unexpressible when the given degrees do not divide ``n``."""
+    keys = ("dp", "tp", "pp", "cp")
+    given = {k: _int(row, k, 0, [], minimum=1) if _num(row, k) is not None else None for k in keys}
+    known = math.prod(v for v in given.values() if v is not None)
+    if n % known:
+        named = ", ".join(f"{k}={v}" for k, v in given.items() if v is not None)
+        raise Unexpressible(f"num_devices {n} is not a multiple of the given degrees ({named})")
+    left = n // known
+    dp, tp, pp, cp = given.values()
+    if dp is None:
+        tp, pp, cp, dp = tp or 1, pp or 1, cp or 1, left
+    elif tp is None and pp is None:
+        tp = max(t for t in range(1, min(per_node, left) + 1) if left % t == 0 and heads % t == 0)
+        pp, cp = left // tp, cp or 1
+    elif tp is None or pp is None:
+        tp, pp, cp = tp or left, pp or left, cp or 1
+    else:
+        cp = cp or left
+    assumed.extend(k for k, v in given.items() if v is None and (k != "cp" or cp > 1))
+    return dp, tp, pp, cp
+
+
 def row_case(
     row: dict[str, str], *, framework: FrameworkProfile | None = None, data_dir: Path | None = None
 ) -> RowCase:
@@ -490,9 +525,7 @@ def row_case(
     model = row_model(row, assumed)
     cluster = row_cluster(row, assumed, data_dir)
     n = _required(row, "num_devices")
-    tp, pp = _int(row, "tp", 1, assumed), _int(row, "pp", 1, assumed)
-    cp = int(_num(row, "cp") or 1)
-    dp = _int(row, "dp", n // (tp * pp * cp), assumed)
+    dp, tp, pp, cp = row_degrees(row, n, cluster.devices_per_node, model.num_attention_heads, assumed)
     schedule = row["schedule"] or ""
     vpp = _int(row, "vpp", 2 if schedule == "interleaved-1f1b" else 1, assumed) if pp > 1 else 1
     if not schedule:

@@ -149,9 +149,31 @@ def _trtllm_kv_dtype(row: dict[str, str], assumed: list[str]) -> str | None:
     return "fp8"
 
 
+def _row_layout(row: dict[str, str], assumed: list[str]) -> tuple[int, int, int, int]:
+    """(tp, replicas, pp, attention_dp) of a row: blank pp and attention_dp are 1; a blank ``replicas`` or a
+    blank ``tp`` (not both) is what the other degrees leave of ``num_devices_total`` (replicas x tp x pp x
+    attention_dp = devices), noted in ``assumed``. Raises ``Unexpressible`` when both are blank or the given
+    degrees do not divide the devices."""
+    pp, adp = cell_count(row, "pp", 1, assumed), cell_count(row, "attention_dp", 1)
+    blank = [k for k in ("tp", "replicas") if cell_number(row, k) is None]
+    if len(blank) != 1:
+        return cell_count(row, "tp"), cell_count(row, "replicas"), pp, adp
+    (key,) = blank
+    other = "replicas" if key == "tp" else "tp"
+    total, known = cell_count(row, "num_devices_total"), cell_count(row, other) * pp * adp
+    if total % known:
+        raise Unexpressible(f"{key} is blank and num_devices_total={total} is not a multiple of {other} x pp x "
+                            f"attention_dp = {known}")  # fmt: skip
+    value = total // known
+    assumed.append(f"{key}={value} (the devices {other} x pp x attention_dp leave)")
+    tp = value if key == "tp" else cell_count(row, "tp")
+    return tp, total // (tp * pp * adp), pp, adp
+
+
 def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assumed: list[str]) -> ServingPlan:
     """An aggregated ServingPlan from the layout, dtype and engine columns (blanks: ``ENGINE_BATCHING``,
-    ``DEFAULT_MAX_NUM_SEQS``, bf16 KV for a blank ``kv_cache_dtype``). TRT-LLM's ``kv_cache_free_mem_frac`` f
+    ``DEFAULT_MAX_NUM_SEQS``, bf16 KV for a blank ``kv_cache_dtype``, a blank replica count or tp from the
+    device count, ``_row_layout``). TRT-LLM's ``kv_cache_free_mem_frac`` f
     becomes the vLLM-style share (weights + f (HBM - weights)) / HBM; blank on a TRT-LLM row: 0.9, the page's
     fallback."""
     if row["disaggregated"].strip() == "true":
@@ -160,7 +182,7 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
     engine = _engine_key(row)
     if engine not in ENGINE_BATCHING:
         raise Unexpressible(f"engine {row['engine']!r} has no batching defaults")
-    tp, pp, adp = cell_count(row, "tp"), cell_count(row, "pp", 1, assumed), cell_count(row, "attention_dp", 1)
+    tp, replicas, pp, adp = _row_layout(row, assumed)
     ep = None
     if model.is_moe:
         if not row["ep"].strip():
@@ -168,7 +190,6 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
                 "the source does not state the expert-parallel degree (ep blank on an MoE row)"
             )
         ep = cell_count(row, "ep")
-    replicas = cell_count(row, "replicas")
     if replicas * tp * pp * adp != cell_count(row, "num_devices_total"):
         raise Unexpressible("replicas * tp * pp * attention_dp differs from num_devices_total")
     scheduler, budget, why = ENGINE_BATCHING[engine]
