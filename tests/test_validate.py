@@ -215,7 +215,6 @@ def test_a_run_without_stages_and_no_micro_batch_takes_the_largest_that_fits() -
         (("", "2", "4", ""), (8, 2, 4, 1), {"dp"}),
         (("4", "", "2", ""), (4, 8, 2, 1), {"tp"}),
         (("4", "8", "", ""), (4, 8, 2, 1), {"pp"}),
-        (("4", "8", "1", ""), (4, 8, 1, 2), {"cp"}),
         (("4", "8", "2", ""), (4, 8, 2, 1), set()),
         # both blank: tensor parallelism fills the node, pipeline stages take the rest
         (("2", "", "", ""), (2, 8, 4, 1), {"tp", "pp"}),
@@ -234,6 +233,12 @@ def test_blank_degrees_are_what_the_given_ones_leave_of_the_devices(
     assert filled == {k for k in ("dp", "tp", "pp", "cp") if k in case.assumed}
 
 
+def test_a_blank_cp_is_no_context_parallelism_even_when_the_degrees_leave_devices() -> None:
+    # the schema's fixed reading of a blank cp: the plan keeps cp = 1 and is refused for not filling the devices
+    case = row_case({**BASE, "num_devices": "64", "dp": "4", "tp": "8", "pp": "1", "cp": ""})
+    assert case.plan.cp == 1 and case.plan.dp * case.plan.tp * case.plan.pp == 32
+
+
 def test_tensor_parallelism_filled_in_divides_the_heads_and_given_degrees_must_divide_the_devices() -> None:
     from workbench.validate import Unexpressible
 
@@ -243,3 +248,56 @@ def test_tensor_parallelism_filled_in_divides_the_heads_and_given_degrees_must_d
         row_case({**BASE, "num_devices": "64", "dp": "3", "tp": "", "pp": ""})
     with pytest.raises(Unexpressible, match="no parallel plan"):
         row_case({**BASE, "dp": "", "tp": "", "pp": ""})
+
+
+LLAMA_70B = {
+    "num_layers": "80",
+    "hidden_size": "8192",
+    "num_attention_heads": "64",
+    "num_key_value_heads": "8",
+    "ffn_hidden_size": "28672",
+    "vocab_size": "128256",
+    "attention": "gqa",
+    "gated_mlp": "true",
+}
+
+
+def test_a_matching_preset_fills_the_architecture_columns_a_row_leaves_blank() -> None:
+    from workbench.presets.catalog import load_model
+
+    llama, qwen = load_model("llama-3.1-70b"), load_model("qwen3-30b-a3b")
+    dense = {**BASE, **LLAMA_70B, "num_devices": "64", "tp": "8", "pp": "1", "dp": "8"}
+    full = row_case(dense)
+    assert "architecture:llama-3.1-70b" in full.assumed  # the vocabulary picks Llama 3 over Llama 2
+    case = row_case({**dense, "num_key_value_heads": ""})  # GQA without its key/value heads
+    assert (
+        case.model.num_key_value_heads == llama.num_key_value_heads and "num_key_value_heads" in case.assumed
+    )
+    assert case.model == full.model
+    # without its vocabulary this row is Llama 2 70B or Llama 3 70B: no preset is picked, the default is said
+    ambiguous = row_case({**dense, "vocab_size": ""})
+    assert ambiguous.model.vocab_size == 51200 and "vocab_size" in ambiguous.assumed
+    assert not any(a.startswith("architecture:") for a in ambiguous.assumed)
+    unique = row_case({**QWEN3_30B, "vocab_size": ""})
+    assert unique.model.vocab_size == qwen.vocab_size and "vocab_size" in unique.assumed
+    moe = QWEN3_30B
+    case = row_case({**moe, "experts_per_token": "", "moe_ffn_hidden_size": ""})
+    assert (case.model.experts_per_token, case.model.moe_ffn_hidden_size) == (8, 768)
+    assert {"experts_per_token", "moe_ffn_hidden_size", "architecture:qwen3-30b-a3b"} <= set(case.assumed)
+    assert case.model == row_case(moe).model
+    assert (case.model.experts_per_token, case.model.moe_ffn_hidden_size) == (
+        qwen.experts_per_token,
+        qwen.moe_ffn_hidden_size,
+    )
+
+
+def test_without_a_matching_preset_blank_columns_take_the_schema_defaults_or_skip() -> None:
+    from workbench.validate import Unexpressible
+
+    odd = {**BASE, "vocab_size": "", "ffn_hidden_size": ""}  # 24 x 2048 x 16 heads: no preset
+    case = row_case(odd)
+    assert (case.model.vocab_size, case.model.ffn_hidden_size) == (51200, 4 * 2048)
+    assert {"vocab_size", "ffn_hidden_size"} <= set(case.assumed)
+    moe = {**QWEN3_30B, "num_layers": "40"}
+    with pytest.raises(Unexpressible, match="experts_per_token .*no model preset matches"):
+        row_case({**moe, "experts_per_token": ""})

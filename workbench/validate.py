@@ -355,44 +355,55 @@ def _model_presets() -> dict[str, ModelSpec]:
 _PRESET_CACHE: dict[Path, dict[str, ModelSpec]] = {}
 
 
-def matching_preset(columns: dict[str, Any]) -> tuple[str, ModelSpec] | None:
-    """The model preset with the same layers, width, heads, key/value heads, attention kind, MLP gating and
-    experts (count, top-k, size, shared) as the ModelSpec fields in ``columns`` (absent expert fields: 0):
-    the first by id when every match agrees on ``SCHEMA_LESS_FIELDS``, else None (presets sharing an
-    architecture but differing there would make the choice arbitrary)."""
-    key = tuple(columns.get(c, 0) for c in _MATCHED_COLUMNS)
+def matching_preset(
+    columns: dict[str, Any], unknown: tuple[str, ...] = (), filled: tuple[str, ...] = ()
+) -> tuple[str, ModelSpec] | None:
+    """The model preset with the same layers, width, heads, key/value heads, attention kind, MLP gating,
+    experts (count, top-k, size, shared) and, when given, dense MLP size as the ModelSpec fields in ``columns``
+    (absent expert fields: 0),
+    leaving out the ``unknown`` fields (columns the row leaves blank): the first by id when every match agrees
+    on ``SCHEMA_LESS_FIELDS``, the ``unknown`` fields and the ``filled`` ones (other blank columns the preset
+    is to fill), preferring one with the row's vocabulary, else None (presets sharing an architecture but
+    differing there would make the choice arbitrary)."""
+    compared = [c for c in _MATCHED_COLUMNS if c not in unknown]
+    if columns.get("ffn_hidden_size") and "ffn_hidden_size" not in filled:
+        compared.append("ffn_hidden_size")  # a given dense MLP size tells Llama 3 70B from Qwen2.5 72B
+    key = tuple(columns.get(c, 0) for c in compared)
     found = [
-        (name, m)
-        for name, m in _model_presets().items()
-        if tuple(getattr(m, c) for c in _MATCHED_COLUMNS) == key
+        (name, m) for name, m in _model_presets().items() if tuple(getattr(m, c) for c in compared) == key
     ]
-    if not found or len({tuple(getattr(m, f) for f in SCHEMA_LESS_FIELDS) for _, m in found}) > 1:
+    agreed = (*SCHEMA_LESS_FIELDS, *unknown, *filled)
+    if not found or len({tuple(getattr(m, f) for f in agreed) for _, m in found}) > 1:
         return None
-    return found[0]
+    # the same vocabulary names the model best (Llama 3 70B, not Llama 2 70B); padded ones match none
+    return min(found, key=lambda nm: nm[1].vocab_size != columns.get("vocab_size"))
+
+
+_FILLED_FROM_PRESET = ("ffn_hidden_size", "vocab_size")
+"""Columns compared with no preset that a row may leave blank; a matching preset fills them."""
 
 
 def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
     """A ModelSpec from the architecture columns. The fields the CSV has no column for
     (``SCHEMA_LESS_FIELDS``) come from the model preset with the same architecture when there is one
-    (listed in ``assumed`` as ``architecture:<preset>``); otherwise head_dim = hidden / heads, and MLA rows take
-    DeepSeek-V3's ranks (``mla_dims``) with 3 dense layers when the row gives a dense MLP size."""
+    (listed in ``assumed`` as ``architecture:<preset>``), matched on the columns the row fills; that preset also
+    fills the row's blank dense MLP size and vocabulary, a GQA row's blank key/value heads and an MoE row's blank
+    top-k, expert size and shared experts (each listed in ``assumed``). Without a preset: head_dim = hidden /
+    heads, a dense MLP of 4 x hidden, a 51,200-token vocabulary, key/value heads = heads, no shared experts,
+    and MLA rows take DeepSeek-V3's ranks (``mla_dims``) with 3 dense layers when the row gives a dense MLP
+    size; an MoE row without top-k or expert size is Unexpressible."""
     h, a = _required(row, "hidden_size"), _required(row, "num_attention_heads")
     attention = row["attention"] or "mha"
-    kv = int(_num(row, "num_key_value_heads") or a)
     gated = row["gated_mlp"] == "true"
     experts = int(_num(row, "num_experts") or 0)
-    ffn = _num(row, "ffn_hidden_size")
-    if ffn is None and not experts:
-        ffn = 4 * h
-        assumed.append("ffn_hidden_size")
-    extra: dict[str, Any] = {}
+    expert_cols = ("experts_per_token", "moe_ffn_hidden_size", "num_shared_experts") if experts else ()
+    unknown = tuple(c for c in expert_cols if _num(row, c) is None)
+    if attention == "gqa" and _num(row, "num_key_value_heads") is None:
+        unknown += ("num_key_value_heads",)
+    kv = int(_num(row, "num_key_value_heads") or a)
+    extra: dict[str, Any] = {c: int(_num(row, c) or 0) for c in expert_cols}
     if experts:
-        extra.update(
-            num_experts=experts,
-            experts_per_token=_required(row, "experts_per_token"),
-            moe_ffn_hidden_size=_required(row, "moe_ffn_hidden_size"),
-            num_shared_experts=int(_num(row, "num_shared_experts") or 0),
-        )
+        extra["num_experts"] = experts
     base = {
         "name": row["model_name"] or row["id"],
         "num_layers": _required(row, "num_layers"),
@@ -400,29 +411,52 @@ def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
         "num_attention_heads": a,
         "num_key_value_heads": kv if attention != "mla" else a,
         "head_dim": h // a,
-        "ffn_hidden_size": int(ffn or 0),
-        "vocab_size": _int(row, "vocab_size", 51200, assumed),
+        "ffn_hidden_size": int(_num(row, "ffn_hidden_size") or 0),
+        "vocab_size": int(_num(row, "vocab_size") or 0),
         "gated_mlp": gated,
         "tied_embeddings": not gated,
         "attention": AttentionKind(attention),
         "norm": NormKind.RMSNORM if gated else NormKind.LAYERNORM,
         "linear_bias": not gated,
     }
-    match = matching_preset({**base, **extra})
+    blank = [c for c in _FILLED_FROM_PRESET if _num(row, c) is None]
+    match = matching_preset({**base, **extra}, unknown, tuple(blank))
     if match is not None:
         name, preset = match
-        extra.update({f: getattr(preset, f) for f in SCHEMA_LESS_FIELDS})
+        extra.update({f: getattr(preset, f) for f in (*SCHEMA_LESS_FIELDS, *unknown)})
+        # an MoE model without dense layers leaves ffn_hidden_size blank by the schema: nothing to fill there
+        if experts and not preset.num_dense_layers and "ffn_hidden_size" in blank:
+            blank.remove("ffn_hidden_size")
+        base.update({f: getattr(preset, f) for f in blank})
         assumed.append(f"architecture:{name}")
-    elif attention == "mla":
-        ds = load_model("deepseek-v3")
-        extra.update(
-            {
-                k: getattr(ds, k)
-                for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-            }
-        )
-        extra["num_dense_layers"] = 3 if ffn and experts else 0
-        assumed.append("mla_dims")
+        assumed.extend((*unknown, *blank))
+    else:
+        missing = [c for c in unknown if c != "num_shared_experts"]
+        if missing and experts:
+            raise Unexpressible(f"blank required column(s): {', '.join(missing)} (no model preset matches)")
+        assumed.extend(unknown)
+        if "vocab_size" in blank:
+            base["vocab_size"] = 51200
+            assumed.append("vocab_size")
+        if "ffn_hidden_size" in blank and not experts:
+            base["ffn_hidden_size"] = 4 * h
+            assumed.append("ffn_hidden_size")
+        if attention == "mla":
+            ds = load_model("deepseek-v3")
+            extra.update(
+                {
+                    k: getattr(ds, k)
+                    for k in (
+                        "q_lora_rank",
+                        "kv_lora_rank",
+                        "qk_nope_head_dim",
+                        "qk_rope_head_dim",
+                        "v_head_dim",
+                    )
+                }
+            )
+            extra["num_dense_layers"] = 3 if base["ffn_hidden_size"] and experts else 0
+            assumed.append("mla_dims")
     return ModelSpec(**{**base, **extra})
 
 
@@ -483,13 +517,12 @@ def row_degrees(
 
     - dp blank: the devices the other degrees leave (blank tp and pp are 1, blank cp is 1);
     - dp given and one of tp, pp blank: the devices the given degrees leave;
-    - dp, tp and pp given, cp blank: the devices they leave (1 when they fill the devices);
     - dp given and both blank: tensor parallelism fills a node (up to ``per_node`` and dividing the ``heads``)
       and pipeline stages take the rest, the layout Narayanan et al. (SC 2021, section 3.3, takeaway 1)
       prescribe: tensor parallelism up to the GPUs of a server, pipeline parallelism across servers.
 
-    cp blank is otherwise 1. Each filled degree is listed in ``assumed`` (a blank cp only when it comes out
-    above 1). Raises Unexpressible when the given degrees do not divide ``n``."""
+    A blank cp is 1 (the schema's fixed reading: no context parallelism). Each other filled degree is listed in
+    ``assumed``. Raises Unexpressible when the given degrees do not divide ``n``."""
     keys = ("dp", "tp", "pp", "cp")
     given = {k: _int(row, k, 0, [], minimum=1) if _num(row, k) is not None else None for k in keys}
     known = math.prod(v for v in given.values() if v is not None)
@@ -505,10 +538,8 @@ def row_degrees(
         pp, cp = left // tp, cp or 1
     elif tp is None or pp is None:
         tp, pp, cp = tp or left, pp or left, cp or 1
-    else:
-        cp = cp or left
-    assumed.extend(k for k, v in given.items() if v is None and (k != "cp" or cp > 1))
-    return dp, tp, pp, cp
+    assumed.extend(k for k, v in given.items() if v is None and k != "cp")
+    return dp, tp, pp, cp or 1
 
 
 def row_case(
