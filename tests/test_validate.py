@@ -301,3 +301,43 @@ def test_without_a_matching_preset_blank_columns_take_the_schema_defaults_or_ski
     moe = {**QWEN3_30B, "num_layers": "40"}
     with pytest.raises(Unexpressible, match="experts_per_token .*no model preset matches"):
         row_case({**moe, "experts_per_token": ""})
+
+
+def test_codes_are_read_case_insensitively_and_papers_schedule_names_are_the_schemas(tmp_path: Path) -> None:
+    from workbench.validate import read_rows
+
+    shouted = {
+        **BASE,
+        "dtype": " BF16",
+        "recompute": "Full",
+        "schedule": "PipeDream-Flush",
+        "gated_mlp": "False",
+    }
+    rows = [shouted, {**BASE, "id": "X-002", "schedule": "interleaved", "pp": "2"}]
+    rows.append({**BASE, "id": "X-003", "schedule": "zbv"})  # a V schedule holds 2 stages per rank
+    path = tmp_path / "v.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(BASE))
+        w.writeheader()
+        w.writerows(rows)
+    first, interleaved, v_shape = (row_case(r) for r in read_rows(path))
+    plain = row_case({**BASE, "recompute": "full", "schedule": "1f1b"})
+    assert (first.plan, first.workload, first.model) == (plain.plan, plain.workload, plain.model)
+    assert (interleaved.plan.schedule, interleaved.plan.vpp) == ("interleaved-1f1b", 2)
+    assert (v_shape.plan.schedule, v_shape.plan.vpp) == ("zbv", 2) and "vpp" in v_shape.assumed
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "reason"),
+    [
+        ("zero_stage", "0.5", "zero_stage: 0.5 must be an integer"),
+        ("num_layers", "24.5", "num_layers: 24.5 must be an integer"),
+        ("sequence_parallel", "yes", "sequence_parallel: 'yes' is not true or false"),
+        ("gated_mlp", "1", "gated_mlp: '1' is not true or false"),
+    ],
+)
+def test_a_cell_that_is_not_its_columns_kind_is_refused_by_name(column: str, value: str, reason: str) -> None:
+    from workbench.validate import Unexpressible
+
+    with pytest.raises(Unexpressible, match=reason):
+        row_case({**BASE, column: value})

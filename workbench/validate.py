@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.pipeline.schedules.registry import REGISTRY, default_vpp
 from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import load_cluster, load_device, load_model, preset_names, profiles_dir
 from workbench.presets.frameworks import (
@@ -244,7 +245,7 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
                         f"{where}: line {reader.line_num}: the row has a different number of cells than the "
                         f"header ({len(reader.fieldnames or ())})"
                     )
-                rows.append(row)
+                rows.append(_normalised(row))
                 lines.append(reader.line_num)
         except csv.Error as exc:
             raise ValueError(f"{where}: line {reader.line_num}: not a readable CSV row ({exc})") from None
@@ -274,6 +275,34 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     return rows
 
 
+CODE_COLUMNS = (
+    "dtype",
+    "recompute",
+    "schedule",
+    "attention",
+    "gated_mlp",
+    "sequence_parallel",
+    "device",
+    "cluster",
+)
+"""Columns of short codes: read case-insensitively (``FP8``, ``Full``, ``1F1B`` are the schema's codes)."""
+
+BOOLEAN_COLUMNS = ("gated_mlp", "sequence_parallel")
+
+SCHEDULE_ALIASES = {"pipedream-flush": "1f1b", "interleaved": "interleaved-1f1b", "zb-v": "zbv"}
+"""Names papers give schedules, to the schema's codes: PipeDream-Flush is 1F1B with a flush (Narayanan et al.,
+SC 2021, section 2.2.1), "interleaved" their interleaved 1F1B, ZB-V the zero-bubble V schedule (Qi et al.)."""
+
+
+def _normalised(row: dict[str, str]) -> dict[str, str]:
+    """``row`` with every cell stripped of surrounding blanks and the ``CODE_COLUMNS`` lower-cased."""
+    out = {k: v.strip() for k, v in row.items()}
+    for col in CODE_COLUMNS:
+        if col in out:
+            out[col] = out[col].lower()
+    return out
+
+
 def _num(row: dict[str, str], key: str) -> float | None:
     v = (row.get(key) or "").strip()
     if not v:
@@ -291,7 +320,7 @@ def _required(row: dict[str, str], key: str) -> int:
     v = _num(row, key)
     if v is None:
         raise Unexpressible(f"blank required column: {key}")
-    if v < 1:
+    if v < 1 or v != int(v):
         raise Unexpressible(f"column {key}: {v:g} must be an integer >= 1")
     return int(v)
 
@@ -303,7 +332,7 @@ def _int(row: dict[str, str], key: str, default: int | None, assumed: list[str],
             raise Unexpressible(f"{key} is blank and has no default")
         assumed.append(key)
         return default
-    if v < minimum:
+    if v < minimum or v != int(v):
         raise Unexpressible(f"column {key}: {v:g} must be an integer >= {minimum}")
     return int(v)
 
@@ -552,13 +581,17 @@ def row_case(
         raise Unexpressible(f"blank required column(s): {', '.join(blank)}")
     if not row["tp"] and not row["dp"] and not row["pp"]:
         raise Unexpressible("the source gives no parallel plan (tp, pp, dp blank)")
+    for col in BOOLEAN_COLUMNS:
+        if row.get(col, "") not in ("", "true", "false"):
+            raise Unexpressible(f"column {col}: {limits.shown(row[col])} is not true or false")
     fw = row_framework(row, assumed, framework)
     model = row_model(row, assumed)
     cluster = row_cluster(row, assumed, data_dir)
     n = _required(row, "num_devices")
     dp, tp, pp, cp = row_degrees(row, n, cluster.devices_per_node, model.num_attention_heads, assumed)
-    schedule = row["schedule"] or ""
-    vpp = _int(row, "vpp", 2 if schedule == "interleaved-1f1b" else 1, assumed) if pp > 1 else 1
+    schedule = SCHEDULE_ALIASES.get(row["schedule"], row["schedule"])
+    stages = default_vpp(schedule) if schedule in REGISTRY else 1  # V schedules hold 2 stages per rank
+    vpp = _int(row, "vpp", stages, assumed) if pp > 1 else 1
     if not schedule:
         schedule = "interleaved-1f1b" if vpp > 1 else "1f1b"
         if pp > 1:
