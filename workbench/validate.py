@@ -388,12 +388,12 @@ def matching_preset(
     columns: dict[str, Any], unknown: tuple[str, ...] = (), filled: tuple[str, ...] = ()
 ) -> tuple[str, ModelSpec] | None:
     """The model preset with the same layers, width, heads, key/value heads, attention kind, MLP gating,
-    experts (count, top-k, size, shared) and, when given, dense MLP size as the ModelSpec fields in ``columns``
-    (absent expert fields: 0),
-    leaving out the ``unknown`` fields (columns the row leaves blank): the first by id when every match agrees
-    on ``SCHEMA_LESS_FIELDS``, the ``unknown`` fields and the ``filled`` ones (other blank columns the preset
-    is to fill), preferring one with the row's vocabulary, else None (presets sharing an architecture but
-    differing there would make the choice arbitrary)."""
+    experts (count, top-k, size, shared; absent expert fields: 0) and, when given, dense MLP size as the
+    ModelSpec fields in ``columns``, leaving out the ``unknown`` fields (columns the row leaves blank). When
+    every match agrees on ``SCHEMA_LESS_FIELDS``, the ``unknown`` fields and the ``filled`` ones (other blank
+    columns the preset is to fill), the one with the row's vocabulary, else the first by id; None when nothing
+    matches or the matches disagree (presets sharing an architecture but differing there would make the choice
+    arbitrary)."""
     compared = [c for c in _MATCHED_COLUMNS if c not in unknown]
     if columns.get("ffn_hidden_size") and "ffn_hidden_size" not in filled:
         compared.append("ffn_hidden_size")  # a given dense MLP size tells Llama 3 70B from Qwen2.5 72B
@@ -409,7 +409,7 @@ def matching_preset(
 
 
 _FILLED_FROM_PRESET = ("ffn_hidden_size", "vocab_size")
-"""Columns compared with no preset that a row may leave blank; a matching preset fills them."""
+"""Columns a row may leave blank that a matching preset then fills (a given dense MLP size is compared)."""
 
 
 def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
