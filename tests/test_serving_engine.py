@@ -179,3 +179,21 @@ def test_a_blank_replica_count_or_tensor_degree_is_what_the_devices_leave() -> N
     assert not isinstance(both, ServingCase) and "tp is blank" in both.reason
     odd = row_case({**row, "replicas": "", "tp": "3"})
     assert not isinstance(odd, ServingCase) and "not a multiple of tp x pp x attention_dp = 3" in odd.reason
+
+
+def test_serving_code_cells_are_read_case_insensitively(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import csv
+
+    from workbench.serving.rows_csv import SERVING_COLUMNS
+
+    row = next(r for r in read_serving_rows() if r["id"] == "TRT-02")
+    shouted = {**row, "engine": "TRTLLM", "weight_dtype": "FP8 ", "activation_dtype": "Fp8", "phase": "E2E"}
+    path = tmp_path / "s.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(SERVING_COLUMNS))
+        w.writeheader()
+        w.writerow(shouted)
+    (read,) = read_serving_rows(path)
+    case, plain = row_case(read), row_case(row)
+    assert isinstance(case, ServingCase) and isinstance(plain, ServingCase)
+    assert (case.plan, case.workload) == (plain.plan, plain.workload)

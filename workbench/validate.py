@@ -47,7 +47,7 @@ from workbench.presets.frameworks import (
     source_year,
 )
 from workbench.specs import limits
-from workbench.specs.files import check_input_file
+from workbench.specs.files import check_input_file, normalised_cells
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import AttentionKind, ModelSpec, NormKind
@@ -245,7 +245,7 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
                         f"{where}: line {reader.line_num}: the row has a different number of cells than the "
                         f"header ({len(reader.fieldnames or ())})"
                     )
-                rows.append(_normalised(row))
+                rows.append(normalised_cells(row, CODE_COLUMNS))
                 lines.append(reader.line_num)
         except csv.Error as exc:
             raise ValueError(f"{where}: line {reader.line_num}: not a readable CSV row ({exc})") from None
@@ -292,15 +292,6 @@ BOOLEAN_COLUMNS = ("gated_mlp", "sequence_parallel")
 SCHEDULE_ALIASES = {"pipedream-flush": "1f1b", "interleaved": "interleaved-1f1b", "zb-v": "zbv"}
 """Names papers give schedules, to the schema's codes: PipeDream-Flush is 1F1B with a flush (Narayanan et al.,
 SC 2021, section 2.2.1), "interleaved" their interleaved 1F1B, ZB-V the zero-bubble V schedule (Qi et al.)."""
-
-
-def _normalised(row: dict[str, str]) -> dict[str, str]:
-    """``row`` with every cell stripped of surrounding blanks and the ``CODE_COLUMNS`` lower-cased."""
-    out = {k: v.strip() for k, v in row.items()}
-    for col in CODE_COLUMNS:
-        if col in out:
-            out[col] = out[col].lower()
-    return out
 
 
 def _num(row: dict[str, str], key: str) -> float | None:

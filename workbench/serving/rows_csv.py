@@ -13,7 +13,7 @@ from pathlib import Path
 
 from workbench.presets.catalog import profiles_dir
 from workbench.specs import limits
-from workbench.specs.files import check_input_file
+from workbench.specs.files import check_input_file, normalised_cells
 
 DEFAULT_SERVING_DATA = profiles_dir() / "validation" / "serving_public.csv"
 """The shipped copy of the team's public serving set (``shared/validation/serving_public.csv``)."""
@@ -38,6 +38,24 @@ SERVING_COLUMNS: tuple[str, ...] = (
     "statistic_notes",
 )  # fmt: skip
 """The header of a serving validation file, in order (README: 'The header is exactly the column list')."""
+
+SERVING_CODE_COLUMNS = (
+    "attention",
+    "weight_dtype",
+    "activation_dtype",
+    "kv_cache_dtype",
+    "device",
+    "cluster",
+    "gated_mlp",
+    "tie_word_embeddings",
+    "disaggregated",
+    "engine",
+    "phase",
+    "workload_kind",
+    "ignore_eos",
+    "measured_scope",
+)
+"""Columns of short codes, read case-insensitively (``FP8``, ``TRTLLM``)."""
 
 TEXT_COLUMNS = frozenset(
     {"id", "source_key", "source", "locator", "confidence", "notes", "model_name", "model_preset", "gated_mlp",
@@ -93,7 +111,7 @@ def read_serving_rows(path: str | Path = DEFAULT_SERVING_DATA) -> list[dict[str,
                 if None in row or None in row.values():
                     raise ValueError(f"{where}: line {reader.line_num}: {len(header)} cells expected")
                 _check_numbers(row, f"{where}: line {reader.line_num} (row {limits.shown(row['id'])})")
-                rows.append(row)
+                rows.append(normalised_cells(row, SERVING_CODE_COLUMNS))
     except csv.Error as exc:
         raise ValueError(f"{where}: not a readable CSV file ({exc})") from None
     except UnicodeDecodeError as exc:

@@ -32,3 +32,13 @@ def check_input_file(path: str | Path, what: str = "file", *, max_bytes: int = M
             "(MAX_INPUT_FILE_BYTES in workbench/specs/limits.py)"
         )
     return p
+
+
+def normalised_cells(row: dict[str, str], codes: tuple[str, ...]) -> dict[str, str]:
+    """A CSV row with every cell stripped of surrounding blanks and the ``codes`` columns (short codes such as
+    ``bf16``, ``full``, ``1f1b``) lower-cased, so ``FP8`` or ``Full`` read as the schema's codes."""
+    out = {k: v.strip() for k, v in row.items()}
+    for col in codes:
+        if col in out:
+            out[col] = out[col].lower()
+    return out
