@@ -4,6 +4,8 @@ need, checked against their datasheet figures."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from workbench.cost.flops import matmul_efficiency_frac
@@ -181,7 +183,7 @@ def test_a_blank_replica_count_or_tensor_degree_is_what_the_devices_leave() -> N
     assert not isinstance(odd, ServingCase) and "not a multiple of tp x pp x attention_dp = 3" in odd.reason
 
 
-def test_serving_code_cells_are_read_case_insensitively(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_serving_code_cells_are_read_case_insensitively(tmp_path: Path) -> None:
     import csv
 
     from workbench.serving.rows_csv import SERVING_COLUMNS

@@ -451,8 +451,8 @@ def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
         assumed.append(f"architecture:{name}")
         assumed.extend((*unknown, *blank))
     else:
-        missing = [c for c in unknown if c != "num_shared_experts"]
-        if missing and experts:
+        missing = [c for c in unknown if c not in ("num_shared_experts", "num_key_value_heads")]
+        if missing:
             raise Unexpressible(f"blank required column(s): {', '.join(missing)} (no model preset matches)")
         assumed.extend(unknown)
         if "vocab_size" in blank:
