@@ -262,6 +262,27 @@ LLAMA_70B = {
 }
 
 
+def test_the_rows_vocabulary_picks_among_presets_that_share_an_architecture() -> None:
+    """Llama 3 8B and Mistral 7B share layers, width, heads and MLP size but not their window or vocabulary: a row
+    with Llama 3's vocabulary (128,256, Llama 3 model card) takes Llama 3.1 8B's schema-less fields (no window,
+    llama3 RoPE); a row without a vocabulary matches neither (the two disagree on the window)."""
+    llama3_8b = {**LLAMA_70B, "num_layers": "32", "hidden_size": "4096", "num_attention_heads": "32"}
+    row = {
+        **BASE,
+        **llama3_8b,
+        "ffn_hidden_size": "14336",
+        "num_devices": "8",
+        "tp": "1",
+        "pp": "1",
+        "dp": "8",
+    }
+    case = row_case(row)
+    assert "architecture:llama-3.1-8b" in case.assumed
+    assert (case.model.sliding_window, case.model.rope_scaling) == (0, "llama3")
+    blank = row_case({**row, "vocab_size": ""})
+    assert not any(a.startswith("architecture:") for a in blank.assumed) and blank.model.rope_scaling == ""
+
+
 def test_a_matching_preset_fills_the_architecture_columns_a_row_leaves_blank() -> None:
     from workbench.presets.catalog import load_model
 

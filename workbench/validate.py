@@ -332,6 +332,9 @@ SCHEMA_LESS_FIELDS = (
     "head_dim",
     "qkv_bias",
     "qk_norm",
+    "expert_bias",
+    "glu_clamp",
+    "rope_scaling",
     "sliding_window",
     "num_sliding_window_layers",
     "num_dense_layers",
@@ -380,11 +383,11 @@ def matching_preset(
 ) -> tuple[str, ModelSpec] | None:
     """The model preset with the same layers, width, heads, key/value heads, attention kind, MLP gating,
     experts (count, top-k, size, shared; absent expert fields: 0) and, when given, dense MLP size as the
-    ModelSpec fields in ``columns``, leaving out the ``unknown`` fields (columns the row leaves blank). When
-    every match agrees on ``SCHEMA_LESS_FIELDS``, the ``unknown`` fields and the ``filled`` ones (other blank
-    columns the preset is to fill), the one with the row's vocabulary, else the first by id; None when nothing
-    matches or the matches disagree (presets sharing an architecture but differing there would make the choice
-    arbitrary)."""
+    ModelSpec fields in ``columns``, leaving out the ``unknown`` fields (columns the row leaves blank). The one
+    match with the row's vocabulary, if exactly one has it; else, when every match agrees on
+    ``SCHEMA_LESS_FIELDS``, the ``unknown`` fields and the ``filled`` ones (other blank columns the preset is to
+    fill), the first by id; None when nothing matches or the matches disagree (presets sharing an architecture
+    but differing there would make the choice arbitrary)."""
     compared = [c for c in _MATCHED_COLUMNS if c not in unknown]
     if columns.get("ffn_hidden_size") and "ffn_hidden_size" not in filled:
         compared.append("ffn_hidden_size")  # a given dense MLP size tells Llama 3 70B from Qwen2.5 72B
@@ -392,11 +395,14 @@ def matching_preset(
     found = [
         (name, m) for name, m in _model_presets().items() if tuple(getattr(m, c) for c in compared) == key
     ]
+    # the same vocabulary names the model best (Llama 3.1 70B, not Llama 2 70B); padded ones match none
+    named = [(name, m) for name, m in found if m.vocab_size == columns.get("vocab_size")]
+    if len(named) == 1:
+        return named[0]
     agreed = (*SCHEMA_LESS_FIELDS, *unknown, *filled)
     if not found or len({tuple(getattr(m, f) for f in agreed) for _, m in found}) > 1:
         return None
-    # the same vocabulary names the model best (Llama 3 70B, not Llama 2 70B); padded ones match none
-    return min(found, key=lambda nm: nm[1].vocab_size != columns.get("vocab_size"))
+    return found[0]
 
 
 _FILLED_FROM_PRESET = ("ffn_hidden_size", "vocab_size")

@@ -58,6 +58,8 @@ class Op(NamedTuple):
     bytes: Array
     gemm_flop: Array = None
     """FLOPs of one GEMM of the op, the size the efficiency curve is read at (None: ``flop``)."""
+    backward_bytes: Array = None
+    """HBM bytes of a memory op's backward pass (None: twice ``bytes``, the memory-op rule)."""
 
 
 def matmul_efficiency_frac(flop: Array, points: tuple[tuple[float, float], ...]) -> Array:
@@ -298,6 +300,64 @@ def elementwise_op(
     return Op("norms_elementwise", "memory", 0.0, act_bytes * tokens * (outside / split + inside / tp))
 
 
+UNFUSED_MODEL_OP_PASSES: dict[str, tuple[float, float]] = {
+    "yarn_rope": (12.0, 14.0),
+    "glu_clamp": (8.0, 15.0),
+    "expert_bias": (6.0, 8.0),
+}
+"""(forward, backward) values read plus written per value of the tensor each unfused model op works on
+(``workbench.specs.framework.UNFUSED_MODEL_OPS``), for the kernels of Megatron-Core 0.15 (NVIDIA/Megatron-LM
+@0d8e0714, the core of Megatron-Bridge 0.2 / NeMo 25.11), as PyTorch's ATen ops move them (forward and autograd
+backward counted op by op in ``tests/test_unfused_ops.py``):
+
+- ``yarn_rope``, per value of the queries and keys: ``rope_utils._apply_rotary_pos_emb_bshd`` multiplies by
+  cos (read, write: 2), negates half and concatenates for ``_rotate_half`` (1 + 2), multiplies by sin (2), adds
+  (3) and concatenates with the empty pass-through part (2): 12; backward 14. Megatron-Bridge fuses RoPE only
+  when ``position_embedding_type == 'rope'`` (``utils/fusions.validate_rope_fusion_compatibility``), and
+  GPT-OSS's provider sets ``'yarn'``.
+- ``glu_clamp``, per unit of the GLU's output width (its input has two): ``fused_bias_geglu.
+  weighted_bias_quick_geglu_impl`` clamps each half (read, write: 2 + 2) and concatenates them (4) before the
+  fused activation: 8; backward 15 (each clamp's gradient builds its mask from the saved input and selects).
+- ``expert_bias``, per value of the routed experts' output: ``experts.TEGroupedMLP._apply_bias`` forms
+  ``bias * prob`` per expert (write: 1), adds it (read 2, write 1) and concatenates the experts (2): 6;
+  backward 8 (the bias and probability gradients each multiply the output gradient and reduce the product)."""
+
+
+def unfused_model_ops(
+    model: ModelSpec,
+    *,
+    tokens: Array,
+    tp: Array,
+    act_bytes: float,
+    moe_layer: bool,
+    unfused: tuple[str, ...],
+    capacity_factor: float = 1.0,
+) -> list[Op]:
+    """The unfused element-wise kernels of one layer's model features the stack (``unfused``:
+    ``FrameworkProfile.unfused_model_ops``) does not fuse, one device, one micro-batch, as memory ops of
+    ``UNFUSED_MODEL_OP_PASSES``: YaRN RoPE on the local query and key heads (MLA applies its rotary part in its
+    own fused path), the clamp of a clamped GLU on the dense MLP or the routed experts, and the routed experts'
+    output bias. Empty for a model without these features."""
+    h, routed = model.hidden_size, model.experts_per_token * capacity_factor
+    values: dict[str, Array] = {}
+    if "yarn_rope" in unfused and model.rope_scaling == "yarn" and model.attention is not AttentionKind.MLA:
+        values["yarn_rope"] = (
+            tokens * (model.num_attention_heads + model.num_key_value_heads) * model.head_dim / tp
+        )
+    if "glu_clamp" in unfused and model.glu_clamp:
+        width = routed * model.moe_ffn_hidden_size if moe_layer else model.ffn_hidden_size
+        values["glu_clamp"] = tokens * width / tp
+    if "expert_bias" in unfused and model.expert_bias and moe_layer:
+        values["expert_bias"] = tokens * routed * h / tp
+    ops = []
+    for name, n in values.items():
+        fwd, bwd = UNFUSED_MODEL_OP_PASSES[name]
+        ops.append(
+            Op(f"{name}_unfused", "memory", 0.0, fwd * act_bytes * n, backward_bytes=bwd * act_bytes * n)
+        )
+    return ops
+
+
 FP8_CAST_BYTES: dict[str, float] = {"delayed": 4.0, "current": 6.0, "mxfp8": 3.25, "blockwise": 4.25}
 """HBM bytes per value to quantise one 16-bit GEMM input to FP8, by Transformer Engine recipe: read 2, write 1,
 and on Hopper-style recipes a transposed copy for the weight-gradient GEMM (+1); ``current`` scaling reads the
@@ -349,9 +409,11 @@ def layer_ops(
     grouped_gemm: bool = True,
     fp8_recipe: str | None = None,
     gemm_streams: int = 0,
+    unfused: tuple[str, ...] = (),
 ) -> list[Op]:
     """All forward ops of one transformer block on one device for one micro-batch; ``fp8_recipe`` (FP8 runs)
-    adds the quantisation of the linear layers' inputs (:func:`fp8_cast_op`)."""
+    adds the quantisation of the linear layers' inputs (:func:`fp8_cast_op`), ``unfused`` (the stack's
+    ``unfused_model_ops``) the element-wise kernels of :func:`unfused_model_ops`."""
     ops = attention_ops(
         model,
         tokens=tokens,
@@ -384,6 +446,15 @@ def layer_ops(
             moe_layer=moe_layer,
             fused=fused_elementwise,
         )
+    )
+    ops += unfused_model_ops(
+        model,
+        tokens=tokens,
+        tp=tp,
+        act_bytes=act_bytes,
+        moe_layer=moe_layer,
+        unfused=unfused,
+        capacity_factor=capacity_factor,
     )
     if fp8_recipe is not None:
         ops.append(
@@ -503,7 +574,7 @@ def op_times(
                 )
             bwd_i, core, core_b = bwd_i + tb, core + t, core_b + tb
         else:
-            bwd_i = bwd_i + 2 * t
+            bwd_i = bwd_i + (2 * t if op.backward_bytes is None else op.backward_bytes / hbm_bytes_per_s)
             if op.name == "softmax_dropout":
                 core, core_b = core + t, core_b + 2 * t
     return OpTimes(fwd, bwd_i, bwd_w, core, core_b, flop)

@@ -161,6 +161,7 @@ def layer_costs(
         grouped_gemm=fw.moe_grouped_gemm,
         fp8_recipe=fw.fp8_recipe if str(dtype) == "fp8" else None,
         gemm_streams=int(fw.moe_grouped_gemm_streams),
+        unfused=fw.unfused_model_ops,
     )
     attention = None
     if fw.flash_attention:

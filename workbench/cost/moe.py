@@ -102,7 +102,8 @@ def moe_layer_launches(fw: FrameworkProfile) -> float:
 
 def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
     """Host seconds to launch one MoE layer's forward: (``moe_layer_launches`` + per local expert 2 GEMMs, and
-    in FP8 runs their 2 quantisation kernels) x the framework's ``host_s_per_kernel``. A stack that syncs the
+    in FP8 runs their 2 quantisation kernels, and with an unfused expert bias its product and sum:
+    ``workbench.cost.flops.unfused_model_ops``) x the framework's ``host_s_per_kernel``. A stack that syncs the
     host on every MoE layer (``moe_host_sync``: Megatron-Core's alltoall dispatcher copies the tokens per expert
     to the CPU before the all-to-all, the flex dispatcher's Hybrid-EP reads the dispatched token count on the
     host when dropless, and grouped GEMMs take their splits from the host) cannot queue work ahead, so the
@@ -110,6 +111,8 @@ def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Ar
     (drop-and-pad) fixes the splits and removes the sync; CUDA graphs (``cuda_graph_scopes``) cut launches.
     ``cal``'s profile as resolved for the device (:func:`on_device`)."""
     per_expert = 4.0 if str(dtype) == "fp8" else 2.0
+    if model.expert_bias and "expert_bias" in cal.framework.unfused_model_ops:
+        per_expert += 2.0
     local = model.num_experts / np.maximum(ep, 1)
     return (moe_layer_launches(cal.framework) + per_expert * local) * cal.framework.host_s_per_kernel
 

@@ -523,7 +523,11 @@ def params_held(ctx: StepContext, cols: Cols, held: Holdings) -> tuple[Array, Ar
     """(non-expert, expert) parameters one device holds for ``held``: non-expert weights split over tp,
     experts over ep times the expert tp."""
     model = ctx.model
-    experts_layer = model.num_experts * model.mlp_parameters(model.moe_ffn_hidden_size) if model.is_moe else 0
+    experts_layer = (
+        model.num_experts * model.mlp_parameters(model.moe_ffn_hidden_size, expert=True)
+        if model.is_moe
+        else 0
+    )
     moe_other = model.layer_parameters(model.num_layers - 1) - experts_layer if model.is_moe else 0
     head_params = model.lm_head_parameters() + (model.embedding_parameters() if model.tied_embeddings else 0)
     mtp = np.asarray(held["mtp"])

@@ -111,6 +111,21 @@ def _window(r: _Reader, num_layers: int) -> dict[str, Any]:
     return {"sliding_window": window, "num_sliding_window_layers": layers} if layers else {}
 
 
+def _rope_scaling(r: _Reader) -> dict[str, Any]:
+    """``rope_scaling`` from the config's ``rope_scaling`` table: its ``rope_type`` (older configs: ``type``),
+    lower-cased; ``default`` or no table is plain RoPE (empty)."""
+    table = r.cfg.get("rope_scaling")
+    if table is None:
+        return {}
+    if not isinstance(table, Mapping):
+        raise ValueError(f"{r.origin}: field 'rope_scaling' must be an object or null, got {shown(table)}")
+    kind = table.get("rope_type", table.get("type", "default"))
+    if not isinstance(kind, str):
+        raise ValueError(f"{r.origin}: field 'rope_scaling.rope_type' must be a string, got {shown(kind)}")
+    kind = kind.strip().lower()
+    return {} if kind == "default" else {"rope_scaling": kind}
+
+
 def _llama_like(r: _Reader, name: str, **extra: Any) -> ModelSpec:
     h = r.int("hidden_size")
     heads = r.int("num_attention_heads")
@@ -129,6 +144,7 @@ def _llama_like(r: _Reader, name: str, **extra: Any) -> ModelSpec:
         tied_embeddings=r.bool("tie_word_embeddings", False),
         attention=_attention_kind(heads, kv),
         **_window(r, layers),
+        **_rope_scaling(r),
         **extra,
     )
 
@@ -171,8 +187,12 @@ def _qwen3_moe(r: _Reader, name: str) -> ModelSpec:
 
 def _gpt_oss(r: _Reader, name: str) -> ModelSpec:
     """GPT-OSS: top-k MoE in every layer (``num_local_experts``, experts of ``intermediate_size``), biased
-    q/k/v projections, banded attention on the ``layer_types`` marked ``sliding_attention``. The per-head
-    attention sink (one scalar per head) and the expert biases are left out: < 0.01% of the parameters."""
+    q/k/v projections, biased experts (transformers' GptOssExperts always has them), the experts' GLU clamped
+    at ``swiglu_limit``, banded attention on the ``layer_types`` marked ``sliding_attention``, YaRN-scaled RoPE.
+    The per-head attention sink (one scalar per head) is left out."""
+    clamp = r.cfg.get("swiglu_limit", 0.0)
+    if isinstance(clamp, bool) or not isinstance(clamp, int | float):
+        raise ValueError(f"{r.origin}: field 'swiglu_limit' must be a number, got {shown(clamp)}")
     return _llama_like(
         r,
         name,
@@ -180,6 +200,8 @@ def _gpt_oss(r: _Reader, name: str) -> ModelSpec:
         experts_per_token=r.int("num_experts_per_tok"),
         moe_ffn_hidden_size=r.int("intermediate_size"),
         qkv_bias=r.bool("attention_bias", False),
+        expert_bias=True,
+        glu_clamp=float(clamp),
     )
 
 
@@ -208,6 +230,7 @@ def _deepseek_v3(r: _Reader, name: str) -> ModelSpec:
         routed_groups_per_token=r.int("topk_group", default=0),
         router_bias=True,
         num_mtp_layers=r.int("num_nextn_predict_layers", default=0),
+        **_rope_scaling(r),
         q_lora_rank=r.int("q_lora_rank", default=0),
         kv_lora_rank=r.int("kv_lora_rank"),
         qk_nope_head_dim=r.int("qk_nope_head_dim"),
@@ -254,6 +277,7 @@ def _gpt_neox(r: _Reader, name: str) -> ModelSpec:
         attention=AttentionKind.MHA,
         norm=NormKind.LAYERNORM,
         linear_bias=True,
+        **_rope_scaling(r),
     )
 
 

@@ -252,7 +252,7 @@ class LayerCost:
         as one grouped GEMM."""
         m, rp = self._model, self._rp
         h, k, e = m.hidden_size, m.experts_per_token, m.num_experts
-        expert = m.mlp_parameters(m.moe_ffn_hidden_size)
+        expert = m.mlp_parameters(m.moe_ffn_hidden_size, expert=True)
         touched = expected_experts_touched(tokens, e, k) / rp.expert_parallel
         routed = tokens * k / (rp.tp * rp.attention_dp)
         n_mat = 3 if m.gated_mlp else 2

@@ -53,6 +53,13 @@ granularity (megatron/core/transformer/transformer_config.py, 0.15): the norms' 
 activation output, MLA's up-projections; each module's forward runs again in the backward pass instead of
 keeping its output (``core_attn`` is the plan's ``recompute=selective``)."""
 
+UNFUSED_MODEL_OPS = ("yarn_rope", "glu_clamp", "expert_bias")
+"""Values of ``FrameworkProfile.unfused_model_ops``: model features a stack applies with unfused (eager PyTorch)
+element-wise kernels, each priced from the HBM passes of its kernels (``workbench.cost.flops.unfused_model_ops``):
+``yarn_rope`` YaRN-scaled rotary embeddings outside MLA (``ModelSpec.rope_scaling`` yarn), ``glu_clamp`` the
+clamp of a clamped GLU before its fused activation (``ModelSpec.glu_clamp``), ``expert_bias`` the routed
+experts' output bias scaled by the routing probability per expert (``ModelSpec.expert_bias``)."""
+
 DEVICE_RECIPE_FIELDS = ("moe_dispatcher", "cuda_graph_scopes", "recompute_modules", "ep_comm_overlap")
 """Fields a profile's ``device_recipes`` may set per device (the execution choices a stack's published recipes
 make per GPU)."""
@@ -110,6 +117,7 @@ _STRING_TUPLES = (
     "rank_orders",
     "cuda_graph_scopes",
     "recompute_modules",
+    "unfused_model_ops",
     "keywords",
     "blocking_p2p_schedules",
 )
@@ -350,6 +358,9 @@ class FrameworkProfile:
     """Modules whose output the backward pass recomputes instead of keeping (``RECOMPUTE_MODULES``): their
     forward time is added to the backward (``workbench.cost.flops.cheap_recompute_ops``) and their outputs
     leave the saved activations (``workbench.cost.memory.activation_parts``)."""
+    unfused_model_ops: tuple[str, ...] = ()
+    """Model features the stack runs as unfused element-wise kernels (``UNFUSED_MODEL_OPS``), each adding its
+    HBM passes to the layers of a model that has it (``workbench.cost.flops.unfused_model_ops``)."""
     device_recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Device preset id -> execution fields (``DEVICE_RECIPE_FIELDS``) the stack's recipes set on that GPU,
     applied by :meth:`for_device` when a plan is priced on it; each entry's source is in ``sources``."""
@@ -441,6 +452,7 @@ class FrameworkProfile:
         for name, allowed in (
             ("cuda_graph_scopes", CUDA_GRAPH_SCOPES),
             ("recompute_modules", RECOMPUTE_MODULES),
+            ("unfused_model_ops", UNFUSED_MODEL_OPS),
         ):
             bad = [v for v in getattr(self, name) if v not in allowed]
             if bad:
@@ -475,7 +487,11 @@ class FrameworkProfile:
 
     def _check_types(self, where: str) -> None:
         """Strings, flags and lists of the right kind (a TOML file may hold any type in any key)."""
-        for name in ("cuda_graph_scopes", "recompute_modules"):  # TOML lists arrive as lists
+        for name in (
+            "cuda_graph_scopes",
+            "recompute_modules",
+            "unfused_model_ops",
+        ):  # TOML lists arrive as lists
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         strings = (

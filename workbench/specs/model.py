@@ -8,6 +8,7 @@ Reading Hugging Face ``config.json`` files lives in :mod:`workbench.presets.hf_c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -15,6 +16,9 @@ from typing import Any
 
 from workbench.specs.errors import check_choice, check_int
 from workbench.specs.limits import MAX_LAYERS, MAX_SEQ_LEN, MODEL_MAXIMUM, shown
+
+GLU_CLAMP_MAX = 1e4
+"""Largest ``ModelSpec.glu_clamp`` accepted (GPT-OSS clamps at 7; a limit this far out clamps nothing)."""
 
 
 class AttentionKind(StrEnum):
@@ -68,6 +72,18 @@ class ModelSpec:
     """Only the query/key/value projections have a bias (Qwen2)."""
     qk_norm: bool = False
     """RMSNorm on each query and key head (Qwen3): 2 * head_dim parameters per layer."""
+    expert_bias: bool = False
+    """The routed experts' linear layers have biases (GPT-OSS: ``gate_up_proj_bias`` and ``down_proj_bias`` of
+    transformers' GptOssExperts): (2 if gated else 1) * moe_ffn_hidden_size + hidden_size parameters per expert.
+    MoE models only."""
+    glu_clamp: float = 0.0
+    """Clamp a gated MLP applies to its inputs before the activation: the gate at most ``glu_clamp``, the linear
+    input within +-``glu_clamp`` (Hugging Face ``swiglu_limit``: GPT-OSS 7.0); 0: no clamp. Gated MLPs only,
+    0..``GLU_CLAMP_MAX``."""
+    rope_scaling: str = ""
+    """Scaling of the rotary embedding (Hugging Face ``rope_scaling.rope_type``: ``yarn`` for GPT-OSS and
+    DeepSeek-V3, ``llama3`` for Llama 3.1); empty for plain RoPE or no rotary embedding. Lower-case letters,
+    digits and underscores."""
     num_learned_positions: int = 0
     """Rows of a learned absolute position embedding (GPT-2: ``n_positions``); 0 for rotary models."""
     num_mtp_layers: int = 0
@@ -125,7 +141,15 @@ class ModelSpec:
             check_int(self, field, maximum=MODEL_MAXIMUM[field][0], limit=MODEL_MAXIMUM[field][1])
         check_choice(self, "attention", AttentionKind)
         check_choice(self, "norm", NormKind)
-        for field in ("gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "qk_norm", "router_bias"):
+        for field in (
+            "gated_mlp",
+            "tied_embeddings",
+            "linear_bias",
+            "qkv_bias",
+            "qk_norm",
+            "router_bias",
+            "expert_bias",
+        ):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(
                     f"ModelSpec {shown(self.name)}: {field} must be true or false, got {shown(getattr(self, field))}"
@@ -156,6 +180,7 @@ class ModelSpec:
         self._check_moe()
         self._check_mla()
         self._check_window()
+        self._check_variants()
         if self.num_dense_layers < self.num_layers and not self.is_moe and self.ffn_hidden_size == 0:
             raise ValueError(
                 f"ModelSpec {shown(self.name)}: ffn_hidden_size must be > 0 for a dense model, got 0"
@@ -212,6 +237,25 @@ class ModelSpec:
                 f"ModelSpec {shown(self.name)}: num_sliding_window_layers={self.num_sliding_window_layers} must be "
                 f"in 1..num_layers={self.num_layers} when sliding_window={self.sliding_window} > 0, and 0 when "
                 "sliding_window is 0"
+            )
+
+    def _check_variants(self) -> None:
+        """The clamp, the expert biases and the rotary scaling: types, ranges and the models they need."""
+        clamp = self.glu_clamp
+        if isinstance(clamp, bool) or not isinstance(clamp, int | float) or not 0 <= clamp <= GLU_CLAMP_MAX:
+            raise ValueError(
+                f"ModelSpec {shown(self.name)}: glu_clamp must be a number in 0..{GLU_CLAMP_MAX:g}, got {shown(clamp)}"
+            )
+        if clamp and not self.gated_mlp:
+            raise ValueError(
+                f"ModelSpec {shown(self.name)}: glu_clamp={clamp:g} needs gated_mlp (a GLU to clamp)"
+            )
+        if self.expert_bias and not self.is_moe:
+            raise ValueError(f"ModelSpec {shown(self.name)}: expert_bias needs num_experts > 0")
+        if not isinstance(self.rope_scaling, str) or not re.fullmatch(r"[a-z0-9_]{0,32}", self.rope_scaling):
+            raise ValueError(
+                f"ModelSpec {shown(self.name)}: rope_scaling must be empty or a name of lower-case letters, digits "
+                f"and underscores (at most 32; e.g. yarn, llama3), got {shown(self.rope_scaling)}"
             )
 
     def _check_mla(self) -> None:
@@ -276,12 +320,13 @@ class ModelSpec:
             params += 2 * self.head_dim
         return params
 
-    def mlp_parameters(self, ffn_hidden_size: int | None = None) -> int:
-        """Parameters of one MLP (or one expert) of the given intermediate size (default: the dense one)."""
+    def mlp_parameters(self, ffn_hidden_size: int | None = None, *, expert: bool = False) -> int:
+        """Parameters of one MLP (or, with ``expert``, one routed expert) of the given intermediate size (default:
+        the dense one); an expert has biases with ``linear_bias`` or ``expert_bias``."""
         f = self.ffn_hidden_size if ffn_hidden_size is None else ffn_hidden_size
         h = self.hidden_size
         params = (3 if self.gated_mlp else 2) * h * f
-        if self.linear_bias:
+        if self.linear_bias or (expert and self.expert_bias):
             params += (2 if self.gated_mlp else 1) * f + h
         return params
 
@@ -295,14 +340,15 @@ class ModelSpec:
         base = self.attention_parameters() + 2 * self._norm_params()
         if not self.is_moe or layer < self.num_dense_layers:
             return base + self.mlp_parameters()
-        expert = self.mlp_parameters(self.moe_ffn_hidden_size)
-        return base + (self.num_experts + self.num_shared_experts) * expert + self.router_parameters()
+        routed = self.num_experts * self.mlp_parameters(self.moe_ffn_hidden_size, expert=True)
+        shared = self.num_shared_experts * self.mlp_parameters(self.moe_ffn_hidden_size)
+        return base + routed + shared + self.router_parameters()
 
     def active_layer_parameters(self, layer: int) -> int:
         """Parameters one token passes through in block ``layer``: top-k routed plus shared experts."""
         if not self.is_moe or layer < self.num_dense_layers:
             return self.layer_parameters(layer)
-        expert = self.mlp_parameters(self.moe_ffn_hidden_size)
+        expert = self.mlp_parameters(self.moe_ffn_hidden_size, expert=True)
         unused = (self.num_experts - self.experts_per_token) * expert
         return self.layer_parameters(layer) - unused
 
