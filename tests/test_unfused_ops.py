@@ -14,6 +14,7 @@ from torch.utils._pytree import tree_flatten
 
 from workbench.cost.flops import UNFUSED_MODEL_OP_PASSES, layer_ops, op_times, unfused_model_ops
 from workbench.cost.layer import compute_slowdown, device_rates, layer_costs
+from workbench.cost.memory import activation_parts
 from workbench.estimate.analytic import estimate_plan
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
@@ -241,3 +242,20 @@ def test_hf_configs_give_the_features() -> None:
 def test_bad_feature_values_are_refused(model: str, changes: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(load_model(model), **changes)
+
+
+def test_the_eager_clamp_keeps_its_input_for_the_backward_pass() -> None:
+    """The clamp's autograd node keeps the fc1 output it clamped (both halves: 2 x 2880 values per routed token
+    of GPT-OSS) beside the clamped copy the activation keeps: the routed experts' saved activations grow by
+    top-4 x 5760 values x 2 bytes per token, unless the activation is recomputed (moe_act)."""
+    oss = load_model("gpt-oss-120b")
+    kw = {"flash": True, "dropout": False, "moe_layer": True}
+    base = activation_parts(oss, **kw)
+    clamped = activation_parts(oss, unfused_glu_clamp=True, **kw)
+    assert clamped.inside_tp - base.inside_tp == pytest.approx(4 * 2 * 2880 * 2.0)
+    redo = activation_parts(oss, unfused_glu_clamp=True, recompute_modules=("moe_act",), **kw)
+    assert redo.inside_tp == activation_parts(oss, recompute_modules=("moe_act",), **kw).inside_tp
+    llama = load_model("llama-3.1-8b")  # no clamp: nothing changes
+    assert activation_parts(llama, unfused_glu_clamp=True, flash=True, dropout=False) == activation_parts(
+        llama, flash=True, dropout=False
+    )

@@ -104,6 +104,7 @@ def activation_parts(
     fp8_cache: bool = False,
     recompute_cheap: bool = False,
     recompute_modules: tuple[str, ...] = (),
+    unfused_glu_clamp: bool = False,
 ) -> ActivationParts:
     """Korthikanti et al. 2022 section 4.1, generalised to GQA/MLA, gated MLPs and MoE (see module doc).
 
@@ -115,7 +116,10 @@ def activation_parts(
     are recomputed, not stored. DeepSeek-V3 sections 3.2.3 and 3.3.3 (arXiv:2412.19437).
     ``recompute_modules`` (``FrameworkProfile.recompute_modules``, Megatron-Core's selective modules) drops
     a subset: ``layernorm`` the norm outputs, ``mla_up_proj`` MLA's up-projected q, k, v, ``moe_act`` the
-    routed experts' activation output (MoE layers)."""
+    routed experts' activation output (MoE layers). ``unfused_glu_clamp`` (a clamped GLU, ``ModelSpec.glu_clamp``,
+    that the stack clamps with eager kernels: ``workbench.cost.flops.unfused_model_ops``): the clamp keeps its own
+    input for its backward pass beside the clamped copy the activation keeps, (n_mat - 1) * f more values per
+    token through the MLP (dropped with the activation under ``moe_act`` recompute or the cheap-op recompute)."""
     h, a = model.hidden_size, model.num_attention_heads
     mla = model.attention is AttentionKind.MLA
     kv = a if mla else model.num_key_value_heads
@@ -133,17 +137,19 @@ def activation_parts(
         attn += (act_bytes + norm_out) * (model.q_lora_rank + model.kv_lora_rank)
     n_mat = 3 if model.gated_mlp else 2
     per_value = linear if fp8_cache else act_bytes
+    clamp = (n_mat - 1) if unfused_glu_clamp and model.glu_clamp else 0  # the clamp's saved input, per f
     if moe_layer:
         f = model.moe_ffn_hidden_size
         k = model.experts_per_token * capacity_factor
         full = (2 * (n_mat - 1) + 1) * f
         kept = (n_mat - 1) * f if recompute_cheap else full
-        routed = (n_mat - 1) * f if (recompute_cheap or "moe_act" in modules) else full
+        routed = (n_mat - 1) * f if (recompute_cheap or "moe_act" in modules) else full + clamp * f
         mlp = k * (linear * h + per_value * routed) + per_value * model.num_shared_experts * kept
         mlp += 4.0 * model.num_experts  # fp32 router logits
     else:
         f = model.ffn_hidden_size
-        kept = (n_mat - 1) * f if recompute_cheap else (2 * (n_mat - 1) + (1 if model.gated_mlp else 0)) * f
+        eager = (2 * (n_mat - 1) + (1 if model.gated_mlp else 0) + clamp) * f
+        kept = (n_mat - 1) * f if recompute_cheap else eager
         mlp = per_value * kept
     scores = 0.0 if flash else a * (act_bytes + drop * (1 + act_bytes))
     wgrad = act_bytes * (2 * h + a * dv) + act_bytes * (

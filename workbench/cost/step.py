@@ -108,6 +108,7 @@ class StepContext:
             "fp8_cache": fp8 and fw.fp8_activation_cache,
             "recompute_cheap": fw.recompute_cheap_ops,
             "recompute_modules": fw.recompute_modules,
+            "unfused_glu_clamp": "glu_clamp" in fw.unfused_model_ops,
         }
         dense = activation_parts(model, **kw)
         moe = (
