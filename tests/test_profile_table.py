@@ -131,3 +131,16 @@ def test_shrink_keeps_ratios_and_reads_back_from_config() -> None:
     with pytest.raises(ValueError, match="--hidden must be a multiple of 64"):
         shrink_model(base, hidden_size=100)
     assert shape_key(small) == shape_key(replace(small, name="x", num_layers=7))
+
+
+def test_a_manifest_written_before_a_field_existed_reads_as_its_default() -> None:
+    """A stored model dict without the later fields (the GLU clamp, expert biases, the RoPE scaling) matches the
+    model it was recorded from; the RoPE scaling never enters the shape (it changes frequencies, not kernels),
+    while a clamp does."""
+    llama = load_model("llama-3.1-8b")  # rope_scaling llama3
+    stored = {
+        k: v for k, v in llama.to_dict().items() if k not in ("glu_clamp", "expert_bias", "rope_scaling")
+    }
+    assert shape_key(stored) == shape_key(llama) == shape_key(replace(llama, rope_scaling=""))
+    assert "rope_scaling" not in shape_key(llama)
+    assert shape_key(stored) != shape_key(replace(llama, glu_clamp=7.0))

@@ -71,7 +71,16 @@ COLLECTIVE_COLUMNS: dict[str, str] = {
 }
 # Layer shape fields that must match; the name, the layer counts and the routing-group limits (which change
 # where tokens travel, not one device's kernels) do not change a layer's cost.
-_SHAPE_EXEMPT = ("name", "num_layers", "num_dense_layers", "num_expert_groups", "routed_groups_per_token")
+_SHAPE_EXEMPT = (
+    "name",
+    "num_layers",
+    "num_dense_layers",
+    "num_expert_groups",
+    "routed_groups_per_token",
+    "rope_scaling",
+)
+"""Fields that leave one layer's measured cost unchanged: the name, the layer counts, the routing groups, and
+the RoPE scaling (it changes the rotary frequencies, not the kernels that apply them)."""
 
 
 def shape_key(model: ModelSpec | dict[str, Any]) -> dict[str, Any]:
@@ -80,9 +89,8 @@ def shape_key(model: ModelSpec | dict[str, Any]) -> dict[str, Any]:
     if isinstance(model, ModelSpec):
         data = model.to_dict()
     else:
-        data = {f.name: f.default for f in fields(ModelSpec) if isinstance(f.default, int | bool)} | dict(
-            model
-        )
+        defaults = {f.name: f.default for f in fields(ModelSpec) if isinstance(f.default, int | float | str)}
+        data = defaults | dict(model)
     return {k: v for k, v in data.items() if k not in _SHAPE_EXEMPT}
 
 
