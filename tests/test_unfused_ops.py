@@ -43,7 +43,6 @@ def _passes(
     forward: Callable[[list[torch.Tensor]], torch.Tensor], inputs: list[torch.Tensor], values: int
 ) -> tuple[float, float]:
     """(forward, backward) bytes moved per 2-byte value of the op's tensor."""
-    grad = None
     with _BytesMoved() as fwd:
         out = forward(inputs)
     grad = torch.randn_like(out)

@@ -337,7 +337,8 @@ def unfused_model_ops(
     ``FrameworkProfile.unfused_model_ops``) does not fuse, one device, one micro-batch, as memory ops of
     ``UNFUSED_MODEL_OP_PASSES``: YaRN RoPE on the local query and key heads (MLA applies its rotary part in its
     own fused path), the clamp of a clamped GLU on the dense MLP or the routed experts, and the routed experts'
-    output bias. Empty for a model without these features."""
+    output bias. ``tokens`` = b*s/cp on this device (scalar or array, broadcast); each op's ``bytes`` and
+    ``backward_bytes`` are HBM bytes (``act_bytes`` per value). Empty for a model without these features."""
     h, routed = model.hidden_size, model.experts_per_token * capacity_factor
     values: dict[str, Array] = {}
     if "yarn_rope" in unfused and model.rope_scaling == "yarn" and model.attention is not AttentionKind.MLA:
