@@ -1,17 +1,27 @@
 """``workbench microbench``: measure this device's GEMM, attention and copy efficiencies into a ``KernelTable``.
 
 - GEMM ``(M, K) @ (K, N)``, FLOPs = 2*M*N*K: squares M = N = K in powers of two, plus "tokens x width" shapes
-  (M = tokens, (N, K) = (w, w), (4w, w), (w, 4w): a projection and the two FFN matmuls of width w). cuda: bf16,
-  and fp8 e4m3 via ``torch._scaled_mm`` (unit scales, bf16 out) on sm89+; cpu: fp32, plus bf16 when a 256^3
-  bf16 GEMM runs at least half as fast as fp32 (oneDNN on AVX512-BF16/AMX; else bf16 is emulated).
-  Points of the table: shapes binned by ``round(log2(flop))``, each bin keeps its most efficient shape (the
-  max over aspect ratios at about equal FLOPs) at that shape's FLOPs; fractions clipped into (0, 1].
+  (M = tokens, (N, K) = (w, w), (4w, w), (w, 4w): a projection and the two FFN matmuls of width w), plus on
+  cuda the linear layers of real models (:data:`LAYER_MODELS`: QKV, attention output, FFN up+gate, FFN down)
+  sharded over tp and at several token counts (micro-batch x sequence), each as the three GEMMs of a training
+  step with the operand layouts ``nn.Linear`` hands cuBLAS: forward ``x @ w.T``, input gradient ``dy @ w``,
+  weight gradient ``dy.T @ x``. cuda: bf16, and fp8 e4m3 via ``torch._scaled_mm`` (unit scales, bf16 out,
+  always the row-major x column-major layout it requires) on sm89+; cpu: fp32, plus bf16 when a 256^3 bf16
+  GEMM runs at least half as fast as fp32 (oneDNN on AVX512-BF16/AMX; else bf16 is emulated). Points of the
+  table: shapes binned by ``round(log2(flop))``, each bin keeps its most efficient shape (the max over aspect
+  ratios and layouts at about equal FLOPs) at that shape's FLOPs; fractions clipped into (0, 1].
 - Attention: ``scaled_dot_product_attention``, causal, (batch, heads, seq, head_dim) inputs, forward and
   backward (``autograd.grad`` on a retained graph) timed apart; ``batch*seq`` and ``heads*head_dim`` fixed so
   memory stays bounded. FLOPs (Dao 2023, section 4.1): forward ``4*s*s*head_dim*heads*batch`` halved for the
-  causal mask, backward 2.5x forward. The aten kernel torch picked (flash, efficient, cudnn, math) is read
-  with a ``TorchDispatchMode`` and named in each table's ``source``.
-- Copy: ``dst.copy_(src)`` of random fp32 data (64 MiB on cpu, 1 GiB on cuda), read + write bytes.
+  causal mask (query heads counted), backward 2.5x forward. cuda: each SDPA back-end forced in turn with
+  ``torch.nn.attention.sdpa_kernel`` and filed under its kernel family (:data:`BACKEND_FAMILY`: torch's flash
+  back-end is FlashAttention-2, PyTorch 2.2 release notes; cuDNN fused attention; FlashAttention-3 where this
+  torch can switch its flash back-end to it), with grouped-query rows (``kv_heads = heads / gqa_ratio``,
+  ``enable_gqa``) in the raw CSV beside the table's MHA rows; cpu: whatever torch dispatches, family
+  ``sdpa``. The aten kernel that ran is read with a ``TorchDispatchMode`` and named in each row and table.
+- Memory-bound ops (``memory.csv``): copy, add, SiLU, softmax, LayerNorm, RMSNorm and the fused AdamW step,
+  each with the bytes its kernels must move (read + write, nominal) and the number of aten ops it dispatched
+  (an op that decomposes moves more than the nominal bytes). The table's ``hbm_frac`` is the copy's.
 
 Timing: median of ``repeats`` samples after ``warmup`` calls; a sample runs the call back to back until it
 lasts ~1-2 ms and divides. cuda: CUDA events; cpu: ``time.perf_counter`` under ``torch.set_num_threads``.
@@ -25,12 +35,13 @@ curve tops out at 1 rather than clipping), both figures in the provenance.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import statistics
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +62,16 @@ from workbench.specs.kernels import AttentionTable, KernelTable
 
 GEMM_CSV = "gemm.csv"
 ATTENTION_CSV = "attention.csv"
+MEMORY_CSV = "memory.csv"
+LAYER_MODELS = (
+    ("llama-3.1-8b", 4096, 14336, 32, 8),
+    ("llama-3.1-70b", 8192, 28672, 64, 8),
+    ("llama-3.1-405b", 16384, 53248, 128, 8),
+)
+"""(name, hidden, ffn_hidden, heads, kv_heads) of the models whose linear layers the cuda sweep times (Meta's
+Llama 3.1 config.json files; head_dim = hidden / heads = 128)."""
+BACKEND_FAMILY = {"flash": "fa2", "cudnn": "cudnn", "fa3": "fa3", "default": "sdpa"}
+"""SDPA back-end -> kernel family of the table (:data:`workbench.specs.kernels.ATTENTION_FAMILIES`)."""
 MIN_FRAC = 1e-6
 """Lower clip of a fraction (the table needs fractions > 0)."""
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -75,9 +96,18 @@ class Sweep:
     attention_width: int
     """heads * head_dim of every attention call."""
     copy_numel: int
-    """fp32 elements of the copied tensor."""
+    """fp32 elements of the copied tensor (and of every memory-bound op's input)."""
     min_sample_s: float
     """A timing sample repeats the call until it lasts about this long."""
+    attention_backends: tuple[str, ...] = ("default",)
+    """SDPA back-ends to force (keys of :data:`BACKEND_FAMILY`); ``default``: torch's own choice."""
+    gqa_ratio: int = 1
+    """Query heads per KV head of the extra grouped-query rows at head_dim 128 (1: none)."""
+    layer_models: tuple[tuple[str, int, int, int, int], ...] = ()
+    """Models whose linear layers are timed (see :data:`LAYER_MODELS`)."""
+    layer_tp: tuple[int, ...] = (1,)
+    layer_tokens: tuple[int, ...] = ()
+    """Tokens per micro-batch (micro-batch x sequence) of the layer GEMMs."""
 
 
 def default_sweep(device_type: str, *, quick: bool = False) -> Sweep:
@@ -87,11 +117,16 @@ def default_sweep(device_type: str, *, quick: bool = False) -> Sweep:
             square=tuple(2**i for i in range(8, 14 if quick else 15)),
             tokens=4096,
             widths=(2048, 4096) if quick else (1024, 2048, 4096, 8192),
-            seq_lens=tuple(2**i for i in range(9, 13 if quick else 15)),
+            seq_lens=tuple(2**i for i in range(9, 13 if quick else 17)),
             attention_tokens=16384,
             attention_width=2048,
             copy_numel=1 << 28,
             min_sample_s=1e-3,
+            attention_backends=("flash", "cudnn") if quick else ("flash", "cudnn", "fa3"),
+            gqa_ratio=1 if quick else 8,
+            layer_models=LAYER_MODELS[:1] if quick else LAYER_MODELS,
+            layer_tp=(1, 8) if quick else (1, 2, 4, 8),
+            layer_tokens=(4096,) if quick else (2048, 8192, 32768),
         )
     return Sweep(
         square=tuple(2**i for i in range(5, 10 if quick else 11)),
@@ -111,9 +146,13 @@ class MicrobenchResult:
 
     table: KernelTable
     gemm: pl.DataFrame
-    """One row per GEMM shape: dtype, m, n, k, flop, time_s, achieved_flop_per_s, peak_flop_per_s, peak_frac."""
+    """One row per GEMM: dtype, m, n, k, layout, what, flop, time_s, achieved_flop_per_s, peak_flop_per_s,
+    peak_frac."""
     attention: pl.DataFrame
-    """One row per (dtype, head_dim, seq_len): shape, fwd/bwd flop, time_s and achieved_flop_per_s, kernel."""
+    """One row per (back-end, head_dim, seq_len, kv_heads): shape, fwd/bwd flop, time_s and achieved_flop_per_s,
+    kernel, family."""
+    memory: pl.DataFrame
+    """One row per memory-bound op: op, dtype, numel, bytes, aten_ops, time_s, bytes_per_s, hbm_frac."""
     hbm_bytes_per_s: float
     """Achieved copy bandwidth (read + write)."""
 
@@ -156,42 +195,96 @@ def _sample_s(fn: Callable[[], Any], dev: torch.device, inner: int) -> float:
     return time.perf_counter() - t0
 
 
-def gemm_shapes(sweep: Sweep) -> list[tuple[int, int, int]]:
-    """(M, N, K) of the sweep: the squares, then tokens x (w, w), (4w, w), (w, 4w) per width."""
-    rect = [(sweep.tokens, n, k) for w in sweep.widths for n, k in ((w, w), (4 * w, w), (w, 4 * w))]
-    return [(s, s, s) for s in sweep.square] + rect
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """One GEMM of the sweep: output (m, n), reduction k, the operand layout and what it stands for."""
+
+    m: int
+    n: int
+    k: int
+    layout: str = "nn"
+    """``nn``: A (m, k) @ B (k, n), both row-major; ``nt``: B stored as (n, k) and transposed (a linear
+    layer's forward); ``tn``: A stored as (k, m) and transposed (its weight gradient)."""
+    what: str = "square"
+    """``square``, ``rect`` or ``<model> tp<t> <linear> <pass>``."""
 
 
-def _gemm_fn(dtype: str, m: int, n: int, k: int, dev: torch.device) -> Callable[[], torch.Tensor]:
+def layer_gemms(sweep: Sweep) -> list[Gemm]:
+    """The three GEMMs of a training step of every linear layer of :attr:`Sweep.layer_models` at every tp and
+    token count: forward (tokens, out, in) ``nt``, input gradient (tokens, in, out) ``nn``, weight gradient
+    (out, in, tokens) ``tn``. Linears: QKV (out = (heads + 2 kv_heads) head_dim / tp), attention output
+    (in = hidden / tp), FFN up+gate (out = 2 ffn / tp, SwiGLU), FFN down (in = ffn / tp)."""
+    out = []
+    for name, hidden, ffn, heads, kv_heads in sweep.layer_models:
+        head_dim = hidden // heads
+        for tp in sweep.layer_tp:
+            linears = (
+                ("qkv", hidden, (heads + 2 * kv_heads) * head_dim // tp),
+                ("proj", hidden // tp, hidden),
+                ("fc1", hidden, 2 * ffn // tp),
+                ("fc2", ffn // tp, hidden),
+            )
+            for tokens in sweep.layer_tokens:
+                for linear, fan_in, fan_out in linears:
+                    tag = f"{name} tp{tp} {linear}"
+                    out += [
+                        Gemm(tokens, fan_out, fan_in, "nt", f"{tag} fwd"),
+                        Gemm(tokens, fan_in, fan_out, "nn", f"{tag} dgrad"),
+                        Gemm(fan_out, fan_in, tokens, "tn", f"{tag} wgrad"),
+                    ]
+    return out
+
+
+def gemm_shapes(sweep: Sweep) -> list[Gemm]:
+    """The GEMMs of the sweep: the squares, tokens x (w, w), (4w, w), (w, 4w) per width, then
+    :func:`layer_gemms`."""
+    rect = [
+        Gemm(sweep.tokens, n, k, "nn", "rect")
+        for w in sweep.widths
+        for n, k in ((w, w), (4 * w, w), (w, 4 * w))
+    ]
+    return [Gemm(s, s, s) for s in sweep.square] + rect + layer_gemms(sweep)
+
+
+def _gemm_fn(dtype: str, g: Gemm, dev: torch.device) -> Callable[[], torch.Tensor]:
     gen = torch.Generator(device=dev).manual_seed(0)
-    if dtype == "fp8":
+    m, n, k = g.m, g.n, g.k
+    if dtype == "fp8":  # _scaled_mm takes A row-major and B column-major only: every pass in that layout
         a = torch.randn(m, k, device=dev, generator=gen).to(torch.float8_e4m3fn)
         b = torch.randn(n, k, device=dev, generator=gen).to(torch.float8_e4m3fn).t()  # column-major (K, N)
         one = torch.ones((), device=dev, dtype=torch.float32)
         return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    a = torch.randn(m, k, device=dev, generator=gen, dtype=TORCH_DTYPES[dtype])
-    b = torch.randn(k, n, device=dev, generator=gen, dtype=TORCH_DTYPES[dtype])
+    dt_ = TORCH_DTYPES[dtype]
+    a = torch.randn(*((k, m) if g.layout == "tn" else (m, k)), device=dev, generator=gen, dtype=dt_)
+    b = torch.randn(*((n, k) if g.layout == "nt" else (k, n)), device=dev, generator=gen, dtype=dt_)
+    if g.layout == "nt":
+        return lambda: a @ b.t()
+    if g.layout == "tn":
+        return lambda: a.t() @ b
     return lambda: a @ b
 
 
 def measure_gemms(
     dtype: str,
-    shapes: list[tuple[int, int, int]],
+    shapes: list[Gemm],
     dev: torch.device,
     *,
     warmup: int,
     repeats: int,
     sweep: Sweep,
 ) -> pl.DataFrame:
-    """Time every (M, N, K) GEMM at ``dtype`` (fp32, bf16 or fp8); rows without the peak columns."""
+    """Time every GEMM at ``dtype`` (fp32, bf16 or fp8); rows without the peak columns."""
     rows = []
-    for m, n, k in shapes:
-        fn = _gemm_fn(dtype, m, n, k, dev)
+    for g in shapes:
+        fn = _gemm_fn(dtype, g, dev)
         time_s = time_per_call_s(fn, dev, warmup=warmup, repeats=repeats, min_sample_s=sweep.min_sample_s)
-        flop = 2.0 * m * n * k
+        flop = 2.0 * g.m * g.n * g.k
+        layout = "nt" if dtype == "fp8" else g.layout
         rows.append(
-            dict(dtype=dtype, m=m, n=n, k=k, flop=flop, time_s=time_s, achieved_flop_per_s=flop / time_s)
+            dict(dtype=dtype, m=g.m, n=g.n, k=g.k, layout=layout, what=g.what, flop=flop, time_s=time_s)
+            | dict(achieved_flop_per_s=flop / time_s)
         )
+        del fn
     return pl.DataFrame(rows)
 
 
@@ -227,13 +320,42 @@ class _OpRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _sdpa_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-    """The aten op ``scaled_dot_product_attention`` dispatched to, e.g. ``_scaled_dot_product_flash_attention``
-    (read with a dispatch mode: the profiler would print its own lines on stderr)."""
+def _sdpa_kernel(call: Callable[[], Any]) -> str:
+    """The aten attention op ``call`` dispatched to, e.g. ``_scaled_dot_product_cudnn_attention`` (read with a
+    dispatch mode: the profiler would print its own lines on stderr)."""
     with _OpRecorder() as rec:
-        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        call()
     names = [n.removeprefix("aten::") for n in rec.names if "attention" in n]
     return names[0] if names else "unknown"
+
+
+@contextlib.contextmanager
+def sdpa_backend(backend: str) -> Iterator[None]:
+    """Force one SDPA back-end (:data:`BACKEND_FAMILY` keys) for the block. ``fa3`` switches torch's flash
+    back-end to FlashAttention-3 (``torch.nn.attention.activate_flash_attention_impl``) and back; RuntimeError
+    when this torch build cannot."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if backend == "default":
+        yield
+        return
+    if backend == "fa3":
+        import torch.nn.attention as attn
+
+        activate = getattr(attn, "activate_flash_attention_impl", None)
+        restore = getattr(attn, "restore_flash_attention_impl", None)
+        if activate is None or restore is None:
+            raise RuntimeError(f"torch {torch.__version__} has no activate_flash_attention_impl")
+        activate("FA3")
+        try:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                yield
+        finally:
+            restore()
+        return
+    chosen = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    with sdpa_kernel([chosen]):
+        yield
 
 
 def attention_flop(*, seq_len: int, head_dim: int, heads: int, batch: int, causal: bool = True) -> float:
@@ -242,41 +364,96 @@ def attention_flop(*, seq_len: int, head_dim: int, heads: int, batch: int, causa
     return flop / 2 if causal else flop
 
 
+def attention_cases(sweep: Sweep) -> list[tuple[str, int, int, int]]:
+    """(back-end, head_dim, seq_len, gqa_ratio) of the sweep: every back-end x head dim x sequence length with
+    MHA, then at head_dim 128 the grouped-query rows when ``gqa_ratio > 1``."""
+    cases = []
+    for backend in sweep.attention_backends:
+        for head_dim in sweep.head_dims:
+            cases += [(backend, head_dim, s, 1) for s in sweep.seq_lens]
+        if sweep.gqa_ratio > 1 and 128 in sweep.head_dims:
+            cases += [(backend, 128, s, sweep.gqa_ratio) for s in sweep.seq_lens]
+    return cases
+
+
 def measure_attention(
-    dtype: str, dev: torch.device, *, warmup: int, repeats: int, sweep: Sweep, log: Log | None = None
+    dtype: str,
+    dev: torch.device,
+    *,
+    warmup: int,
+    repeats: int,
+    sweep: Sweep,
+    log: Log | None = None,
+    skipped: dict[str, str] | None = None,
 ) -> pl.DataFrame:
-    """Time causal SDPA forward and backward at every (head_dim, seq_len) of the sweep; one row each."""
+    """Time causal SDPA forward and backward for every case of :func:`attention_cases`; one row each. A
+    back-end that cannot run a case (no kernel for it in this build) is left out and noted in ``skipped``."""
     rows = []
-    for head_dim in sweep.head_dims:
-        for seq_len in sweep.seq_lens:
-            if log:
-                log(f"attention {dtype} d{head_dim} s{seq_len}")
-            rows.append(
-                _attention_row(dtype, head_dim, seq_len, dev, warmup=warmup, repeats=repeats, sweep=sweep)
-            )
+    for backend, head_dim, seq_len, gqa in attention_cases(sweep):
+        if log:
+            log(f"attention {backend} {dtype} d{head_dim} s{seq_len}" + (f" gqa{gqa}" if gqa > 1 else ""))
+        try:
+            with sdpa_backend(backend):
+                rows.append(
+                    _attention_row(
+                        dtype, head_dim, seq_len, gqa, dev, warmup=warmup, repeats=repeats, sweep=sweep
+                    )
+                    | {"backend": backend, "family": BACKEND_FAMILY[backend]}
+                )
+        except (RuntimeError, ImportError, ValueError, NotImplementedError) as exc:
+            if backend == "default":
+                raise
+            key = f"skipped_attention_{backend}"
+            if skipped is not None and key not in skipped:  # the first failure says why
+                skipped[key] = f"d{head_dim} s{seq_len} gqa{gqa}: {' '.join(str(exc).split())[:200]}"
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
     return pl.DataFrame(rows)
 
 
 def _attention_row(
-    dtype: str, head_dim: int, seq_len: int, dev: torch.device, *, warmup: int, repeats: int, sweep: Sweep
+    dtype: str,
+    head_dim: int,
+    seq_len: int,
+    gqa: int,
+    dev: torch.device,
+    *,
+    warmup: int,
+    repeats: int,
+    sweep: Sweep,
 ) -> dict[str, Any]:
     batch = max(1, sweep.attention_tokens // seq_len)
     heads = max(1, sweep.attention_width // head_dim)
+    kv_heads = max(1, heads // gqa)
     gen = torch.Generator(device=dev).manual_seed(0)
-    shape = (batch, heads, seq_len, head_dim)
-    q, k, v = (
-        torch.randn(shape, device=dev, dtype=TORCH_DTYPES[dtype], generator=gen).requires_grad_(True)
-        for _ in range(3)
-    )
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def tensor(h: int) -> torch.Tensor:
+        shape = (batch, h, seq_len, head_dim)
+        return torch.randn(shape, device=dev, dtype=TORCH_DTYPES[dtype], generator=gen).requires_grad_(True)
+
+    q, k, v = tensor(heads), tensor(kv_heads), tensor(kv_heads)
+    gqa_kw = {"enable_gqa": True} if kv_heads != heads else {}
+
+    def forward() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa_kw)
+
+    out = forward()
     seed = torch.ones_like(out)
     timing = {"warmup": warmup, "repeats": repeats, "min_sample_s": sweep.min_sample_s}
-    fwd_s = time_per_call_s(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), dev, **timing)
+    fwd_s = time_per_call_s(forward, dev, **timing)
     bwd_s = time_per_call_s(
         lambda: torch.autograd.grad(out, (q, k, v), seed, retain_graph=True), dev, **timing
     )
     fwd_flop = attention_flop(seq_len=seq_len, head_dim=head_dim, heads=heads, batch=batch)
-    shape_cols = dict(dtype=dtype, head_dim=head_dim, seq_len=seq_len, batch=batch, heads=heads, causal=True)
+    shape_cols = dict(
+        dtype=dtype,
+        head_dim=head_dim,
+        seq_len=seq_len,
+        batch=batch,
+        heads=heads,
+        kv_heads=kv_heads,
+        causal=True,
+    )
     return shape_cols | dict(
         fwd_flop=fwd_flop,
         fwd_time_s=fwd_s,
@@ -284,7 +461,7 @@ def _attention_row(
         bwd_flop=2.5 * fwd_flop,
         bwd_time_s=bwd_s,
         bwd_flop_per_s=2.5 * fwd_flop / bwd_s,
-        kernel=_sdpa_kernel(q, k, v),
+        kernel=_sdpa_kernel(forward),
     )
 
 
@@ -296,16 +473,71 @@ def copy_bandwidth_bytes_per_s(dev: torch.device, numel: int, *, warmup: int, re
     return 2.0 * src.numel() * src.element_size() / copy_s
 
 
+NORM_WIDTH = 4096
+"""Row width of the softmax and norm rows (a model width)."""
+
+
+def memory_ops(dev: torch.device, numel: int) -> list[tuple[str, str, float, Callable[[], Any]]]:
+    """(op, dtype, nominal bytes, call) of the memory-bound ops on ``numel`` elements: the bytes the op must
+    read and write once each (weights of a norm, one row wide, left out)."""
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def rand(dtype: torch.dtype, n: int = numel) -> torch.Tensor:
+        return torch.randn(n, device=dev, generator=gen, dtype=dtype)
+
+    bf = torch.bfloat16
+    src, dst = rand(torch.float32), rand(torch.float32)
+    a, b, c = rand(bf), rand(bf), rand(bf)
+    rows = a.view(-1, NORM_WIDTH)
+    weight, bias = rand(bf, NORM_WIDTH), rand(bf, NORM_WIDTH)
+    params = torch.nn.Parameter(rand(torch.float32, numel // 4))
+    params.grad = rand(torch.float32, numel // 4)
+    adamw = (
+        torch.optim.AdamW([params], lr=1e-4, fused=True)
+        if dev.type == "cuda"
+        else torch.optim.AdamW([params])
+    )
+    adamw.step()  # creates the two moment buffers
+    two = 2 * numel
+    return [
+        ("copy", "fp32", 8.0 * numel, lambda: dst.copy_(src)),
+        ("add", "bf16", 3.0 * two, lambda: torch.add(a, b, out=c)),
+        ("silu", "bf16", 2.0 * two, lambda: F.silu(a)),
+        ("softmax", "bf16", 2.0 * two, lambda: rows.softmax(-1)),
+        ("layer_norm", "bf16", 2.0 * two, lambda: F.layer_norm(rows, (NORM_WIDTH,), weight, bias)),
+        ("rms_norm", "bf16", 2.0 * two, lambda: F.rms_norm(rows, (NORM_WIDTH,), weight)),
+        # AdamW reads param, grad and both moments and writes param and moments: 7 fp32 values per parameter
+        ("adamw_step", "fp32", 7.0 * 4 * (numel // 4), adamw.step),
+    ]
+
+
+def measure_memory_ops(dev: torch.device, numel: int, *, warmup: int, repeats: int) -> pl.DataFrame:
+    """Median time and achieved bandwidth (nominal bytes / time) of every op of :func:`memory_ops`, with the
+    number of aten ops it dispatched."""
+    rows = []
+    for op, dtype, nbytes, call in memory_ops(dev, numel):
+        with _OpRecorder() as rec:
+            call()
+        time_s = time_per_call_s(call, dev, warmup=warmup, repeats=repeats, min_sample_s=0.0)
+        rows.append(
+            dict(op=op, dtype=dtype, numel=numel, bytes=nbytes, aten_ops=len(rec.names), time_s=time_s)
+            | dict(bytes_per_s=nbytes / time_s)
+        )
+    return pl.DataFrame(rows)
+
+
 def attention_tables(
     rows: pl.DataFrame, peak_flop_per_s: float, *, source: str
 ) -> tuple[AttentionTable, ...]:
-    """One ``sdpa`` table per (dtype, head_dim) of ``rows``: fractions of ``peak_flop_per_s``, clipped."""
+    """One table per (family, dtype, head_dim) of the MHA rows (``kv_heads == heads``): fractions of
+    ``peak_flop_per_s``, clipped."""
     tables = []
-    for (dtype, head_dim), part in rows.sort("seq_len").group_by(["dtype", "head_dim"], maintain_order=True):
+    mha = rows.filter(pl.col("kv_heads") == pl.col("heads")).sort("seq_len")
+    for (family, dtype, head_dim), part in mha.group_by(["family", "dtype", "head_dim"], maintain_order=True):
         kernels = ", ".join(sorted(set(part["kernel"])))
         tables.append(
             AttentionTable(
-                family="sdpa",
+                family=str(family),
                 dtype=str(dtype),
                 head_dim=int(head_dim),
                 causal=True,
@@ -372,7 +604,7 @@ def gemm_dtypes(dev: torch.device, *, log: Log | None = None) -> list[str]:
     rate = {
         d: 2
         * 256**3
-        / time_per_call_s(_gemm_fn(d, 256, 256, 256, dev), dev, warmup=2, repeats=3, min_sample_s=2e-3)
+        / time_per_call_s(_gemm_fn(d, Gemm(256, 256, 256), dev), dev, warmup=2, repeats=3, min_sample_s=2e-3)
         for d in ("fp32", "bf16")
     }
     if log:
@@ -471,10 +703,16 @@ def _run(
         extra[f"skipped_{d}"] = f"device preset {ref.device_id} has no {d} peak"
     gemm = _gemm_sweep(dev, [d for d in dtypes if d in ref.peak_flop_per_s], ref, timing, extra, log)
     peaks = dict(gemm.group_by("dtype").agg(pl.col("peak_flop_per_s").first()).iter_rows())
-    attention = measure_attention(attn_dtype, dev, log=log, **timing)
+    attention = measure_attention(attn_dtype, dev, log=log, skipped=extra, **timing)
+    if dev.type == "cuda":
+        extra["sdpa_default_kernel"] = _default_sdpa_kernel(dev)
+        extra["cudnn"] = str(torch.backends.cudnn.version())
     if log:
-        log("copy bandwidth")
-    hbm_bytes_per_s = copy_bandwidth_bytes_per_s(dev, sweep.copy_numel, warmup=warmup, repeats=repeats)
+        log("memory-bound ops")
+    memory = measure_memory_ops(dev, sweep.copy_numel, warmup=warmup, repeats=repeats).with_columns(
+        (pl.col("bytes_per_s") / ref.memory_bytes_per_s).alias("hbm_frac")
+    )
+    hbm_bytes_per_s = float(memory.filter(pl.col("op") == "copy")["bytes_per_s"][0])
     what = f"workbench microbench on {ref.name} ({ref.device_id}), torch {torch.__version__}"
     table = KernelTable(
         device=ref.device_id,
@@ -490,7 +728,15 @@ def _run(
         source=what,
         provenance=provenance(dev, ref, command=command, extra=extra | _peak_notes(peaks)),
     )
-    return MicrobenchResult(table=table, gemm=gemm, attention=attention, hbm_bytes_per_s=hbm_bytes_per_s)
+    return MicrobenchResult(
+        table=table, gemm=gemm, attention=attention, memory=memory, hbm_bytes_per_s=hbm_bytes_per_s
+    )
+
+
+def _default_sdpa_kernel(dev: torch.device) -> str:
+    """The aten op SDPA picks by itself for a causal bf16 (1, 16, 4096, 128) call on ``dev``."""
+    q = torch.randn(1, 16, 4096, 128, device=dev, dtype=torch.bfloat16)
+    return _sdpa_kernel(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True))
 
 
 def _peak_notes(peaks: dict[str, float]) -> dict[str, str]:
@@ -531,11 +777,12 @@ def _gemm_sweep(
 
 
 def write_microbench(out: str | Path, result: MicrobenchResult) -> list[Path]:
-    """Write ``kernels.toml``, ``gemm.csv`` and ``attention.csv`` into ``out`` (created); the caller decides
-    about overwriting. Returns the paths written."""
+    """Write ``kernels.toml``, ``gemm.csv``, ``attention.csv`` and ``memory.csv`` into ``out`` (created); the
+    caller decides about overwriting. Returns the paths written."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     table = write_kernel_table(folder / TABLE_FILE, result.table)
     result.gemm.write_csv(folder / GEMM_CSV)
     result.attention.write_csv(folder / ATTENTION_CSV)
-    return [table, folder / GEMM_CSV, folder / ATTENTION_CSV]
+    result.memory.write_csv(folder / MEMORY_CSV)
+    return [table, folder / GEMM_CSV, folder / ATTENTION_CSV, folder / MEMORY_CSV]

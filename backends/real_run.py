@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from workbench_backends.real_estimate import (
 
 from workbench.pipeline.schedules import Schedule, build_schedule, write_schedule_csv
 from workbench.specs.estimate import Estimate
-from workbench.specs.hardware import ClusterSpec, DType
+from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType, NetworkLevel
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload
 
@@ -409,16 +410,21 @@ def local_cluster(num_devices: int) -> ClusterSpec:
 
     CPU: device id ``host-cpu`` (the id ``workbench profile`` gives CPU profiles), fp32 peak = best square
     matmul on one thread, memory bandwidth = best tensor copy (``workbench_backends.profile_record``), capacity = the
-    host's RAM shared by the workers. CUDA: id = the device name, fp32 and bf16 peaks measured the same way.
+    host's RAM shared by the workers. CUDA: the catalog preset of this GPU (``guess_device_id``, the id
+    ``workbench profile`` and ``workbench microbench`` file it under, so the analytic backend reads its kernel
+    table and torch-profile finds its profiles) with the capacity torch reports; a GPU without a preset: id =
+    the device name, fp32 and bf16 peaks measured the same way as on the CPU.
     """
     import os
 
     import torch
     from workbench_backends.profile_record import copy_bytes_per_s, device_name, gemm_peak_flop_per_s
 
-    from workbench.specs.hardware import DeviceSpec, NetworkLevel
-
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    preset = _gpu_preset(dev) if dev.type == "cuda" else None
+    if preset is not None:
+        capacity = float(torch.cuda.get_device_properties(dev).total_memory)
+        return _one_node(replace(preset, hbm_bytes=capacity), num_devices)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -443,10 +449,24 @@ def local_cluster(num_devices: int) -> ClusterSpec:
         hbm_bytes_per_s=bandwidth,
         source="measured on this host (matmul and copy micro-benchmarks)",
     )
+    return _one_node(device, num_devices)
+
+
+def _gpu_preset(dev: Any) -> DeviceSpec | None:
+    """The catalog preset of this GPU, None when it has none."""
+    from workbench_backends.profile_record import guess_device_id
+
+    from workbench.presets.catalog import load_device, preset_names
+
+    device_id = guess_device_id(dev)
+    return load_device(device_id) if device_id in preset_names("device") else None
+
+
+def _one_node(device: DeviceSpec, num_devices: int) -> ClusterSpec:
     level = NetworkLevel(name="host", bytes_per_s=LOOPBACK_BYTES_PER_S, latency_s=LOOPBACK_LATENCY_S)
     return ClusterSpec(
         id="local",
-        name=f"this host ({name})",
+        name=f"this host ({device.name})",
         device=device,
         devices_per_node=num_devices,
         levels=(level,),

@@ -8,6 +8,7 @@ the single-process reference builds. The modules are those of ``workbench_backen
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -148,6 +149,17 @@ def make_batch(
     return local[:, :-1].contiguous(), local[:, 1:].contiguous()
 
 
+def precision(workload: Workload, device: torch.device | str) -> contextlib.AbstractContextManager[Any]:
+    """The forward's precision context: ``torch.autocast`` to bf16 when the workload is bf16 (fp32 weights,
+    gradients and AdamW states as mixed-precision training keeps them: 16 bytes per parameter, Micikevicius et
+    al. 2018; matmuls and attention in bf16), else nothing. ValueError for another dtype."""
+    if str(workload.dtype) == "fp32":
+        return contextlib.nullcontext()
+    if str(workload.dtype) == "bf16":
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    raise ValueError(f"a real run trains in fp32 or bf16 (autocast), got dtype {workload.dtype}")
+
+
 def full_reference_losses(
     spec: ModelSpec, workload: Workload, config: dict[str, Any], device: torch.device | str = "cpu"
 ) -> list[float]:
@@ -159,7 +171,8 @@ def full_reference_losses(
     losses = []
     for step in range(config["steps"]):
         inputs, targets = make_batch(spec, workload, whole, 0, seed=config["seed"] + 1 + step, device=device)
-        loss = loss_fn(model(inputs), targets)
+        with precision(workload, device):
+            loss = loss_fn(model(inputs), targets)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

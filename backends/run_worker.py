@@ -48,6 +48,7 @@ from workbench_backends.real_stages import (
     full_reference_losses,
     make_batch,
     parallelize_stage,
+    precision,
 )
 from workbench_backends.torch_model import loss_fn
 
@@ -175,7 +176,8 @@ def _one_step(
     dist.barrier()
     origin = time.perf_counter()
     runner.recorder.start(origin)
-    losses = runner.step(inputs, targets)
+    with precision(workload, device):
+        losses = runner.step(inputs, targets)
     t_opt = time.perf_counter()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

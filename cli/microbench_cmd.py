@@ -1,7 +1,7 @@
 """``workbench microbench``: measure this device's kernel efficiencies into a kernel table folder.
 
-The folder holds ``kernels.toml`` (a ``KernelTable``, :mod:`workbench.presets.kernels`), ``gemm.csv`` and
-``attention.csv`` (the raw measurements). The measuring is :mod:`workbench_backends.microbench` (torch is
+The folder holds ``kernels.toml`` (a ``KernelTable``, :mod:`workbench.presets.kernels`), ``gemm.csv``,
+``attention.csv`` and ``memory.csv`` (the raw measurements). The measuring is :mod:`workbench_backends.microbench` (torch is
 imported from there); this module only parses and prints.
 """
 
@@ -35,17 +35,21 @@ def _command_line(ctx: click.Context) -> str:
 
 def _output(out: Path) -> Output:
     """``--out``: a new or empty folder, or the folder of an earlier microbench (its kernels.toml)."""
-    from workbench_backends.microbench import ATTENTION_CSV, GEMM_CSV
+    from workbench_backends.microbench import ATTENTION_CSV, GEMM_CSV, MEMORY_CSV
 
     from workbench.presets.kernels import TABLE_FILE
 
-    return Output("--out", out, folder=True, files=(TABLE_FILE, GEMM_CSV, ATTENTION_CSV), marker=TABLE_FILE)
+    files = (TABLE_FILE, GEMM_CSV, ATTENTION_CSV, MEMORY_CSV)
+    return Output("--out", out, folder=True, files=files, marker=TABLE_FILE)
 
 
 @click.command("microbench")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option(
-    "--out", "out_dir", required=True, help="Folder to write kernels.toml, gemm.csv, attention.csv."
+    "--out",
+    "out_dir",
+    required=True,
+    help="Folder to write kernels.toml, gemm.csv, attention.csv, memory.csv.",
 )
 @click.option(
     "--device-id", default=None, help="Device preset id (default: host-cpu, or the preset matching the GPU)."
@@ -71,7 +75,7 @@ def _output(out: Path) -> Output:
     default=None,
     help="torch.set_num_threads (default: torch's).",
 )
-@click.option("--force", is_flag=True, help="Overwrite an existing kernels.toml / gemm.csv / attention.csv.")
+@click.option("--force", is_flag=True, help="Overwrite the files of an earlier microbench in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print the table as one JSON object.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @click.pass_context
@@ -132,11 +136,20 @@ def _print(result: MicrobenchResult) -> None:
         f"GEMM on {table.device}: fraction of the dense peak by FLOPs", ["dtype", "flop", "frac"], rows
     )
     rows = [
-        [t.dtype, t.head_dim, int(s), f"{f:.3f}", f"{b:.3f}"]
+        [t.family, t.dtype, t.head_dim, int(s), f"{f:.3f}", f"{b:.3f}"]
         for t in table.attention
         for s, f, b in zip(t.seq_len, t.fwd_frac, t.bwd_frac, strict=True)
     ]
-    print_table("Causal SDPA attention", ["dtype", "head_dim", "seq_len", "fwd frac", "bwd frac"], rows)
+    print_table(
+        "Causal SDPA attention", ["family", "dtype", "head_dim", "seq_len", "fwd frac", "bwd frac"], rows
+    )
+    rows = [
+        [op, dtype, n, f"{bps / 1e9:.1f}", f"{frac:.2f}"]
+        for op, dtype, n, bps, frac in result.memory.select(
+            "op", "dtype", "aten_ops", "bytes_per_s", "hbm_frac"
+        ).iter_rows()
+    ]
+    print_table("Memory-bound ops (nominal bytes)", ["op", "dtype", "aten ops", "GB/s", "of HBM"], rows)
     click.echo(
         f"copy {result.hbm_bytes_per_s / 1e9:.1f} GB/s = {table.hbm_frac:.2f} of "
         f"{float(table.provenance['memory_reference_bytes_per_s']) / 1e9:.1f} GB/s"

@@ -197,6 +197,13 @@ def _asked_workers(kw: dict[str, Any]) -> str:
 @click.option("--vpp", type=int, default=None, help="Stages per pipeline rank (default: the schedule's).")
 @click.option("--micro-batch", type=int, default=1, show_default=True)
 @click.option(
+    "--dtype",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="bf16: autocast (matmuls and attention in bf16; fp32 weights, gradients and AdamW states).",
+)
+@click.option(
     "--zero",
     type=click.IntRange(0, 3),
     default=0,
@@ -294,7 +301,7 @@ def _run(kw: dict[str, Any]) -> None:
     model = shrink_model(
         load_model(kw["model"]), num_layers=kw["layers"], hidden_size=kw["hidden"], vocab_size=kw["vocab"]
     )
-    workload = Workload(seq_len=kw["seq_len"], global_batch_size=kw["global_batch"], dtype=DType.FP32)
+    workload = Workload(seq_len=kw["seq_len"], global_batch_size=kw["global_batch"], dtype=DType(kw["dtype"]))
     vpp = kw["vpp"] if kw["vpp"] is not None else (default_vpp(kw["schedule"]) if kw["pp"] > 1 else 1)
     plan = ParallelPlan(
         dp=kw["dp"],

@@ -107,16 +107,24 @@ def test_published_kernel_tables_cover_the_validation_devices_and_cite_sources()
         assert "bf16" in table.gemm
 
 
-def test_gemm_curve_of_the_kernel_table_is_what_the_cost_model_reads() -> None:
-    """At each published point the cost model's GEMM efficiency is the fraction written in the file (read here
-    with tomllib, not through the loader)."""
+@pytest.mark.parametrize(
+    ("cluster", "table_file"),
+    [
+        ("dgx-a100", KERNELS / "a100-sxm4-80gb.toml"),  # published only
+        ("dgx-h100", KERNELS.parent / "measured" / "kernels-h100-sxm5-80gb" / "kernels.toml"),  # measured on it
+    ],
+)
+def test_gemm_curve_of_the_kernel_table_is_what_the_cost_model_reads(cluster: str, table_file: Path) -> None:
+    """At each point of the device's table the cost model's GEMM efficiency is the fraction written in the
+    file (read here with tomllib, not through the loader); a committed measurement's curve wins over the
+    published one of its device."""
     import tomllib
 
-    raw = tomllib.loads((KERNELS / "h100-sxm5-80gb.toml").read_text())["gemm"]["bf16"]["points"]
     cal = load_calibration(framework="megatron-core-2024")
-    curve = cal.gemm_curve(load_cluster("dgx-h100").device, "bf16")
-    for flop, frac in raw:
-        assert float(matmul_efficiency_frac(flop, curve)) == pytest.approx(frac)
+    for dtype, table in tomllib.loads(table_file.read_text())["gemm"].items():
+        curve = cal.gemm_curve(load_cluster(cluster).device, dtype)
+        for flop, frac in table["points"]:
+            assert float(matmul_efficiency_frac(flop, curve)) == pytest.approx(frac)
 
 
 def test_eager_elementwise_and_unfused_attention_cost_more_time() -> None:

@@ -30,7 +30,7 @@ from typing import Any
 
 from workbench.presets.catalog import profiles_dir, read_toml
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework
-from workbench.presets.kernels import kernel_table_names, load_kernel_table
+from workbench.presets.kernels import device_kernel_tables, load_kernel_table, overlay
 from workbench.specs.files import check_input_file
 from workbench.specs.framework import FITTABLE, FrameworkProfile, check_number
 from workbench.specs.hardware import DeviceSpec
@@ -153,11 +153,6 @@ def fits_from_dict(data: dict[str, Any], *, where: str) -> dict[str, dict[str, f
     return fits
 
 
-def published_kernels() -> dict[str, KernelTable]:
-    """Every published kernel table, by device id."""
-    return {name: load_kernel_table(name) for name in kernel_table_names()}
-
-
 def load_calibration(
     name_or_path: str | Path = "default",
     *,
@@ -166,12 +161,15 @@ def load_calibration(
 ) -> Calibration:
     """Resolve a calibration: fitted constants by name (``profiles/calibration/<name>.toml``) or path
     (``neutral``: none, and the neutral profile unless ``framework`` is given explicitly), the framework
-    profile by id or path, the published kernel tables plus ``kernels`` (a table, file or microbench folder,
-    which replaces the published table of its device). ValueError names the bad file or key."""
-    tables = published_kernels()
+    profile by id or path, the kernel tables of every device (published, with the committed measurements laid
+    over them: :func:`workbench.presets.kernels.device_kernel_tables`) plus ``kernels`` (a table, file or
+    microbench folder: a measured one is laid over the table of its device like a committed one, any other
+    replaces it). ValueError names the bad file or key."""
+    tables = device_kernel_tables()
     if kernels is not None:
         extra = kernels if isinstance(kernels, KernelTable) else load_kernel_table(kernels)
-        tables[extra.device] = extra
+        base = tables.get(extra.device)
+        tables[extra.device] = extra if base is None or not extra.measured else overlay(base, extra)
     if str(name_or_path) == "neutral":
         cal = Calibration(kernels=tables)
         return cal if framework == DEFAULT_FRAMEWORK else cal.with_framework(framework)

@@ -24,11 +24,18 @@ File format (every key is checked; unknown keys raise ValueError naming the file
 
 A microbench output folder holds ``kernels.toml`` in this format; :func:`load_kernel_table` accepts the
 folder, the file, or a device id (the published table).
+
+Committed measurements: a microbench folder under ``profiles/measured/`` (its ``kernels.toml`` says
+``measured = true``) is laid over the published table of its device by :func:`device_kernel_table`: each GEMM
+curve it measured, each attention table of the same (family, dtype, head dim, mask) and the HBM fraction
+replace the published ones; what it did not measure (FlashAttention-3 without the ``flash_attn_3`` package,
+non-causal masks, a dtype) stays published, each table keeping its own ``source``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +60,46 @@ def kernels_dir() -> Path:
 def kernel_table_names() -> list[str]:
     """Device ids with a published table."""
     return sorted(p.stem for p in kernels_dir().glob("*.toml"))
+
+
+def measured_kernel_dirs() -> list[Path]:
+    """Folders of committed microbench tables: ``profiles/measured/*/kernels.toml``, sorted by name."""
+    return sorted(p.parent for p in (profiles_dir() / "measured").glob(f"*/{TABLE_FILE}"))
+
+
+def overlay(published: KernelTable, measured: KernelTable) -> KernelTable:
+    """``published`` with ``measured``'s GEMM curves, attention tables (by family, dtype, head dim and mask)
+    and HBM fraction in place of its own; flag, provenance and device of the measurement. ValueError when the
+    two describe different devices."""
+    if published.device != measured.device:
+        raise ValueError(f"kernel tables of different devices: {published.device!r} and {measured.device!r}")
+
+    def key(t: AttentionTable) -> tuple[str, str, int, bool]:
+        return (t.family, t.dtype, t.head_dim, t.causal)
+
+    replaced = {key(t) for t in measured.attention}
+    return replace(
+        measured,
+        gemm=published.gemm | measured.gemm,
+        attention=tuple(t for t in published.attention if key(t) not in replaced) + measured.attention,
+        source=f"{measured.source}, over {published.source}",
+    )
+
+
+def device_kernel_tables() -> dict[str, KernelTable]:
+    """The kernel table of every device: the published one (``profiles/kernels/``) with the committed
+    measurements of that device laid over it (:func:`overlay`, folders in name order); a device with only a
+    measurement gets the measurement."""
+    tables = {name: load_kernel_table(name) for name in kernel_table_names()}
+    for folder in measured_kernel_dirs():
+        table = load_kernel_table(folder)
+        if not table.measured:
+            raise ValueError(
+                f"{folder / TABLE_FILE}: measured must be true for a table under profiles/measured"
+            )
+        base = tables.get(table.device)
+        tables[table.device] = table if base is None else overlay(base, table)
+    return tables
 
 
 def _need(where: str, name: str, value: Any, kind: type, what: str) -> Any:
