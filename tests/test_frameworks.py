@@ -111,7 +111,10 @@ def test_published_kernel_tables_cover_the_validation_devices_and_cite_sources()
     ("cluster", "table_file"),
     [
         ("dgx-a100", KERNELS / "a100-sxm4-80gb.toml"),  # published only
-        ("dgx-h100", KERNELS.parent / "measured" / "kernels-h100-sxm5-80gb" / "kernels.toml"),  # measured on it
+        (
+            "dgx-h100",
+            KERNELS.parent / "measured" / "kernels-h100-sxm5-80gb" / "kernels.toml",
+        ),  # measured on it
     ],
 )
 def test_gemm_curve_of_the_kernel_table_is_what_the_cost_model_reads(cluster: str, table_file: Path) -> None:
