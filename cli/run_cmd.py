@@ -329,6 +329,10 @@ def _run(kw: dict[str, Any]) -> None:
         raise click.ClickException(f"the real-run backend cannot run here: {reason}")
     # on CUDA also the devices (torch is imported by now); before local_cluster's micro-benchmarks
     check_workers(model, plan, check_loss=not kw["no_check_loss"], device=device_kind(), asked=asked)
+    if kw["dtype"] == "bf16" and device_kind() != "cuda":
+        raise click.ClickException(
+            "--dtype bf16 runs on CUDA devices only, and torch sees none here; use --dtype fp32"
+        )
     cluster = backend.local_cluster(plan.num_devices)
     problems = plan.validate(model, cluster, workload)
     if problems:

@@ -222,3 +222,38 @@ def test_failure_message_carries_the_failing_line_instead_of_a_removed_path() ->
         "rerun with --run-dir DIR to keep the logs"
     )
     assert failure_message(exc, "runs/a").endswith("; logs and tracebacks in runs/a")
+
+
+def test_bf16_without_a_gpu_is_one_line_error(tiny_config: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU host runs bf16")
+    tiny = ("--model", str(tiny_config), "--seq-len", "16", "--global-batch", "4")
+    proc = run_cli(
+        "run",
+        *tiny,
+        "--dtype",
+        "bf16",
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "--dtype bf16 runs on CUDA devices only" in proc.stderr
+
+
+def test_bf16_precision_is_autocast_over_fp32_states() -> None:
+    """bf16 runs matmuls in bf16 under autocast while the parameters (and so gradients and AdamW states) stay
+    fp32; fp32 changes nothing; other dtypes are refused."""
+    import torch
+    from workbench_backends.real_stages import precision
+
+    from workbench.specs.plan import Workload
+
+    weight = torch.nn.Linear(4, 4)
+    with precision(Workload(seq_len=8, global_batch_size=1, dtype="bf16"), "cpu"):
+        out = weight(torch.ones(2, 4))
+    assert out.dtype == torch.bfloat16 and weight.weight.dtype == torch.float32
+    with precision(Workload(seq_len=8, global_batch_size=1, dtype="fp32"), "cpu"):
+        assert weight(torch.ones(2, 4)).dtype == torch.float32
+    with pytest.raises(ValueError, match="fp32 or bf16"):
+        precision(Workload(seq_len=8, global_batch_size=1, dtype="fp16"), "cpu")
