@@ -24,7 +24,9 @@
   (an op that decomposes moves more than the nominal bytes). The table's ``hbm_frac`` is the copy's.
 
 Timing: median of ``repeats`` samples after ``warmup`` calls; a sample runs the call back to back until it
-lasts ~1-2 ms and divides. cuda: CUDA events; cpu: ``time.perf_counter`` under ``torch.set_num_threads``.
+lasts ~1-2 ms and divides. cuda: CUDA events, and the GEMMs' samples replayed from a CUDA graph (a small GEMM
+runs faster than Python launches it: 256^3 takes ~20 us per eager call on the lent H100's host, the GPU time
+the cost model wants is a fraction of that); cpu: ``time.perf_counter`` under ``torch.set_num_threads``.
 
 Peaks: cuda, the GPU's catalog preset (``guess_device_id`` as ``workbench profile`` picks it, or
 ``--device-id``): datasheet dense peaks and HBM bandwidth. cpu: the host as ``workbench profile --device cpu``
@@ -146,8 +148,8 @@ class MicrobenchResult:
 
     table: KernelTable
     gemm: pl.DataFrame
-    """One row per GEMM: dtype, m, n, k, layout, what, flop, time_s, achieved_flop_per_s, peak_flop_per_s,
-    peak_frac."""
+    """One row per GEMM: dtype, m, n, k, layout, what, flop, time_s, achieved_flop_per_s, cuda_graph (timed
+    from a graph replay), peak_flop_per_s, peak_frac."""
     attention: pl.DataFrame
     """One row per (back-end, head_dim, seq_len, kv_heads): shape, fwd/bwd flop, time_s and achieved_flop_per_s,
     kernel, family."""
@@ -167,16 +169,44 @@ def require_device(device: str) -> torch.device:
 
 
 def time_per_call_s(
-    fn: Callable[[], Any], dev: torch.device, *, warmup: int, repeats: int, min_sample_s: float
+    fn: Callable[[], Any],
+    dev: torch.device,
+    *,
+    warmup: int,
+    repeats: int,
+    min_sample_s: float,
+    graph: bool = False,
 ) -> float:
-    """Median seconds of one ``fn()`` on ``dev`` (see the module docstring). ValueError if repeats < 1."""
+    """Median seconds of one ``fn()`` on ``dev`` (see the module docstring). ``graph`` (cuda only): the calls
+    of a sample are captured in a CUDA graph and replayed, so a kernel shorter than Python's launch of it is
+    timed on the GPU rather than at the launch rate. ValueError if repeats < 1."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
     for _ in range(warmup):
         fn()
+    if graph and dev.type == "cuda":
+        one_s = _sample_s(_graphed(fn, dev, 1), dev, 1)
+        inner = max(1, min(1000, math.ceil(min_sample_s / max(one_s, 1e-7))))
+        replay = _graphed(fn, dev, inner)
+        return statistics.median(_sample_s(replay, dev, 1) / inner for _ in range(repeats))
     one_s = _sample_s(fn, dev, 1)
     inner = max(1, min(1000, math.ceil(min_sample_s / max(one_s, 1e-7))))
     return statistics.median(_sample_s(fn, dev, inner) / inner for _ in range(repeats))
+
+
+def _graphed(fn: Callable[[], Any], dev: torch.device, calls: int) -> Callable[[], Any]:
+    """A CUDA graph of ``calls`` back-to-back ``fn()`` (warmed up on a side stream first, as torch's CUDA
+    graph notes ask); returns its ``replay``."""
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream(dev).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph.replay
 
 
 def _sample_s(fn: Callable[[], Any], dev: torch.device, inner: int) -> float:
@@ -277,12 +307,16 @@ def measure_gemms(
     rows = []
     for g in shapes:
         fn = _gemm_fn(dtype, g, dev)
-        time_s = time_per_call_s(fn, dev, warmup=warmup, repeats=repeats, min_sample_s=sweep.min_sample_s)
+        timing = {"warmup": warmup, "repeats": repeats, "min_sample_s": sweep.min_sample_s}
+        try:
+            time_s, graphed = time_per_call_s(fn, dev, graph=True, **timing), dev.type == "cuda"
+        except RuntimeError:  # a kernel CUDA graphs cannot capture: timed eagerly, and the row says so
+            time_s, graphed = time_per_call_s(fn, dev, **timing), False
         flop = 2.0 * g.m * g.n * g.k
         layout = "nt" if dtype == "fp8" else g.layout
         rows.append(
             dict(dtype=dtype, m=g.m, n=g.n, k=g.k, layout=layout, what=g.what, flop=flop, time_s=time_s)
-            | dict(achieved_flop_per_s=flop / time_s)
+            | dict(achieved_flop_per_s=flop / time_s, cuda_graph=graphed)
         )
         del fn
     return pl.DataFrame(rows)
