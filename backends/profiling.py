@@ -96,7 +96,10 @@ def count_saved_bytes(exclude: Sequence[torch.Tensor]) -> Iterator[dict[str, int
         if ptr not in skip and ptr not in seen:
             seen.add(ptr)
             total["bytes"] += storage.nbytes()
-        return t
+        # a detached alias: returning ``t`` itself would let an op that saves its own output hold that output
+        # from its grad_fn, a cycle through C++ that the garbage collector cannot see (the graph, and every
+        # activation in it, then outlived each measured op: `workbench profile` ran out of GPU memory)
+        return t.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         yield total
