@@ -26,7 +26,7 @@ A microbench output folder holds ``kernels.toml`` in this format; :func:`load_ke
 folder, the file, or a device id (the published table).
 
 Committed measurements: a microbench folder under ``profiles/measured/`` (its ``kernels.toml`` says
-``measured = true``) is laid over the published table of its device by :func:`device_kernel_table`: each GEMM
+``measured = true``) is laid over the published table of its device by :func:`device_kernel_tables`: each GEMM
 curve it measured, each attention table of the same (family, dtype, head dim, mask) and the HBM fraction
 replace the published ones; what it did not measure (FlashAttention-3 without the ``flash_attn_3`` package,
 non-causal masks, a dtype) stays published, each table keeping its own ``source``.
