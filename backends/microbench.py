@@ -305,9 +305,9 @@ def measure_gemms(
 ) -> pl.DataFrame:
     """Time every GEMM at ``dtype`` (fp32, bf16 or fp8); rows without the peak columns."""
     rows = []
+    timing = {"warmup": warmup, "repeats": repeats, "min_sample_s": sweep.min_sample_s}
     for g in shapes:
         fn = _gemm_fn(dtype, g, dev)
-        timing = {"warmup": warmup, "repeats": repeats, "min_sample_s": sweep.min_sample_s}
         try:
             time_s, graphed = time_per_call_s(fn, dev, graph=True, **timing), dev.type == "cuda"
         except RuntimeError:  # a kernel CUDA graphs cannot capture: timed eagerly, and the row says so
@@ -497,14 +497,6 @@ def _attention_row(
         bwd_flop_per_s=2.5 * fwd_flop / bwd_s,
         kernel=_sdpa_kernel(forward),
     )
-
-
-def copy_bandwidth_bytes_per_s(dev: torch.device, numel: int, *, warmup: int, repeats: int) -> float:
-    """Median bandwidth of ``dst.copy_(src)`` for ``numel`` fp32 elements, read + write bytes counted."""
-    src = torch.randn(numel, device=dev)
-    dst = torch.empty_like(src)
-    copy_s = time_per_call_s(lambda: dst.copy_(src), dev, warmup=warmup, repeats=repeats, min_sample_s=0.0)
-    return 2.0 * src.numel() * src.element_size() / copy_s
 
 
 NORM_WIDTH = 4096

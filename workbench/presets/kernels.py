@@ -89,7 +89,8 @@ def overlay(published: KernelTable, measured: KernelTable) -> KernelTable:
 def device_kernel_tables() -> dict[str, KernelTable]:
     """The kernel table of every device: the published one (``profiles/kernels/``) with the committed
     measurements of that device laid over it (:func:`overlay`, folders in name order); a device with only a
-    measurement gets the measurement."""
+    measurement gets the measurement. ValueError names the file when a table under ``profiles/measured`` is
+    not marked ``measured = true`` or does not parse."""
     tables = {name: load_kernel_table(name) for name in kernel_table_names()}
     for folder in measured_kernel_dirs():
         table = load_kernel_table(folder)
