@@ -21,6 +21,7 @@ from workbench.cost.moe import (
     MOE_LAYER_KERNEL_PARTS,
     MOE_LAYER_KERNELS,
     dispatch_passes,
+    expert_launches,
     moe_host_s,
     moe_layer_launches,
     ranks_reached,
@@ -83,7 +84,9 @@ def test_graphed_parts_launch_once_per_contiguous_graph() -> None:
 
 
 def test_host_time_of_qwen3_30b_on_gb200_follows_its_launches() -> None:
-    """ep8, FP8: 16 local experts with 2 GEMMs and 2 quantisations each."""
+    """ep8, FP8 with current scaling (Transformer Engine 2.9): 16 local experts, each with 2 GEMMs forward and
+    4 backward, and an amax, a scale and a cast kernel per grouped GEMM input (forward) and output gradient
+    (backward); the eager part of the layer launches twice as many kernels backward as forward."""
     model = load_model("qwen3-30b-a3b")
     cal = dataclasses.replace(load_calibration("default"), framework=_profile(host_s_per_kernel=1e-5))
     gb = dataclasses.replace(cal, framework=cal.framework.for_device("gb200"))
@@ -93,8 +96,35 @@ def test_host_time_of_qwen3_30b_on_gb200_follows_its_launches() -> None:
             gb.framework, moe_dispatcher="hybridep", cuda_graph_scopes=("moe_router",)
         ),
     )
-    assert float(moe_host_s(model, cal, dtype="fp8", ep=8)) == pytest.approx((60 + 4 * 16) * 1e-5)
-    assert float(moe_host_s(model, gb, dtype="fp8", ep=8)) == pytest.approx((60 - 12 + 1 + 4 * 16) * 1e-5)
+    fwd, bwd = moe_host_s(model, cal, dtype="fp8", ep=8)
+    assert (float(fwd), float(bwd)) == pytest.approx(((60 + 8 * 16) * 1e-5, (120 + 10 * 16) * 1e-5))
+    fwd, bwd = moe_host_s(model, gb, dtype="fp8", ep=8)
+    eager = 60 - 12 + 1
+    assert (float(fwd), float(bwd)) == pytest.approx(((eager + 8 * 16) * 1e-5, (2 * eager + 10 * 16) * 1e-5))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "recipe", "fwd", "bwd"),
+    [
+        ("bf16", "current", 2 * 16, 4 * 16),  # no quantisation: the GEMMs only
+        ("fp8", "mxfp8", 4 * 16, 6 * 16),  # one cast kernel per split, block scales written by it
+        ("fp8", "blockwise", 4 * 16, 6 * 16),
+        ("fp8", "delayed", 2 * 16 + 2, 4 * 16 + 2),  # one fused multi-tensor cast per grouped GEMM
+        ("fp8", "current", 8 * 16, 10 * 16),  # amax, scale and cast per split
+    ],
+)
+def test_expert_launches_follow_the_fp8_recipe(dtype: str, recipe: str, fwd: int, bwd: int) -> None:
+    model = load_model("qwen3-30b-a3b")  # 128 experts, no expert bias
+    fw = _profile(fp8_recipe=recipe)
+    got = expert_launches(fw, model, dtype=dtype, local=128 / 8)
+    assert (float(got[0]), float(got[1])) == (fwd, bwd)
+    # GPT-OSS's expert bias, applied unfused: its product and sum, and their gradients
+    oss = load_model("gpt-oss-120b")
+    assert oss.expert_bias
+    biased = expert_launches(
+        _profile(fp8_recipe=recipe, unfused_model_ops=("expert_bias",)), oss, dtype=dtype, local=16
+    )
+    assert (float(biased[0]), float(biased[1])) == (fwd + 2 * 16, bwd + 4 * 16)
 
 
 def test_ranks_reached_is_the_expected_distinct_ranks_of_k_uniform_picks() -> None:

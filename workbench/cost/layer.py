@@ -38,7 +38,6 @@ from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s
 from workbench.cost.flops import cheap_recompute_ops, embedding_ops, head_ops, layer_ops, mtp_ops, op_times
 from workbench.cost.moe import (
     ACT_BYTES,
-    BACKWARD_KERNELS,
     dispatch_passes,
     moe_dispatch_s,
     moe_host_s,
@@ -203,12 +202,9 @@ def layer_costs(
     comp_i = (mm.bwd_input_s + rest.bwd_input_s) * slow + recompute_s + overhead
     comp_w = (mm.bwd_weight_s + rest.bwd_weight_s) * slow
     if moe_layer and fw.moe_host_sync and capacity_factor is None:
-        host = moe_host_s(model, cal, dtype=dtype, ep=ep)
-        host = np.where(ep > 1, host, 0.0)
-        fwd, comp_i = (
-            np.maximum(fwd, host),
-            comp_i + np.maximum(BACKWARD_KERNELS * host - comp_i - comp_w, 0.0),
-        )
+        host_f, host_b = moe_host_s(model, cal, dtype=dtype, ep=ep)
+        host_f, host_b = np.where(ep > 1, host_f, 0.0), np.where(ep > 1, host_b, 0.0)
+        fwd, comp_i = np.maximum(fwd, host_f), comp_i + np.maximum(host_b - comp_i - comp_w, 0.0)
     eff, mix = fw.collective_efficiency_frac, fw.comm_interference_frac
     full = recompute == 2
     # tp: two all-reduces (or all-gather + reduce-scatter pairs) forward, the same backward, again in recompute

@@ -2,7 +2,7 @@
 
 - ``on_device``: the framework profile as the stack's recipes run on a device (``FrameworkProfile.for_device``:
   dispatcher, CUDA graphs, recomputed modules, EP overlap per GPU).
-- Host launches (``moe_layer_launches``, ``moe_host_s``): dropless routing syncs the host once per MoE layer
+- Host launches (``moe_layer_launches``, ``expert_launches``, ``moe_host_s``): dropless routing syncs the host once per MoE layer
   forward, so the layer costs at least the host time to launch its kernels; CUDA-graphed parts launch once.
 - Token copies (``dispatch_passes``): HBM passes over the routed tokens outside GEMMs and transfers.
 - Dispatch and combine (``moe_dispatch_s``): the all-to-all (``alltoall``, ``hybridep``) or DeepEP's
@@ -79,7 +79,21 @@ MOE_LAYER_KERNELS = sum(MOE_LAYER_KERNEL_PARTS.values())
 """All of them (60): what a layer launches with nothing graphed and the alltoall dispatcher."""
 
 BACKWARD_KERNELS = 2.0
-"""Kernels launched backward per kernel forward (input and weight gradients)."""
+"""Kernels launched backward per kernel forward (input and weight gradients) in the eager parts of the layer."""
+
+EXPERT_QUANTIZE_LAUNCHES: dict[str, float] = {"delayed": 0.0, "current": 3.0, "mxfp8": 1.0, "blockwise": 1.0}
+"""Kernels Transformer Engine launches per expert to quantise one input of a grouped expert GEMM to FP8, by
+``FrameworkProfile.fp8_recipe`` (Transformer Engine 2.9, the release Megatron-Bridge 25.11 pins:
+``GroupedLinear`` quantises its input forward and its output gradient backward with ``tex.split_quantize``,
+csrc/extensions/cast.cpp, which quantises split by split except for delayed scaling; per split,
+``Float8CurrentScalingQuantizer::quantize`` (csrc/quantizer.cpp) launches an amax, a scale and a cast kernel,
+the MXFP8 and blockwise quantizers one cast kernel that also writes the block scales). Delayed scaling casts
+every split in one fused ``nvte_multi_cast_transpose`` launch: ``GROUPED_QUANTIZE_LAUNCHES``. The weights are
+quantised on the first micro-batch of a step and cached (``is_first_microbatch``): not counted."""
+
+GROUPED_QUANTIZE_LAUNCHES: dict[str, float] = {"delayed": 1.0, "current": 0.0, "mxfp8": 0.0, "blockwise": 0.0}
+"""Launches per grouped GEMM input that do not scale with the experts (delayed scaling's fused multi-tensor
+cast, see ``EXPERT_QUANTIZE_LAUNCHES``)."""
 
 
 def routed_load(fw: FrameworkProfile, capacity_factor: float | None) -> float:
@@ -100,21 +114,42 @@ def moe_layer_launches(fw: FrameworkProfile) -> float:
     return float(eager + graphs)
 
 
-def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
-    """Host seconds to launch one MoE layer's forward: (``moe_layer_launches`` + per local expert 2 GEMMs, and
-    in FP8 runs their 2 quantisation kernels, and with an unfused expert bias its product and sum:
-    ``workbench.cost.flops.unfused_model_ops``) x the framework's ``host_s_per_kernel``. A stack that syncs the
-    host on every MoE layer (``moe_host_sync``: Megatron-Core's alltoall dispatcher copies the tokens per expert
-    to the CPU before the all-to-all, the flex dispatcher's Hybrid-EP reads the dispatched token count on the
-    host when dropless, and grouped GEMMs take their splits from the host) cannot queue work ahead, so the
-    layer takes at least this long forward and ``BACKWARD_KERNELS`` times it backward. A capacity factor
-    (drop-and-pad) fixes the splits and removes the sync; CUDA graphs (``cuda_graph_scopes``) cut launches.
-    ``cal``'s profile as resolved for the device (:func:`on_device`)."""
-    per_expert = 4.0 if str(dtype) == "fp8" else 2.0
-    if model.expert_bias and "expert_bias" in cal.framework.unfused_model_ops:
-        per_expert += 2.0
+def expert_launches(
+    fw: FrameworkProfile, model: ModelSpec, *, dtype: DType | str, local: Array
+) -> tuple[Array, Array]:
+    """(forward, backward) kernel launches of the ``local`` experts' two grouped GEMMs (up/gate and down
+    projection) per micro-batch: forward one GEMM per expert and each, backward an input-gradient and a
+    weight-gradient GEMM; in FP8 runs each grouped GEMM's input (forward) and output gradient (backward) is
+    quantised with ``EXPERT_QUANTIZE_LAUNCHES`` per expert plus ``GROUPED_QUANTIZE_LAUNCHES``. With an unfused
+    expert bias (``workbench.cost.flops.unfused_model_ops``) its product and sum add 2 forward, 4 backward."""
+    quant: Array = 0.0
+    grouped = 0.0
+    if str(dtype) == "fp8":
+        quant = EXPERT_QUANTIZE_LAUNCHES[fw.fp8_recipe]
+        grouped = GROUPED_QUANTIZE_LAUNCHES[fw.fp8_recipe]
+    fwd = 2 * ((1 + quant) * local + grouped)
+    bwd = 2 * ((2 + quant) * local + grouped)
+    if model.expert_bias and "expert_bias" in fw.unfused_model_ops:
+        fwd, bwd = fwd + 2 * local, bwd + 4 * local
+    return fwd, bwd
+
+
+def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> tuple[Array, Array]:
+    """(forward, backward) host seconds to launch one MoE layer per micro-batch: ``moe_layer_launches`` (and
+    ``BACKWARD_KERNELS`` times them backward) plus the local experts' :func:`expert_launches`, times the
+    framework's ``host_s_per_kernel``. A stack that syncs the host on every MoE layer (``moe_host_sync``:
+    Megatron-Core's alltoall dispatcher copies the tokens per expert to the CPU before the all-to-all, the flex
+    dispatcher's Hybrid-EP reads the dispatched token count on the host when dropless, and grouped GEMMs take
+    their splits from the host) cannot queue work ahead, so the layer takes at least this long each way. A
+    capacity factor (drop-and-pad) fixes the splits and removes the sync; CUDA graphs (``cuda_graph_scopes``)
+    cut launches. ``cal``'s profile as resolved for the device (:func:`on_device`)."""
+    fw = cal.framework
     local = model.num_experts / np.maximum(ep, 1)
-    return (moe_layer_launches(cal.framework) + per_expert * local) * cal.framework.host_s_per_kernel
+    experts_f, experts_b = expert_launches(fw, model, dtype=dtype, local=local)
+    eager = moe_layer_launches(fw)
+    return (eager + experts_f) * fw.host_s_per_kernel, (
+        BACKWARD_KERNELS * eager + experts_b
+    ) * fw.host_s_per_kernel
 
 
 FP8_DISPATCH_BYTES = FP8_TILE_BYTES

@@ -369,7 +369,8 @@ class FrameworkProfile:
     benchmarks run); scales expert compute and the all-to-all."""
     fp8_recipe: str = "delayed"
     """How FP8 runs scale their tensors (``workbench.cost.flops.FP8_RECIPES``: delayed or current per-tensor,
-    mxfp8, blockwise): sets the bytes of the quantisation kernels before each linear layer."""
+    mxfp8, blockwise): sets the bytes of the quantisation kernels before each linear layer and, for grouped
+    expert GEMMs, how many kernels the host launches per expert (``workbench.cost.moe.expert_launches``)."""
     fp8_param_gather: bool = False
     """FP8 runs keep the weights only in FP8 (1 byte, masters in the optimizer) and all-gather them in FP8
     (Megatron-Core --fp8-param-gather, torchao enable_fsdp_float8_all_gather)."""
