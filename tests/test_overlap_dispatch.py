@@ -12,9 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from workbench.cost.comm import all_to_all_s
+from workbench.cost.comm import all_reduce_s, all_to_all_s
 from workbench.cost.flops import FP8_CAST_BYTES, fp8_cast_op, layer_ops
-from workbench.cost.layer import edge_costs
+from workbench.cost.layer import edge_costs, layer_costs
 from workbench.cost.moe import FP8_DISPATCH_BYTES, MOE_LAYER_KERNELS, moe_dispatch_s, nodes_reached
 from workbench.cost.overlap import overlap
 from workbench.estimate.analytic import estimate_plan
@@ -282,3 +282,33 @@ def test_pipeline_hops_are_priced_on_the_link_each_crosses() -> None:
             backward_weight_s=(0.0,),
             p2p_rank_s=((0.0, 1.0),),
         )
+
+
+@pytest.mark.parametrize(("recipe", "fp8_bytes"), [("current", 1.0), ("mxfp8", 1 + 1 / 32)])
+def test_fp8_runs_gather_their_sequence_parallel_inputs_in_fp8(recipe: str, fp8_bytes: float) -> None:
+    """Llama 3.1 70B, tp8 with sequence parallelism, FP8: the all-gather of each all-gather + reduce-scatter
+    pair moves FP8 values (1 byte, plus MXFP8's scale per 32), the reduce-scatter 16-bit ones; BF16 runs and
+    tensor parallelism without sequence parallelism (all-reduces) stay 16-bit."""
+    model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100")
+    tokens, h = 8192.0, model.hidden_size
+    kw = {"seq_len": 8192, "tp": 8, "cp": 1, "ep": 1, "recompute": 0, "tp_stride": 1, "cp_stride": 1}
+
+    def tp_forward(dtype: str, sp: bool, gather: bool) -> float:
+        cal = _cal(tp_comm_overlap=False, fp8_recipe=recipe, fp8_tp_all_gather=gather)
+        lc = layer_costs(
+            model, cluster, cal, dtype=dtype, tokens=tokens, sequence_parallel=sp, moe_layer=False, **kw
+        )
+        return float(lc.tp_f_s)
+
+    eff = _cal().framework.collective_efficiency_frac
+    mixed = 2 * all_reduce_s(cluster, tokens * h * (fp8_bytes + 2.0) / 2, 8, 1, eff)
+    assert tp_forward("fp8", True, True) == pytest.approx(mixed)
+    assert tp_forward("fp8", True, False) == pytest.approx(
+        2 * all_reduce_s(cluster, tokens * h * 2.0, 8, 1, eff)
+    )
+    assert tp_forward("fp8", False, True) == tp_forward("fp8", False, False)
+    assert tp_forward("bf16", True, True) == tp_forward("bf16", True, False)
+    # bandwidth-bound at 8K tokens x 8192: close to (1 + 2) / 4 of the 16-bit traffic
+    assert tp_forward("fp8", True, True) / tp_forward("fp8", True, False) == pytest.approx(
+        (fp8_bytes + 2) / 4, rel=0.05
+    )

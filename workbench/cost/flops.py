@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from workbench.cost.memory import FP8_TILE_BYTES
 from workbench.specs.model import AttentionKind, ModelSpec
 
 Array = Any
@@ -366,6 +367,18 @@ tensor once more for its amax (+2); MXFP8 needs no transposed copy on Blackwell 
 columnwise quantisation with an E8M0 scale per 32 values (+0.25); blockwise (1x128 activations) a transposed
 copy and fp32 scales per 128 values (+0.25). Transformer Engine docs, "FP8 recipes"; DeepSeek-V3
 (arXiv:2412.19437) section 3.3. The names match ``workbench.specs.framework.FP8_RECIPES``."""
+
+
+FP8_VALUE_BYTES: dict[str, float] = {
+    "delayed": 1.0,
+    "current": 1.0,
+    "mxfp8": 1.0 + 1.0 / 32,
+    "blockwise": FP8_TILE_BYTES,
+}
+"""Bytes per value of an FP8 tensor in transit, by recipe: one e4m3 byte, plus for MXFP8 one E8M0 scale byte
+per 32 values and for blockwise one fp32 scale per 128 values (per-tensor scales are one number per tensor).
+Transformer Engine docs, "FP8 recipes"; OCP Microscaling Formats spec v1.0; DeepSeek-V3 (arXiv:2412.19437)
+section 3.3."""
 
 
 def fp8_cast_op(

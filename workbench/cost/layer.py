@@ -35,7 +35,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s
-from workbench.cost.flops import cheap_recompute_ops, embedding_ops, head_ops, layer_ops, mtp_ops, op_times
+from workbench.cost.flops import (
+    FP8_VALUE_BYTES,
+    cheap_recompute_ops,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    mtp_ops,
+    op_times,
+)
 from workbench.cost.moe import (
     ACT_BYTES,
     dispatch_passes,
@@ -208,7 +216,8 @@ def layer_costs(
     eff, mix = fw.collective_efficiency_frac, fw.comm_interference_frac
     full = recompute == 2
     # tp: two all-reduces (or all-gather + reduce-scatter pairs) forward, the same backward, again in recompute
-    tp_comm = 2 * all_reduce_s(cluster, tokens * model.hidden_size * ACT_BYTES, tp, tp_stride, eff)
+    per_value = tp_bytes_per_value(fw, dtype=dtype, sequence_parallel=sequence_parallel)
+    tp_comm = 2 * all_reduce_s(cluster, tokens * model.hidden_size * per_value, tp, tp_stride, eff)
     tail = tp_comm / np.maximum(tp, 1)
     tp_f = overlap(tp_comm, mm.fwd_s * slow, on=fw.tp_comm_overlap, tail=tail, interference=mix)
     tp_b = overlap(
@@ -273,6 +282,16 @@ def layer_costs(
         cp_f.hidden + cp_b.hidden,
         ep_hidden,
     )
+
+
+def tp_bytes_per_value(fw: FrameworkProfile, *, dtype: DType | str, sequence_parallel: Array) -> Array:
+    """Mean bytes per activation value of a layer's tensor-parallel traffic, priced as all-reduces: 16-bit,
+    except that with sequence parallelism each all-reduce is an all-gather and a reduce-scatter of the same
+    bytes, and an FP8 run of a stack with ``fp8_tp_all_gather`` gathers FP8 values (``FP8_VALUE_BYTES`` of its
+    recipe: the scales ride along) while it reduce-scatters 16-bit ones: (FP8 + 16-bit) / 2 per value."""
+    if str(dtype) != "fp8" or not fw.fp8_tp_all_gather:
+        return ACT_BYTES + 0.0 * np.asarray(sequence_parallel, dtype=float)
+    return np.where(sequence_parallel, (FP8_VALUE_BYTES[fw.fp8_recipe] + ACT_BYTES) / 2, ACT_BYTES)
 
 
 def recompute_modules_s(

@@ -143,6 +143,7 @@ _FLAGS = (
     "moe_fp8_dispatch",
     "moe_host_sync",
     "fp8_param_gather",
+    "fp8_tp_all_gather",
     "chunked_loss",
     "optimizer_offload",
     "activation_offload",
@@ -374,6 +375,12 @@ class FrameworkProfile:
     fp8_param_gather: bool = False
     """FP8 runs keep the weights only in FP8 (1 byte, masters in the optimizer) and all-gather them in FP8
     (Megatron-Core --fp8-param-gather, torchao enable_fsdp_float8_all_gather)."""
+    fp8_tp_all_gather: bool = False
+    """FP8 runs with sequence parallelism quantise a linear layer's sharded input before the tensor-parallel
+    all-gather, so the all-gathers (forward, and the output-gradient all-gathers backward) move FP8 values while
+    the reduce-scatters stay 16-bit (``workbench.cost.layer.tp_bytes_per_value``). Transformer Engine
+    ``LayerNormLinear``/``Linear`` gather their quantised input (``gather_along_first_dim(..., quantizer=...)``);
+    torchao's ``Float8ColwiseParallel``/``PrepareFloat8ModuleInput`` cast to float8 before the redistribute."""
     fp8_weight_copies: float = 0.0
     """Otherwise: bytes per linear-layer weight of the FP8 copies kept for the step (Transformer Engine caches
     the cast weight across micro-batches, rowwise and transposed: 2; torchao casts per use: 0)."""
