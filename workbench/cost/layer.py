@@ -288,9 +288,10 @@ def tp_bytes_per_value(fw: FrameworkProfile, *, dtype: DType | str, sequence_par
     """Mean bytes per activation value of a layer's tensor-parallel traffic, priced as all-reduces: 16-bit,
     except that with sequence parallelism each all-reduce is an all-gather and a reduce-scatter of the same
     bytes, and an FP8 run of a stack with ``fp8_tp_all_gather`` gathers FP8 values (``FP8_VALUE_BYTES`` of its
-    recipe: the scales ride along) while it reduce-scatters 16-bit ones: (FP8 + 16-bit) / 2 per value."""
+    recipe: the scales ride along) while it reduce-scatters 16-bit ones: (FP8 + 16-bit) / 2 per value. Bytes;
+    ``sequence_parallel`` may be an array of flags over plans (the result broadcasts with it)."""
     if str(dtype) != "fp8" or not fw.fp8_tp_all_gather:
-        return ACT_BYTES + 0.0 * np.asarray(sequence_parallel, dtype=float)
+        return ACT_BYTES
     return np.where(sequence_parallel, (FP8_VALUE_BYTES[fw.fp8_recipe] + ACT_BYTES) / 2, ACT_BYTES)
 
 

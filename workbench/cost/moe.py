@@ -121,7 +121,8 @@ def expert_launches(
     projection) per micro-batch: forward one GEMM per expert and each, backward an input-gradient and a
     weight-gradient GEMM; in FP8 runs each grouped GEMM's input (forward) and output gradient (backward) is
     quantised with ``EXPERT_QUANTIZE_LAUNCHES`` per expert plus ``GROUPED_QUANTIZE_LAUNCHES``. With an unfused
-    expert bias (``workbench.cost.flops.unfused_model_ops``) its product and sum add 2 forward, 4 backward."""
+    expert bias (``workbench.cost.flops.unfused_model_ops``) its product and sum add 2 forward, 4 backward.
+    ``local``: experts per rank, a number or an array over plans; the counts broadcast with it."""
     quant: Array = 0.0
     grouped = 0.0
     if str(dtype) == "fp8":
@@ -146,10 +147,8 @@ def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Ar
     fw = cal.framework
     local = model.num_experts / np.maximum(ep, 1)
     experts_f, experts_b = expert_launches(fw, model, dtype=dtype, local=local)
-    eager = moe_layer_launches(fw)
-    return (eager + experts_f) * fw.host_s_per_kernel, (
-        BACKWARD_KERNELS * eager + experts_b
-    ) * fw.host_s_per_kernel
+    eager, per_kernel = moe_layer_launches(fw), fw.host_s_per_kernel
+    return (eager + experts_f) * per_kernel, (BACKWARD_KERNELS * eager + experts_b) * per_kernel
 
 
 FP8_DISPATCH_BYTES = FP8_TILE_BYTES
