@@ -24,10 +24,11 @@ from workbench.cost.moe import (
     expert_launches,
     moe_host_s,
     moe_layer_launches,
+    on_device,
     ranks_reached,
 )
 from workbench.presets.calibration import load_calibration
-from workbench.presets.catalog import load_model, preset_names
+from workbench.presets.catalog import load_device, load_model, preset_names
 from workbench.presets.frameworks import load_framework
 from workbench.presets.hf_config import model_from_hf_config
 from workbench.specs.framework import FrameworkProfile
@@ -36,7 +37,7 @@ MCORE = load_framework("megatron-core-2024")
 
 
 def _profile(**changes: Any) -> FrameworkProfile:
-    return dataclasses.replace(MCORE, device_recipes={}, **changes)
+    return dataclasses.replace(MCORE, **{"device_recipes": {}, "model_recipes": {}, **changes})
 
 
 def test_profile_applies_the_recipes_of_gb200_and_gb300_only() -> None:
@@ -251,3 +252,83 @@ def test_sliding_window_from_hf_configs() -> None:
 def test_inconsistent_windows_are_refused(window: int, layers: int) -> None:
     with pytest.raises(ValueError, match="sliding_window"):
         dataclasses.replace(load_model("mistral-7b"), sliding_window=window, num_sliding_window_layers=layers)
+
+
+def test_model_recipes_lay_the_model_and_gpu_recipe_over_the_device_one() -> None:
+    """Megatron-Bridge 25.11: GPT-OSS keeps the alltoall dispatcher on GB200 without CUDA graphs and recomputes
+    the norms and the expert activation, while the Qwen3 recipes on GB200 take Hybrid-EP with graphs."""
+    oss = MCORE.for_device("gb200", "GPT OSS 120B")
+    assert (oss.moe_dispatcher, oss.cuda_graph_scopes) == ("alltoall", ())
+    assert oss.recompute_modules == ("layernorm", "moe_act")
+    assert MCORE.for_device("gb200", "gpt-oss-120b") == oss  # names compare on letters and digits
+    qwen = MCORE.for_device("gb200", "Qwen3_30B_a3B")
+    assert (qwen.moe_dispatcher, qwen.recompute_modules) == ("hybridep", ())
+    assert qwen.cuda_graph_scopes == ("attn", "moe_router", "moe_preprocess")
+    on_b200 = MCORE.for_device("b200-sxm-180gb", "qwen3-30b-a3b")
+    assert (on_b200.moe_dispatcher, on_b200.cuda_graph_scopes) == (
+        "alltoall",
+        ("moe_router", "moe_preprocess"),
+    )
+    assert MCORE.for_device("b200-sxm-180gb", "qwen3-235b-a22b") is MCORE
+    assert MCORE.for_device("gb300", "gpt-oss-120b").cuda_graph_scopes == (
+        "attn",
+        "moe_router",
+        "moe_preprocess",
+    )
+    assert MCORE.for_device("b200-sxm-180gb", "DeepSeekV3").recompute_modules == ("mla_up_proj",)
+    assert MCORE.for_device("b200-sxm-180gb", "llama-3.1-8b") is MCORE
+    assert MCORE.for_device("gb200") == MCORE.for_device("gb200", "llama-3.1-8b")
+    assert "model_recipes" in MCORE.sources
+    # the longest matching key wins, whatever the order of the table
+    fw = dataclasses.replace(
+        _profile(),
+        model_recipes={
+            "gpt-oss": {"gb200": {"recompute_modules": ["moe_act"]}},
+            "gpt": {"gb200": {"recompute_modules": ["layernorm"]}},
+        },
+    )
+    assert fw.for_device("gb200", "GPT OSS 20B").recompute_modules == ("moe_act",)
+    assert fw.for_device("gb200", "gpt-2").recompute_modules == ("layernorm",)
+    assert fw.for_device("h100-sxm5-80gb", "gpt-oss-120b") is fw
+
+
+def test_host_launches_of_gpt_oss_on_gb200_follow_its_own_recipe() -> None:
+    """No CUDA graphs: all 60 eager kernels of the layer; ep64 leaves 2 local experts, BF16: 2 GEMMs forward and
+    4 backward per expert, plus the unfused expert bias (2 forward, 4 backward per expert)."""
+    model = load_model("gpt-oss-120b")
+    cal = load_calibration("default")
+    cal = dataclasses.replace(cal, framework=dataclasses.replace(MCORE, host_s_per_kernel=1e-5))
+    resolved = on_device(cal, load_device("gb200"), model)
+    fwd, bwd = moe_host_s(model, resolved, dtype="bf16", ep=64)
+    assert (float(fwd), float(bwd)) == pytest.approx(
+        ((60 + 2 * 2 + 2 * 2) * 1e-5, (120 + 4 * 2 + 4 * 2) * 1e-5)
+    )
+    qwen = on_device(cal, load_device("gb200"), load_model("qwen3-30b-a3b"))
+    assert (
+        moe_layer_launches(qwen.framework) == 60 - 20 - 12 - 6 + 1
+    )  # its attn, router, preprocess: one graph
+
+
+@pytest.mark.parametrize(
+    ("recipes", "match"),
+    [
+        ({"gpt-oss": {"gb200": {"fp8_matmul_scale": 0.5}}}, "unknown field"),
+        ({"gpt-oss": {"gb200": "alltoall"}}, "must be a table"),
+        ({"gpt-oss": ["gb200"]}, "model_recipes.gpt-oss must be a table"),
+        ({"--": {"gb200": {"recompute_modules": ["moe_act"]}}}, "no letter or digit"),
+    ],
+)
+def test_bad_model_recipes_are_refused_with_the_model_device_and_field(recipes: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match) as err:
+        dataclasses.replace(MCORE, model_recipes=recipes)
+    assert "megatron-core-2024" in str(err.value)
+
+
+def test_a_model_recipe_is_checked_laid_over_the_device_recipe() -> None:
+    """Alone, recomputing mla_up_proj is fine; over a device entry that graphs attn, Megatron-Core refuses it."""
+    model_recipes = {"deepseek-v3": {"gb200": {"recompute_modules": ["mla_up_proj"]}}}
+    assert _profile(model_recipes=model_recipes).for_device("gb200", "deepseek-v3").recompute_modules == (
+        "mla_up_proj",
+    )
+    with pytest.raises(ValueError, match="model_recipes.deepseek-v3.gb200: .*mla_up_proj"):
+        _profile(device_recipes={"gb200": {"cuda_graph_scopes": ["attn"]}}, model_recipes=model_recipes)

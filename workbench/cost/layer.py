@@ -23,9 +23,9 @@ Communication volumes per layer and micro-batch (bytes per device; e = 2 bytes p
 What of each kind hides behind compute follows :mod:`workbench.cost.overlap`; ``LayerCosts`` keeps the
 exposed seconds (interference included) and the hidden ones.
 
-The framework profile is first resolved for the device (``FrameworkProfile.for_device``: the recipes' choice
-of dispatcher, CUDA graphs, recomputed modules and EP overlap on that GPU), so every piece here prices the
-plan as the stack runs it on that device.
+The framework profile is first resolved for the model and the device (``FrameworkProfile.for_device``: the
+recipes' choice of dispatcher, CUDA graphs, recomputed modules and EP overlap for that model on that GPU), so
+every piece here prices the plan as the stack runs it there.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def layer_costs(
     the workload's (None: dropless), ``etp`` the expert tensor-parallel degree, ``ulysses`` the cp ranks that
     exchange heads by all-to-all (the rest of cp is the ring, ``ParallelPlan.ulysses``). The framework's
     ``host_overhead_per_layer_s`` is added to the forward and once more to the backward pass."""
-    cal = on_device(cal, cluster.device)
+    cal = on_device(cal, cluster.device, model)
     fw = cal.framework
     load = routed_load(fw, capacity_factor)
     rates = device_rates(cluster.device, dtype, cal)

@@ -1,7 +1,7 @@
 """The MoE layer's own costs: how the stack runs it on a device, its host launches, and its token dispatch.
 
-- ``on_device``: the framework profile as the stack's recipes run on a device (``FrameworkProfile.for_device``:
-  dispatcher, CUDA graphs, recomputed modules, EP overlap per GPU).
+- ``on_device``: the framework profile as the stack's recipes run a model on a device
+  (``FrameworkProfile.for_device``: dispatcher, CUDA graphs, recomputed modules, EP overlap per GPU and model).
 - Host launches (``moe_layer_launches``, ``expert_launches``, ``moe_host_s``): dropless routing syncs the host once per MoE layer
   forward, so the layer costs at least the host time to launch its kernels; CUDA-graphed parts launch once.
 - Token copies (``dispatch_passes``): HBM passes over the routed tokens outside GEMMs and transfers.
@@ -31,10 +31,11 @@ ACT_BYTES = 2.0
 """Activations and communicated tensors are 16-bit (bf16/fp16; FP8 runs keep bf16 activations)."""
 
 
-def on_device(cal: Calibration, device: DeviceSpec) -> Calibration:
-    """``cal`` with its framework profile as the stack's recipes run on ``device``
-    (``FrameworkProfile.for_device``); ``cal`` itself when the profile sets nothing for that device."""
-    fw = cal.framework.for_device(device.id)
+def on_device(cal: Calibration, device: DeviceSpec, model: ModelSpec) -> Calibration:
+    """``cal`` with its framework profile as the stack's recipes run ``model`` on ``device``
+    (``FrameworkProfile.for_device``: the device's recipe and the model's recipe on it); ``cal`` itself when
+    the profile sets nothing for that pair."""
+    fw = cal.framework.for_device(device.id, model.name)
     return cal if fw is cal.framework else dataclasses.replace(cal, framework=fw)
 
 
@@ -206,7 +207,7 @@ def moe_dispatch_s(
     and both backward transfers carry 16-bit values. With expert tensor parallelism (ep > 1, etp > 1; the ep
     ranks ``etp`` apart) the etp ranks of an expert all-gather the tokens routed to it before its GEMMs and
     reduce-scatter the outputs after (Megatron-Core's MoE parallel folding), each way again backward."""
-    cal = on_device(cal, cluster.device)
+    cal = on_device(cal, cluster.device, model)
     fw = cal.framework
     eff = fw.collective_efficiency_frac
     copies = model.experts_per_token * routed_load(fw, capacity_factor)

@@ -100,7 +100,7 @@ class StepContext:
     def build(
         cls, model: ModelSpec, cluster: ClusterSpec, workload: Workload, cal: Calibration
     ) -> StepContext:
-        fw, fp8 = cal.framework.for_device(cluster.device.id), str(workload.dtype) == "fp8"
+        fw, fp8 = cal.framework.for_device(cluster.device.id, model.name), str(workload.dtype) == "fp8"
         kw: dict[str, Any] = {
             "flash": fw.flash_attention,
             "dropout": fw.dropout,

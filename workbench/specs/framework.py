@@ -64,6 +64,13 @@ DEVICE_RECIPE_FIELDS = ("moe_dispatcher", "cuda_graph_scopes", "recompute_module
 """Fields a profile's ``device_recipes`` may set per device (the execution choices a stack's published recipes
 make per GPU)."""
 
+
+def model_key(name: str) -> str:
+    """``name`` lower-cased on its letters and digits only: how ``FrameworkProfile.model_recipes`` keys and
+    model names are compared (``GPT OSS 120B`` and ``gpt-oss-120b`` are both ``gptoss120b``)."""
+    return "".join(c for c in str(name).lower() if c.isalnum())
+
+
 MEMORY_REPORTS = ("allocated", "reserved", "required")
 """What a stack's published peak memory counts: ``allocated`` = the caching allocator's max allocated
 (``torch.cuda.max_memory_allocated``: tensors only), ``reserved`` = max reserved (adds the allocator's
@@ -365,6 +372,12 @@ class FrameworkProfile:
     device_recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Device preset id -> execution fields (``DEVICE_RECIPE_FIELDS``) the stack's recipes set on that GPU,
     applied by :meth:`for_device` when a plan is priced on it; each entry's source is in ``sources``."""
+    model_recipes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """Model key -> device preset id -> execution fields (``DEVICE_RECIPE_FIELDS``) of the stack's recipe for
+    that model on that GPU, laid over the device's own entry by :meth:`for_device` (a published recipe is per
+    model and GPU: Megatron-Bridge's GPT-OSS keeps the alltoall dispatcher where its Qwen3 recipes take
+    Hybrid-EP). A key names the models whose name starts with it, compared lower-case on letters and digits
+    only (``gpt-oss`` matches ``GPT OSS 120B`` and ``gpt-oss-120b``); the longest matching key wins."""
     moe_imbalance: float = 1.0
     """Routed tokens on the busiest expert-parallel rank over the mean (1: balanced, as forced-balance
     benchmarks run); scales expert compute and the all-to-all."""
@@ -440,6 +453,7 @@ class FrameworkProfile:
             raise ValueError(f"{where}: fitted {bad} cannot be fitted; allowed: {', '.join(FITTABLE)}")
         self._check_execution_lists(where)
         self._check_device_recipes(where)
+        self._check_model_recipes(where)
         if self.years and (
             len(self.years) != 2
             or any(isinstance(y, bool) or not isinstance(y, int) for y in self.years)
@@ -480,18 +494,32 @@ class FrameworkProfile:
         if not isinstance(self.device_recipes, dict):
             raise ValueError(f"{where}: device_recipes must be a table of device id -> fields")
         for device, recipe in self.device_recipes.items():
-            if not isinstance(recipe, dict):
-                raise ValueError(f"{where}: device_recipes.{device} must be a table, got {shown(recipe)}")
-            bad = sorted(set(recipe) - set(DEVICE_RECIPE_FIELDS))
-            if bad:
-                raise ValueError(
-                    f"{where}: device_recipes.{device}: unknown field(s) {bad}; "
-                    f"allowed: {', '.join(DEVICE_RECIPE_FIELDS)}"
-                )
-            try:
-                self.for_device(device)
-            except ValueError as exc:
-                raise ValueError(f"{where}: device_recipes.{device}: {exc}") from None
+            self._check_recipe(f"{where}: device_recipes.{device}", recipe)
+
+    def _check_model_recipes(self, where: str) -> None:
+        """Each model key has letters or digits and a table of device entries, each as ``device_recipes``."""
+        if not isinstance(self.model_recipes, dict):
+            raise ValueError(f"{where}: model_recipes must be a table of model key -> device id -> fields")
+        for key, devices in self.model_recipes.items():
+            if not model_key(key):
+                raise ValueError(f"{where}: model_recipes: key {shown(key)} has no letter or digit")
+            if not isinstance(devices, dict):
+                raise ValueError(f"{where}: model_recipes.{key} must be a table of device id -> fields")
+            for device, recipe in devices.items():
+                under = self.device_recipes.get(device, {})
+                self._check_recipe(f"{where}: model_recipes.{key}.{device}", recipe, under)
+
+    def _check_recipe(self, where: str, recipe: object, under: dict[str, Any] | None = None) -> None:
+        """``recipe`` (laid over ``under``, the device's own entry) names known fields and gives a profile."""
+        if not isinstance(recipe, dict):
+            raise ValueError(f"{where} must be a table, got {shown(recipe)}")
+        bad = sorted(set(recipe) - set(DEVICE_RECIPE_FIELDS))
+        if bad:
+            raise ValueError(f"{where}: unknown field(s) {bad}; allowed: {', '.join(DEVICE_RECIPE_FIELDS)}")
+        try:
+            self._with_recipe({**(under or {}), **recipe})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
     def _check_types(self, where: str) -> None:
         """Strings, flags and lists of the right kind (a TOML file may hold any type in any key)."""
@@ -548,14 +576,26 @@ class FrameworkProfile:
         ):
             raise ValueError(f'{where}: sources must be a table of field = "source" strings')
 
-    def for_device(self, device_id: str) -> FrameworkProfile:
-        """This profile as its recipes run on the device preset ``device_id``: its ``device_recipes`` entry
-        applied (the profile itself when it has none). Raises ValueError for a bad entry."""
-        recipe = self.device_recipes.get(device_id)
-        if not recipe:
-            return self
+    def for_device(self, device_id: str, model_name: str = "") -> FrameworkProfile:
+        """This profile as its recipes run the model ``model_name`` on the device preset ``device_id``: its
+        ``device_recipes`` entry with the model's ``model_recipes`` entry for that device laid over it (the
+        profile itself when neither sets anything). Raises ValueError for a bad entry."""
+        recipe = {
+            **self.device_recipes.get(device_id, {}),
+            **self.model_recipe(model_name).get(device_id, {}),
+        }
+        return self._with_recipe(recipe) if recipe else self
+
+    def model_recipe(self, model_name: str) -> dict[str, dict[str, Any]]:
+        """The ``model_recipes`` entry (device id -> fields) of the model named ``model_name``: the longest
+        key its normalised name starts with (:func:`model_key`); empty when none matches."""
+        name = model_key(model_name)
+        keys = [k for k in self.model_recipes if name and name.startswith(model_key(k))]
+        return self.model_recipes[max(keys, key=lambda k: len(model_key(k)))] if keys else {}
+
+    def _with_recipe(self, recipe: dict[str, Any]) -> FrameworkProfile:
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in recipe.items()}
-        return replace(self, device_recipes={}, **values)
+        return replace(self, device_recipes={}, model_recipes={}, **values)
 
     @property
     def group(self) -> str:
