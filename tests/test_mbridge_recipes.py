@@ -332,3 +332,30 @@ def test_a_model_recipe_is_checked_laid_over_the_device_recipe() -> None:
     )
     with pytest.raises(ValueError, match="model_recipes.deepseek-v3.gb200: .*mla_up_proj"):
         _profile(device_recipes={"gb200": {"cuda_graph_scopes": ["attn"]}}, model_recipes=model_recipes)
+
+
+def test_an_estimate_names_the_recipe_it_priced() -> None:
+    """The estimate says which per-GPU and per-model choices of the stack's recipes it applied."""
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.presets.catalog import load_cluster
+    from workbench.specs.plan import ParallelPlan, Workload
+
+    cal = load_calibration("default").with_framework("megatron-core-2024")
+    workload = Workload(seq_len=4096, global_batch_size=512)
+    plan = ParallelPlan(dp=64, ep=64, micro_batch_size=4, zero_stage=1)
+    est = estimate_plan(
+        load_model("gpt-oss-120b"), load_cluster("gb200-nvl72", num_nodes=16), workload, plan, calibration=cal
+    )
+    want = (
+        "recipe of megatron-core-2024 for gpt-oss-120b on gb200: moe_dispatcher alltoall; cuda_graph_scopes none;"
+        " recompute_modules layernorm, moe_act"
+    )
+    assert want in est.notes
+    dense = estimate_plan(
+        load_model("llama-3.1-8b"),
+        load_cluster("dgx-h100", num_nodes=1),
+        workload,
+        ParallelPlan(dp=8),
+        calibration=cal,
+    )
+    assert not [n for n in dense.notes if n.startswith("recipe")]

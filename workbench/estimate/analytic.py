@@ -114,7 +114,7 @@ def analytic_costs(
         tiled=bool(
             bubble.tiles((plan.schedule,), post_validation=cal.framework.optimizer_post_validation)[0]
         ),
-        notes=_notes(cal, plan),
+        notes=_notes(cal, plan, model, cluster.device.id),
     )
 
 
@@ -150,7 +150,7 @@ def estimate_plan(
     )
 
 
-def _notes(cal: Calibration, plan: ParallelPlan) -> tuple[str, ...]:
+def _notes(cal: Calibration, plan: ParallelPlan, model: ModelSpec, device_id: str) -> tuple[str, ...]:
     notes = [
         f"framework: {cal.framework.id}; fitted constants: {cal.name}",
         "MFU: PaLM model FLOPs (6N + full-s^2 attention, no recompute) over the dense peak of the dtype",
@@ -165,4 +165,10 @@ def _notes(cal: Calibration, plan: ParallelPlan) -> tuple[str, ...]:
         notes.append(
             "experts: balanced routing, expert tensor parallel 1 (expert-data-parallel = dp*cp*tp/ep)"
         )
+    recipe = cal.framework.recipe(device_id, model.name)
+    if recipe:
+        fields = "; ".join(
+            f"{k} {', '.join(v) or 'none' if isinstance(v, list | tuple) else v}" for k, v in recipe.items()
+        )
+        notes.append(f"recipe of {cal.framework.id} for {model.name} on {device_id}: {fields}")
     return tuple(notes)

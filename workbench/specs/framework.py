@@ -580,11 +580,14 @@ class FrameworkProfile:
         """This profile as its recipes run the model ``model_name`` on the device preset ``device_id``: its
         ``device_recipes`` entry with the model's ``model_recipes`` entry for that device laid over it (the
         profile itself when neither sets anything). Raises ValueError for a bad entry."""
-        recipe = {
-            **self.device_recipes.get(device_id, {}),
-            **self.model_recipe(model_name).get(device_id, {}),
-        }
+        recipe = self.recipe(device_id, model_name)
         return self._with_recipe(recipe) if recipe else self
+
+    def recipe(self, device_id: str, model_name: str = "") -> dict[str, Any]:
+        """The execution fields (``DEVICE_RECIPE_FIELDS``) the stack's recipes set for the model ``model_name``
+        on the device preset ``device_id``: the ``device_recipes`` entry with the model's ``model_recipes``
+        entry for that device laid over it; empty when neither sets anything."""
+        return {**self.device_recipes.get(device_id, {}), **self.model_recipe(model_name).get(device_id, {})}
 
     def model_recipe(self, model_name: str) -> dict[str, dict[str, Any]]:
         """The ``model_recipes`` entry (device id -> fields) of the model named ``model_name``: the longest
