@@ -359,3 +359,45 @@ def test_an_estimate_names_the_recipe_it_priced() -> None:
         calibration=cal,
     )
     assert not [n for n in dense.notes if n.startswith("recipe")]
+
+
+def test_a_full_iteration_graph_takes_the_host_out_of_every_layer() -> None:
+    """Megatron-Core cuda_graph_impl='local' with cuda_graph_scope='full_iteration' replays the whole step as one
+    graph: the per-layer host overhead and the MoE launches drop out, nothing else changes."""
+    from workbench.cost.layer import layer_costs
+    from workbench.presets.catalog import load_cluster
+
+    overhead = 3e-4
+    eager = _profile(host_overhead_per_layer_s=overhead, host_s_per_kernel=2e-5)
+    graphed = dataclasses.replace(eager, cuda_graph_scopes=("full_iteration",))
+    cal = load_calibration("default")
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", num_nodes=1)
+    kw: dict[str, Any] = {
+        "dtype": "bf16",
+        "tokens": 8192.0,
+        "seq_len": 8192,
+        "tp": 1,
+        "cp": 1,
+        "ep": 1,
+        "sequence_parallel": False,
+        "recompute": 0,
+        "tp_stride": 1,
+        "cp_stride": 1,
+        "moe_layer": False,
+    }
+    slow = layer_costs(model, cluster, dataclasses.replace(cal, framework=eager), **kw)
+    fast = layer_costs(model, cluster, dataclasses.replace(cal, framework=graphed), **kw)
+    assert float(slow[0] - fast[0]) == pytest.approx(overhead)  # forward
+    assert float(slow[1] - fast[1]) == pytest.approx(overhead)  # backward (input gradients)
+    assert float(slow[2]) == pytest.approx(float(fast[2]))  # weight gradients: no overhead either way
+    qwen = load_model("qwen3-30b-a3b")
+    assert moe_layer_launches(graphed) == 0.0
+    fwd, bwd = moe_host_s(qwen, dataclasses.replace(cal, framework=graphed), dtype="fp8", ep=8)
+    assert (float(fwd), float(bwd)) == (0.0, 0.0)
+    assert MCORE.for_device("gb200", "LLAMA3_8B").cuda_graph_scopes == ("full_iteration",)
+    assert MCORE.for_device("h100-sxm5-80gb", "LLAMA3_8B") is MCORE
+
+
+def test_full_iteration_goes_alone() -> None:
+    with pytest.raises(ValueError, match="full_iteration captures the whole step"):
+        _profile(cuda_graph_scopes=("full_iteration", "attn"))

@@ -146,7 +146,8 @@ def layer_costs(
     """One layer's costs; ``tokens`` = micro_batch * seq_len / cp, recompute coded 0/1/2, ``capacity_factor``
     the workload's (None: dropless), ``etp`` the expert tensor-parallel degree, ``ulysses`` the cp ranks that
     exchange heads by all-to-all (the rest of cp is the ring, ``ParallelPlan.ulysses``). The framework's
-    ``host_overhead_per_layer_s`` is added to the forward and once more to the backward pass."""
+    ``host_overhead_per_layer_s`` is added to the forward and once more to the backward pass, except when the
+    stack replays the whole step as one CUDA graph (``cuda_graph_scopes`` full_iteration)."""
     cal = on_device(cal, cluster.device, model)
     fw = cal.framework
     load = routed_load(fw, capacity_factor)
@@ -199,7 +200,7 @@ def layer_costs(
         attention=attention,
     )
     redo = recompute_modules_s(model, cal, rates, tokens=tokens, tp=tp, moe_layer=moe_layer, load=load)
-    overhead = fw.host_overhead_per_layer_s
+    overhead = 0.0 if "full_iteration" in fw.cuda_graph_scopes else fw.host_overhead_per_layer_s
     slow = compute_slowdown(fw)
     fwd = (mm.fwd_s + rest.fwd_s) * slow + overhead
     if fw.selective_recompute == "op":  # half the matmuls and every memory-bound op, not the attention

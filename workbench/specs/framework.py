@@ -40,12 +40,15 @@ experts' order done inside the dispatch and combine kernels (NVIDIA's Hybrid-EP 
 branch, Megatron-Core's flex dispatcher ``_HybridEPManager``: "permute, all-to-all and permute for experts in a
 single step"; Megatron-Bridge allows it on GB200/GB300 NVL72 only, ``flex_dispatcher_backend.py``)."""
 
-CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
+CUDA_GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess", "full_iteration")
 """Values of ``FrameworkProfile.cuda_graph_scopes``, Megatron-Core's ``cuda_graph_scope`` with
 ``cuda_graph_impl="transformer_engine"`` (megatron/core/transformer/transformer_layer.py, 0.15): ``attn`` the
 input norm and the attention block, ``moe_router`` the pre-MLP norm and the router, ``moe_preprocess`` the
 token dispatcher's preprocessing (token counts and split sizes; needs ``moe_router``). A graphed part is
-replayed by one launch forward and one backward instead of its kernels one by one."""
+replayed by one launch forward and one backward instead of its kernels one by one. ``full_iteration`` (alone:
+``cuda_graph_impl="local"``, transformer_config.py 0.15 refuses it beside any other scope) replays a whole
+forward-backward step as one graph, so no layer costs host time (``host_overhead_per_layer_s`` and the MoE
+launches drop out); a step with host syncs (dropless MoE) cannot be captured so."""
 
 RECOMPUTE_MODULES = ("layernorm", "moe_act", "mla_up_proj")
 """Values of ``FrameworkProfile.recompute_modules``, Megatron-Core's ``--recompute-modules`` with selective
@@ -480,6 +483,11 @@ class FrameworkProfile:
             if bad:
                 raise ValueError(f"{where}: {name} {bad} unknown; allowed: {', '.join(allowed)}")
         scopes = self.cuda_graph_scopes
+        if "full_iteration" in scopes and len(scopes) > 1:
+            raise ValueError(
+                f"{where}: cuda_graph_scopes: full_iteration captures the whole step and goes alone, "
+                f"got {list(scopes)}"
+            )
         if "moe_preprocess" in scopes and "moe_router" not in scopes:
             raise ValueError(
                 f"{where}: cuda_graph_scopes: moe_preprocess needs moe_router, got {list(scopes)}"
