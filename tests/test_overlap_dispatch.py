@@ -15,13 +15,24 @@ import pytest
 from workbench.cost.comm import all_reduce_s, all_to_all_s
 from workbench.cost.flops import FP8_CAST_BYTES, fp8_cast_op, layer_ops
 from workbench.cost.layer import edge_costs, layer_costs
-from workbench.cost.moe import FP8_DISPATCH_BYTES, MOE_LAYER_KERNELS, moe_dispatch_s, nodes_reached
+from workbench.cost.moe import (
+    FP8_DISPATCH_BYTES,
+    MOE_LAYER_KERNEL_PARTS,
+    MOE_LAYER_KERNELS,
+    moe_dispatch_s,
+    nodes_reached,
+)
 from workbench.cost.overlap import overlap
 from workbench.estimate.analytic import estimate_plan
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.specs.framework import FP8_RECIPES
 from workbench.specs.plan import ParallelPlan, Workload
+
+B200_QWEN3_EAGER = (
+    MOE_LAYER_KERNELS - MOE_LAYER_KERNEL_PARTS["moe_router"] - MOE_LAYER_KERNEL_PARTS["moe_preprocess"] + 1
+)
+"""Launches of a Qwen3 MoE layer's forward apart from its experts on B200: its recipe graphs router and preprocessing."""
 
 
 def _cal(**changes: object):
@@ -117,15 +128,16 @@ def test_grad_reduce_overlap_exposes_at_least_the_last_bucket() -> None:
 
 
 def test_host_sync_makes_small_moe_layers_launch_bound() -> None:
-    """Qwen3-30B-A3B at micro-batch 1 on 8 GPUs (ep8: 16 local experts, FP8 current scaling): the layer cannot
-    take less than its launches x host_s_per_kernel, forward (MOE_LAYER_KERNELS + 8 x 16) and backward
-    (2 x MOE_LAYER_KERNELS + 10 x 16)."""
+    """Qwen3-30B-A3B at micro-batch 1 on 8 B200 (ep8: 16 local experts, FP8 current scaling): the layer cannot
+    take less than its launches x host_s_per_kernel, forward (the eager kernels + 8 x 16) and backward
+    (2 x the eager kernels + 10 x 16), where its Megatron-Bridge recipe on B200 graphs the router and the
+    dispatcher's preprocessing (one launch for both)."""
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-b200")
     workload = Workload(seq_len=4096, global_batch_size=64, dtype="fp8")
     plan = ParallelPlan(dp=8, ep=8, zero_stage=1)
     cal = _cal(host_s_per_kernel=1e-4, moe_host_sync=True)
     est = estimate_plan(model, cluster, workload, plan, calibration=cal)
-    host = (MOE_LAYER_KERNELS + 8 * 16 + 2 * MOE_LAYER_KERNELS + 10 * 16) * 1e-4
+    host = (B200_QWEN3_EAGER + 8 * 16 + 2 * B200_QWEN3_EAGER + 10 * 16) * 1e-4
     m = plan.num_microbatches(workload)
     assert est.breakdown.compute_s >= m * model.num_moe_layers * host * 0.999
     free = estimate_plan(model, cluster, workload, plan, calibration=_cal(moe_host_sync=False))
@@ -196,7 +208,7 @@ def test_capacity_factor_pads_experts_and_removes_the_host_sync() -> None:
     dropless = estimate_plan(model, cluster, Workload(**kw), plan, calibration=cal)
     padded = estimate_plan(model, cluster, Workload(**kw, capacity_factor=1.0), plan, calibration=cal)
     m = plan.num_microbatches(Workload(**kw))
-    host = (MOE_LAYER_KERNELS + 8 * 16 + 2 * MOE_LAYER_KERNELS + 10 * 16) * 1e-3
+    host = (B200_QWEN3_EAGER + 8 * 16 + 2 * B200_QWEN3_EAGER + 10 * 16) * 1e-3
     assert dropless.breakdown.compute_s >= m * model.num_moe_layers * host * 0.999
     assert padded.breakdown.compute_s < dropless.breakdown.compute_s / 3
     # the all-to-all carries capacity_factor x the balanced copies (bandwidth-bound at this size)
