@@ -527,7 +527,8 @@ class FrameworkProfile:
         try:
             self._with_recipe({**(under or {}), **recipe})
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            reason = str(exc).removeprefix(f"framework profile {shown(self.id)}: ")
+            raise ValueError(f"{where}: {reason}") from None
 
     def _check_types(self, where: str) -> None:
         """Strings, flags and lists of the right kind (a TOML file may hold any type in any key)."""
