@@ -304,9 +304,8 @@ def test_host_launches_of_gpt_oss_on_gb200_follow_its_own_recipe() -> None:
         ((60 + 2 * 2 + 2 * 2) * 1e-5, (120 + 4 * 2 + 4 * 2) * 1e-5)
     )
     qwen = on_device(cal, load_device("gb200"), load_model("qwen3-30b-a3b"))
-    assert (
-        moe_layer_launches(qwen.framework) == 60 - 20 - 12 - 6 + 1
-    )  # its attn, router, preprocess: one graph
+    graphed_once = 60 - 20 - 12 - 6 + 1  # its attn, router and preprocess replay as one graph
+    assert moe_layer_launches(qwen.framework) == graphed_once
 
 
 @pytest.mark.parametrize(

@@ -200,7 +200,7 @@ def layer_costs(
         attention=attention,
     )
     redo = recompute_modules_s(model, cal, rates, tokens=tokens, tp=tp, moe_layer=moe_layer, load=load)
-    overhead = 0.0 if "full_iteration" in fw.cuda_graph_scopes else fw.host_overhead_per_layer_s
+    overhead = 0.0 if fw.graphs_whole_step else fw.host_overhead_per_layer_s
     slow = compute_slowdown(fw)
     fwd = (mm.fwd_s + rest.fwd_s) * slow + overhead
     if fw.selective_recompute == "op":  # half the matmuls and every memory-bound op, not the attention

@@ -108,9 +108,9 @@ def moe_layer_launches(fw: FrameworkProfile) -> float:
     ``MOE_LAYER_KERNEL_PARTS`` the profile does not graph, plus one launch per CUDA graph (graphed parts that
     follow one another in layer order replay as one graph, as Megatron-Core captures attn, moe_router and
     moe_preprocess in one callable); none when the whole step replays as one graph (``full_iteration``)."""
-    scopes = set(fw.cuda_graph_scopes)
-    if "full_iteration" in scopes:  # the step is one graph: no launch of its own
+    if fw.graphs_whole_step:
         return 0.0
+    scopes = set(fw.cuda_graph_scopes)
     eager = sum(n for k, n in MOE_LAYER_KERNEL_PARTS.items() if k not in scopes)
     flags = [k in scopes for k in MOE_LAYER_KERNEL_PARTS]
     graphs = sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
@@ -149,7 +149,7 @@ def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Ar
     cut launches. ``cal``'s profile as resolved for the device (:func:`on_device`)."""
     fw = cal.framework
     local = model.num_experts / np.maximum(ep, 1)
-    if "full_iteration" in fw.cuda_graph_scopes:  # the step replays as one graph
+    if fw.graphs_whole_step:
         return 0.0 * local, 0.0 * local
     experts_f, experts_b = expert_launches(fw, model, dtype=dtype, local=local)
     eager, per_kernel = moe_layer_launches(fw), fw.host_s_per_kernel

@@ -610,6 +610,12 @@ class FrameworkProfile:
         return replace(self, device_recipes={}, model_recipes={}, **values)
 
     @property
+    def graphs_whole_step(self) -> bool:
+        """The stack replays a whole forward-backward step as one CUDA graph (``cuda_graph_scopes``
+        full_iteration): no layer costs host time of its own."""
+        return "full_iteration" in self.cuda_graph_scopes
+
+    @property
     def group(self) -> str:
         """The fit group (the id when none is set)."""
         return self.fit_group or self.id
