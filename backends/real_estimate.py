@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from workbench.cost.memory import RECOMPUTE_CODES
+from workbench.cost.step import plan_columns, recompute_share
 from workbench.estimate import metrics
 from workbench.pipeline.schedules import Schedule
 from workbench.specs.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Estimate, StepBreakdown
@@ -207,6 +208,7 @@ def to_estimate(
         num_devices=plan.num_devices,
         peak_flop_per_s=peak or math.inf,
         recompute_code=RECOMPUTE_CODES[plan.recompute.value],
+        recompute_share=float(recompute_share(model, plan_columns(plan, workload))),
     )
     busy_s = min(idle.busy_s, step_s)
     bubble_s = min(idle.idle_s, step_s - busy_s)

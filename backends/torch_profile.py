@@ -152,6 +152,7 @@ class _Pricer:
         if p.recompute is Recompute.SELECTIVE:
             self.notes.append("selective recompute priced as none (the profile measures whole blocks)")
         full = p.recompute is Recompute.FULL
+        share = float(step.recompute_share(model, cols))  # of the blocks recomputed (partial: below 1)
         ops = self.op_costs()
         held = self.stage_held
         n = self.schedule.num_stages
@@ -171,16 +172,16 @@ class _Pricer:
         f, b, i, w = (whole(t) for t in _TIMES)
         act = whole("activation_bytes")
         layer_f = blocks("forward_s")
-        if full:  # the blocks' forward runs again before their backward; each keeps only its input
-            b, i = b + layer_f, i + layer_f
+        if full:  # the recomputed blocks' forward runs again before their backward; each keeps only its input
+            b, i = b + share * layer_f, i + share * layer_f
             layer_input = step.tokens(ctx, cols) * model.hidden_size * BYTES_PER_ELEMENT[self.workload.dtype]
             if p.sequence_parallel:
                 layer_input = layer_input / p.tp
             num_blocks = np.asarray(held["dense"]) + np.asarray(held["moe"])
-            act = act - blocks("activation_bytes") + num_blocks * float(layer_input)
+            act = act - share * (blocks("activation_bytes") - num_blocks * float(layer_input))
 
         comm_only = _comm_only(step.layer_pair(ctx, cols))
-        fsdp = step.fsdp_layer_s(ctx, cols, self._layer_compute_s(ops, full))
+        fsdp = step.fsdp_layer_s(ctx, cols, self._layer_compute_s(ops, share))
         comm = step.share_s(comm_only, held, fsdp)
         comm_f, comm_b = _stage_array(comm["f"], n), _stage_array(comm["i"], n)
         forward = f + comm_f
@@ -221,9 +222,9 @@ class _Pricer:
             notes=tuple(dict.fromkeys(self.notes)),
         )
 
-    def _layer_compute_s(self, ops: dict[str, OpCost], full: bool) -> tuple[float, float]:
+    def _layer_compute_s(self, ops: dict[str, OpCost], share: float) -> tuple[float, float]:
         """Measured (F, B + the recomputed F) of one block, the mean over the model's blocks: the compute
-        ZeRO-3 prefetches its gathers behind."""
+        ZeRO-3 prefetches its gathers behind; ``share``: of the blocks recomputed."""
         model = self.model
         fwd = bwd = 0.0
         for kind, count in (
@@ -233,7 +234,7 @@ class _Pricer:
             if kind in ops and count:
                 c = ops[kind]
                 fwd += count * c.forward_s
-                bwd += count * (c.forward_s * (1 if full else 0) + c.backward_s)
+                bwd += count * (c.forward_s * share + c.backward_s)
         return fwd / model.num_layers, bwd / model.num_layers
 
     def _recompute_working_bytes(self, ops: dict[str, OpCost], full: bool) -> np.ndarray:

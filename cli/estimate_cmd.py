@@ -80,6 +80,13 @@ def _plan_options(f: Any) -> Any:
             "--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True
         ),
         click.option(
+            "--recompute-num-layers",
+            type=click.IntRange(min=1),
+            default=None,
+            help="With --recompute full: recompute only the first N layers of each pipeline chunk "
+            "(Megatron's block method); default every layer.",
+        ),
+        click.option(
             "--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1."
         ),
         click.option(
@@ -157,6 +164,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         zero_shard=kw.get("zero_shard"),
         sequence_parallel=sp,
         recompute=kw["recompute"],
+        recompute_num_layers=kw.get("recompute_num_layers"),
         schedule=kw["schedule"],
         loss_chunks=kw.get("loss_chunks", 1),
         offload_optimizer=kw.get("offload_optimizer", False),

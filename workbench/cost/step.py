@@ -159,6 +159,7 @@ def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray
         "micro_batch_size": plan.micro_batch_size,
         "zero_stage": plan.zero_stage,
         "recompute_code": RECOMPUTE_CODES[plan.recompute.value],
+        "recompute_layers": plan.recompute_num_layers or 0,
         "sequence_parallel": plan.sequence_parallel,
         "num_microbatches": plan.num_microbatches(workload),
         "num_devices": plan.num_devices,
@@ -292,8 +293,34 @@ class LayerPair(NamedTuple):
     edges: EdgeCosts
 
 
+def recompute_share(model: ModelSpec, cols: Cols) -> Array:
+    """Share of the layers a rank recomputes whole in its backward pass: 1 with full recompute, 0 without it;
+    with ``recompute_layers`` N > 0 (``ParallelPlan.recompute_num_layers``: the first N layers of each model
+    chunk) N over the layers of a mean chunk, ``min(1, N pp vpp / num_layers)`` (Megatron-Core's block method
+    recomputes every layer of a chunk that holds N or fewer)."""
+    full = np.asarray(cols["recompute_code"]) == RECOMPUTE_CODES["full"]
+    n = np.asarray(cols.get("recompute_layers", 0))
+    chunk = model.num_layers / (np.asarray(cols["pp"]) * np.asarray(cols["vpp"]))
+    return np.where(full, np.where(n > 0, np.minimum(1.0, n / chunk), 1.0), 0.0)
+
+
+def _partial(model: ModelSpec, cols: Cols) -> tuple[Array, Array]:
+    """(share of the layers recomputed, mask of the plans that recompute only some of them)."""
+    share = recompute_share(model, cols)
+    return share, (share > 0) & (share < 1)
+
+
+def _blend(share: Array, partial: Array, whole: Any, kept: Any) -> Any:
+    """Per field, ``share`` of the fully recomputed layer and the rest of the layer that keeps its activations,
+    where ``partial``; ``whole`` elsewhere (NamedTuples of arrays)."""
+    return type(whole)(
+        *(np.where(partial, share * w + (1 - share) * k, w) for w, k in zip(whole, kept, strict=True))
+    )
+
+
 def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
-    """Seconds per micro-batch of one dense layer, one MoE layer, the embedding and the LM head."""
+    """Seconds per micro-batch of one dense layer, one MoE layer, the embedding and the LM head. With partial
+    recompute (``recompute_share`` between 0 and 1) a layer is the mean of a recomputed and a kept one."""
     s, tok = strides(cols), tokens(ctx, cols)
     kw: dict[str, Any] = {
         "dtype": ctx.workload.dtype,
@@ -312,6 +339,16 @@ def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
     }
     dense = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=False, **kw)
     moe = layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=True, **kw) if ctx.model.is_moe else None
+    share, partial = _partial(ctx.model, cols)
+    if np.any(partial):
+        kept = {**kw, "recompute": np.where(partial, RECOMPUTE_CODES["none"], kw["recompute"])}
+        dense = _blend(
+            share, partial, dense, layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=False, **kept)
+        )
+        if moe is not None:
+            moe = _blend(
+                share, partial, moe, layer_costs(ctx.model, ctx.cluster, ctx.cal, moe_layer=True, **kept)
+            )
     if np.any(cols.get("offload_activations", False)):
         sizes = activation_sizes(ctx, {**cols, "offload_activations": False})
         dense = _offload_transfers(ctx, cols, dense, sizes.dense_layer)
@@ -673,6 +710,20 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
     freed = float(np.clip(1 - parts.weight_grad_inputs / (parts.outside_tp + parts.inside_tp), 0, 1))
     dense = layer_activation_bytes(ctx.dense_parts, selective_op=op, **kw)
     moe = layer_activation_bytes(ctx.moe_parts, selective_op=op, **kw) if model.is_moe else 0.0
+    share, partial = _partial(model, cols)
+    freed_frac = np.where(cols["recompute_code"] == 0, freed, 0.0)
+    if np.any(partial):  # the layers past the first N of a chunk keep all their activations
+        kept = {**kw, "recompute": np.where(partial, RECOMPUTE_CODES["none"], kw["recompute"])}
+        kept_dense = layer_activation_bytes(ctx.dense_parts, selective_op=op, **kept)
+        mixed = share * dense + (1 - share) * kept_dense
+        # only the kept layers free part of what they store when their I pass ends
+        freed_frac = np.where(
+            partial, (1 - share) * kept_dense * freed / np.maximum(mixed, 1e-300), freed_frac
+        )
+        dense = np.where(partial, mixed, dense)
+        if model.is_moe:
+            kept_moe = layer_activation_bytes(ctx.moe_parts, selective_op=op, **kept)
+            moe = np.where(partial, share * moe + (1 - share) * kept_moe, moe)
     off = np.asarray(cols.get("offload_activations", False), dtype=bool)
     working = np.where(off, OFFLOAD_WORKING_LAYERS * np.maximum(dense, moe), 0.0)
     return ActivationSizes(
@@ -687,7 +738,7 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
             bytes_per_logit=ctx.cal.framework.loss_bytes_per_logit,
             loss_chunks=cols.get("loss_chunks", 1),
         ),
-        freed_at_input_grad_frac=np.where(cols["recompute_code"] == 0, freed, 0.0),
+        freed_at_input_grad_frac=freed_frac,
     )
 
 

@@ -97,6 +97,7 @@ def assemble(
 ) -> Estimate:
     """Simulate ``costs.schedule`` on ``costs.stages`` and build the Estimate (see the module docstring)."""
     from workbench.cost.memory import RECOMPUTE_CODES
+    from workbench.cost.step import plan_columns, recompute_share
 
     sim = simulate(costs.schedule, costs.stages)
     m = costs.schedule.num_microbatches
@@ -109,6 +110,7 @@ def assemble(
         num_devices=plan.num_devices,
         peak_flop_per_s=cluster.device.peak(workload.dtype),
         recompute_code=RECOMPUTE_CODES[plan.recompute.value],
+        recompute_share=float(recompute_share(model, plan_columns(plan, workload))),
     )
     return Estimate(
         backend=backend,

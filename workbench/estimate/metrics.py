@@ -27,12 +27,17 @@ if TYPE_CHECKING:
 Array = Any
 
 
-def hardware_flop_per_token(model: ModelSpec, seq_len: int, recompute_code: Array) -> Array:
-    """Model FLOPs per token plus the recomputed ones (recompute code 0 none, 1 selective, 2 full)."""
+def hardware_flop_per_token(
+    model: ModelSpec, seq_len: int, recompute_code: Array, recompute_share: Array = 1.0
+) -> Array:
+    """Model FLOPs per token plus the recomputed ones (recompute code 0 none, 1 selective, 2 full; with full,
+    ``recompute_share`` of the layers, ``workbench.cost.step.recompute_share``, for partial recompute)."""
     attention = model.attention_flop_per_token(seq_len)
     layers = model.non_embedding_active_parameters() - model.lm_head_parameters()
     extra = np.select(
-        [recompute_code == 2, recompute_code == 1], [2.0 * layers + attention / 3, attention / 3], 0.0
+        [recompute_code == 2, recompute_code == 1],
+        [(2.0 * layers + attention / 3) * recompute_share, attention / 3],
+        0.0,
     )
     return model.model_flop_per_token(seq_len) + extra
 
@@ -45,11 +50,13 @@ def throughput(
     num_devices: Array,
     peak_flop_per_s: float,
     recompute_code: Array,
+    recompute_share: Array = 1.0,
 ) -> dict[str, Array]:
-    """tokens_per_s (whole cluster), mfu, hfu and model_flop_per_s_per_device of a step of ``step_time_s``."""
+    """tokens_per_s (whole cluster), mfu, hfu and model_flop_per_s_per_device of a step of ``step_time_s``;
+    ``recompute_share``: see :func:`hardware_flop_per_token`."""
     tokens = workload.tokens_per_step
     model_flop = model.model_flop_per_token(workload.seq_len) * tokens
-    hardware_flop = hardware_flop_per_token(model, workload.seq_len, recompute_code) * tokens
+    hardware_flop = hardware_flop_per_token(model, workload.seq_len, recompute_code, recompute_share) * tokens
     per_device = model_flop / step_time_s / num_devices
     return {
         "tokens_per_s": tokens / step_time_s,

@@ -157,6 +157,7 @@ _FLAGS = (
     "chunked_loss",
     "optimizer_offload",
     "activation_offload",
+    "partial_recompute",
     "vocab_parallel",
     "fp8_activation_cache",
     "recompute_cheap_ops",
@@ -221,6 +222,9 @@ class FrameworkProfile:
     """Can keep the optimizer states in host memory and step on the CPUs (``ParallelPlan.offload_optimizer``)."""
     activation_offload: bool = False
     """Can move saved activations to host memory between forward and backward (``offload_activations``)."""
+    partial_recompute: bool = False
+    """Can recompute only some layers whole and keep the others' activations
+    (``ParallelPlan.recompute_num_layers``)."""
     vocab_parallel: bool = False
     """Can spread the vocabulary layers over the pipeline ranks (``ParallelPlan.vocab_parallel``)."""
     uneven_stages: bool = False
@@ -658,6 +662,8 @@ class FrameworkProfile:
             out.append("optimizer offload to host memory")
         if plan.offload_activations and not self.activation_offload:
             out.append("activation offload to host memory")
+        if plan.recompute_num_layers is not None and not self.partial_recompute:
+            out.append(f"recompute_num_layers={plan.recompute_num_layers} (recomputes every layer or none)")
         if plan.vocab_parallel and plan.pp > 1 and not self.vocab_parallel:
             out.append("vocabulary parallelism")
         return out + self.unsupported_dtype(dtype)
@@ -696,6 +702,8 @@ class FrameworkProfile:
             changes["optimizer_offload"] = True
         if plan.offload_activations:
             changes["activation_offload"] = True
+        if plan.recompute_num_layers is not None:
+            changes["partial_recompute"] = True
         if plan.vocab_parallel and plan.pp > 1:
             changes["vocab_parallel"] = True
         if self.unsupported_dtype(dtype):

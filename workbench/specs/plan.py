@@ -12,6 +12,7 @@ from workbench.specs.limits import (
     MAX_CAPACITY_FACTOR,
     MAX_DEVICES,
     MAX_GLOBAL_BATCH_SIZE,
+    MAX_LAYERS,
     MAX_SEQ_LEN,
     PLAN_MAXIMUM,
     check_real,
@@ -163,6 +164,12 @@ class ParallelPlan:
     sequence_parallel: bool = False
     """Megatron sequence parallelism alongside tp (norms and dropout sharded over the sequence)."""
     recompute: Recompute = Recompute.NONE
+    recompute_num_layers: int | None = None
+    """With ``recompute`` full: only the first N layers of each model chunk a pipeline rank holds are recomputed
+    in the backward pass, the others keep their activations (Megatron-Core ``--recompute-granularity full
+    --recompute-method block --recompute-num-layers N``; Korthikanti et al. 2022, arXiv:2205.05198, section 5
+    checkpoint only as many layers as memory needs). None: every layer. The cost model prices the share of the
+    layers this recomputes on a mean chunk, ``workbench.cost.step.recompute_share``."""
     schedule: str = "1f1b"
     """Pipeline schedule name (see ``workbench.pipeline.schedules.SCHEDULE_NAMES``); ignored when pp = 1."""
     rank_order: tuple[Axis, ...] = DEFAULT_RANK_ORDER
@@ -194,6 +201,13 @@ class ParallelPlan:
                 f"ParallelPlan: sequence_parallel must be true or false, got {self.sequence_parallel!r}"
             )
         check_choice(self, "recompute", Recompute)
+        if self.recompute_num_layers is not None:
+            check_int(self, "recompute_num_layers", maximum=MAX_LAYERS, limit="MAX_LAYERS")
+            if self.recompute != Recompute.FULL:
+                raise ValueError(
+                    f"ParallelPlan: recompute_num_layers={self.recompute_num_layers} needs recompute full (got "
+                    f"recompute {self.recompute}); allowed: recompute full, or recompute_num_layers None"
+                )
         if self.zero_shard is not None and (self.zero_stage == 0 or (self.dp * self.cp) % self.zero_shard):
             raise ValueError(
                 f"ParallelPlan: zero_shard={self.zero_shard} needs zero_stage >= 1 (got {self.zero_stage}) and must "
@@ -263,7 +277,7 @@ class ParallelPlan:
             if on
         ]
         if self.recompute is not Recompute.NONE:
-            parts.append(f"rc-{self.recompute}")
+            parts.append(f"rc-{self.recompute}{self.recompute_num_layers or ''}")
         if self.pp > 1:
             parts.append(self.schedule)
         if self.rank_order != DEFAULT_RANK_ORDER:
