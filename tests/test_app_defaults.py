@@ -63,9 +63,10 @@ def test_the_app_opens_on_the_planners_best_plan(app: WorkbenchApp, planned: Any
     assert shown is not None and shown.plan == best and shown.fits
     assert shown.tokens_per_s == pytest.approx(first["tokens_per_s"], rel=1e-9)
     for field in APP_PLAN_FIELDS:  # the controls show it too
-        if field not in ("etp", "rank_order"):
+        if field not in ("etp", "recompute_num_layers", "rank_order"):
             assert getattr(app.state, field) == getattr(best, field), field
     assert app.state.etp == (best.etp or 0) and app.state.rank_order == rank_order_name(best.rank_order)
+    assert app.state.recompute_num_layers == (best.recompute_num_layers or 0)
     assert best.describe() in app.plan_view.summary.object
 
 

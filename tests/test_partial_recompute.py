@@ -16,9 +16,14 @@ from workbench.cost.memory import RECOMPUTE_CODES, layer_activation_bytes
 from workbench.cost.step import StepContext, plan_columns, recompute_share, tokens
 from workbench.estimate.analytic import estimate_plan
 from workbench.estimate.registry import get_backend
+from workbench.pipeline.schedules import uses_v_placement
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.presets.frameworks import load_framework
+from workbench.search import Constraints, grid, screen, search
+from workbench.search.refine import plan_from_row
+from workbench.search.result import rows_from_pool
+from workbench.search.space import build_space
 from workbench.specs.plan import ParallelPlan, Workload
 
 MODEL = load_model("llama-3.1-8b")  # 32 layers
@@ -130,3 +135,91 @@ def test_cli_flag(workbench_cli) -> None:  # type: ignore[no-untyped-def]
     bad = workbench_cli(*args, "--recompute", "none", "--recompute-num-layers", "8")
     assert bad.returncode != 0 and "needs recompute full" in bad.stderr
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+AGREEMENT_CASES = [
+    ("llama-3.1-70b", "dgx-h100", 8, 8192, 256, 0),
+    ("llama-3.1-8b", "dgx-h100", 1, 8192, 64, 1),
+    ("mixtral-8x7b", "dgx-h100", 4, 4096, 256, 3),
+]
+
+
+@pytest.mark.parametrize(("model_id", "cluster_id", "nodes", "seq", "batch", "seed"), AGREEMENT_CASES)
+def test_screen_prices_partial_recompute_as_the_estimate(model_id, cluster_id, nodes, seq, batch, seed):
+    """Random valid plans with full recompute of a random count of layers per chunk: the screen's time and
+    memory against the full estimate, with the tolerances of ``test_search_agreement`` (the pipeline's closed
+    forms are the only difference) and exact agreement without a pipeline."""
+    model, cluster = load_model(model_id), load_cluster(cluster_id, num_nodes=nodes)
+    workload, cal = Workload(seq_len=seq, global_batch_size=batch), load_calibration("default")
+    space = build_space(model, cluster, Constraints(recompute=("full",)))
+    ctx = screen.ScreenContext.build(model, cluster, workload, cal, space)
+    cols = grid.rule_columns(space, 0, len(space.layout["tp"]), workload.global_batch_size)
+    ok = grid.rule_reasons(cols, model, workload, space.schedule_names) < 0
+    plans = grid.expand(space, {k: v[ok] for k, v in cols.items()})
+    rng = np.random.default_rng(seed)
+    pick = rng.choice(len(plans["tp"]), size=min(30, len(plans["tp"])), replace=False)
+    sample = {k: v[pick] for k, v in plans.items()}
+    chunk = model.num_layers // (sample["pp"] * sample["vpp"])
+    sample["recompute_layers"] = np.maximum(1, (rng.random(len(pick)) * chunk).astype(np.int64))
+    sample["num_devices"] = np.full(len(pick), cluster.num_devices)
+    sample["num_nodes"] = np.full(len(pick), cluster.num_nodes)
+    sample.update(screen.screen_memory(ctx, sample))
+    sample.update(screen.screen_time(ctx, sample))
+    for row in rows_from_pool(sample, space.schedule_names, cluster.device.hbm_bytes):
+        plan = plan_from_row(row)
+        assert plan.recompute_num_layers == row["recompute_num_layers"] >= 1
+        est = estimate_plan(model, cluster, workload, plan, calibration=cal)
+        t = abs(row["step_time_s"] / est.step_time_s - 1)
+        m = abs(row["peak_memory_bytes"] / est.peak_memory_bytes - 1)
+        if row["pp"] == 1:
+            assert t <= 1e-9 and m <= 1e-9, (row["plan"], t, m)
+        else:
+            assert m <= (0.05 if row["num_microbatches"] >= row["pp"] else 0.10), (row["plan"], m)
+            if row["num_microbatches"] >= 2 * row["pp"]:
+                assert t <= (0.08 if uses_v_placement(row["schedule"]) else 0.05), (row["plan"], t)
+
+
+def test_trimmed_variants_recompute_the_fewest_layers_that_fit() -> None:
+    """Llama 3.1 8B on one DGX H100 at seq 8192 (none of the pp = 1 plans fits without recompute at 16 GiB
+    headroom): each variant the screen adds fits under the limit by the full estimate, and with one recomputed
+    layer fewer it does not; its time lies between recomputing none and all of its layers."""
+    cal = load_calibration("default")
+    wl = Workload(seq_len=8192, global_batch_size=64)
+    space = build_space(MODEL, CLUSTER, Constraints(fixed={"pp": 1}, recompute=("full",)))
+    ctx = screen.ScreenContext.build(MODEL, CLUSTER, wl, cal, space)
+    cols = grid.rule_columns(space, 0, len(space.layout["tp"]), wl.global_batch_size)
+    ok = grid.rule_reasons(cols, MODEL, wl, space.schedule_names) < 0
+    plans = grid.expand(space, {k: v[ok] for k, v in cols.items()})
+    plans["num_devices"] = np.full(len(plans["tp"]), CLUSTER.num_devices)
+    plans["num_nodes"] = np.full(len(plans["tp"]), 1)
+    plans.update(screen.screen_memory(ctx, plans))
+    limit = 64 * 2**30
+    fitting = {k: v[plans["peak_memory_bytes"] <= limit] for k, v in plans.items()}
+    trimmed = screen.trimmed_recompute(ctx, fitting, limit)
+    assert len(trimmed["tp"]) >= 3
+    for row in rows_from_pool(trimmed, space.schedule_names, CLUSTER.device.hbm_bytes)[:6]:
+        plan = plan_from_row(row)
+        n = plan.recompute_num_layers
+        assert n is not None and 1 <= n < 32
+        est = estimate_plan(MODEL, CLUSTER, wl, plan, calibration=cal)
+        assert est.peak_memory_bytes <= limit
+        if n > 1:
+            fewer = estimate_plan(
+                MODEL, CLUSTER, wl, replace(plan, recompute_num_layers=n - 1), calibration=cal
+            )
+            assert fewer.peak_memory_bytes > limit
+        none = estimate_plan(MODEL, CLUSTER, wl, replace(plan, recompute="none", recompute_num_layers=None))
+        every = estimate_plan(MODEL, CLUSTER, wl, replace(plan, recompute_num_layers=None), calibration=cal)
+        assert none.peak_memory_bytes > limit and none.step_time_s < est.step_time_s < every.step_time_s
+
+
+def test_the_planner_offers_partial_recompute_only_on_stacks_that_run_it() -> None:
+    wl = Workload(seq_len=8192, global_batch_size=64)
+
+    def partial_rows(framework: str) -> int:
+        cal = load_calibration("default").with_framework(load_framework(framework))
+        found = search(MODEL, CLUSTER, wl, Constraints(memory_headroom_frac=0.2), top_k=5, calibration=cal)
+        return found.plans.filter(found.plans["recompute_num_layers"].is_not_null()).height
+
+    assert partial_rows("megatron-core-2024") > 0
+    assert partial_rows("llm-foundry-2023") == 0

@@ -112,7 +112,7 @@ def test_split_backward_last_rank_matches_the_simulated_in_flight_bytes(name, vp
         )
         fam = family_codes((name,))[0]
         _, last = peak_chunks(fam, pp=np.array(pp), vpp=np.array(vpp), m=np.array(m))
-        got = split_backward_last_rank(fam, last, pp=np.array(pp), freed_frac=freed)
+        got = split_backward_last_rank(fam, last, pp=np.array(pp), m=np.array(m), freed_frac=freed)
         assert float(got) == pytest.approx(sim.peak_activation_bytes_per_rank[-1], rel=1e-9), (pp, vpp)
 
 
@@ -138,8 +138,11 @@ def test_peak_chunks_at_every_rank(name):
 def test_split_backward_at_every_rank_matches_the_simulated_in_flight_bytes(name, vpp):
     from workbench.pipeline.peak import peak_chunks_at, split_backward_at
 
-    for pp in (4, 8):
-        m, freed = 4 * pp, 0.7
+    # every micro-batch count for one stage per rank (few micro-batches leave fewer I-done chunks pending)
+    cases = [(pp, m, f) for pp in (2, 4, 8) for m in range(1, 4 * pp + 1) for f in (0.3, 0.7)]
+    for pp, m, freed in cases if vpp == 1 else [(pp, 4 * pp, 0.7) for pp in (4, 8)]:
+        if schedule_rule_violations(name, pp=pp, vpp=vpp, num_microbatches=m):
+            continue
         schedule = build_schedule(name, pp=pp, num_microbatches=m, vpp=vpp)
         n = schedule.num_stages
         costs = StageCosts(
@@ -153,9 +156,11 @@ def test_split_backward_at_every_rank_matches_the_simulated_in_flight_bytes(name
         sim = simulate(schedule, costs)
         fam, ranks = family_codes((name,))[0], np.arange(pp)
         at = peak_chunks_at(fam, pp=np.full(pp, pp), vpp=np.full(pp, vpp), m=np.full(pp, m), rank=ranks)
-        got = split_backward_at(fam, at, rank=ranks, freed_frac=freed)
+        got = split_backward_at(fam, at, rank=ranks, freed_frac=freed, pp=np.full(pp, pp), m=np.full(pp, m))
         assert np.allclose(got, sim.peak_activation_bytes_per_rank, rtol=1e-9), (
             pp,
+            m,
+            freed,
             got,
             sim.peak_activation_bytes_per_rank,
         )

@@ -72,6 +72,8 @@ def cli_command(state: WorkbenchState) -> str:
         args += ["--rank-order", s.rank_order]
     if s.etp:
         args += ["--etp", str(s.etp)]
+    if s.recompute == "full" and s.recompute_num_layers:
+        args += ["--recompute-num-layers", str(s.recompute_num_layers)]
     if s.capacity_factor is not None:
         args += ["--capacity-factor", str(s.capacity_factor)]
     return shlex.join(args)

@@ -142,7 +142,18 @@ def workload(s: WorkbenchState) -> Workload:
 
 
 def plan(s: WorkbenchState) -> ParallelPlan:
-    """The plan of the controls (the etp control's 0 is the automatic degree, ``etp=None``; the rank order is
-    chosen by name)."""
+    """The plan of the controls (the etp control's 0 is the automatic degree, ``etp=None``; the recomputed
+    layers' 0, or any count without full recompute, is every layer, ``recompute_num_layers=None``; the rank
+    order is chosen by name)."""
     values = {f: getattr(s, f) for f in APP_PLAN_FIELDS}
-    return ParallelPlan(**{**values, "etp": values["etp"] or None, "rank_order": RANK_ORDERS[s.rank_order]})
+    partial = (
+        values["recompute_num_layers"] if s.recompute == "full" else 0
+    )  # only full recompute counts layers
+    return ParallelPlan(
+        **{
+            **values,
+            "etp": values["etp"] or None,
+            "recompute_num_layers": partial or None,
+            "rank_order": RANK_ORDERS[s.rank_order],
+        }
+    )

@@ -16,7 +16,7 @@ from dataclasses import fields
 import param
 
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK, framework_names
-from workbench.specs.limits import MAX_CAPACITY_FACTOR
+from workbench.specs.limits import MAX_CAPACITY_FACTOR, MAX_LAYERS
 from workbench.specs.plan import PLAN_FIELDS, RANK_ORDERS, ParallelPlan, rank_order_name
 
 CUSTOM = "custom"
@@ -126,6 +126,12 @@ class WorkbenchState(param.Parameterized):
     sequence_parallel = param.Boolean(default=True, doc="Megatron sequence parallelism (needs tp > 1).")
     recompute = param.Selector(
         default="selective", objects=["none", "selective", "full"], doc="Activation recompute."
+    )
+    recompute_num_layers = param.Integer(
+        default=0,
+        bounds=(0, MAX_LAYERS),
+        doc="With full recompute: recompute only the first N layers of each pipeline chunk (Megatron's block "
+        "method); 0: every layer.",
     )
     schedule = param.Selector(default="1f1b", objects=["1f1b"], doc="Pipeline schedule (pp > 1).")
 

@@ -367,6 +367,7 @@ class WorkbenchStore(param.Parameterized):
             f: values[f] for f in APP_PLAN_FIELDS if f in values and f != "dp" and values[f] is not None
         }
         update["etp"] = int(values.get("etp") or 0)  # the planner's rows and etp=None: the automatic degree
+        update["recompute_num_layers"] = int(values.get("recompute_num_layers") or 0)  # None: every layer
         if "recompute" in update:
             update["recompute"] = str(update["recompute"])
         if not isinstance(update.get("rank_order", ""), str):  # a ParallelPlan's tuple of axes: its name

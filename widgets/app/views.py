@@ -76,6 +76,7 @@ LABELS: Mapping[str, str] = MappingProxyType(
         "zero_stage": "ZeRO stage",
         "sequence_parallel": "Sequence parallel",
         "recompute": "Recompute",
+        "recompute_num_layers": "Recomputed layers per chunk (0 = all)",
         "schedule": "Pipeline schedule",
         "backend": "Backend",
         "framework": "Framework profile",

@@ -112,18 +112,24 @@ def peak_chunks_at(
     return np.where(pp == 1, 1, at)
 
 
-def split_backward_at(family: Array, chunks: Array, *, rank: Array, freed_frac: Array) -> Array:
-    """Rank ``rank``'s peak in chunk units once I frees ``freed_frac`` of a chunk: at its peak, rank r of ZB-H1
-    holds r chunks, ZB-H2 2r chunks, whose I is done and W pending (read off the simulator's in-flight bytes,
-    ``tests/test_search_closed_forms.py``); other schedules keep whole chunks."""
+def split_backward_at(
+    family: Array, chunks: Array, *, rank: Array, freed_frac: Array, pp: Array, m: Array
+) -> Array:
+    """Rank ``rank``'s peak in chunks once I frees ``freed_frac`` of a chunk: at its peak, rank r of ZB-H1
+    holds r chunks, ZB-H2 2r chunks, whose I is done and W pending, fewer when the micro-batches are too few
+    to fill the warm-up (ZB-H1: ``r - (p - m)`` for m < p; ZB-H2: ``2r - (2p - 1 - m)`` for m < 2p - 1; read
+    off the simulator's in-flight bytes, ``tests/test_search_closed_forms.py``); other schedules keep whole
+    chunks."""
+    h1 = np.maximum(rank - np.maximum(pp - m, 0), 0)
+    h2 = np.maximum(2 * rank - np.maximum(2 * pp - 1 - m, 0), 0)
     pending = np.select(
-        [family == PEAK_FAMILIES.index("zb-h1"), family == PEAK_FAMILIES.index("zb-h2")],
-        [rank, 2 * rank],
-        0,
+        [family == PEAK_FAMILIES.index("zb-h1"), family == PEAK_FAMILIES.index("zb-h2")], [h1, h2], 0
     )
     return np.maximum(chunks - freed_frac * pending, 1.0)
 
 
-def split_backward_last_rank(family: Array, chunks_last: Array, *, pp: Array, freed_frac: Array) -> Array:
+def split_backward_last_rank(
+    family: Array, chunks_last: Array, *, pp: Array, m: Array, freed_frac: Array
+) -> Array:
     """``split_backward_at`` on the last rank (r = p - 1)."""
-    return split_backward_at(family, chunks_last, rank=pp - 1, freed_frac=freed_frac)
+    return split_backward_at(family, chunks_last, rank=pp - 1, freed_frac=freed_frac, pp=pp, m=m)

@@ -69,7 +69,8 @@ def stack_mask(cols: dict[str, np.ndarray], framework: FrameworkProfile) -> np.n
 
 
 def expand(space: PlanSpace, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every plan of the rule rows ``cols``: each row times every zero_stage and recompute_code."""
+    """Every plan of the rule rows ``cols``: each row times every zero_stage and recompute_code (full recompute
+    is of every layer; ``screen.trimmed_recompute`` makes the partial variants)."""
     inner = len(space.zero_stage) * len(space.recompute_code)
     out = {k: np.repeat(v, inner) for k, v in cols.items()}
     zero, rc = np.meshgrid(space.zero_stage, space.recompute_code, indexing="ij")

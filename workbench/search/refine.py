@@ -56,6 +56,7 @@ def plan_from_row(row: dict[str, Any]) -> ParallelPlan:
         zero_stage=int(row["zero_stage"]),
         sequence_parallel=bool(row["sequence_parallel"]),
         recompute=Recompute(row["recompute"]),
+        recompute_num_layers=int(row["recompute_num_layers"]) if row.get("recompute_num_layers") else None,
         schedule=str(row["schedule"]),
         rank_order=RANK_ORDERS[str(row.get("rank_order", DEFAULT_ORDER))],
     )

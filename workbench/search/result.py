@@ -90,6 +90,7 @@ def rows_from_pool(
     for i in range(n):
         row: dict[str, Any] = {k: v[i].item() for k, v in pool.items()}
         row["recompute"] = RECOMPUTE_CODES[row.pop("recompute_code")]
+        row["recompute_num_layers"] = int(row.pop("recompute_layers", 0)) or None
         row["schedule"] = schedule_names[row.pop("schedule_code")]
         row["rank_order"] = ORDER_NAMES[row.pop("order_code", 0)]
         row["plan"] = plan_from_row(row).describe()

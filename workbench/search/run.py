@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.cost.memory import RECOMPUTE_CODES
 from workbench.search import grid, rank, screen
 from workbench.search.space import Constraints, PlanSpace, build_space
 
@@ -67,6 +68,33 @@ def _compact(pools: _Pools, objective: str, keep: int) -> None:
         pools.misses = [_take(miss, rank.best_indices(-miss["memory_frac"], NUM_MISSES))]
 
 
+RECOMPUTE_SLOWDOWN_BOUND = 1.5
+"""At most how much slower recomputing every layer makes a plan than recomputing none: a layer's forward runs
+once more, at most a third of its compute (its backward takes at least twice the forward: Narayanan et al.
+2021 section 5.1; fused attention 2.5x, Dao 2023), and its tensor-, context- and expert-parallel traffic at
+most half again (``workbench.cost.layer.layer_costs`` repeats the forward's share in the backward)."""
+
+
+def _every_layer(pool: Pool) -> Pool:
+    """``pool`` with a ``recompute_layers`` column (``step.recompute_share``; 0: every layer) where it has none:
+    the screened plans carry it only once a partial-recompute variant joins them."""
+    if "recompute_layers" not in pool:
+        pool["recompute_layers"] = np.zeros(len(pool["tp"]), dtype=np.int64)
+    return pool
+
+
+def _trimmed(
+    ctx: screen.ScreenContext, ok: Pool, candidates: np.ndarray, limit: float, token_budget: float
+) -> Pool:
+    """``screen.trimmed_recompute`` of ``ok``'s rows ``candidates`` (full-recompute plans), with their step time
+    and objective columns (every column of ``ok`` and ``recompute_layers``)."""
+    trimmed = screen.trimmed_recompute(ctx, _take(ok, candidates), limit)
+    if len(trimmed["tp"]):
+        trimmed.update(screen.screen_time(ctx, trimmed))
+        trimmed.update(rank.objective_columns(trimmed["tokens_per_s"], trimmed["num_devices"], token_budget))
+    return {k: trimmed[k] for k in (*ok, "recompute_layers")}
+
+
 def _screen_chunk(
     ctx: screen.ScreenContext,
     space: PlanSpace,
@@ -99,7 +127,7 @@ def _screen_chunk(
     pools.rejections["memory"] += int(np.count_nonzero(~fits))
     if not fits.all():
         miss = _take(valid, np.flatnonzero(~fits))
-        pools.misses.append(_take(miss, rank.best_indices(-miss["memory_frac"], NUM_MISSES)))
+        pools.misses.append(_every_layer(_take(miss, rank.best_indices(-miss["memory_frac"], NUM_MISSES))))
     ok = _take(valid, np.flatnonzero(fits))
     pools.num_costed += len(fits)
     pools.num_feasible += len(ok["tp"])
@@ -107,10 +135,32 @@ def _screen_chunk(
         return
     ok.update(screen.screen_time(ctx, ok))
     ok.update(rank.objective_columns(ok["tokens_per_s"], ok["num_devices"], token_budget))
-    pools.best.append(_take(ok, rank.best_indices(rank.score(ok, objective), keep)))
-    pools.frontier.append(
-        _take(ok, np.flatnonzero(rank.pareto_mask(ok["tokens_per_s"], ok["peak_memory_bytes"])))
-    )
+    scores = rank.score(ok, objective)
+    best = _take(ok, rank.best_indices(scores, keep))
+    on_front = rank.pareto_mask(ok["tokens_per_s"], ok["peak_memory_bytes"])
+    front = _take(ok, np.flatnonzero(on_front))
+    if ctx.step_ctx.cal.framework.partial_recompute:
+        # Variants that recompute only the layers memory needs, of the full-recompute plans that could enter
+        # the best plans (were recompute free: tokens/s x RECOMPUTE_SLOWDOWN_BOUND) or are on the frontier.
+        bar = np.min(rank.score(best, objective)) if len(scores) > keep else -np.inf
+        full = np.flatnonzero(ok["recompute_code"] == RECOMPUTE_CODES["full"])
+        tokens = ok["tokens_per_s"][full] * RECOMPUTE_SLOWDOWN_BOUND
+        hope = {
+            "tokens_per_s": tokens,
+            **rank.objective_columns(tokens, ok["num_devices"][full], token_budget),
+        }
+        near = rank.score(hope, objective) >= bar
+        trimmed = _trimmed(ctx, ok, full[near | on_front[full]], limit, token_budget)
+        if len(trimmed["tp"]):
+            best, front = _every_layer(best), _every_layer(front)
+            best = _concat([best, trimmed])
+            best = _take(best, rank.best_indices(rank.score(best, objective), keep))
+            front = _concat([front, trimmed])
+            front = _take(
+                front, np.flatnonzero(rank.pareto_mask(front["tokens_per_s"], front["peak_memory_bytes"]))
+            )
+    pools.best.append(_every_layer(best))
+    pools.frontier.append(_every_layer(front))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -195,10 +195,12 @@ def _stored_peak_bytes(
     if rank == "heavy":  # a middle rank: no embedding, its own peak count
         r = held["rank"]
         at = peak.peak_chunks_at(family, pp=pp, vpp=vpp, m=m, rank=r, edges=(chunks0, chunks_last))
-        chunks = peak.split_backward_at(family, at, rank=r, freed_frac=sizes.freed_at_input_grad_frac)
+        chunks = peak.split_backward_at(
+            family, at, rank=r, freed_frac=sizes.freed_at_input_grad_frac, pp=pp, m=m
+        )
     if rank == "last":
         chunks = peak.split_backward_last_rank(
-            family, chunks_last, pp=pp, freed_frac=sizes.freed_at_input_grad_frac
+            family, chunks_last, pp=pp, m=m, freed_frac=sizes.freed_at_input_grad_frac
         )
     per_chunk = (held["dense"] * sizes.dense_layer + held["moe"] * sizes.moe_layer) / vpp  # the rank's mean
     return chunks * per_chunk + held["embedding"] * first_stage * sizes.embedding
@@ -303,6 +305,35 @@ def _critical(
     return {k: np.where(take, share[k], best[k]) for k in share}
 
 
+def trimmed_recompute(ctx: ScreenContext, cols: Cols, limit_bytes: float) -> Cols:
+    """For the plans of ``cols`` that recompute every layer (and fit), the same plans recomputing only the
+    fewest layers of each chunk that still fit under ``limit_bytes`` (``ParallelPlan.recompute_num_layers``,
+    Megatron's block method), as new rows with their ``screen_memory`` columns; none for a plan whose chunks
+    hold one layer, that fits without recompute (its own plan in the space) or that no longer fits with one
+    layer fewer recomputed. A rank's memory falls linearly as
+    its recomputed share rises (``step.activation_sizes``), so two points, about half the layers of a chunk
+    and all of them, give the share that meets the limit; the peak is the largest rank's (piecewise linear),
+    so the count found is checked once more. Every column of ``cols`` is kept, ``recompute_layers`` set."""
+    full = np.flatnonzero(np.asarray(cols["recompute_code"]) == step.RECOMPUTE_CODES["full"])
+    sub = {k: np.asarray(v)[full] for k, v in cols.items()}
+    chunk = ctx.model.num_layers / (sub["pp"] * sub["vpp"])
+    half = np.maximum(np.floor(chunk / 2), 1).astype(np.int64)
+    probe = np.flatnonzero(half < chunk)
+    sub = {k: v[probe] for k, v in sub.items()}
+    chunk, half = chunk[probe], half[probe]
+    at_half = screen_memory(ctx, {**sub, "recompute_layers": half})["peak_memory_bytes"]
+    at_all = sub["peak_memory_bytes"]
+    per_share = (at_half - at_all) / (1.0 - half / chunk)  # bytes a kept share of 1 adds, on the line
+    need = 1.0 - (limit_bytes - at_all) / np.maximum(per_share, 1e-300)
+    layers = np.maximum(np.ceil(need * chunk - 1e-9), 1).astype(np.int64)
+    # need <= 0: the plan fits recomputing nothing, which the space holds as its own plan
+    fewer = np.flatnonzero((per_share > 0) & (need > 0) & (layers < chunk))
+    trial = {**{k: v[fewer] for k, v in sub.items()}, "recompute_layers": layers[fewer]}
+    mem = screen_memory(ctx, trial)
+    keep = np.flatnonzero(mem["peak_memory_bytes"] <= limit_bytes)
+    return {k: np.asarray(v)[keep] for k, v in {**trial, **mem}.items()}
+
+
 def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
     """Closed-form step time of every plan, its breakdown (seconds, ``StepBreakdown`` names), tokens_per_s,
     mfu, hfu and bubble_fraction. The pipeline makespan is ``workbench.pipeline.bubble.makespan_s`` on the
@@ -349,6 +380,7 @@ def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
         num_devices=cols["num_devices"],
         peak_flop_per_s=ctx.peak_flop_per_s,
         recompute_code=cols["recompute_code"],
+        recompute_share=step.recompute_share(model, cols),
     )
     return {
         "step_time_s": step_time,

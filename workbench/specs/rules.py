@@ -57,6 +57,7 @@ PLAN_FIELDS: tuple[str, ...] = (
     "zero_stage",
     "sequence_parallel",
     "recompute",
+    "recompute_num_layers",
     "schedule",
 )
 """The fields of ``ParallelPlan`` that a user chooses (all but ``rank_order``), in display order."""
