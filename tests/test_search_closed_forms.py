@@ -47,6 +47,26 @@ def test_peak_chunks_match_the_generators(name):
         assert int(last) >= walk[-1] and max(int(first), int(last)) == max(walk), (name, pp, vpp, m, walk)
 
 
+@pytest.mark.parametrize("name", ["interleaved-1f1b", "zb-h1"])
+def test_peak_chunks_when_a_round_holds_more_than_pp_micro_batches(name):
+    """Where pp does not divide m (the rules admit m = rounds x g, g > pp micro-batches per round), the
+    warm-up holds (v - 1) g chunks of the other virtual stages, not (v - 1) p: exact on every rank."""
+    from workbench.pipeline.peak import peak_chunks_at
+
+    fam = family_codes((name,))[0]
+    seen = 0
+    for _, pp, vpp, m in _cases(
+        [name], vpps=(2, 3, 4), pps=(3, 5, 8), ms=(10, 12, 14, 15, 18, 20, 22, 27, 30)
+    ):
+        walk = _walk(build_schedule(name, pp=pp, num_microbatches=m, vpp=vpp))
+        ranks = np.arange(pp)
+        got = peak_chunks_at(fam, pp=np.full(pp, pp), vpp=np.full(pp, vpp), m=np.full(pp, m), rank=ranks)
+        first, last = peak_chunks(fam, pp=np.array(pp), vpp=np.array(vpp), m=np.array(m))
+        assert got.tolist() == walk and [int(first), int(last)] == [walk[0], walk[-1]], (pp, vpp, m, walk)
+        seen += m % pp != 0 and m >= 2 * pp
+    assert seen >= 10
+
+
 def _simulated_bubble(name, pp, vpp, m, f, i, w):
     sim = simulate(
         build_schedule(name, pp=pp, num_microbatches=m, vpp=vpp),

@@ -7,9 +7,10 @@ micro-batch counts), all capped at ``m * vpp`` (every chunk of every micro-batch
 
 - GPipe (Huang et al. 2019): m; looped BFS: m v (all forwards first);
 - 1F1B (Narayanan et al. 2021 section 2.2): min(p, m) on rank 0, 1 on the last rank;
-- interleaved 1F1B (Megatron's warm-up, ibid.): 2(p-1) + (v-1)p + 1 on rank 0 when m >= 2p, else m v;
-  last rank (v-1)p + 1 (m >= 2p) or (v-1)m + 1;
-- ZB-H1 (Qi et al. 2024): v min(p, m) for v = 1 or m >= 2p; between p and 2p, m v - (m - p);
+- interleaved 1F1B (Megatron's warm-up, ibid.): 2(p-1) + (v-1)g + 1 on rank 0 when m >= 2p, else m v;
+  last rank (v-1)g + 1 (m >= 2p) or (v-1)m + 1, with g the micro-batches per round
+  (``microbatches_per_round``: p when p divides m);
+- ZB-H1 (Qi et al. 2024): v min(p, m) for v = 1 or m <= p; p + (v-1)g for m >= 2p; between, m v - (m - p);
 - ZB-H2: min(2p-1, m); ZB-V (Qi et al. 2024): min(2p, m+1) on rank 0, min(2p, 2m) on the last rank;
   V-Half, V-Min (Qi et al. 2025): the generators' caps ``2 ((p+2)//2)`` and ``2 ((p+4)//3)``; DualPipeV
   (DeepSeek-V3 report): 2p + 1; DualPipe (DeepSeek-V3 report, arXiv:2412.19437 Table 2: PP + 1): p + 1 on
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.pipeline.schedules.classic import microbatches_per_round
 from workbench.pipeline.schedules.registry import get_schedule
 
 Array = Any
@@ -58,8 +60,11 @@ def peak_chunks(family: Array, *, pp: Array, vpp: Array, m: Array) -> tuple[Arra
     """(rank 0, last rank) peak stage activations held, in chunks, for schedules of family codes ``family``
     (see the module docstring)."""
     p, v = pp, vpp
-    inter0 = np.where(m >= 2 * p, 2 * (p - 1) + (v - 1) * p + 1, m * v)
-    zbh1 = np.where((v == 1) | (m >= 2 * p) | (m <= p), v * np.minimum(p, m), m * v - (m - p))
+    g = microbatches_per_round(p, m)  # p when p divides m
+    inter0 = np.where(m >= 2 * p, 2 * (p - 1) + (v - 1) * g + 1, m * v)
+    zbh1 = np.where(
+        (v == 1) | (m <= p), v * np.minimum(p, m), np.where(m >= 2 * p, p + (v - 1) * g, m * v - (m - p))
+    )
     first = np.choose(
         family,
         [
@@ -78,7 +83,7 @@ def peak_chunks(family: Array, *, pp: Array, vpp: Array, m: Array) -> tuple[Arra
     )
     last = np.where(family == 2, 1, first)
     last = np.where(family == 6, np.minimum(2 * p, 2 * m), last)
-    inter_last = np.where(m >= 2 * p, (v - 1) * p + 1, (v - 1) * m + 1)
+    inter_last = np.where(m >= 2 * p, (v - 1) * g + 1, (v - 1) * m + 1)
     last = np.where(family == 3, inter_last, last)
     one = pp == 1
     return np.where(one, 1, np.minimum(first, m * v)), np.where(one, 1, np.minimum(last, m * v))
@@ -102,7 +107,7 @@ def peak_chunks_at(
     first, last = peak_chunks(family, pp=pp, vpp=vpp, m=m) if edges is None else edges
     p, v = pp, vpp
     code = PEAK_FAMILIES.index
-    warm = np.where(m >= 2 * p, p, m)
+    warm = np.where(m >= 2 * p, microbatches_per_round(p, m), m)
     looping = np.isin(family, [code(f) for f in ("gpipe", "looped-bfs", "zb-h1", "zb-h2")])
     at = np.select(
         [family == code("1f1b"), family == code("interleaved-1f1b"), looping],

@@ -5,6 +5,10 @@ Every function returns, per rank, the ordered compute actions; placement is ``lo
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from workbench.pipeline.schedules.actions import Action
 
 Rows = list[list[Action]]
@@ -38,10 +42,11 @@ def looped_bfs(pp: int, vpp: int, m: int) -> Rows:
     return rows
 
 
-def microbatches_per_round(pp: int, m: int) -> int:
+def microbatches_per_round(pp: Any, m: Any) -> Any:
     """Micro-batches per round of the flexible interleaved schedules: ``m // max(1, m // pp)``
-    (equals pp when pp divides m, as in Megatron-LM; torch relaxes that to ``m % rounds == 0``)."""
-    return m // max(1, m // pp)
+    (equals pp when pp divides m, as in Megatron-LM; torch relaxes that to ``m % rounds == 0``). Ints, or
+    numpy arrays elementwise (the closed-form peaks of ``workbench.pipeline.peak``)."""
+    return m // np.maximum(1, m // pp)
 
 
 def interleaved_1f1b(pp: int, vpp: int, m: int) -> Rows:
