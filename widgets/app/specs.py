@@ -146,9 +146,7 @@ def plan(s: WorkbenchState) -> ParallelPlan:
     layers' 0, or any count without full recompute, is every layer, ``recompute_num_layers=None``; the rank
     order is chosen by name)."""
     values = {f: getattr(s, f) for f in APP_PLAN_FIELDS}
-    partial = (
-        values["recompute_num_layers"] if s.recompute == "full" else 0
-    )  # only full recompute counts layers
+    partial = values["recompute_num_layers"] if s.recompute == "full" else 0
     return ParallelPlan(
         **{
             **values,

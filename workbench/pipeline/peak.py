@@ -100,10 +100,10 @@ def peak_chunks_at(
 ) -> Array:
     """Peak stage activations held on pipeline ``rank``, in chunks. Looping placements, read off the
     generators' per-rank orders (``tests/test_search_closed_forms.py``): 1F1B min(p - r, m); interleaved 1F1B
-    min(2(p - r - 1) + (v - 1) w + 1, m v) with w = p once m >= 2p, else m (Megatron's warm-up of rank r plus
-    the chunk in flight); GPipe, looped BFS, ZB-H1 and ZB-H2 hold rank 0's count on every rank. V placements and
-    DualPipe: the larger of the edge ranks', an upper bound. ``edges``: ``peak_chunks`` of the same
-    arguments when the caller has it."""
+    min(2(p - r - 1) + (v - 1) w + 1, m v) with w the micro-batches per round (``microbatches_per_round``)
+    once m >= 2p, else m (Megatron's warm-up of rank r plus the chunk in flight); GPipe, looped BFS, ZB-H1 and
+    ZB-H2 hold rank 0's count on every rank. V placements and DualPipe: the larger of the edge ranks', an
+    upper bound. ``edges``: ``peak_chunks`` of the same arguments when the caller has it."""
     first, last = peak_chunks(family, pp=pp, vpp=vpp, m=m) if edges is None else edges
     p, v = pp, vpp
     code = PEAK_FAMILIES.index

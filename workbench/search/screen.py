@@ -310,10 +310,10 @@ def trimmed_recompute(ctx: ScreenContext, cols: Cols, limit_bytes: float) -> Col
     fewest layers of each chunk that still fit under ``limit_bytes`` (``ParallelPlan.recompute_num_layers``,
     Megatron's block method), as new rows with their ``screen_memory`` columns; none for a plan whose chunks
     hold one layer, that fits without recompute (its own plan in the space) or that no longer fits with one
-    layer fewer recomputed. A rank's memory falls linearly as
-    its recomputed share rises (``step.activation_sizes``), so two points, about half the layers of a chunk
-    and all of them, give the share that meets the limit; the peak is the largest rank's (piecewise linear),
-    so the count found is checked once more. Every column of ``cols`` is kept, ``recompute_layers`` set."""
+    layer fewer recomputed. A rank's memory falls linearly as its recomputed share rises
+    (``step.activation_sizes``), so two points, about half the layers of a chunk and all of them, give the
+    share that meets the limit; the peak is the largest rank's (piecewise linear), so the count found is
+    checked once more. Every column of ``cols`` is kept, ``recompute_layers`` set."""
     full = np.flatnonzero(np.asarray(cols["recompute_code"]) == step.RECOMPUTE_CODES["full"])
     sub = {k: np.asarray(v)[full] for k, v in cols.items()}
     chunk = ctx.model.num_layers / (sub["pp"] * sub["vpp"])
