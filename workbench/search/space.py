@@ -108,6 +108,9 @@ class Constraints:
     """Candidate micro-batch sizes (sequences)."""
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = RECOMPUTE_CODES
+    """Recompute choices (none, selective, full). With full, on a stack that runs partial recompute
+    (``FrameworkProfile.partial_recompute``), the screen also prices the fitting plans' variants that
+    recompute only the fewest layers per chunk that fit (``screen.trimmed_recompute``)."""
     sequence_parallel: tuple[bool, ...] = (False, True)
     """Allowed values when tp > 1 (tp = 1 always runs without)."""
     rank_orders: tuple[str, ...] = tuple(RANK_ORDERS)
