@@ -297,7 +297,8 @@ def recompute_share(model: ModelSpec, cols: Cols) -> Array:
     """Share of the layers a rank recomputes whole in its backward pass: 1 with full recompute, 0 without it;
     with ``recompute_layers`` N > 0 (``ParallelPlan.recompute_num_layers``: the first N layers of each model
     chunk) N over the layers of a mean chunk, ``min(1, N pp vpp / num_layers)`` (Megatron-Core's block method
-    recomputes every layer of a chunk that holds N or fewer)."""
+    recomputes every layer of a chunk that holds N or fewer). One fraction in [0, 1] per plan, broadcast as the
+    columns."""
     full = np.asarray(cols["recompute_code"]) == RECOMPUTE_CODES["full"]
     n = np.asarray(cols.get("recompute_layers", 0))
     chunk = model.num_layers / (np.asarray(cols["pp"]) * np.asarray(cols["vpp"]))

@@ -313,7 +313,9 @@ def trimmed_recompute(ctx: ScreenContext, cols: Cols, limit_bytes: float) -> Col
     layer fewer recomputed. A rank's memory falls linearly as its recomputed share rises
     (``step.activation_sizes``), so two points, about half the layers of a chunk and all of them, give the
     share that meets the limit; the peak is the largest rank's (piecewise linear), so the count found is
-    checked once more. Every column of ``cols`` is kept, ``recompute_layers`` set."""
+    checked once more. ``cols``: plan columns with ``screen_memory``'s (``peak_memory_bytes`` is read);
+    ``limit_bytes``: usable device memory, bytes. Returns the variants' columns (one entry per variant, every
+    column of ``cols`` kept, ``recompute_layers`` set, ``screen_memory``'s recomputed)."""
     full = np.flatnonzero(np.asarray(cols["recompute_code"]) == step.RECOMPUTE_CODES["full"])
     sub = {k: np.asarray(v)[full] for k, v in cols.items()}
     chunk = ctx.model.num_layers / (sub["pp"] * sub["vpp"])
