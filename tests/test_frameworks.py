@@ -209,6 +209,28 @@ def test_leave_one_source_out_scores_each_source_with_constants_fitted_without_i
     assert result["mape"] == pytest.approx(sum(oos) / len(oos))
 
 
+def test_the_fit_leaves_a_valley_where_one_constant_at_a_time_is_stuck(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coupled objective over two grids (a narrow valley along kernel efficiency index - host overhead index
+    = 2, falling towards higher values): from (0.9, 4e-4), on the valley, every move of one constant alone
+    climbs out of it, so sweeps stay put; diagonal steps walk the valley to its low end (1.0, 8e-4)."""
+    import workbench.validate as V
+
+    ke, host = V.FIT_GRID["kernel_efficiency_frac"], V.FIT_GRID["host_overhead_per_layer_s"]
+
+    def objective(cases: list, values: dict[str, float]) -> float:
+        i, j = ke.index(values["kernel_efficiency_frac"]), host.index(values["host_overhead_per_layer_s"])
+        return 5.0 * abs(i - j - 2) - 0.1 * (i + j) + 10.0
+
+    monkeypatch.setattr(V, "_throughput_mape", objective)
+    names = ["host_overhead_per_layer_s", "kernel_efficiency_frac"]
+    start = {"kernel_efficiency_frac": 0.9, "host_overhead_per_layer_s": 4e-4}
+    assert objective([], start) == pytest.approx(8.4)
+    found = V._coordinate_search([], names, start, lambda values: values)
+    assert found == {"kernel_efficiency_frac": 1.0, "host_overhead_per_layer_s": 8e-4}
+    monkeypatch.setattr(V, "_DIAGONAL_ROUNDS", 0)
+    assert V._coordinate_search([], names, start, lambda values: values) == start
+
+
 def test_fsdp_under_a_pipeline_keeps_the_stage_gathered_on_torchtitan() -> None:
     """torchtitan keeps a pipeline stage's weights gathered (bf16) and its gradients unsharded (fp32) across
     micro-batches: per rank that is the stage's parameters / tp times 2 and 4 bytes (closed form), instead of

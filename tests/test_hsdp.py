@@ -39,12 +39,16 @@ def test_states_are_sharded_over_the_shard_group() -> None:
 
 def test_replicas_all_reduce_their_gradient_shard() -> None:
     """ZeRO-3 HSDP over 8 nodes: each shard group is one node (8 ranks, stride 1); the 1/8 gradient shard is
-    all-reduced over the 8 replicas, one per node (stride 8), once per step."""
+    all-reduced over the 8 replicas, one per node (stride 8), once per step, bucket by bucket: the generic
+    stack's buckets of 40M parameters, then the remainder."""
     cal = _cal()
     plan = ParallelPlan(dp=64, zero_stage=3, zero_shard=8)
     costs = analytic_costs(MODEL, CLUSTER, WORKLOAD, plan, cal)
     params = MODEL.total_parameters()  # pp = 1: this rank holds every layer, the embedding and the head
-    expected = all_reduce_s(CLUSTER, params * cal.framework.grad_bytes_per_param / 8, 8, 8)
+    bucket, g = cal.framework.grad_bucket_params, cal.framework.grad_bytes_per_param
+    assert bucket == 4.0e7
+    full, rest = params // bucket, params % bucket
+    expected = full * all_reduce_s(CLUSTER, bucket * g / 8, 8, 8) + all_reduce_s(CLUSTER, rest * g / 8, 8, 8)
     assert costs.dp_comm_s == pytest.approx(float(expected), rel=1e-9)
     full = analytic_costs(MODEL, CLUSTER, WORKLOAD, ParallelPlan(dp=64, zero_stage=3), cal)
     assert full.dp_comm_s == 0.0  # full sharding does its reduction per layer (fsdp), none after the step

@@ -81,6 +81,35 @@ def test_megatron_closed_form(name: str, layers: int, hidden: int, billions: flo
     assert model.total_parameters() / 1e9 == pytest.approx(billions, abs=0.051 if billions > 10 else 0.05)
 
 
+ZERO_BUBBLE_T3 = [  # Qi et al. 2024 (arXiv:2401.10241) Table 3: name, layers, hidden, heads, billions
+    ("zb-gpt-1.5b", 22, 2304, 24, 1.5),
+    ("zb-gpt-6.2b", 30, 4096, 32, 6.2),
+    ("zb-gpt-14.6b", 46, 5120, 40, 14.6),
+    ("zb-gpt-28.3b", 62, 6144, 48, 28.3),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "layers", "hidden", "heads", "billions"), ZERO_BUBBLE_T3, ids=[r[0] for r in ZERO_BUBBLE_T3]
+)
+def test_zero_bubble_models_round_to_the_published_sizes(
+    name: str, layers: int, hidden: int, heads: int, billions: float
+) -> None:
+    """The Zero Bubble paper gives each model's size to one decimal but not its vocabulary; the presets take the
+    32,000-token SentencePiece vocabulary of the authors' training script. The closed form of Narayanan et al.
+    (learned positions of 2048, tied embeddings) with that vocabulary rounds to every published size; Megatron's
+    padded GPT-2 vocabulary (51,200) would not (6.3, 14.7, 28.4)."""
+    model = catalog.load_model(name)
+    assert (model.num_layers, model.hidden_size, model.num_attention_heads) == (layers, hidden, heads)
+    assert model.vocab_size == 32000
+    v, s = model.vocab_size, 2048
+    closed = 12 * layers * hidden**2 * (1 + 13 / (12 * hidden) + (v + s) / (12 * layers * hidden)) + 2 * hidden
+    assert model.total_parameters() == pytest.approx(closed, rel=1e-12)
+    assert round(model.total_parameters() / 1e9, 1) == billions
+    gpt2_vocab = closed + (51200 - v) * hidden
+    assert billions == 1.5 or round(gpt2_vocab / 1e9, 1) != billions
+
+
 def test_gpt3_175b() -> None:
     """Brown et al. 2020 (arXiv:2005.14165) Table 2.1: 175.0B parameters."""
     assert catalog.load_model("gpt3-175b").total_parameters() == pytest.approx(175.0e9, rel=0.005)

@@ -823,6 +823,9 @@ large source outweighs the others and leave-one-source-out stays fast."""
 
 _SWEEPS = 2
 
+_DIAGONAL_ROUNDS = 8
+"""At most this many rounds of diagonal steps after the sweeps (each round tries every pair of constants)."""
+
 
 def _throughput_mape(cases: list[RowCase], cal: Calibration) -> float:
     apes = []
@@ -851,18 +854,43 @@ def _fit_sample(cases: list[RowCase]) -> list[RowCase]:
 def _coordinate_search(
     cases: list[RowCase], names: list[str], start: dict[str, float], cal_with: Any
 ) -> dict[str, float]:
+    """Minimise the throughput MAPE of ``cases`` over ``FIT_GRID``: ``_SWEEPS`` sweeps that try every grid value
+    of one constant at a time, then diagonal steps (two constants one grid point each, every sign) until none
+    helps. Coupled constants (a kernel efficiency and a per-layer host overhead trade against each other)
+    leave one-at-a-time sweeps stuck where moving either alone costs, which the diagonal steps get out of."""
     values = dict(start)
     best = _throughput_mape(cases, cal_with(values))
+
+    def tried(trial: dict[str, float]) -> bool:
+        nonlocal best, values
+        err = _throughput_mape(cases, cal_with(trial))
+        if err < best - 1e-6:
+            best, values = err, trial
+            return True
+        return False
+
     for _ in range(_SWEEPS):
         for name in names:
             for candidate in FIT_GRID[name]:
-                if candidate == values[name]:
-                    continue
-                trial = {**values, name: candidate}
-                err = _throughput_mape(cases, cal_with(trial))
-                if err < best - 1e-6:
-                    best, values = err, trial
+                if candidate != values[name]:
+                    tried({**values, name: candidate})
+    for _ in range(_DIAGONAL_ROUNDS):
+        moved = False
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                for da, db in ((1, 1), (1, -1), (-1, 1), (-1, -1)):
+                    ga, gb = FIT_GRID[a], FIT_GRID[b]
+                    ia, ib = _grid_index(ga, values[a]) + da, _grid_index(gb, values[b]) + db
+                    if 0 <= ia < len(ga) and 0 <= ib < len(gb):
+                        moved = tried({**values, a: ga[ia], b: gb[ib]}) or moved
+        if not moved:
+            break
     return values
+
+
+def _grid_index(grid: tuple[float, ...], value: float) -> int:
+    """The grid point nearest ``value`` (a start value between grid points counts as its nearest)."""
+    return min(range(len(grid)), key=lambda i: abs(grid[i] - value))
 
 
 def fit_constants(cases: list[RowCase], calibration: Calibration) -> dict[str, dict[str, float]]:

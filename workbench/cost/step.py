@@ -598,6 +598,20 @@ def whole_share(model: ModelSpec, pair: LayerPair, fsdp: FsdpLayer) -> dict[str,
     return share_s(pair, stage_holdings(model, 1, 0), fsdp)
 
 
+def grad_buckets(ctx: StepContext, cols: Cols, params: Array, units: Array) -> tuple[Array, Array, Array]:
+    """How a rank's data-parallel reduction is issued: (bucket, full buckets, remainder), parameters. Each
+    bucket is its own collective with its own latency terms, so at hundreds of ranks many small buckets cost
+    more than one message of the same bytes. Stacks that reduce per FSDP unit (``grad_bucket_per_layer``:
+    each wrapped block, plus the root unit with the embedding and head) issue ``units`` equal buckets; the
+    others fill buckets of ``grad_bucket_params`` and send the remainder last. ``params``: the rank's
+    parameters in the group, an array over plans; ``units``: the FSDP units holding them."""
+    if ctx.cal.framework.grad_bucket_per_layer:
+        return params / units, units, 0.0 * params
+    bucket = np.minimum(params, ctx.cal.framework.grad_bucket_params)
+    full = np.floor(params / np.maximum(bucket, 1e-300))
+    return bucket, full, params - full * bucket
+
+
 def dp_comm_s(
     ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array, whole: Mapping[str, Array]
 ) -> Overlapped:
@@ -615,14 +629,22 @@ def dp_comm_s(
     fw, s = ctx.cal.framework, strides(cols)
     eff, g, z = fw.collective_efficiency_frac, fw.grad_bytes_per_param, zero_exec(ctx, cols)
     dpcp, shard = cols["dp"] * cols["cp"], shard_group(cols)
-    groups = (  # (parameters, ranks, stride, shard group within them)
-        (dense_params, dpcp, s["dpcp"], np.where(z > 0, shard, dpcp)),
-        (expert_params, _expert_dp(cols), cols["ep"] * expert_tp(cols), _expert_dp(cols)),
+    model = ctx.model
+    layers = np.ceil(model.num_layers / cols["pp"])
+    groups = (  # (parameters, ranks, stride, shard group within them, FSDP units holding them)
+        (dense_params, dpcp, s["dpcp"], np.where(z > 0, shard, dpcp), layers + 1),
+        (
+            expert_params,
+            _expert_dp(cols),
+            cols["ep"] * expert_tp(cols),
+            _expert_dp(cols),
+            np.maximum(np.ceil(model.num_moe_layers / cols["pp"]), 1),
+        ),
     )
     reduce: Array = 0.0
     gather: Array = 0.0
     tails: list[tuple[Array, Array]] = []
-    for params, n, stride, k in groups:
+    for params, n, stride, k, units in groups:
         if not np.any(params > 0):  # a dense model's expert group: nothing to reduce
             continue
         replicas = np.maximum(n // np.maximum(k, 1), 1)
@@ -646,14 +668,19 @@ def dp_comm_s(
             )
             return np.where(z == 0, ar, rs + across)
 
-        bucket = np.minimum(params, fw.grad_bucket_params)
+        bucket, full, rest = grad_buckets(ctx, cols, params, units)
         on = (params > 0) & (n > 1) & ((z < 3) | (replicas > 1))
         gathers = np.any(on & (z > 0) & (z < 3))
-        ag = all_gather_s(ctx.cluster, params * ctx.param_bytes, k, stride, eff) if gathers else 0.0
-        reduce = reduce + np.where(on, reduction(params), 0.0)
+
+        def gathered(count: Array, k: Array = k, stride: Array = stride) -> Array:
+            return all_gather_s(ctx.cluster, count * ctx.param_bytes, k, stride, eff) if gathers else 0.0
+
+        red_bucket, ag_bucket = reduction(bucket), gathered(bucket)
+        has_rest = rest > 0
+        reduce = reduce + np.where(on, full * red_bucket + np.where(has_rest, reduction(rest), 0.0), 0.0)
+        ag = full * ag_bucket + np.where(has_rest, gathered(rest), 0.0)
         gather = gather + np.where(on & (z > 0) & (z < 3), ag, 0.0)
-        ag_bucket = all_gather_s(ctx.cluster, bucket * ctx.param_bytes, k, stride, eff) if gathers else 0.0
-        tails.append((np.where(on, reduction(bucket), 0.0), np.where(on & (z > 0) & (z < 3), ag_bucket, 0.0)))
+        tails.append((np.where(on, red_bucket, 0.0), np.where(on & (z > 0) & (z < 3), ag_bucket, 0.0)))
     if not tails:
         tails.append((0.0, 0.0))
     mix = fw.comm_interference_frac

@@ -309,7 +309,13 @@ class FrameworkProfile:
     2024, arXiv:2401.10241 section 4): no step-wide sync, so schedules whose ranks' spans are shorter than the
     step (``ScheduleSpec.tiles_across_steps``) overlap consecutive steps."""
     grad_bucket_params: float = 4.0e7
-    """Parameters per gradient bucket (Megatron-Core DDP default 40M; PyTorch DDP 25 MB)."""
+    """Parameters per gradient bucket (Megatron-Core DDP default 40M; PyTorch DDP 25 MB): the reduction (and
+    ZeRO-1/2's gather of updated weights) runs as one collective per bucket
+    (``workbench.cost.step.grad_buckets``)."""
+    grad_bucket_per_layer: bool = False
+    """The stack reduces and gathers per FSDP unit, each transformer block wrapped on its own (PyTorch FSDP1
+    with a per-block wrap policy, FSDP2 ``fully_shard`` per block): one bucket per layer plus the root unit,
+    whatever ``grad_bucket_params`` says."""
     fsdp_prefetch: bool = False
     """ZeRO-3/FSDP gathers the next layer's weights while the current layer computes, forward and
     backward (FSDP2 implicit prefetch, Megatron FSDP); False: each gather waits in line."""
