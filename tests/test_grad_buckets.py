@@ -64,3 +64,17 @@ def test_fsdp_units_are_one_bucket_per_layer_and_the_root() -> None:
     unit = MODEL.total_parameters() / units
     expected = units * _zero1_s(cluster, unit, 128, fw.grad_bytes_per_param, 2.0)
     assert costs.dp_comm_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_buckets_grow_with_the_data_parallel_group() -> None:
+    """Megatron-Core's default bucket is max(40M, 1M x dp) parameters: at dp = 512 a bucket holds 512M."""
+    cluster = load_cluster("dgx-h100", num_nodes=64)
+    cal = _cal(grad_bucket_params=4.0e7, grad_bucket_params_per_rank=1.0e6)
+    fw = cal.framework
+    costs = analytic_costs(MODEL, cluster, WORKLOAD, ParallelPlan(dp=512, zero_stage=1), cal)
+    params, bucket = MODEL.total_parameters(), 512 * 1.0e6
+    full, rest = params // bucket, params % bucket
+    expected = full * _zero1_s(cluster, bucket, 512, fw.grad_bytes_per_param, 2.0) + _zero1_s(
+        cluster, rest, 512, fw.grad_bytes_per_param, 2.0
+    )
+    assert costs.dp_comm_s == pytest.approx(expected, rel=1e-9)

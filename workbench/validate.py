@@ -894,9 +894,10 @@ def _grid_index(grid: tuple[float, ...], value: float) -> int:
 
 
 def fit_constants(cases: list[RowCase], calibration: Calibration) -> dict[str, dict[str, float]]:
-    """Fit the profiles' ``fitted`` constants to ``cases`` (throughput MAPE, coordinate search over
-    ``FIT_GRID`` on at most ``FIT_ROWS_PER_SOURCE`` rows per source): first the ``POOLED`` constants as one
-    value over every stack (group ``pooled``), then each fit group's own constants starting from those.
+    """Fit the profiles' ``fitted`` constants to ``cases`` (throughput MAPE, ``_coordinate_search``: sweeps and
+    diagonal steps over ``FIT_GRID``, on at most ``FIT_ROWS_PER_SOURCE`` rows per source): first the
+    ``POOLED`` constants as one value over every stack (group ``pooled``), then each fit group's own constants
+    starting from those.
     Groups absent from ``cases`` are not in the result: they get the pooled values (and their priors for
     the rest)."""
     from workbench.presets.calibration import POOLED_GROUP

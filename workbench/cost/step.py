@@ -598,16 +598,18 @@ def whole_share(model: ModelSpec, pair: LayerPair, fsdp: FsdpLayer) -> dict[str,
     return share_s(pair, stage_holdings(model, 1, 0), fsdp)
 
 
-def grad_buckets(ctx: StepContext, cols: Cols, params: Array, units: Array) -> tuple[Array, Array, Array]:
+def grad_buckets(ctx: StepContext, params: Array, units: Array, dp_ranks: Array) -> tuple[Array, Array, Array]:
     """How a rank's data-parallel reduction is issued: (bucket, full buckets, remainder), parameters. Each
     bucket is its own collective with its own latency terms, so at hundreds of ranks many small buckets cost
     more than one message of the same bytes. Stacks that reduce per FSDP unit (``grad_bucket_per_layer``:
     each wrapped block, plus the root unit with the embedding and head) issue ``units`` equal buckets; the
-    others fill buckets of ``grad_bucket_params`` and send the remainder last. ``params``: the rank's
-    parameters in the group, an array over plans; ``units``: the FSDP units holding them."""
-    if ctx.cal.framework.grad_bucket_per_layer:
+    others fill buckets of max(``grad_bucket_params``, ``grad_bucket_params_per_rank`` x ``dp_ranks``) and
+    send the remainder last. ``params``: the rank's parameters in the group, an array over plans; ``units``:
+    the FSDP units holding them; ``dp_ranks``: the data-parallel group (dp*cp)."""
+    fw = ctx.cal.framework
+    if fw.grad_bucket_per_layer:
         return params / units, units, 0.0 * params
-    bucket = np.minimum(params, ctx.cal.framework.grad_bucket_params)
+    bucket = np.minimum(params, np.maximum(fw.grad_bucket_params, fw.grad_bucket_params_per_rank * dp_ranks))
     full = np.floor(params / np.maximum(bucket, 1e-300))
     return bucket, full, params - full * bucket
 
@@ -668,7 +670,7 @@ def dp_comm_s(
             )
             return np.where(z == 0, ar, rs + across)
 
-        bucket, full, rest = grad_buckets(ctx, cols, params, units)
+        bucket, full, rest = grad_buckets(ctx, params, units, dpcp)
         on = (params > 0) & (n > 1) & ((z < 3) | (replicas > 1))
         gathers = np.any(on & (z > 0) & (z < 3))
 

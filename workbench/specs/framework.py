@@ -100,6 +100,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "comm_interference_frac": (0.0, 1.0, False),
     "reserved_sm_frac": (0.0, 0.9, False),
     "grad_bucket_params": (1e3, 1e13, False),
+    "grad_bucket_params_per_rank": (0.0, 1e12, False),
     "moe_imbalance": (1.0, 1e3, False),
     "host_s_per_kernel": (0.0, 1e-2, False),
     "fp8_weight_copies": (0.0, 4.0, False),
@@ -312,6 +313,9 @@ class FrameworkProfile:
     """Parameters per gradient bucket (Megatron-Core DDP default 40M; PyTorch DDP 25 MB): the reduction (and
     ZeRO-1/2's gather of updated weights) runs as one collective per bucket
     (``workbench.cost.step.grad_buckets``)."""
+    grad_bucket_params_per_rank: float = 0.0
+    """Bucket growth with the data-parallel group: buckets hold max(``grad_bucket_params``, this x dp*cp)
+    parameters (Megatron-Core: max(40M, 1M x dp), so that large groups stay bandwidth-bound); 0: fixed."""
     grad_bucket_per_layer: bool = False
     """The stack reduces and gathers per FSDP unit, each transformer block wrapped on its own (PyTorch FSDP1
     with a per-block wrap policy, FSDP2 ``fully_shard`` per block): one bucket per layer plus the root unit,
