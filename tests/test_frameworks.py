@@ -209,7 +209,9 @@ def test_leave_one_source_out_scores_each_source_with_constants_fitted_without_i
     assert result["mape"] == pytest.approx(sum(oos) / len(oos))
 
 
-def test_the_fit_leaves_a_valley_where_one_constant_at_a_time_is_stuck(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fit_leaves_a_valley_where_one_constant_at_a_time_is_stuck(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A coupled objective over two grids (a narrow valley along kernel efficiency index - host overhead index
     = 2, falling towards higher values): from (0.9, 4e-4), on the valley, every move of one constant alone
     climbs out of it, so sweeps stay put; diagonal steps walk the valley to its low end (1.0, 8e-4)."""

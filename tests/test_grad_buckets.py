@@ -24,7 +24,11 @@ WORKLOAD = Workload(seq_len=4096, global_batch_size=1024)
 def _cal(**fields):
     cal = load_calibration("default").with_framework("generic")
     fw = dataclasses.replace(
-        cal.framework, overlap_grad_reduce=False, overlap_param_gather=False, comm_interference_frac=0.0, **fields
+        cal.framework,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+        comm_interference_frac=0.0,
+        **fields,
     )
     return dataclasses.replace(cal, framework=fw)
 

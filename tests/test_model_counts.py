@@ -103,7 +103,9 @@ def test_zero_bubble_models_round_to_the_published_sizes(
     assert (model.num_layers, model.hidden_size, model.num_attention_heads) == (layers, hidden, heads)
     assert model.vocab_size == 32000
     v, s = model.vocab_size, 2048
-    closed = 12 * layers * hidden**2 * (1 + 13 / (12 * hidden) + (v + s) / (12 * layers * hidden)) + 2 * hidden
+    closed = (
+        12 * layers * hidden**2 * (1 + 13 / (12 * hidden) + (v + s) / (12 * layers * hidden)) + 2 * hidden
+    )
     assert model.total_parameters() == pytest.approx(closed, rel=1e-12)
     assert round(model.total_parameters() / 1e9, 1) == billions
     gpt2_vocab = closed + (51200 - v) * hidden

@@ -598,7 +598,9 @@ def whole_share(model: ModelSpec, pair: LayerPair, fsdp: FsdpLayer) -> dict[str,
     return share_s(pair, stage_holdings(model, 1, 0), fsdp)
 
 
-def grad_buckets(ctx: StepContext, params: Array, units: Array, dp_ranks: Array) -> tuple[Array, Array, Array]:
+def grad_buckets(
+    ctx: StepContext, params: Array, units: Array, dp_ranks: Array
+) -> tuple[Array, Array, Array]:
     """How a rank's data-parallel reduction is issued: (bucket, full buckets, remainder), parameters. Each
     bucket is its own collective with its own latency terms, so at hundreds of ranks many small buckets cost
     more than one message of the same bytes. Stacks that reduce per FSDP unit (``grad_bucket_per_layer``:
@@ -674,7 +676,7 @@ def dp_comm_s(
         on = (params > 0) & (n > 1) & ((z < 3) | (replicas > 1))
         gathers = np.any(on & (z > 0) & (z < 3))
 
-        def gathered(count: Array, k: Array = k, stride: Array = stride) -> Array:
+        def gathered(count: Array, k: Array = k, stride: Array = stride, gathers: Any = gathers) -> Array:
             return all_gather_s(ctx.cluster, count * ctx.param_bytes, k, stride, eff) if gathers else 0.0
 
         red_bucket, ag_bucket = reduction(bucket), gathered(bucket)
