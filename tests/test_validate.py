@@ -361,3 +361,59 @@ def test_a_cell_that_is_not_its_columns_kind_is_refused_by_name(column: str, val
 
     with pytest.raises(Unexpressible, match=reason):
         row_case({**BASE, column: value})
+
+
+def test_a_published_batch_the_replicas_cannot_split_is_priced_at_the_nearest_whole_one(
+    tmp_path: Path,
+) -> None:
+    """OPT-175B's shape: 124 replicas and a 1,024-sequence batch ("2M tokens"). Priced with 8 x 124 = 992
+    sequences and says so; the same plan with a batch they divide keeps it; a row measured by its step time
+    keeps the published batch (tokens per second barely moves with the batch, a step time does) and is
+    refused as infeasible."""
+    row = {**BASE, "num_devices": "992", "tp": "8", "pp": "1", "dp": "124", "global_batch_size": "1024"}
+    row |= {"cluster": "", "measured_step_time_s": "", "measured_tokens_per_s_per_device": "1000"}
+    case = row_case(row)
+    assert case.workload.global_batch_size == 992
+    assert any(a.startswith("global_batch_size:992") and "1024" in a for a in case.assumed)
+    assert row_case({**row, "global_batch_size": "1240"}).workload.global_batch_size == 1240
+    timed = {**row, "measured_step_time_s": "10", "measured_tokens_per_s_per_device": ""}
+    assert row_case(timed).workload.global_batch_size == 1024
+    path = tmp_path / "t.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(BASE))
+        w.writeheader()
+        w.writerows([row, {**timed, "id": "X-002"}])
+    result = validate_rows(list(csv.DictReader(path.open())), calibration=load_calibration())
+    assert [r["id"] for r in result["rows"]] == ["X-001"]
+    assert "X-002" in {s["id"] for s in result["skipped"]}
+
+
+def test_a_run_naming_neither_micro_batch_nor_recompute_is_priced_as_tuned() -> None:
+    """pp = 1, no micro-batch and no recompute given: full recompute when its largest fitting micro-batch runs
+    faster than no recompute at its own. OPT-175B's shape (124-way ZeRO-3 with tp 8, 992 sequences): one
+    sequence per rank is bound by the per-layer gathers, recomputing lets 8 fit and hides them. A 1.3B model on
+    8 GPUs fits its whole local batch without recompute, and recomputing only adds work: it stays none."""
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.presets.frameworks import load_framework
+
+    row = {**BASE, "num_devices": "992", "tp": "8", "pp": "1", "dp": "124", "global_batch_size": "992"}
+    row |= {
+        "num_layers": "96",
+        "hidden_size": "12288",
+        "num_attention_heads": "96",
+        "cluster": "",
+        "zero_stage": "3",
+    }
+    row |= {"micro_batch_size": "", "measured_step_time_s": "", "measured_tokens_per_s_per_device": "1000"}
+    case = row_case(row)
+    assert case.plan.recompute == "full" and case.plan.micro_batch_size > 1
+    assert any(a.startswith("recompute:full") for a in case.assumed)
+    cal = load_calibration().with_framework(load_framework("generic"))
+    none1 = dataclasses.replace(case.plan, recompute="none", micro_batch_size=1)
+    slow = estimate_plan(case.model, case.cluster, case.workload, none1, calibration=cal)
+    fast = estimate_plan(case.model, case.cluster, case.workload, case.plan, calibration=cal)
+    assert fast.fits and fast.tokens_per_s > slow.tokens_per_s
+    small = {**BASE, "tp": "1", "pp": "1", "dp": "8", "micro_batch_size": "", "global_batch_size": "64"}
+    small |= {"measured_step_time_s": "", "measured_tokens_per_s_per_device": "1000"}
+    kept = row_case(small)
+    assert kept.plan.recompute == "none" and not any(a.startswith("recompute:") for a in kept.assumed)

@@ -62,7 +62,10 @@ PLAN_DEFAULTS: dict[str, str] = {
         "pp > 1: the stack's default_microbatches rule; pp = 1 with the global batch given: the largest divisor"
         " of the data-parallel rank's batch whose step fits the device memory; else 1"
     ),
-    "recompute": "full when flops_definition is 'hardware' (Megatron eq. 3 counts recompute), else none",
+    "recompute": (
+        "full when flops_definition is 'hardware' (Megatron eq. 3 counts recompute), else none; with no"
+        " micro-batch either and pp = 1: full if its largest fitting micro-batch runs faster"
+    ),
     "zero_stage": "0",
     "schedule": "interleaved-1f1b when vpp > 1, else 1f1b",
     "vpp": "1 (2 for an interleaved schedule)",
@@ -72,7 +75,10 @@ PLAN_DEFAULTS: dict[str, str] = {
     "dtype": "bf16",
     "vocab_size": "51200 (Megatron's padded GPT-2 vocabulary)",
     "ffn_hidden_size": "4 * hidden_size",
-    "global_batch_size": "dp * micro_batch_size * 2 * pp",
+    "global_batch_size": (
+        "dp * micro_batch_size * 2 * pp; a published one that dp x micro-batch does not divide: the nearest"
+        " multiple (rows measured by step time keep it)"
+    ),
     "cluster": "the device's DGX/HGX node (dgx-h100 for H100, dgx-a100 for A100)",
 }
 
@@ -604,6 +610,7 @@ def row_case(
         assumed.append("sequence_parallel")
     per_rank = (pp * vpp if fw.default_microbatches == "stages" else 2 * pp) if pp > 1 else 1
     gbs = _int(row, "global_batch_size", dp * mbs * per_rank, assumed)
+    gbs = _whole_micro_batches(row, gbs, dp * mbs, assumed)
     dtype = row["dtype"] or "bf16"
     if not row["dtype"]:
         assumed.append("dtype")
@@ -625,6 +632,8 @@ def row_case(
     workload = Workload(seq_len=_required(row, "seq_len"), global_batch_size=gbs, dtype=DType(dtype))
     if not row["micro_batch_size"] and pp == 1 and _num(row, "global_batch_size") is not None:
         plan = _largest_fitting_micro_batch(model, cluster, workload, plan, fw)
+        if not row["recompute"] and recompute == "none":
+            plan = _tuned_recompute(model, cluster, workload, plan, fw, assumed)
     outside = fw.unsupported(plan, dtype=dtype)
     if outside:
         # The run happened: a profile's feature list (what the planner offers) never refuses it.
@@ -641,6 +650,20 @@ def row_case(
         assumed=tuple(assumed),
         row=row,
     )
+
+
+def _whole_micro_batches(row: dict[str, str], gbs: int, replica_batch: int, assumed: list[str]) -> int:
+    """The global batch a row is priced with: the published one, or, when the data-parallel ranks cannot split
+    it into whole micro-batches (a source that rounds its batch, e.g. "2M tokens" over 124 replicas), the
+    nearest multiple of dp x micro-batch (``replica_batch``), listed in ``assumed``. Tokens per second and
+    FLOP/s per device do not depend on how many micro-batches a step has without pipeline stages and barely
+    with them; a step time does, so a row measured by its step time keeps the published batch (and is refused
+    as infeasible)."""
+    if gbs % replica_batch == 0 or _num(row, "measured_step_time_s") is not None:
+        return gbs
+    whole = max(round(gbs / replica_batch), 1) * replica_batch
+    assumed.append(f"global_batch_size:{whole} (published {gbs}, not a multiple of dp x micro-batch)")
+    return whole
 
 
 def _largest_fitting_micro_batch(
@@ -668,6 +691,39 @@ def _largest_fitting_micro_batch(
             continue
         if est.fits:
             return candidate
+    return plan
+
+
+def _tuned_recompute(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    plan: ParallelPlan,
+    fw: FrameworkProfile,
+    assumed: list[str],
+) -> ParallelPlan:
+    """A run without pipeline stages that names neither its micro-batch nor its recompute: ``plan`` (no
+    recompute at the largest micro-batch that fits) or full recompute at the largest micro-batch that fits
+    with it, whichever the model prices faster, as a tuned run would choose; full recompute is listed in
+    ``assumed``. (Sharded runs at small micro-batches are bound by their per-layer gathers; recomputing lets a
+    larger micro-batch fit and hide them: OPT-175B's 124-way FSDP at one sequence per rank.)"""
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.presets.calibration import load_calibration
+
+    full = _largest_fitting_micro_batch(
+        model, cluster, workload, dataclasses.replace(plan, recompute=Recompute.FULL), fw
+    )
+    cal = load_calibration().with_framework(fw.admitting(plan, dtype=str(workload.dtype)))
+    try:
+        kept, redone = (
+            estimate_plan(model, cluster, workload, p, calibration=cal, allow_uneven_layers=True)
+            for p in (plan, full)
+        )
+    except ValueError:
+        return plan
+    if redone.fits and (not kept.fits or redone.tokens_per_s > kept.tokens_per_s):
+        assumed.append(f"recompute:full (micro-batch {full.micro_batch_size} fits with it and runs faster)")
+        return full
     return plan
 
 
