@@ -312,11 +312,11 @@ def _partial(model: ModelSpec, cols: Cols) -> tuple[Array, Array]:
 
 
 def _blend(share: Array, partial: Array, whole: Any, kept: Any) -> Any:
-    """Per field, ``share`` of the fully recomputed layer and the rest of the layer that keeps its activations,
-    where ``partial``; ``whole`` elsewhere (NamedTuples of arrays)."""
-    return type(whole)(
-        *(np.where(partial, share * w + (1 - share) * k, w) for w, k in zip(whole, kept, strict=True))
-    )
+    """``share`` of the fully recomputed layer's value and the rest of the layer that keeps its activations,
+    where ``partial``; ``whole`` elsewhere. Arrays, or NamedTuples of them field by field."""
+    if isinstance(whole, tuple):
+        return type(whole)(*(_blend(share, partial, w, k) for w, k in zip(whole, kept, strict=True)))
+    return np.where(partial, share * whole + (1 - share) * kept, whole)
 
 
 def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
@@ -680,9 +680,12 @@ def dp_comm_s(
             return all_gather_s(ctx.cluster, count * ctx.param_bytes, k, stride, eff) if gathers else 0.0
 
         red_bucket, ag_bucket = reduction(bucket), gathered(bucket)
+        red_all, ag = full * red_bucket, full * ag_bucket
         has_rest = rest > 0
-        reduce = reduce + np.where(on, full * red_bucket + np.where(has_rest, reduction(rest), 0.0), 0.0)
-        ag = full * ag_bucket + np.where(has_rest, gathered(rest), 0.0)
+        if np.any(has_rest):  # FSDP units split evenly: no remainder to price
+            red_all = red_all + np.where(has_rest, reduction(rest), 0.0)
+            ag = ag + np.where(has_rest, gathered(rest), 0.0)
+        reduce = reduce + np.where(on, red_all, 0.0)
         gather = gather + np.where(on & (z > 0) & (z < 3), ag, 0.0)
         tails.append((np.where(on, red_bucket, 0.0), np.where(on & (z > 0) & (z < 3), ag_bucket, 0.0)))
     if not tails:
@@ -747,15 +750,13 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
     if np.any(partial):  # the layers past the first N of a chunk keep all their activations
         kept = {**kw, "recompute": np.where(partial, RECOMPUTE_CODES["none"], kw["recompute"])}
         kept_dense = layer_activation_bytes(ctx.dense_parts, selective_op=op, **kept)
-        mixed = share * dense + (1 - share) * kept_dense
+        dense = _blend(share, partial, dense, kept_dense)
         # only the kept layers free part of what they store when their I pass ends
         freed_frac = np.where(
-            partial, (1 - share) * kept_dense * freed / np.maximum(mixed, 1e-300), freed_frac
+            partial, (1 - share) * kept_dense * freed / np.maximum(dense, 1e-300), freed_frac
         )
-        dense = np.where(partial, mixed, dense)
         if model.is_moe:
-            kept_moe = layer_activation_bytes(ctx.moe_parts, selective_op=op, **kept)
-            moe = np.where(partial, share * moe + (1 - share) * kept_moe, moe)
+            moe = _blend(share, partial, moe, layer_activation_bytes(ctx.moe_parts, selective_op=op, **kept))
     off = np.asarray(cols.get("offload_activations", False), dtype=bool)
     working = np.where(off, OFFLOAD_WORKING_LAYERS * np.maximum(dense, moe), 0.0)
     return ActivationSizes(
