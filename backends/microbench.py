@@ -239,10 +239,20 @@ class Gemm:
     """``square``, ``rect`` or ``<model> tp<t> <linear> <pass>``."""
 
 
+def training_gemms(tokens: int, fan_in: int, fan_out: int, tag: str) -> list[Gemm]:
+    """The three GEMMs of a training step of one linear layer ``fan_in -> fan_out`` on ``tokens`` rows, with the
+    operand layouts ``nn.Linear`` hands cuBLAS: forward (tokens, out, in) ``nt``, input gradient (tokens, in,
+    out) ``nn``, weight gradient (out, in, tokens) ``tn``; ``what`` is ``tag`` plus the pass."""
+    return [
+        Gemm(tokens, fan_out, fan_in, "nt", f"{tag} fwd"),
+        Gemm(tokens, fan_in, fan_out, "nn", f"{tag} dgrad"),
+        Gemm(fan_out, fan_in, tokens, "tn", f"{tag} wgrad"),
+    ]
+
+
 def layer_gemms(sweep: Sweep) -> list[Gemm]:
-    """The three GEMMs of a training step of every linear layer of :attr:`Sweep.layer_models` at every tp and
-    token count: forward (tokens, out, in) ``nt``, input gradient (tokens, in, out) ``nn``, weight gradient
-    (out, in, tokens) ``tn``. Linears: QKV (out = (heads + 2 kv_heads) head_dim / tp), attention output
+    """The :func:`training_gemms` of every linear layer of :attr:`Sweep.layer_models` at every tp and token
+    count. Linears: QKV (out = (heads + 2 kv_heads) head_dim / tp), attention output
     (in = hidden / tp), FFN up+gate (out = 2 ffn / tp, SwiGLU), FFN down (in = ffn / tp)."""
     out = []
     for name, hidden, ffn, heads, kv_heads in sweep.layer_models:
@@ -256,12 +266,7 @@ def layer_gemms(sweep: Sweep) -> list[Gemm]:
             )
             for tokens in sweep.layer_tokens:
                 for linear, fan_in, fan_out in linears:
-                    tag = f"{name} tp{tp} {linear}"
-                    out += [
-                        Gemm(tokens, fan_out, fan_in, "nt", f"{tag} fwd"),
-                        Gemm(tokens, fan_in, fan_out, "nn", f"{tag} dgrad"),
-                        Gemm(fan_out, fan_in, tokens, "tn", f"{tag} wgrad"),
-                    ]
+                    out += training_gemms(tokens, fan_in, fan_out, f"{name} tp{tp} {linear}")
     return out
 
 

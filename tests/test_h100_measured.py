@@ -25,27 +25,39 @@ MEASURED = Path(__file__).resolve().parents[1] / "profiles" / "measured"
 KERNELS = MEASURED / "kernels-h100-sxm5-80gb"
 PROFILE_8B = MEASURED / "llama-3.1-8b-h100-bf16"
 H100 = "h100-sxm5-80gb"
+H200 = "h200-sxm-141gb"
 
 
-def test_the_table_is_a_measurement_with_its_provenance() -> None:
-    table = load_kernel_table(KERNELS)
-    assert table.device == H100 and table.measured
+TABLES = [
+    pytest.param(MEASURED / "kernels-h100-sxm5-80gb", H100, "NVIDIA H100 80GB HBM3", id="h100"),
+    pytest.param(MEASURED / "kernels-h200-sxm-141gb", H200, "NVIDIA H200", id="h200"),
+]
+"""Committed microbench folders: (folder, device preset, the GPU name nvidia-smi gave)."""
+
+
+@pytest.mark.parametrize(("folder", "device", "gpu"), TABLES)
+def test_the_table_is_a_measurement_with_its_provenance(folder: Path, device: str, gpu: str) -> None:
+    table = load_kernel_table(folder)
+    assert table.device == device and table.measured
     prov = table.provenance
-    assert prov["gpu"] == "NVIDIA H100 80GB HBM3" and prov["capability"] == "9.0"
+    assert prov["gpu"] == gpu and prov["capability"] == "9.0"
     for key in ("torch", "cuda", "driver", "cudnn", "date", "command", "nvidia_smi power.limit [W]"):
         assert prov[key], key
 
 
-def test_gemm_curves_are_the_documented_reduction_of_the_raw_rows() -> None:
+@pytest.mark.parametrize(("folder", "device", "gpu"), TABLES)
+def test_gemm_curves_are_the_documented_reduction_of_the_raw_rows(
+    folder: Path, device: str, gpu: str
+) -> None:
     """The table's points are the best shape per log2-FLOP bin of gemm.csv, as fractions of the datasheet
-    dense peak of the H100 preset (989.4 TFLOP/s bf16, 1978.9 fp8)."""
-    rows = pl.read_csv(KERNELS / "gemm.csv")
-    table = load_kernel_table(KERNELS)
-    device = load_device(H100)
+    dense peak of the device preset (H100 and H200: 989.4 TFLOP/s bf16, 1978.9 fp8)."""
+    rows = pl.read_csv(folder / "gemm.csv")
+    table = load_kernel_table(folder)
+    preset = load_device(device)
     assert (rows["flop"] == 2 * rows["m"] * rows["n"] * rows["k"]).all()
     for dtype in ("bf16", "fp8"):
         part = rows.filter(pl.col("dtype") == dtype)
-        peak = device.peak(dtype)
+        peak = preset.peak(dtype)
         assert (part["peak_frac"] - part["achieved_flop_per_s"] / peak).abs().max() < 1e-12
         assert gemm_points(part) == table.gemm[dtype]
     # the layer GEMMs of the three Llama 3.1 sizes, each as forward, input gradient and weight gradient
@@ -56,10 +68,11 @@ def test_gemm_curves_are_the_documented_reduction_of_the_raw_rows() -> None:
     assert set(passes["layout"].filter(passes["dtype"] == "bf16")) == {"nt", "nn", "tn"}
 
 
-def test_attention_tables_are_the_mha_rows_per_back_end() -> None:
-    rows = pl.read_csv(KERNELS / "attention.csv")
-    table = load_kernel_table(KERNELS)
-    peak = load_device(H100).peak("bf16")
+@pytest.mark.parametrize(("folder", "device", "gpu"), TABLES)
+def test_attention_tables_are_the_mha_rows_per_back_end(folder: Path, device: str, gpu: str) -> None:
+    rows = pl.read_csv(folder / "attention.csv")
+    table = load_kernel_table(folder)
+    peak = load_device(device).peak("bf16")
     expected = [
         attention_flop(seq_len=s, head_dim=d, heads=h, batch=b)
         for s, d, h, b in rows.select("seq_len", "head_dim", "heads", "batch").iter_rows()
@@ -78,12 +91,37 @@ def test_attention_tables_are_the_mha_rows_per_back_end() -> None:
         assert t.bwd_frac == pytest.approx([f / peak for f in mha["bwd_flop_per_s"]])
 
 
-def test_memory_rows_and_the_hbm_fraction() -> None:
-    rows = pl.read_csv(KERNELS / "memory.csv")
+@pytest.mark.parametrize(("folder", "device", "gpu"), TABLES)
+def test_memory_rows_and_the_hbm_fraction(folder: Path, device: str, gpu: str) -> None:
+    rows = pl.read_csv(folder / "memory.csv")
     assert {"copy", "add", "silu", "softmax", "layer_norm", "rms_norm", "adamw_step"} <= set(rows["op"])
     assert ((rows["bytes_per_s"] - rows["bytes"] / rows["time_s"]).abs() < 1e-6 * rows["bytes_per_s"]).all()
     copy = rows.filter(pl.col("op") == "copy")
-    assert load_kernel_table(KERNELS).hbm_frac == pytest.approx(float(copy["bytes_per_s"][0]) / 3.35e12)
+    hbm = load_device(device).hbm_bytes_per_s
+    assert load_kernel_table(folder).hbm_frac == pytest.approx(float(copy["bytes_per_s"][0]) / hbm)
+
+
+def test_h200_and_h100_tables_agree_where_the_datasheets_do() -> None:
+    """Two GPUs measured on two machines, three days apart: the H200 has the H100 SXM's GH100 tensor cores and
+    clocks (NVIDIA H200 datasheet: 989 TFLOP/s dense BF16, 1,979 FP8, as the H100 SXM), so wherever a GEMM
+    fills the GPU (>= 1e10 FLOPs) the curves agree within 3% on average and 10% at worst (the largest shapes
+    run into the 700 W power limit, which each part holds differently); its HBM3e is 4.8 TB/s against 3.35, so the
+    copy moves 4.8/3.35 = 1.43x the bytes per second, within 5%."""
+    h100, h200 = (load_kernel_table(MEASURED / f"kernels-{d}") for d in (H100, H200))
+    for dtype in ("bf16", "fp8"):
+        gaps = [
+            frac / float(matmul_efficiency_frac(flop, h100.gemm[dtype])) - 1
+            for flop, frac in h200.gemm[dtype]
+            if flop >= 1e10
+        ]
+        assert len(gaps) >= 10 and max(map(abs, gaps)) < 0.10
+        assert sum(map(abs, gaps)) / len(gaps) < 0.03
+    copies = [
+        pl.read_csv(MEASURED / f"kernels-{d}" / "memory.csv").filter(pl.col("op") == "copy")
+        for d in (H100, H200)
+    ]
+    ratio = float(copies[1]["bytes_per_s"][0]) / float(copies[0]["bytes_per_s"][0])
+    assert ratio == pytest.approx(4.8 / 3.35, rel=0.05)
 
 
 def test_the_cost_model_reads_the_measurement_for_the_h100_and_keeps_published_families() -> None:
@@ -251,3 +289,34 @@ def test_committed_calibration_of_each_h100_profile_loads_and_fits_better(profil
     assert table.device == H100
     assert float(table.provenance["error_after_frac"]) < float(table.provenance["error_before_frac"])
     assert device_kernel_tables()[H100].source.startswith("workbench microbench")
+
+
+def test_h200_expert_gemm_probe_against_the_curve() -> None:
+    """The H200's expert GEMMs (benchmarks/probe_expert_gemms.py): one expert's six GEMMs (up and down
+    projection, three passes) of five MoE models take longer than the measured table's curve says when read
+    at each GEMM's own FLOPs, by little from 1,024 tokens per expert up (the curve keeps each FLOP bin's best
+    shape) and by more the fewer the tokens; four streams gain nothing over one at 2,048 tokens per expert."""
+    table = load_kernel_table(MEASURED / "kernels-h200-sxm-141gb")
+    peak = load_device(H200).peak
+    rows = pl.read_csv(MEASURED / "real-runs" / "expert-gemms-h200.csv")
+    experts = rows.filter(pl.col("kind") == "expert").with_columns(
+        tokens=pl.col("what").str.extract(r" t(\d+) ").cast(pl.Int64),
+        model=pl.col("what").str.split(" ").list.first(),
+    )
+    short: dict[int, list[float]] = {}
+    for (dtype, _, tokens), part in experts.group_by("dtype", "model", "tokens"):
+        curve = table.gemm[str(dtype)]
+        predicted = sum(
+            f / (float(matmul_efficiency_frac(f, curve)) * peak(str(dtype))) for f in part["flop"]
+        )
+        short.setdefault(int(tokens), []).append(1 - predicted / float(part["time_s"].sum()))
+    assert len(short[2048]) == 10  # 5 models x 2 dtypes
+    mean = {t: sum(v) / len(v) for t, v in short.items()}
+    assert all(0.0 < mean[t] < 0.10 for t in (1024, 2048, 4096, 8192))
+    assert mean[128] > mean[256] > mean[512] > 0.10
+    group = rows.filter(pl.col("kind") == "group").with_columns(
+        streams=pl.col("what").str.extract(r"streams(\d+)").cast(pl.Int64)
+    )
+    at = {(m, s): t for m, s, t in group.select("m", "streams", "time_s").iter_rows()}
+    assert at[(2048, 4)] == pytest.approx(at[(2048, 1)], rel=0.05)
+    assert at[(256, 1)] / at[(256, 4)] > 1.2

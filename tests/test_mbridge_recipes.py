@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from workbench.cost.flops import attended_keys_frac, attention_ops, cheap_recompute_ops, mlp_ops
+from workbench.cost.flops import Op, attended_keys_frac, attention_ops, cheap_recompute_ops, mlp_ops
 from workbench.cost.memory import activation_parts
 from workbench.cost.moe import (
     MOE_LAYER_KERNEL_PARTS,
@@ -160,20 +160,33 @@ def test_token_copy_passes_by_dispatcher_and_dtype() -> None:
     assert ops["moe_dispatch"].bytes == pytest.approx(12.0 * 2.0 * 4096 * 8 * model.hidden_size)
 
 
-def test_multi_stream_grouped_gemm_reads_the_curve_at_streams_experts() -> None:
+def test_expert_gemms_are_read_at_their_own_sizes() -> None:
+    """The up projection (gate fused: h x 2f) and the down projection (f x h) are two ops, each read on the curve
+    at one GEMM's FLOPs: one expert's tokens when GEMMs are issued per expert (also on several streams, which
+    the H200 probe measured to gain nothing from 1,024 tokens per expert up), all routed tokens for one grouped
+    kernel. Their FLOPs and bytes add up to the whole block's."""
     model = load_model("qwen3-30b-a3b")
     h, f, k = model.hidden_size, model.moe_ffn_hidden_size, model.experts_per_token
     kw: dict[str, Any] = {"tokens": 4096.0, "tp": 1, "act_bytes": 2.0, "moe_layer": True}
 
-    def experts(**more: Any) -> float:
-        return float(next(o for o in mlp_ops(model, **kw, **more) if o.name == "experts").gemm_flop)
+    def experts(**more: Any) -> tuple[Op, Op]:
+        ops = {o.name: o for o in mlp_ops(model, **kw, **more)}
+        return ops["experts"], ops["experts_down"]
 
     routed = 4096 * k
     per_expert = routed * 8 / 128  # ep 8: balanced tokens per expert
-    assert experts(ep=8) == pytest.approx(2 * routed * h * f)  # one grouped kernel
-    assert experts(ep=8, gemm_streams=4) == pytest.approx(2 * 4 * per_expert * h * f)
-    assert experts(ep=64, gemm_streams=4) == pytest.approx(2 * 2 * (routed * 64 / 128) * h * f)  # 2 local
-    assert experts(ep=8, grouped_gemm=False) == pytest.approx(2 * per_expert * h * f)
+    up, down = experts(ep=8)  # one grouped kernel
+    assert (float(up.gemm_flop), float(down.gemm_flop)) == pytest.approx(
+        (2 * routed * h * 2 * f, 2 * routed * f * h)
+    )
+    for more in ({"gemm_streams": 4}, {"grouped_gemm": False}):
+        up, down = experts(ep=8, **more)
+        assert float(up.gemm_flop) == pytest.approx(2 * per_expert * h * 2 * f)
+        assert float(down.gemm_flop) == pytest.approx(2 * per_expert * f * h)
+    up, down = experts(ep=8)
+    assert float(up.flop + down.flop) == pytest.approx(2 * routed * 3 * h * f)
+    local = 128 / 8
+    assert float(up.bytes + down.bytes) == pytest.approx(2.0 * (routed * (2 * h + 3 * f) + 3 * h * f * local))
 
 
 def test_recompute_modules_redo_their_forward() -> None:

@@ -157,10 +157,15 @@ def mlp_ops(
     """The dense MLP, or an MoE block: router, the token permutation to the experts and back
     (``dispatch_passes`` HBM passes over the routed tokens), top-k routed experts (times the capacity
     factor, which also carries routing imbalance) and shared experts (DeepSeekMoE). Expert work per device is
-    tokens*k/tp whatever the ep/etp split (balanced routing). The expert GEMMs' efficiency is read at the size
-    of all local experts' work when they run as one ``grouped_gemm``, else at one expert's; with
-    ``gemm_streams`` > 0 (a grouped GEMM issued as one GEMM per local expert over that many streams, as
-    Transformer Engine 2.9's GroupedLinear does) at the work of min(streams, local experts) experts."""
+    tokens*k/tp whatever the ep/etp split (balanced routing). The experts are two ops, ``experts`` (the up
+    projection, gate fused beside it: h x 2f) and ``experts_down`` (f x h), each read on the efficiency curve
+    at its own GEMM's size: over all local experts' tokens when they run as one ``grouped_gemm`` kernel, else
+    one expert's, also with ``gemm_streams`` > 0 (one GEMM per local expert spread over that many streams, as
+    Transformer Engine 2.9's GroupedLinear does). Measured on the lent H200 (``benchmarks/probe_expert_gemms.py``,
+    ``profiles/measured/real-runs/expert-gemms-h200.csv``): 16 of Qwen3-30B-A3B's up projections on 4 streams
+    run no faster than one after another from 1,024 tokens per expert up (1.35x faster at 256), and the six
+    GEMMs of one expert of five MoE models take 5-7% longer than the curve read at their own sizes says from
+    1,024 tokens per expert up (the curve keeps the best shape of each FLOP bin; 11% at 512, 25% at 256)."""
     h, n_mat = model.hidden_size, (3 if model.gated_mlp else 2)
     if not moe_layer:
         f = model.ffn_hidden_size
@@ -177,19 +182,25 @@ def mlp_ops(
     f, e, k = model.moe_ffn_hidden_size, model.num_experts, model.experts_per_token
     routed = tokens * k * capacity_factor / tp
     per_expert_tokens = routed * ep / e
-    w_local = n_mat * h * f * e / ep
+    local = e / ep
+    unit = _expert_gemm_tokens(routed, per_expert_tokens, local, grouped_gemm, gemm_streams)
+    n_up = n_mat - 1  # the up projection, with the gate fused beside it when gated
     ops = [
         Op("router", "matmul", 2.0 * tokens * h * e / tp, act_bytes * tokens * (h + e) / tp),
         Op("moe_dispatch", "memory", 0.0, dispatch_passes * act_bytes * routed * h),
         Op(
             "experts",
             "matmul",
-            2.0 * routed * n_mat * h * f,
-            act_bytes * (routed * (2 * h + n_mat * f) + w_local),
-            gemm_flop=2.0
-            * _expert_gemm_tokens(routed, per_expert_tokens, e / ep, grouped_gemm, gemm_streams)
-            * h
-            * f,
+            2.0 * routed * n_up * h * f,
+            act_bytes * (routed * (h + n_up * f) + n_up * h * f * local),
+            gemm_flop=2.0 * unit * h * n_up * f,
+        ),
+        Op(
+            "experts_down",
+            "matmul",
+            2.0 * routed * h * f,
+            act_bytes * (routed * (f + h) + h * f * local),
+            gemm_flop=2.0 * unit * f * h,
         ),
     ]
     if model.num_shared_experts:
@@ -207,11 +218,10 @@ def mlp_ops(
 
 
 def _expert_gemm_tokens(routed: Array, per_expert: Array, local: Array, grouped: bool, streams: int) -> Array:
-    """Tokens of the expert GEMM work that runs as one unit (see :func:`mlp_ops`)."""
-    if not grouped:
+    """Tokens of the expert GEMM work that runs as one kernel (see :func:`mlp_ops`): all routed tokens for one
+    grouped kernel, else one expert's, also when the per-expert GEMMs are spread over ``streams`` streams."""
+    if not grouped or streams > 0:
         return per_expert
-    if streams > 0:
-        return per_expert * np.minimum(float(streams), np.maximum(local, 1.0))
     return routed
 
 
