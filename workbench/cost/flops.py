@@ -183,7 +183,7 @@ def mlp_ops(
     routed = tokens * k * capacity_factor / tp
     per_expert_tokens = routed * ep / e
     local = e / ep
-    unit = _expert_gemm_tokens(routed, per_expert_tokens, local, grouped_gemm, gemm_streams)
+    unit = per_expert_tokens if not grouped_gemm or gemm_streams > 0 else routed
     n_up = n_mat - 1  # the up projection, with the gate fused beside it when gated
     ops = [
         Op("router", "matmul", 2.0 * tokens * h * e / tp, act_bytes * tokens * (h + e) / tp),
@@ -215,14 +215,6 @@ def mlp_ops(
             )
         )
     return ops
-
-
-def _expert_gemm_tokens(routed: Array, per_expert: Array, local: Array, grouped: bool, streams: int) -> Array:
-    """Tokens of the expert GEMM work that runs as one kernel (see :func:`mlp_ops`): all routed tokens for one
-    grouped kernel, else one expert's, also when the per-expert GEMMs are spread over ``streams`` streams."""
-    if not grouped or streams > 0:
-        return per_expert
-    return routed
 
 
 def cheap_recompute_ops(

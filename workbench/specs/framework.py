@@ -368,7 +368,9 @@ class FrameworkProfile:
     """How a grouped GEMM runs: 0 one kernel for all local experts (CUTLASS grouped GEMM, torch grouped_mm);
     n > 0 one GEMM per local expert issued round-robin on n streams (Transformer Engine 2.9 GroupedLinear:
     ``multi_stream_cublas_gemm`` with ``num_compute_streams = 4``; its CUTLASS grouped GEMM is Hopper-only
-    behind ``NVTE_USE_CUTLASS_GROUPED_GEMM``), so at most n experts' GEMMs share the GPU at a time."""
+    behind ``NVTE_USE_CUTLASS_GROUPED_GEMM``). Priced as one GEMM per expert at its own size, whatever n: on
+    the lent H200, 16 expert GEMMs on 4 streams ran no faster than one after another from 1,024 tokens per
+    expert up (``benchmarks/probe_expert_gemms.py``); the launches still count per expert."""
     moe_host_sync: bool = False
     """The host waits for the GPU once per MoE layer forward (token counts per expert copied to the CPU), so
     the layer cannot be queued ahead and costs at least its launch time (``workbench.cost.moe.moe_host_s``).
