@@ -50,13 +50,23 @@ def models_cmd(as_json: bool) -> None:
     )
 
 
+def _kernels_cell(table: dict[str, Any] | None) -> str:
+    if table is None:
+        return "-"
+    return f"measured {table['date']}" if table["measured"] else "published"
+
+
 @click.command("devices")
 @_JSON
 def devices_cmd(as_json: bool) -> None:
-    """List the device presets (dense peaks)."""
+    """List the device presets (dense peaks) and where each one's kernel table comes from."""
+    from workbench.presets.kernels import device_kernel_tables
+
+    tables = device_kernel_tables()
     rows: list[dict[str, Any]] = []
     for name in catalog.preset_names("device"):
         d = catalog.load_device(name)
+        table = tables.get(name)
         rows.append(
             {
                 "id": name,
@@ -64,14 +74,21 @@ def devices_cmd(as_json: bool) -> None:
                 "hbm_bytes": d.hbm_bytes,
                 "hbm_bytes_per_s": d.hbm_bytes_per_s,
                 "peak_flop_per_s": {k.value: v for k, v in d.peak_flop_per_s.items()},
+                "kernel_table": None
+                if table is None
+                else {
+                    "measured": table.measured,
+                    "date": table.provenance.get("date", "")[:10] if table.measured else None,
+                    "source": table.source,
+                },
             }
         )
     if as_json:
         echo_json(rows)
         return
     print_table(
-        "Device presets (dense peaks)",
-        ["id", "name", "HBM", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s"],
+        "Device presets (dense peaks; kernel tables measured here or from published benchmarks)",
+        ["id", "name", "HBM", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "kernels"],
         [
             [
                 r["id"],
@@ -80,6 +97,7 @@ def devices_cmd(as_json: bool) -> None:
                 f"{r['hbm_bytes_per_s'] / 1e12:.2f}",
                 f"{r['peak_flop_per_s'].get('bf16', 0) / 1e12:.0f}",
                 f"{r['peak_flop_per_s']['fp8'] / 1e12:.0f}" if "fp8" in r["peak_flop_per_s"] else "-",
+                _kernels_cell(r["kernel_table"]),
             ]
             for r in rows
         ],

@@ -73,3 +73,20 @@ def test_bad_config_file_is_named(workbench_cli, tmp_path) -> None:
         and "broken.json: not valid JSON" in proc.stderr
         and "Traceback" not in proc.stderr
     )
+
+
+def test_devices_say_which_kernel_tables_were_measured(workbench_cli) -> None:
+    """A device with a committed microbench folder reads a measured table (dated as its provenance says);
+    the rest read the published ones."""
+    import tomllib
+    from pathlib import Path
+
+    measured = Path(__file__).resolve().parents[1] / "profiles" / "measured"
+    rows = {r["id"]: r for r in json.loads(workbench_cli("devices", "--json", check=True).stdout)}
+    for device in ("h100-sxm5-80gb", "h200-sxm-141gb"):
+        prov = tomllib.loads((measured / f"kernels-{device}" / "kernels.toml").read_text())["provenance"]
+        table = rows[device]["kernel_table"]
+        assert table["measured"] and table["date"] == prov["date"][:10]
+        assert table["source"].startswith("workbench microbench")
+    assert rows["a100-sxm4-80gb"]["kernel_table"]["measured"] is False
+    assert "measured 2026-11-28" in workbench_cli("devices", check=True).stdout
