@@ -281,7 +281,11 @@ def gemm_shapes(sweep: Sweep) -> list[Gemm]:
     return [Gemm(s, s, s) for s in sweep.square] + rect + layer_gemms(sweep)
 
 
-def _gemm_fn(dtype: str, g: Gemm, dev: torch.device) -> Callable[[], torch.Tensor]:
+def gemm_fn(dtype: str, g: Gemm, dev: torch.device) -> Callable[[], torch.Tensor]:
+    """A call of the GEMM ``g`` on ``dev`` with fixed random operands (seed 0): A (m, k) times B (k, n) in
+    ``g.layout`` (``nt``/``tn`` store B or A transposed), output (m, n). ``dtype`` fp32 or bf16 (both operands
+    and the output), or fp8: e4m3 operands through ``torch._scaled_mm`` with unit scales and a bf16 output,
+    always A row-major and B column-major (the only layout it takes). KeyError for another dtype."""
     gen = torch.Generator(device=dev).manual_seed(0)
     m, n, k = g.m, g.n, g.k
     if dtype == "fp8":  # _scaled_mm takes A row-major and B column-major only: every pass in that layout
@@ -312,7 +316,7 @@ def measure_gemms(
     rows = []
     timing = {"warmup": warmup, "repeats": repeats, "min_sample_s": sweep.min_sample_s}
     for g in shapes:
-        fn = _gemm_fn(dtype, g, dev)
+        fn = gemm_fn(dtype, g, dev)
         try:
             time_s, graphed = time_per_call_s(fn, dev, graph=True, **timing), dev.type == "cuda"
         except RuntimeError:  # a kernel CUDA graphs cannot capture: timed eagerly, and the row says so
@@ -635,7 +639,7 @@ def gemm_dtypes(dev: torch.device, *, log: Log | None = None) -> list[str]:
     rate = {
         d: 2
         * 256**3
-        / time_per_call_s(_gemm_fn(d, Gemm(256, 256, 256), dev), dev, warmup=2, repeats=3, min_sample_s=2e-3)
+        / time_per_call_s(gemm_fn(d, Gemm(256, 256, 256), dev), dev, warmup=2, repeats=3, min_sample_s=2e-3)
         for d in ("fp32", "bf16")
     }
     if log:

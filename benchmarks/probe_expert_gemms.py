@@ -29,8 +29,8 @@ import polars as pl
 import torch
 from workbench_backends.microbench import (
     Gemm,
-    _gemm_fn,
     default_sweep,
+    gemm_fn,
     measure_gemms,
     time_per_call_s,
     training_gemms,
@@ -61,7 +61,7 @@ def group_rows(dev: torch.device) -> list[dict[str, object]]:
     _, hidden, ffn = MODELS[0]
     rows: list[dict[str, object]] = []
     for t in GROUP_TOKENS:
-        fns = [_gemm_fn("bf16", Gemm(t, 2 * ffn, hidden, "nt"), dev) for _ in range(GROUP_EXPERTS)]
+        fns = [gemm_fn("bf16", Gemm(t, 2 * ffn, hidden, "nt"), dev) for _ in range(GROUP_EXPERTS)]
         for n in STREAMS:
             streams = [torch.cuda.Stream(dev) for _ in range(n)]
 

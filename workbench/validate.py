@@ -666,6 +666,14 @@ def _whole_micro_batches(row: dict[str, str], gbs: int, replica_batch: int, assu
     return whole
 
 
+def _tuning_calibration(plan: ParallelPlan, fw: FrameworkProfile, workload: Workload) -> Calibration:
+    """The calibration a row's plan is tuned with (micro-batch, recompute): the default fit, ``fw`` admitting
+    ``plan``."""
+    from workbench.presets.calibration import load_calibration
+
+    return load_calibration().with_framework(fw.admitting(plan, dtype=str(workload.dtype)))
+
+
 def _largest_fitting_micro_batch(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan, fw: FrameworkProfile
 ) -> ParallelPlan:
@@ -674,13 +682,12 @@ def _largest_fitting_micro_batch(
     gradient steps than memory forces (fewer, larger GEMMs), as tuned published runs do. ``plan`` itself
     when no larger one fits or the batch does not split evenly."""
     from workbench.estimate.analytic import estimate_plan
-    from workbench.presets.calibration import load_calibration
 
     replicas = plan.dp * plan.cp
     local = workload.global_batch_size // replicas
     if local <= 1 or workload.global_batch_size % replicas:
         return plan
-    cal = load_calibration().with_framework(fw.admitting(plan, dtype=str(workload.dtype)))
+    cal = _tuning_calibration(plan, fw, workload)
     for mbs in sorted((d for d in range(2, local + 1) if local % d == 0), reverse=True):
         candidate = dataclasses.replace(plan, micro_batch_size=mbs)
         try:
@@ -708,12 +715,11 @@ def _tuned_recompute(
     ``assumed``. (Sharded runs at small micro-batches are bound by their per-layer gathers; recomputing lets a
     larger micro-batch fit and hide them: OPT-175B's 124-way FSDP at one sequence per rank.)"""
     from workbench.estimate.analytic import estimate_plan
-    from workbench.presets.calibration import load_calibration
 
     full = _largest_fitting_micro_batch(
         model, cluster, workload, dataclasses.replace(plan, recompute=Recompute.FULL), fw
     )
-    cal = load_calibration().with_framework(fw.admitting(plan, dtype=str(workload.dtype)))
+    cal = _tuning_calibration(plan, fw, workload)
     try:
         kept, redone = (
             estimate_plan(model, cluster, workload, p, calibration=cal, allow_uneven_layers=True)
@@ -934,8 +940,8 @@ def _coordinate_search(
         moved = False
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
+                ga, gb = FIT_GRID[a], FIT_GRID[b]
                 for da, db in ((1, 1), (1, -1), (-1, 1), (-1, -1)):
-                    ga, gb = FIT_GRID[a], FIT_GRID[b]
                     ia, ib = _grid_index(ga, values[a]) + da, _grid_index(gb, values[b]) + db
                     if 0 <= ia < len(ga) and 0 <= ib < len(gb):
                         moved = tried({**values, a: ga[ia], b: gb[ib]}) or moved
