@@ -19,7 +19,7 @@ write the 16-bit weight: 4 + 24 + 2 bytes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -369,6 +369,36 @@ def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
     return LayerPair(dense, moe, edges)
 
 
+LAYER_PAIR_COLUMNS = (
+    "tp",
+    "cp",
+    "ep",
+    "etp",
+    "micro_batch_size",
+    "sequence_parallel",
+    "recompute_code",
+    "tp_stride",
+    "cp_stride",
+    "ulysses",
+    "loss_chunks",
+)
+"""The plan columns ``layer_pair`` always reads where a plan has them (``layer_pair_columns`` adds the rest)."""
+
+
+def layer_pair_columns(cols: Cols) -> tuple[str, ...] | None:
+    """Names of the columns of ``cols`` that ``layer_pair(ctx, cols)`` reads: two plans equal on these have
+    the same ``LayerPair``, so a caller may price each distinct combination once. pp and vpp join where plans
+    recompute only some layers (``recompute_layers``: the share depends on the chunk size); None (every column
+    counts) with ``offload_activations`` (its transfers read the whole activation-size model) or
+    ``vocab_parallel`` (priced over the pipeline group and its placement)."""
+    if "offload_activations" in cols or "vocab_parallel" in cols:
+        return None
+    names = [k for k in LAYER_PAIR_COLUMNS if k in cols]
+    if "recompute_layers" in cols:
+        names += ["recompute_layers", "pp", "vpp"]
+    return tuple(names)
+
+
 HOST_ADAM_BYTES_PER_PARAM = 28.0
 """Host-memory bytes an optimizer step offloaded to the CPUs streams per parameter: it reads the fp32 master
 weight and the two fp32 moments (12) and the 16-bit gradient (2), writes the three back (12) and the 16-bit
@@ -472,6 +502,39 @@ def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: tuple[Array, Arr
     )
 
 
+def _per_micro_batch(pair: LayerPair, held: Holdings) -> tuple[Callable[[str], Array], tuple[Array, ...]]:
+    """(``both``: a LayerCosts field summed over the dense and MoE layers ``held`` holds, per micro-batch;
+    (dense, moe, embedding, head, mtp) held per micro-batch). A micro-batch goes through one of the ``copies``
+    of the model a rank holds (``rank_holdings``; DualPipe: 2), so 1/copies of each."""
+    per = 1 / np.asarray(held.get("copies", 1))
+    counts = tuple(held[k] * per for k in ("dense", "moe", "embedding", "head", "mtp"))
+    nd, nm = counts[0], counts[1]
+    dense, moe, _ = pair
+
+    def both(name: str) -> Array:
+        return nd * getattr(dense, name) + (nm * getattr(moe, name) if moe is not None else 0.0)
+
+    return both, counts
+
+
+def _compute_parts(
+    both: Callable[[str], Array], counts: tuple[Array, ...], edges: EdgeCosts
+) -> tuple[Array, Array, Array]:
+    """Compute seconds per micro-batch, without communication: (F, I, W), of what ``_per_micro_batch`` gave."""
+    _, _, emb, head, mtp = counts
+    comp_f = both("compute_f_s") + emb * edges.embedding_f_s + head * edges.head_f_s + mtp * edges.mtp_f_s
+    comp_i = both("compute_i_s") + emb * edges.embedding_b_s + head * edges.head_i_s + mtp * edges.mtp_i_s
+    comp_w = both("compute_w_s") + head * edges.head_w_s + mtp * edges.mtp_w_s
+    return comp_f, comp_i, comp_w
+
+
+def compute_s(pair: LayerPair, held: Holdings) -> Array:
+    """Seconds per micro-batch ``held`` computes (F + I + W, no communication): ``share_s``'s ``compute``.
+    A rank runs its actions one after another, so ``num_microbatches`` times this bounds its step from below
+    (``workbench.search.screen.tokens_per_s_bound``)."""
+    return sum(_compute_parts(*_per_micro_batch(pair, held), pair.edges))
+
+
 def share_s(
     pair: LayerPair, held: Holdings, fsdp: FsdpLayer, blocking_p2p_s: Array = 0.0
 ) -> dict[str, Array]:
@@ -481,17 +544,10 @@ def share_s(
     micro-batch goes through one of the ``copies`` of the model a rank holds (``rank_holdings``; DualPipe: 2):
     1/copies of it. ``blocking_p2p_s``: the pipeline transfers one micro-batch's forward and backward wait
     for on what ``held`` holds (``pp_blocking_s``), split evenly between F and I."""
-    per = 1 / np.asarray(held.get("copies", 1))
-    nd, nm, emb, head = (held[k] * per for k in ("dense", "moe", "embedding", "head"))
-    dense, moe, edges = pair
-
-    def both(name: str) -> Array:
-        return nd * getattr(dense, name) + (nm * getattr(moe, name) if moe is not None else 0.0)
-
-    mtp = held["mtp"] * per
-    comp_f = both("compute_f_s") + emb * edges.embedding_f_s + head * edges.head_f_s + mtp * edges.mtp_f_s
-    comp_i = both("compute_i_s") + emb * edges.embedding_b_s + head * edges.head_i_s + mtp * edges.mtp_i_s
-    comp_w = both("compute_w_s") + head * edges.head_w_s + mtp * edges.mtp_w_s
+    both, counts = _per_micro_batch(pair, held)
+    nd, nm, _, head, _ = counts
+    edges = pair.edges
+    comp_f, comp_i, comp_w = _compute_parts(both, counts, edges)
     comm_f = {k: both(f"{k}_f_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.f}
     comm_b = {k: both(f"{k}_b_s") for k in ("tp", "cp", "ep")} | {"fsdp": (nd + nm) * fsdp.b}
     vocab = np.where(np.asarray(head) > 0, edges.vocab_s, 0.0) / 2  # forward and backward halves

@@ -60,6 +60,7 @@ def _merge(outcomes: list[ScreenOutcome], objective: str, keep: int) -> ScreenOu
         num_plans=sum(o.num_plans for o in outcomes),
         num_costed=sum(o.num_costed for o in outcomes),
         num_feasible=sum(o.num_feasible for o in outcomes),
+        num_skipped=sum(o.num_skipped for o in outcomes),
         screen_s=sum(o.screen_s for o in outcomes),
         clusters=tuple(c for o in outcomes for c in o.clusters),
         schedule_names=next((o.schedule_names for o in outcomes if o.schedule_names), ()),

@@ -2,7 +2,8 @@
 
 Per chunk of plans (bounded memory, ``grid.DEFAULT_CHUNK`` plans at a time): the rule checks of
 ``grid.rule_reasons``; the closed-form peak memory of the plans that pass (``screen.screen_memory``); the
-closed-form step time of those that fit (``screen.screen_time``); then the chunk's best ``keep`` plans by the
+closed-form step time of those that fit and could still enter the pools (``screen.screen_time``; ``_hopeless``
+skips the rest by a bound on their tokens/s); then the chunk's best ``keep`` plans by the
 objective, its Pareto frontier and its closest memory misses join running pools that never exceed a few
 hundred rows. The pools become the frames of ``SearchResult``; the top K go through the full backend.
 """
@@ -45,6 +46,7 @@ class _Pools:
     num_plans: int = 0
     num_feasible: int = 0
     num_costed: int = 0
+    num_skipped: int = 0
 
 
 def _take(cols: Pool, idx: np.ndarray) -> Pool:
@@ -95,6 +97,41 @@ def _trimmed(
     return {k: trimmed[k] for k in (*ok, "recompute_layers")}
 
 
+def _hopeless(
+    ctx: screen.ScreenContext,
+    ok: Pool,
+    layers: screen.Layers,
+    pools: _Pools,
+    objective: str,
+    keep: int,
+    token_budget: float,
+    *,
+    partial: bool,
+) -> np.ndarray:
+    """True for the plans of ``ok`` (they fit) that can reach neither the final best plans nor the frontier,
+    judged against the pools of the chunks before: even at their most tokens/s (``screen.tokens_per_s_bound``;
+    times ``RECOMPUTE_SLOWDOWN_BOUND`` for full-recompute plans when ``partial`` variants are made, which are
+    faster by at most that and never lighter) they score below the ``keep``-th best plan so far, and a plan of
+    the frontier so far with no more memory has more tokens/s. The pools only improve, so such a plan (and
+    any variant of it) would be dropped at a later compaction; pricing it is skipped. All False until the best
+    pool holds ``keep`` plans."""
+    best, front = _concat(pools.best), _concat(pools.frontier)
+    if not best or len(best["tp"]) < keep or not front:
+        return np.zeros(len(ok["tp"]), dtype=bool)
+    tokens = screen.tokens_per_s_bound(ctx, ok, layers)
+    if partial:
+        full = ok["recompute_code"] == RECOMPUTE_CODES["full"]
+        tokens = np.where(full, tokens * RECOMPUTE_SLOWDOWN_BOUND, tokens)
+    hope = {"tokens_per_s": tokens, **rank.objective_columns(tokens, ok["num_devices"], token_budget)}
+    below = rank.score(hope, objective) < np.min(rank.score(best, objective))
+    order = np.argsort(front["peak_memory_bytes"], kind="stable")
+    memory = front["peak_memory_bytes"][order]
+    most = np.maximum.accumulate(front["tokens_per_s"][order])  # most tokens/s at this memory or less
+    at = np.searchsorted(memory, ok["peak_memory_bytes"], side="right") - 1
+    beaten = (at >= 0) & (most[np.maximum(at, 0)] > tokens)
+    return below & beaten
+
+
 def _screen_chunk(
     ctx: screen.ScreenContext,
     space: PlanSpace,
@@ -133,13 +170,23 @@ def _screen_chunk(
     pools.num_feasible += len(ok["tp"])
     if not len(ok["tp"]):
         return
-    ok.update(screen.screen_time(ctx, ok))
+    partial = ctx.step_ctx.cal.framework.partial_recompute
+    layers = screen.layer_terms(ctx, ok)
+    hopeless = _hopeless(ctx, ok, layers, pools, objective, keep, token_budget, partial=partial)
+    if hopeless.any():
+        pools.num_skipped += int(np.count_nonzero(hopeless))
+        hopeful = np.flatnonzero(~hopeless)
+        layers = screen._take(layers, hopeful, len(hopeless))
+        ok = _take(ok, hopeful)
+        if not len(ok["tp"]):
+            return
+    ok.update(screen.screen_time(ctx, ok, layers))
     ok.update(rank.objective_columns(ok["tokens_per_s"], ok["num_devices"], token_budget))
     scores = rank.score(ok, objective)
     best = _take(ok, rank.best_indices(scores, keep))
     on_front = rank.pareto_mask(ok["tokens_per_s"], ok["peak_memory_bytes"])
     front = _take(ok, np.flatnonzero(on_front))
-    if ctx.step_ctx.cal.framework.partial_recompute:
+    if partial:
         # Variants that recompute only the layers memory needs, of the full-recompute plans that could enter
         # the best plans (were recompute free: tokens/s x RECOMPUTE_SLOWDOWN_BOUND) or are on the frontier.
         bar = np.min(rank.score(best, objective)) if len(scores) > keep else -np.inf
@@ -175,6 +222,9 @@ class ScreenOutcome:
     num_costed: int
     num_feasible: int
     screen_s: float
+    num_skipped: int = 0
+    """Feasible plans whose step time was not priced: they could beat neither the best plans nor the frontier
+    found before them (``_hopeless``)."""
     clusters: tuple[ClusterSpec, ...]
     schedule_names: tuple[str, ...]
 
@@ -228,6 +278,7 @@ def screen_all(
         rejections=pools.rejections,
         num_plans=pools.num_plans,
         num_costed=pools.num_costed,
+        num_skipped=pools.num_skipped,
         num_feasible=pools.num_feasible,
         screen_s=time.perf_counter() - start,
         clusters=tuple(c for c, _ in spaces),

@@ -229,7 +229,7 @@ def rank_terms(
     ctx: ScreenContext,
     cols: Cols,
     rank: str,
-    layers: tuple[step.LayerPair, Any] | None = None,
+    layers: Layers | None = None,
     *,
     memory: bool = True,
 ) -> dict[str, Any]:
@@ -238,7 +238,7 @@ def rank_terms(
     ``dp_comm_s`` and ``optimizer_s`` per step, and (``memory``) the static memory parts
     (``step.static_memory``)."""
     sc = ctx.step_ctx
-    pair, fsdp = layers or _layers(ctx, cols)
+    pair, fsdp = layers or layer_terms(ctx, cols)
     held = ctx.holdings(cols, rank)
     dense, expert = step.params_held(sc, cols, held)
     blocking = ctx.blocking[cols["schedule_code"]] & (cols["pp"] > 1)
@@ -255,10 +255,63 @@ def rank_terms(
     }
 
 
-def _layers(ctx: ScreenContext, cols: Cols) -> tuple[step.LayerPair, Any]:
-    """Per-layer costs and ZeRO-3's exposed per-layer communication (shared by both ranks of a plan)."""
-    pair = step.layer_pair(ctx.step_ctx, cols)
+Layers = tuple[step.LayerPair, Any]
+"""``layer_terms``' per-layer costs and ZeRO-3's per-layer communication of a chunk's plans."""
+
+
+def layer_terms(ctx: ScreenContext, cols: Cols) -> Layers:
+    """Per-layer costs (``step.layer_pair``) and ZeRO-3's exposed per-layer communication (``step.fsdp_layer_s``)
+    of every plan, shared by all its ranks. The layer costs are priced once per distinct combination of the
+    columns they read (``step.layer_pair_columns``; a chunk of a planner's space has about a hundred times
+    fewer than plans: zero stage, dp, pp, vpp and schedule do not change a layer)."""
+    names = step.layer_pair_columns(cols)
+    distinct = distinct_rows(cols, names) if names is not None else None
+    if distinct is None:
+        pair = step.layer_pair(ctx.step_ctx, cols)
+    else:
+        first, inverse = distinct
+        sub = {k: np.asarray(v)[first] for k, v in cols.items()}
+        pair = _take(step.layer_pair(ctx.step_ctx, sub), inverse, len(first))
     return pair, step.fsdp_layer_s(ctx.step_ctx, cols, step.mean_layer_compute_s(ctx.model, pair))
+
+
+def distinct_rows(cols: Cols, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first, inverse) over the plans of ``cols``: the index of one plan of each distinct combination of the
+    integer (or boolean) columns ``names``, and per plan the position of its combination in ``first``, so
+    ``cols[k][first][inverse] == cols[k]`` for every k of ``names``. None where a column is not integral or
+    there are fewer than two plans (nothing to share)."""
+    n = len(cols["tp"])
+    if n < 2:
+        return None
+    parts = []
+    for k in names:
+        c = np.broadcast_to(np.asarray(cols[k]), (n,))
+        if not (np.issubdtype(c.dtype, np.integer) or c.dtype == np.bool_):
+            return None
+        parts.append(c.astype(np.int64))
+    key, span = np.zeros(n, dtype=np.int64), 1
+    for c in parts:  # mixed radix: one int64 per plan while the spans multiply below 2**62
+        lo = int(c.min())
+        radix = int(c.max()) - lo + 1
+        if span * radix >= 1 << 62:
+            _, first, inverse = np.unique(
+                np.stack(parts, axis=1), axis=0, return_index=True, return_inverse=True
+            )
+            return first, np.ravel(inverse)
+        key, span = key * radix + (c - lo), span * radix
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse
+
+
+def tokens_per_s_bound(ctx: ScreenContext, cols: Cols, layers: Layers) -> Any:
+    """The most tokens/s each plan of ``cols`` can reach: a device runs its forward, backward and
+    weight-gradient actions one after another, so a step lasts at least ``num_microbatches`` times the compute
+    of its busier edge rank (``step.compute_s``); communication, the bubble, the data-parallel reduction and the
+    optimizer step only add to it. ``layers``: ``layer_terms(ctx, cols)``. Tokens per second, one per plan, never
+    below ``screen_time``'s ``tokens_per_s`` (tested over whole spaces)."""
+    pair, _ = layers
+    busiest = np.max([step.compute_s(pair, ctx.holdings(cols, rank)) for rank in RANKS], axis=0)
+    return ctx.workload.tokens_per_step / (cols["num_microbatches"] * busiest)
 
 
 def _take(x: Any, idx: np.ndarray, n: int) -> Any:
@@ -336,14 +389,16 @@ def trimmed_recompute(ctx: ScreenContext, cols: Cols, limit_bytes: float) -> Col
     return {k: np.asarray(v)[keep] for k, v in {**trial, **mem}.items()}
 
 
-def screen_time(ctx: ScreenContext, cols: Cols) -> Cols:
+def screen_time(ctx: ScreenContext, cols: Cols, layers: Layers | None = None) -> Cols:
     """Closed-form step time of every plan, its breakdown (seconds, ``StepBreakdown`` names), tokens_per_s,
     mfu, hfu and bubble_fraction. The pipeline makespan is ``workbench.pipeline.bubble.makespan_s`` on the
     first and the last rank's share (and, with uneven stages, the heaviest rank's compute and per-layer
-    communication); the slowest is the critical rank whose parts the breakdown reports."""
+    communication); the slowest is the critical rank whose parts the breakdown reports. ``layers``:
+    ``layer_terms(ctx, cols)`` where the caller has them."""
     model = ctx.model
     pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
-    pair, fsdp = layers = _layers(ctx, cols)
+    layers = layers or layer_terms(ctx, cols)
+    pair, fsdp = layers
     whole = step.whole_share(model, pair, fsdp)
     best: dict[str, Any] = {}
     for rank in RANKS:
