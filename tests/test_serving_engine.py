@@ -4,8 +4,10 @@ need, checked against their datasheet figures."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from workbench.cost.flops import matmul_efficiency_frac
@@ -60,6 +62,51 @@ def test_profile_errors_name_the_file_and_field() -> None:
     h100 = load_cluster("dgx-h100")
     with pytest.raises(ValueError, match="engine 'tgi': unknown"):
         ReplicaCost(load_model("llama-3.1-8b"), h100, ServingPlan(engine="tgi"), load_calibration("default"))
+
+
+def test_graph_padding_follows_the_engines_capture_sizes() -> None:
+    """TensorRT-LLM (perf-overview llm_options.yml, ``_round_up_batch_size``, ``_filter_cuda_graph_batch_sizes``)
+    and vLLM V0 (``_get_graph_batch_size``), worked by hand."""
+    trt, v0, generic = load_engine("trtllm"), load_engine("vllm-v0"), load_engine("generic")
+    assert [trt.padded_decode_batch(n, 640) for n in (1, 3, 200, 257, 385, 600, 640)] == [
+        1,
+        4,
+        256,
+        384,
+        512,
+        640,
+        640,
+    ]
+    # a 300-sequence limit keeps 1..256 and pads past it to 300; a limit on a kept size adds nothing
+    assert [trt.padded_decode_batch(n, 300) for n in (256, 257, 300)] == [256, 300, 300]
+    assert trt.padded_decode_batch(300, 384) == 384
+    assert [v0.padded_decode_batch(n, 256) for n in (3, 5, 9, 250, 257)] == [4, 8, 16, 256, 257]  # 257: eager
+    assert generic.padded_decode_batch(270, 512) == 270
+    with pytest.raises(ValueError, match="graph_batch_sizes must rise strictly, got \\[4, 2\\]"):
+        EngineProfile(id="x", name="x", graph_batch_sizes=(4, 2))
+    with pytest.raises(
+        ValueError, match="graph_batch_sizes entry must be an integer in 1..512 .max_graph_batch"
+    ):
+        EngineProfile(id="x", name="x", graph_batch_sizes=(1, 1024))
+    with pytest.raises(ValueError, match="f.toml: .*graph_batch_sizes must be a list"):
+        engine_from_dict({"id": "x", "name": "x", "graph_batch_sizes": 8}, where="f.toml")
+
+
+def test_a_padded_decode_costs_what_its_dummies_add() -> None:
+    """A decode-only iteration of a padding engine costs the same iteration of a non-padding one with the dummy
+    sequences (one cached token each) added; mixed iterations are not padded."""
+    model, h100, cal = load_model("llama-3.1-70b"), load_cluster("dgx-h100"), load_calibration("default")
+    plan = ServingPlan(tp=2, max_num_seqs=384, max_num_batched_tokens=2048, engine="trtllm")
+    trt = load_engine("trtllm")
+    padded = ReplicaCost(model, h100, plan, cal, engine=trt)
+    exact = ReplicaCost(model, h100, plan, cal, engine=dataclasses.replace(trt, graph_batch_sizes=()))
+    none = np.array([], dtype=int)
+    ctx = np.full(270, 1500)
+    with_dummies = np.concatenate([ctx, np.ones(384 - 270, dtype=int)])
+    assert padded.iteration_s(none, none, ctx) == exact.iteration_s(none, none, with_dummies)
+    assert padded.iteration_s(none, none, ctx) > 1.05 * exact.iteration_s(none, none, ctx)
+    mixed = (np.array([1000]), np.array([0]), ctx)
+    assert padded.iteration_s(*mixed) == exact.iteration_s(*mixed)
 
 
 def test_trtllm_bench_settings_worked_by_hand() -> None:

@@ -287,7 +287,8 @@ class ReplicaCost:
     ) -> float:
         """Seconds of one iteration (see :class:`IterationCost`): all layers in turn (pp stages summed), both
         ends, pp hand-offs, at least the CPU's launch time (kernels x ``eager_kernel_s``) when the engine launches
-        the iteration eagerly, and the engine's ``step_overhead_s``. Attention-DP ranks take equal shares of the
+        the iteration eagerly, and the engine's ``step_overhead_s``. A decode-only iteration runs at the engine's
+        padded CUDA-graph batch (``EngineProfile.padded_decode_batch``). Attention-DP ranks take equal shares of the
         batch; the decodes of a mixed iteration share the prefills' varlen attention call where the engine runs
         one (``AttentionCost.varlen_decode_layer_s``). Raises ValueError when the two prefill arrays differ in
         length or hold a negative (or zero new) count."""
@@ -304,6 +305,14 @@ class ReplicaCost:
             raise ValueError(
                 "iteration_s: new tokens and decode contexts must be >= 1, prefill contexts >= 0"
             )
+        cached = float(dec.sum()) if n_dec else 0.0
+        if n_dec and not n_pre and self._engine.graph_batch_sizes:
+            # a padded CUDA graph per attention rank: dummy sequences with a one-token cache fill its batch
+            rp, ranks = self._role_plan, self._role_plan.attention_dp
+            cap = -(-min(rp.max_num_seqs, rp.max_num_batched_tokens) // ranks)
+            padded = ranks * self._engine.padded_decode_batch(-(-n_dec // ranks), cap)
+            cached += max(padded - n_dec, 0)
+            n_dec = max(padded, n_dec)
         tokens = (int(new.sum()) if n_pre else 0) + n_dec
         if tokens == 0:
             return 0.0
@@ -313,7 +322,7 @@ class ReplicaCost:
         if n_dec:
             a = self._attention
             decode = a.varlen_decode_layer_s if n_pre else a.decode_layer_s
-            attention += max(decode(n_dec, float(dec.sum())), MIN_KERNEL_S)
+            attention += max(decode(n_dec, cached), MIN_KERNEL_S)
         layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
         heads = self._table_lookup(self._logits_table, n_pre + n_dec, self._layers.by_logits_s)
         gpu = layers + heads + self._model.num_layers * attention

@@ -62,6 +62,12 @@ class EngineProfile:
     max_graph_batch: int = 512
     """Largest decode batch with a captured graph (vLLM V0 captures batch sizes up to 256); larger batches run
     eagerly. 1..2**20."""
+    graph_batch_sizes: tuple[int, ...] = ()
+    """Decode batch sizes with a captured CUDA graph, ascending, where the engine runs a decode-only batch as the
+    graph of the next captured size up, dummy sequences filling the gap (TensorRT-LLM's ``cuda_graph_config``
+    with ``enable_padding``; vLLM V0 pads to ``_BATCH_SIZES_TO_CAPTURE``): the iteration's GEMMs, small kernels
+    and LM head then process the padded batch, and each dummy's attention reads a one-token cache
+    (``padded_decode_batch``). Empty: every decode batch runs at its own size. Each 1..``max_graph_batch``."""
     eager_kernel_s: float = 0.0
     """CPU time to launch one kernel eagerly (Python module call, PyTorch dispatch, launch): an eager iteration
     takes at least its kernel count (every layer's GEMMs, small kernels, collectives and quantisations) times this.
@@ -107,6 +113,16 @@ class EngineProfile:
                 f"{where}: chunked_prefill must be true, false or absent, got {shown(self.chunked_prefill)}"
             )
         check_count(where, "max_graph_batch", self.max_graph_batch, maximum=2**20)
+        sizes = self.graph_batch_sizes
+        if not isinstance(sizes, list | tuple):
+            raise ValueError(f"{where}: graph_batch_sizes must be a list of batch sizes, got {shown(sizes)}")
+        for size in sizes:
+            check_count(
+                where, "graph_batch_sizes entry", size, maximum=self.max_graph_batch, limit="max_graph_batch"
+            )
+        if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+            raise ValueError(f"{where}: graph_batch_sizes must rise strictly, got {list(sizes)}")
+        object.__setattr__(self, "graph_batch_sizes", tuple(sizes))
         check_count(where, "layer_kernels", self.layer_kernels, minimum=0, maximum=64)
         check_count(where, "fp8_quant_kernels", self.fp8_quant_kernels, minimum=0, maximum=8)
         if self.moe_dispatch not in MOE_DISPATCHES:
@@ -117,6 +133,20 @@ class EngineProfile:
             raise ValueError(
                 f"{where}: kv_admission must be one of {', '.join(KV_ADMISSIONS)}; got {shown(self.kv_admission)}"
             )
+
+    def padded_decode_batch(self, num_decode_seqs: int, max_seqs: int) -> int:
+        """Sequences a decode-only iteration of ``num_decode_seqs`` runs as (see ``graph_batch_sizes``): the
+        smallest captured size at least that large among those an engine admitting at most ``max_seqs`` sequences
+        keeps, where ``max_seqs`` itself stands in for the first larger one (TensorRT-LLM's
+        ``_filter_cuda_graph_batch_sizes``); ``num_decode_seqs`` when the engine does not pad or the batch runs
+        eagerly (above ``max_graph_batch``)."""
+        n = num_decode_seqs
+        if not self.graph_batch_sizes or not self.graph_launched(0, n):
+            return n
+        kept = [b for b in self.graph_batch_sizes if b <= max_seqs]
+        if len(kept) < len(self.graph_batch_sizes) and max_seqs not in kept:
+            kept.append(max_seqs)
+        return next((b for b in kept if b >= n), n)
 
     def graph_launched(self, num_prefill_tokens: int, num_decode_seqs: int) -> bool:
         """Whether an iteration of this composition replays a CUDA graph (no eager launch cost)."""
