@@ -59,26 +59,35 @@ def _assert_same(a: object, b: object) -> None:
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_layer_costs_read_only_the_columns_they_declare(key):
-    """Shuffling every other column across the plans leaves each plan's ``layer_pair`` as it was."""
+    """Shuffling every other column across the plans leaves each plan's ``layer_pair`` and
+    ``activation_sizes`` (and ``peak_terms``) as they were."""
     ctx, cols = _valid_columns(key, limit=5_000)
     rng = np.random.default_rng(0)
     for partial in (False, True):
         if partial:  # plans recomputing only some layers read pp, vpp and the count too
             cols = {**cols, "recompute_layers": rng.integers(0, 4, len(cols["tp"]))}
-        names = step.layer_pair_columns(cols)
+        names = step.layer_columns(cols)
         assert names is not None and ("pp" in names) == partial
         shuffled = {k: (v if k in names else rng.permutation(v)) for k, v in cols.items()}
         assert any(not np.array_equal(shuffled[k], cols[k]) for k in ("dp", "zero_stage", "schedule_code"))
         _assert_same(step.layer_pair(ctx.step_ctx, cols), step.layer_pair(ctx.step_ctx, shuffled))
+        _assert_same(step.activation_sizes(ctx.step_ctx, cols), step.activation_sizes(ctx.step_ctx, shuffled))
+    # the closed-form pipeline peak reads only its own four columns
+    shuffled = {k: (v if k in screen.PEAK_COLUMNS else rng.permutation(v)) for k, v in cols.items()}
+    _assert_same(screen.peak_terms(ctx, cols), screen.peak_terms(ctx, shuffled))
 
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_shared_layer_costs_equal_the_per_plan_ones(key):
     ctx, cols = _valid_columns(key, limit=20_000)
-    first, inverse = screen.distinct_rows(cols, step.layer_pair_columns(cols))
+    first, inverse = screen.distinct_rows(cols, step.layer_columns(cols))
     assert len(first) * 2 <= len(cols["tp"])  # fewer layer costs than plans (zero stages alone: half)
     pair, fsdp = screen.layer_terms(ctx, cols)
     _assert_same(pair, step.layer_pair(ctx.step_ctx, cols))
+    # and the memory screen, which shares the activation sizes and the pipeline peak terms the same way
+    shared = screen.screen_memory(ctx, cols)["peak_memory_bytes"]
+    unshared = screen.screen_memory(ctx, {**cols, "offload_activations": np.zeros(len(cols["tp"]), dtype=bool)})
+    np.testing.assert_allclose(shared, unshared["peak_memory_bytes"], rtol=1e-12)
 
 
 def test_distinct_rows_groups_equal_rows_and_falls_back_past_int64():

@@ -369,7 +369,7 @@ def layer_pair(ctx: StepContext, cols: Cols) -> LayerPair:
     return LayerPair(dense, moe, edges)
 
 
-LAYER_PAIR_COLUMNS = (
+LAYER_COLUMNS = (
     "tp",
     "cp",
     "ep",
@@ -382,18 +382,20 @@ LAYER_PAIR_COLUMNS = (
     "ulysses",
     "loss_chunks",
 )
-"""The plan columns ``layer_pair`` always reads where a plan has them (``layer_pair_columns`` adds the rest)."""
+"""The plan columns ``layer_pair`` and ``activation_sizes`` read where a plan has them (``layer_columns`` adds
+the rest)."""
 
 
-def layer_pair_columns(cols: Cols) -> tuple[str, ...] | None:
-    """Names of the columns of ``cols`` that ``layer_pair(ctx, cols)`` reads: two plans equal on these have
-    the same ``LayerPair``, so a caller may price each distinct combination once. pp and vpp join where plans
-    recompute only some layers (``recompute_layers``: the share depends on the chunk size); None (every column
-    counts) with ``offload_activations`` (its transfers read the whole activation-size model) or
-    ``vocab_parallel`` (priced over the pipeline group and its placement)."""
+def layer_columns(cols: Cols) -> tuple[str, ...] | None:
+    """Names of the columns of ``cols`` that ``layer_pair(ctx, cols)`` and ``activation_sizes(ctx, cols)`` read:
+    two plans equal on these have the same per-layer costs and activation sizes, so a caller may work each
+    distinct combination out once. pp and vpp join where plans recompute only some layers
+    (``recompute_layers``: the share depends on the chunk size); None (every column counts) with
+    ``offload_activations`` (its transfers read the whole activation-size model) or ``vocab_parallel`` (priced
+    over the pipeline group and its placement)."""
     if "offload_activations" in cols or "vocab_parallel" in cols:
         return None
-    names = [k for k in LAYER_PAIR_COLUMNS if k in cols]
+    names = [k for k in LAYER_COLUMNS if k in cols]
     if "recompute_layers" in cols:
         names += ["recompute_layers", "pp", "vpp"]
     return tuple(names)

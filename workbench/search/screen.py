@@ -13,7 +13,9 @@ bubble fraction come from :mod:`workbench.estimate.metrics`, as for the estimate
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -128,8 +130,11 @@ def screen_memory(ctx: ScreenContext, cols: Cols) -> Cols:
     ranks all hold PP+1 micro-batches (DeepSeek-V3 report Table 2) and whose first and last ranks hold the two
     edge stages (the fewest layers when stages are uneven), the middle rank too; where a middle rank holds more
     layers than both edge ranks, that rank at its own peak count (``peak.peak_chunks_at``)."""
-    sizes = step.activation_sizes(ctx.step_ctx, cols)
-    shared, terms = step.static_shared(ctx.step_ctx, cols), peak_terms(ctx, cols)
+    sizes = shared_by(lambda sub: step.activation_sizes(ctx.step_ctx, sub), cols, step.layer_columns(cols))
+    shared, terms = (
+        step.static_shared(ctx.step_ctx, cols),
+        shared_by(partial(peak_terms, ctx), cols, PEAK_COLUMNS),
+    )
     totals = [_rank_total(ctx, cols, rank, sizes, shared, terms) for rank in RANKS]
     dual = terms.family == peak.PEAK_FAMILIES.index("dualpipe")
     if np.any(dual):
@@ -161,8 +166,12 @@ class PeakTerms(NamedTuple):
     first_stage: Any
 
 
+PEAK_COLUMNS = ("schedule_code", "pp", "vpp", "num_microbatches")
+"""The plan columns ``peak_terms`` reads."""
+
+
 def peak_terms(ctx: ScreenContext, cols: Cols) -> PeakTerms:
-    """``PeakTerms`` of ``cols`` (see ``_stored_peak_bytes``)."""
+    """``PeakTerms`` of ``cols`` (see ``_stored_peak_bytes``); it reads only ``PEAK_COLUMNS``."""
     pp, vpp, m = cols["pp"], cols["vpp"], cols["num_microbatches"]
     family = ctx.peak_family[cols["schedule_code"]]
     chunks0, chunks_last = peak.peak_chunks(family, pp=pp, vpp=vpp, m=m)
@@ -262,17 +271,21 @@ Layers = tuple[step.LayerPair, Any]
 def layer_terms(ctx: ScreenContext, cols: Cols) -> Layers:
     """Per-layer costs (``step.layer_pair``) and ZeRO-3's exposed per-layer communication (``step.fsdp_layer_s``)
     of every plan, shared by all its ranks. The layer costs are priced once per distinct combination of the
-    columns they read (``step.layer_pair_columns``; a chunk of a planner's space has about a hundred times
-    fewer than plans: zero stage, dp, pp, vpp and schedule do not change a layer)."""
-    names = step.layer_pair_columns(cols)
+    columns they read (``step.layer_columns``; a chunk of a planner's space has about a hundred times fewer
+    than plans: zero stage, dp, pp, vpp and schedule do not change a layer)."""
+    pair = shared_by(lambda sub: step.layer_pair(ctx.step_ctx, sub), cols, step.layer_columns(cols))
+    return pair, step.fsdp_layer_s(ctx.step_ctx, cols, step.mean_layer_compute_s(ctx.model, pair))
+
+
+def shared_by(fn: Callable[[Cols], Any], cols: Cols, names: tuple[str, ...] | None) -> Any:
+    """``fn(cols)``, worked out on one plan of each distinct combination of the columns ``names`` (which must
+    be every column ``fn`` reads) and handed back to every plan: arrays (or named tuples of them) with one entry
+    per plan. ``names`` None, or columns ``distinct_rows`` cannot key, call ``fn`` on every plan."""
     distinct = distinct_rows(cols, names) if names is not None else None
     if distinct is None:
-        pair = step.layer_pair(ctx.step_ctx, cols)
-    else:
-        first, inverse = distinct
-        sub = {k: np.asarray(v)[first] for k, v in cols.items()}
-        pair = _take(step.layer_pair(ctx.step_ctx, sub), inverse, len(first))
-    return pair, step.fsdp_layer_s(ctx.step_ctx, cols, step.mean_layer_compute_s(ctx.model, pair))
+        return fn(cols)
+    first, inverse = distinct
+    return _take(fn({k: np.asarray(v)[first] for k, v in cols.items()}), inverse, len(first))
 
 
 def distinct_rows(cols: Cols, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
