@@ -86,7 +86,9 @@ def test_shared_layer_costs_equal_the_per_plan_ones(key):
     _assert_same(pair, step.layer_pair(ctx.step_ctx, cols))
     # and the memory screen, which shares the activation sizes and the pipeline peak terms the same way
     shared = screen.screen_memory(ctx, cols)["peak_memory_bytes"]
-    unshared = screen.screen_memory(ctx, {**cols, "offload_activations": np.zeros(len(cols["tp"]), dtype=bool)})
+    unshared = screen.screen_memory(
+        ctx, {**cols, "offload_activations": np.zeros(len(cols["tp"]), dtype=bool)}
+    )
     np.testing.assert_allclose(shared, unshared["peak_memory_bytes"], rtol=1e-12)
 
 

@@ -176,7 +176,7 @@ def _screen_chunk(
     if hopeless.any():
         pools.num_skipped += int(np.count_nonzero(hopeless))
         hopeful = np.flatnonzero(~hopeless)
-        layers = screen._take(layers, hopeful, len(hopeless))
+        layers = screen.take_plans(layers, hopeful, len(hopeless))
         ok = _take(ok, hopeful)
         if not len(ok["tp"]):
             return

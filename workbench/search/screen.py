@@ -148,9 +148,9 @@ def screen_memory(ctx: ScreenContext, cols: Cols) -> Cols:
             ctx,
             sub,
             "heavy",
-            _take(sizes, distinct, n),
-            _take(shared, distinct, n),
-            _take(terms, distinct, n),
+            take_plans(sizes, distinct, n),
+            take_plans(shared, distinct, n),
+            take_plans(terms, distinct, n),
         )
         peak_bytes[distinct] = np.maximum(peak_bytes[distinct], heavy)
     return {"peak_memory_bytes": peak_bytes, "memory_frac": peak_bytes / ctx.capacity_bytes}
@@ -285,7 +285,7 @@ def shared_by(fn: Callable[[Cols], Any], cols: Cols, names: tuple[str, ...] | No
     if distinct is None:
         return fn(cols)
     first, inverse = distinct
-    return _take(fn({k: np.asarray(v)[first] for k, v in cols.items()}), inverse, len(first))
+    return take_plans(fn({k: np.asarray(v)[first] for k, v in cols.items()}), inverse, len(first))
 
 
 def distinct_rows(cols: Cols, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -327,13 +327,13 @@ def tokens_per_s_bound(ctx: ScreenContext, cols: Cols, layers: Layers) -> Any:
     return ctx.workload.tokens_per_step / (cols["num_microbatches"] * busiest)
 
 
-def _take(x: Any, idx: np.ndarray, n: int) -> Any:
+def take_plans(x: Any, idx: np.ndarray, n: int) -> Any:
     """Entries ``idx`` of every per-plan array (length ``n``) in ``x``, through nested named tuples; scalars and
     other shapes pass unchanged."""
     if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return type(x)(*(_take(v, idx, n) for v in x))
+        return type(x)(*(take_plans(v, idx, n) for v in x))
     if isinstance(x, tuple):
-        return tuple(_take(v, idx, n) for v in x)
+        return tuple(take_plans(v, idx, n) for v in x)
     a = np.asarray(x)
     return a[idx] if a.ndim == 1 and len(a) == n else x
 
@@ -426,9 +426,9 @@ def screen_time(ctx: ScreenContext, cols: Cols, layers: Layers | None = None) ->
         # neither the embedding nor the LM head, so its share of those differs by its extra layers only)
         heavy = {
             **step.share_s(
-                _take(pair, distinct, n),
+                take_plans(pair, distinct, n),
                 ctx.holdings(sub, "heavy"),
-                _take(fsdp, distinct, n),
+                take_plans(fsdp, distinct, n),
                 edge["pp"],  # every rank waits on the same number of hops per micro-batch
             ),
             **{k: edge[k] for k in ("p2p_s", "dp_comm_s", "dp_hidden_s", "optimizer_s")},
