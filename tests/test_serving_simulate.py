@@ -495,3 +495,38 @@ def test_an_earlier_request_handed_off_later_passes_a_blocked_head(max_run: int)
     assert r.requests["finish_s"][1] == pytest.approx(handoff_0 + 2 * f + 4 * f)
     assert r.requests["finish_s"][0] == pytest.approx(handoff_0 + 299 * f)  # request 2 waits for it
     assert r.requests["first_token_s"][2] < r.requests["finish_s"][0] < r.requests["finish_s"][2]
+
+
+def test_decode_columns_match_a_plain_list_through_inserts_and_finishes() -> None:
+    """``EngineState`` keeps the running decodes as columns sorted by finish, with a fast path for one request in
+    or one out: against a plain list, over random arrivals (one or several at a time, ties on the finish step
+    included) and finishes, the columns, the KV-offset sum and the finished ids agree at every step."""
+    from workbench.serving.engine_state import EngineState
+
+    class _Pool:
+        kv_block_tokens, kv_capacity_tokens = 16, 1 << 20
+
+    rng = np.random.default_rng(7)
+    eng = EngineState(0, _Pool(), prefill_only=False)  # type: ignore[arg-type]
+    plain: list[tuple[int, int, int]] = []  # (finish step, id, KV offset)
+    next_id = 0
+    for _ in range(3000):
+        count = int(rng.choice([1, 1, 1, 2, 4]))
+        ids = list(range(next_id, next_id + count))
+        next_id += count
+        ctx = [int(c) for c in rng.integers(1, 500, count)]
+        left = [int(x) for x in rng.integers(1, 6, count)]  # few distinct finish steps: many ties
+        eng.add_decodes(ids, ctx, left)
+        plain = sorted(
+            plain + [(x + eng.steps, i, c - eng.steps) for i, c, x in zip(ids, ctx, left, strict=True)],
+            key=lambda r: r[0],
+        )
+        eng.steps += 1
+        ended = [r for r in plain if r[0] <= eng.steps]
+        if plain and plain[0][0] == eng.steps:
+            done = eng.drop_finished()
+            assert sorted(done.tolist()) == sorted(r[1] for r in ended)
+            plain = [r for r in plain if r[0] > eng.steps]
+        assert eng.n == len(plain) and eng.off_sum == sum(r[2] for r in plain)
+        assert eng.d[0].tolist() == [r[0] for r in plain]
+        assert sorted(zip(*eng.d.tolist(), strict=True)) == sorted(plain)

@@ -65,8 +65,13 @@ class EngineState:
 
     def drop_finished(self) -> np.ndarray:
         """Remove the decodes whose last token came with the iteration that reached ``steps``; their ids."""
-        d = self.d
-        c = int(d[0].searchsorted(self.steps, side="right"))
+        d, n, steps = self.d, self.n, self.steps
+        if n and d[0, 0] == steps and (n == 1 or d[0, 1] > steps):  # the common case: exactly one ends
+            self.off_sum -= int(d[2, 0])
+            self.d = d[:, 1:]
+            self.n -= 1
+            return d[1, :1]
+        c = int(d[0].searchsorted(steps, side="right"))
         self.off_sum -= int(_sum(d[2, :c]))
         self.d = d[:, c:]
         self.n -= c
@@ -80,14 +85,20 @@ class EngineState:
     def add_decodes(self, ids: list[int], ctx: list[int], left: list[int]) -> None:
         """Decodes whose next iteration has KV length ``ctx`` and that emit ``left`` more tokens."""
         steps = self.steps
-        off = [c - steps for c in ctx]
-        self.off_sum += sum(off)
-        cols = np.array([[x + steps for x in left], ids, off], dtype=np.int64)
         d = self.d
         if len(ids) == 1:  # the common case: one insertion after the equal ends
-            pos = int(d[0].searchsorted(cols[0, 0], side="right"))
-            self.d = np.concatenate((d[:, :pos], cols, d[:, pos:]), axis=1)
+            end, off0 = left[0] + steps, ctx[0] - steps
+            self.off_sum += off0
+            pos = int(d[0].searchsorted(end, side="right"))
+            new = np.empty((3, self.n + 1), dtype=np.int64)
+            new[:, :pos] = d[:, :pos]
+            new[:, pos] = (end, ids[0], off0)
+            new[:, pos + 1 :] = d[:, pos:]
+            self.d = new
         else:
+            off = [c - steps for c in ctx]
+            self.off_sum += sum(off)
+            cols = np.array([[x + steps for x in left], ids, off], dtype=np.int64)
             d = np.concatenate((d, cols), axis=1)
             self.d = d[:, np.argsort(d[0], kind="stable")]
         self.n += len(ids)

@@ -34,8 +34,8 @@ event heap are broken by ``(time_s, priority, seq)``.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -142,7 +142,8 @@ class _Sim:
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.next_closed = n if requests.concurrency is None else requests.concurrency
-        self.rows = array("d")  # ROW_FIELDS numbers per started batch (a head iteration or a decode run)
+        # ROW_FIELDS numbers per started batch (a head iteration or a decode run)
+        self.rows: list[tuple[float, ...]] = []
 
     # ---- events ----
     def push(self, time_s: float, priority: int, a: int, b: int) -> None:
@@ -224,7 +225,8 @@ class _Sim:
             x += 1
         if x < k:
             eng.k = x
-            self.rows[eng.row + 2] = x
+            row = self.rows[eng.row]
+            self.rows[eng.row] = (*row[:2], x, *row[3:])
             eng.gen += 1
             self.push(eng.start + ends(x), 1, eng.index, eng.gen)
 
@@ -372,7 +374,7 @@ class _Sim:
         if not 0.0 <= head_s < math.inf:
             self.bad_time(eng, head_s)
         num_decode = n if eng.decoding else 0
-        self.rows.extend(
+        self.rows.append(
             (eng.index, t, 1, head_s, 0.0, sum(new_tokens), num_decode, kv_tokens, len(eng.waiting))
         )
         eng.gen += 1
@@ -402,7 +404,7 @@ class _Sim:
         slope = (t1 - t0) / (k - 1) if k > 1 else 0.0
         eng.k, eng.t0, eng.slope = k, t0, slope
         eng.row = len(self.rows)
-        self.rows.extend((eng.index, t, k, t0, slope, 0, n, ctx_sum, len(eng.waiting)))
+        self.rows.append((eng.index, t, k, t0, slope, 0, n, ctx_sum, len(eng.waiting)))
         eng.gen += 1
         self.push(t + k * t0 + slope * k * (k - 1) / 2, 1, eng.index, eng.gen)
 
@@ -473,7 +475,8 @@ class _Sim:
     # ---- tables ----
     def result(self, emit_delay_s: float = 0.0) -> SimResult:
         """The tables and statistics; tokens reach the client ``emit_delay_s`` after their iteration ends."""
-        table = np.array(self.rows, dtype=np.float64).reshape(-1, ROW_FIELDS)  # a copy of the buffer
+        flat = np.fromiter(itertools.chain.from_iterable(self.rows), np.float64, len(self.rows) * ROW_FIELDS)
+        table = flat.reshape(-1, ROW_FIELDS)
         caps = np.array([e.cap_blocks * e.block for e in self.engines], dtype=np.int64)
         return sim_result(
             self.req,
