@@ -68,7 +68,9 @@ def test_graph_padding_follows_the_engines_capture_sizes() -> None:
     """TensorRT-LLM (perf-overview llm_options.yml, ``_round_up_batch_size``, ``_filter_cuda_graph_batch_sizes``)
     and vLLM V0 (``_get_graph_batch_size``), worked by hand."""
     trt, v0, generic = load_engine("trtllm"), load_engine("vllm-v0"), load_engine("generic")
-    assert [trt.padded_decode_batch(n, 640) for n in (1, 3, 200, 257, 385, 600, 640)] == [
+    assert [
+        trt.padded_decode_batch(n, trt.kept_graph_sizes(640)) for n in (1, 3, 200, 257, 385, 600, 640)
+    ] == [
         1,
         4,
         256,
@@ -78,10 +80,16 @@ def test_graph_padding_follows_the_engines_capture_sizes() -> None:
         640,
     ]
     # a 300-sequence limit keeps 1..256 and pads past it to 300; a limit on a kept size adds nothing
-    assert [trt.padded_decode_batch(n, 300) for n in (256, 257, 300)] == [256, 300, 300]
-    assert trt.padded_decode_batch(300, 384) == 384
-    assert [v0.padded_decode_batch(n, 256) for n in (3, 5, 9, 250, 257)] == [4, 8, 16, 256, 257]  # 257: eager
-    assert generic.padded_decode_batch(270, 512) == 270
+    assert [trt.padded_decode_batch(n, trt.kept_graph_sizes(300)) for n in (256, 257, 300)] == [256, 300, 300]
+    assert trt.padded_decode_batch(300, trt.kept_graph_sizes(384)) == 384
+    assert [v0.padded_decode_batch(n, v0.kept_graph_sizes(256)) for n in (3, 5, 9, 250, 257)] == [
+        4,
+        8,
+        16,
+        256,
+        257,
+    ]  # 257: eager
+    assert generic.padded_decode_batch(270, generic.kept_graph_sizes(512)) == 270
     with pytest.raises(ValueError, match="graph_batch_sizes must rise strictly, got \\[4, 2\\]"):
         EngineProfile(id="x", name="x", graph_batch_sizes=(4, 2))
     with pytest.raises(

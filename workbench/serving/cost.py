@@ -147,7 +147,8 @@ class ReplicaCost:
     """
 
     __slots__ = (
-        "_attention", "_cal", "_capacity", "_cluster", "_eager_floor_s", "_engine", "_layers", "_logits_table",
+        "_attention", "_cal", "_capacity", "_cluster", "_eager_floor_s", "_engine", "_graph_sizes", "_layers",
+        "_logits_table",
         "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
     )  # fmt: skip
 
@@ -183,6 +184,9 @@ class ReplicaCost:
                                         families=attention_kernels)  # fmt: skip
         self._eager_floor_s = self._layers.eager_floor_s()
         self._capacity = kv_capacity_tokens(model, cluster.device, rp)
+        # the CUDA-graph sizes one attention rank pads a decode batch to (none: the engine does not pad)
+        per_rank = -(-min(rp.max_num_seqs, rp.max_num_batched_tokens) // rp.attention_dp)
+        self._graph_sizes = self._engine.kept_graph_sizes(per_rank)
         # Everything but the attention cores depends only on the iteration's token count T and its number of
         # logit positions N; both are tabulated here (the cost functions broadcast over arrays), so one iteration
         # costs two look-ups and the attention sums.
@@ -306,13 +310,12 @@ class ReplicaCost:
                 "iteration_s: new tokens and decode contexts must be >= 1, prefill contexts >= 0"
             )
         cached = float(dec.sum()) if n_dec else 0.0
-        if n_dec and not n_pre and self._engine.graph_batch_sizes:
+        if n_dec and not n_pre and self._graph_sizes:
             # a padded CUDA graph per attention rank: dummy sequences with a one-token cache fill its batch
-            rp, ranks = self._role_plan, self._role_plan.attention_dp
-            cap = -(-min(rp.max_num_seqs, rp.max_num_batched_tokens) // ranks)
-            padded = ranks * self._engine.padded_decode_batch(-(-n_dec // ranks), cap)
-            cached += max(padded - n_dec, 0)
-            n_dec = max(padded, n_dec)
+            ranks = self._role_plan.attention_dp
+            padded = ranks * self._engine.padded_decode_batch(-(-n_dec // ranks), self._graph_sizes)
+            cached += padded - n_dec
+            n_dec = padded
         tokens = (int(new.sum()) if n_pre else 0) + n_dec
         if tokens == 0:
             return 0.0

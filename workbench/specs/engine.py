@@ -13,6 +13,7 @@ Profiles live in ``profiles/engines/<id>.toml`` (loader: :mod:`workbench.presets
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from workbench.specs.limits import check_count, check_real, shown
@@ -67,7 +68,7 @@ class EngineProfile:
     graph of the next captured size up, dummy sequences filling the gap (TensorRT-LLM's ``cuda_graph_config``
     with ``enable_padding``; vLLM V0 pads to ``_BATCH_SIZES_TO_CAPTURE``): the iteration's GEMMs, small kernels
     and LM head then process the padded batch, and each dummy's attention reads a one-token cache
-    (``padded_decode_batch``). Empty: every decode batch runs at its own size. Each 1..``max_graph_batch``."""
+    (``kept_graph_sizes``, ``padded_decode_batch``). Empty: every decode batch runs at its own size. Each 1..``max_graph_batch``."""
     eager_kernel_s: float = 0.0
     """CPU time to launch one kernel eagerly (Python module call, PyTorch dispatch, launch): an eager iteration
     takes at least its kernel count (every layer's GEMMs, small kernels, collectives and quantisations) times this.
@@ -134,19 +135,22 @@ class EngineProfile:
                 f"{where}: kv_admission must be one of {', '.join(KV_ADMISSIONS)}; got {shown(self.kv_admission)}"
             )
 
-    def padded_decode_batch(self, num_decode_seqs: int, max_seqs: int) -> int:
-        """Sequences a decode-only iteration of ``num_decode_seqs`` runs as (see ``graph_batch_sizes``): the
-        smallest captured size at least that large among those an engine admitting at most ``max_seqs`` sequences
-        keeps, where ``max_seqs`` itself stands in for the first larger one (TensorRT-LLM's
-        ``_filter_cuda_graph_batch_sizes``); ``num_decode_seqs`` when the engine does not pad or the batch runs
-        eagerly (above ``max_graph_batch``)."""
-        n = num_decode_seqs
-        if not self.graph_batch_sizes or not self.graph_launched(0, n):
-            return n
+    def kept_graph_sizes(self, max_seqs: int) -> tuple[int, ...]:
+        """The ``graph_batch_sizes`` an engine admitting at most ``max_seqs`` sequences per iteration keeps: those
+        up to ``max_seqs``, and ``max_seqs`` itself in place of the first larger one (TensorRT-LLM's
+        ``_filter_cuda_graph_batch_sizes``); empty when the engine does not pad. Work it out once per engine."""
         kept = [b for b in self.graph_batch_sizes if b <= max_seqs]
         if len(kept) < len(self.graph_batch_sizes) and max_seqs not in kept:
             kept.append(max_seqs)
-        return next((b for b in kept if b >= n), n)
+        return tuple(kept)
+
+    def padded_decode_batch(self, num_decode_seqs: int, kept: tuple[int, ...]) -> int:
+        """Sequences a decode-only iteration of ``num_decode_seqs`` runs as (see ``graph_batch_sizes``): the
+        smallest of the ``kept`` sizes (``kept_graph_sizes``) at least that large; ``num_decode_seqs`` itself when
+        none is, or when the batch runs eagerly (above ``max_graph_batch``)."""
+        n = num_decode_seqs
+        at = bisect.bisect_left(kept, n)
+        return kept[at] if at < len(kept) and self.graph_launched(0, n) else n
 
     def graph_launched(self, num_prefill_tokens: int, num_decode_seqs: int) -> bool:
         """Whether an iteration of this composition replays a CUDA graph (no eager launch cost)."""
