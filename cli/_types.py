@@ -46,6 +46,26 @@ def capacity_factor_option() -> object:
     )
 
 
+def headroom_option() -> object:
+    """``--headroom``: the one fit rule (``workbench.specs.estimate.DEFAULT_HEADROOM_FRAC``), shared by
+    ``estimate`` and ``plan`` so both judge a plan against the same usable memory."""
+    from workbench.specs.estimate import DEFAULT_HEADROOM_FRAC
+
+    return click.option(
+        "--headroom",
+        type=click.FloatRange(0, 1, max_open=True),
+        default=DEFAULT_HEADROOM_FRAC,
+        show_default=True,
+        help=(
+            "Share of device memory kept free: a plan fits if its peak is at most (1 - headroom) x HBM. The "
+            f"default {DEFAULT_HEADROOM_FRAC:g} (80 GiB -> 76 GiB usable) covers the memory model's error (4.7 % "
+            "on published runs) and allocator fragmentation and transient peaks beyond the modelled share "
+            "(PyTorch CUDA notes, 'Memory management'). 0 plans up to the full HBM. The same rule decides "
+            "'fits' in estimate, plan, the app and the report."
+        ),
+    )
+
+
 def schedule_choice(*extra: str) -> click.Choice:
     """A pipeline schedule name (``workbench.pipeline.schedules.SCHEDULE_NAMES``, plus ``extra``), read without
     regard to case: ``1F1B`` and ``ZB-H1`` are ``1f1b`` and ``zb-h1`` (the value passed on is the lower-case

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from workbench_cli._common import (
     text_writer,
     write_outputs,
 )
-from workbench_cli._types import capacity_factor_option, count, schedule_choice
+from workbench_cli._types import capacity_factor_option, count, headroom_option, schedule_choice
 
 from workbench.specs import limits as L
 from workbench.specs.plan import DEFAULT_RANK_ORDER, RANK_ORDERS, rank_order_name
@@ -92,9 +93,9 @@ def _plan_options(f: Any) -> Any:
         click.option(
             "--schedule",
             type=schedule_choice(),
-            default="1f1b",
-            show_default=True,
-            help="Pipeline schedule name (any case).",
+            default=None,
+            help="Pipeline schedule name (any case). Default: interleaved-1f1b when --vpp > 1 (as Megatron "
+            "infers it from the virtual stage count), else 1f1b.",
         ),
         click.option(
             "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True
@@ -126,6 +127,13 @@ def _plan_options(f: Any) -> Any:
     for opt in reversed(opts):
         f = opt(f)
     return f
+
+
+def default_schedule(vpp: int) -> str:
+    """The schedule a plan without ``--schedule`` runs: interleaved 1F1B with virtual stages (Megatron-LM
+    selects the interleaved schedule whenever ``--num-layers-per-virtual-pipeline-stage`` is set:
+    ``megatron/core/pipeline_parallel/schedules.py`` ``get_forward_backward_func``), else 1F1B."""
+    return "interleaved-1f1b" if vpp > 1 else "1f1b"
 
 
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
@@ -165,7 +173,7 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
         sequence_parallel=sp,
         recompute=kw["recompute"],
         recompute_num_layers=kw.get("recompute_num_layers"),
-        schedule=kw["schedule"],
+        schedule=kw["schedule"] or default_schedule(kw["vpp"]),
         loss_chunks=kw.get("loss_chunks", 1),
         offload_optimizer=kw.get("offload_optimizer", False),
         offload_activations=kw.get("offload_activations", False),
@@ -253,9 +261,10 @@ def _print_goodput(g: Any) -> None:
 
 def _print_human(est: Any) -> None:
     s = est.summary()
+    stack = f", for {est.framework} ({est.framework_version})" if est.framework_version else ""
     click.echo(
         f"{s['model']} on {s['num_devices']} x {est.cluster.device.id} ({s['cluster']}), {s['plan']}, "
-        f"backend {s['backend']}"
+        f"backend {s['backend']}{stack}"
     )
     click.echo(
         f"step time {s['step_time_s']:.3f} s   tokens/s {s['tokens_per_s']:,.0f}   "
@@ -264,8 +273,8 @@ def _print_human(est: Any) -> None:
     )
     fits = "fits" if s["fits"] else "DOES NOT FIT"
     click.echo(
-        f"peak memory {s['peak_memory_bytes'] / GIB:.1f} GiB of {s['memory_capacity_bytes'] / GIB:.1f} GiB"
-        f" ({fits})"
+        f"peak memory {s['peak_memory_bytes'] / GIB:.1f} GiB of {s['memory_usable_bytes'] / GIB:.1f} GiB usable"
+        f" ({s['memory_capacity_bytes'] / GIB:.1f} GiB less {s['memory_headroom_frac']:.0%} headroom: {fits})"
     )
     step = s["step_time_s"]
     rows = [[k.removesuffix("_s"), f"{v * 1e3:.1f}", f"{v / step:.1%}"] for k, v in s["breakdown"].items()]
@@ -324,8 +333,10 @@ def _print_human(est: Any) -> None:
     default=None,
     help="Write the estimate as FILE.workbench.json (JupyterLab opens it as its report).",
 )
+@headroom_option()
 @click.option("--force", is_flag=True, help="Overwrite existing --trace, --report, --csv and --save files.")
 def estimate_cmd(
+    headroom: float,
     backend: str,
     profile_dir: str | None,
     framework: str | None,
@@ -378,6 +389,12 @@ def estimate_cmd(
     if why:
         raise click.ClickException(f"backend {backend!r} is unavailable: {why}")
     est = impl.estimate(model, cluster, workload, plan)
+    inferred = (
+        (f"schedule: {plan.schedule} (--vpp {plan.vpp} without --schedule, as Megatron infers it)",)
+        if kw["schedule"] is None and plan.vpp > 1
+        else ()
+    )
+    est = dataclasses.replace(est, memory_headroom_frac=headroom, notes=(*est.notes, *inferred))
     goodput = None
     if failures is not None:
         from workbench.goodput import estimate_goodput

@@ -23,19 +23,11 @@ from workbench_cli._common import (
     text_writer,
     write_outputs,
 )
-from workbench_cli._types import capacity_factor_option, count, schedule_list
+from workbench_cli._types import capacity_factor_option, count, headroom_option, schedule_list
 from workbench_cli.estimate_cmd import goodput_options, load_goodput
 from workbench_cli.plan_sizes import SizeBest, best_per_size, print_goodput_sizes, print_sizes, sizes_json
 
-from workbench.search.space import DEFAULT_HEADROOM_FRAC
 from workbench.specs import limits as L
-
-HEADROOM_HELP = (
-    "Share of device memory kept free: a plan fits if its peak is at most (1 - headroom) x HBM. The default "
-    f"{DEFAULT_HEADROOM_FRAC:g} (80 GiB -> 76 GiB usable) covers the memory model's error (5.4 % on published "
-    "runs) and allocator fragmentation and transient peaks beyond the modelled share (PyTorch CUDA notes, "
-    "'Memory management'). 0 plans up to the full HBM."
-)
 
 PROGRESS_MIN_PLANS = 2_000_000
 """Searches at least this large show a screening progress bar on stderr (when it is a terminal); the
@@ -172,7 +164,8 @@ def _header(result: Any) -> str:
     device = c.device.id if c is not None else "?"
     w = result.workload
     refined = int(result.plans["refined"].sum()) if result.plans.height else 0
-    return (
+    stack = f"for {result.framework} ({result.framework_version})\n" if result.framework_version else ""
+    return stack + (
         f"{result.model.name} on {device} ({c.id if c else '?'}: {sizes}), seq {w.seq_len}, global batch "
         f"{w.global_batch_size}, {w.dtype}, objective {result.objective}, "
         f"token budget {_budget(result.token_budget)} (days to train and device-hours are for this many)\n"
@@ -355,13 +348,7 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
     default=None,
     help="Skip node counts above this.",
 )
-@click.option(
-    "--headroom",
-    type=click.FloatRange(0, 1, max_open=True),
-    default=DEFAULT_HEADROOM_FRAC,
-    show_default=True,
-    help=HEADROOM_HELP,
-)
+@headroom_option()
 @click.option(
     "--fix", multiple=True, metavar="AXIS=N", help="Fix a degree, e.g. --fix tp=8 (tp cp pp ep vpp mbs)."
 )

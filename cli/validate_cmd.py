@@ -87,17 +87,29 @@ def validate_cmd(
             f"{r['ape']:.1%}" if r["ape"] is not None else "-",
             _fmt(r.get("predicted_memory_GiB")),
             _fmt(r.get("measured_memory_GiB")),
+            "yes" if r.get("fits", True) else "NO",
             ",".join(r["assumed"]) or "-",
         ]
         for r in result["rows"]
     ]
     print_table(
         "Predicted vs measured",
-        ["id", "metric", "predicted", "measured", "APE", "mem pred GiB", "mem meas GiB", "assumed"],
+        ["id", "metric", "predicted", "measured", "APE", "mem pred GiB", "mem meas GiB", "fits", "assumed"],
         rows,
     )
     if result["skipped"]:
         print_table("Skipped rows", ["id", "reason"], [[s["id"], s["reason"]] for s in result["skipped"]])
+    if result["not_fitting"]:
+        print_table(
+            "Published plans the memory model calls non-fitting (they ran: memory-model failures to explain)",
+            ["id", "plan", "need GiB", "usable GiB"],
+            [
+                [r["id"], r["plan"], _fmt(r["predicted_need_GiB"]), _fmt(r["usable_GiB"])]
+                for r in result["not_fitting"]
+            ],
+        )
+    else:
+        click.echo("every published plan fits by the planner's rule (need within the usable memory)")
     print_table(
         "Fitted framework-profile constants" + (" (in-sample fit)" if cv else ""),
         ["framework", "fit group", "constant", "value", "prior", "fitted"],

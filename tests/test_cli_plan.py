@@ -204,7 +204,8 @@ def test_several_node_counts_show_the_best_plan_of_each_and_the_time_cost_fronti
 
 def test_the_header_names_the_token_budget_of_time_and_cost():
     out = invoke(*SMALL, "--objective", "cost", "--token-budget", "2e12").stdout
-    header = out.splitlines()[0]
+    stack, header = out.splitlines()[:2]
+    assert stack.startswith("for megatron-core-2024 (") and "25.11" in stack  # the stack the plans are for
     assert "objective cost" in header and "token budget 2.00T tokens (2,000,000,000,000)" in header
     data = json.loads(invoke(*SMALL, "--objective", "cost", "--token-budget", "2e12", "--json").stdout)
     best = data["plans"][0]

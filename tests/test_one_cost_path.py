@@ -109,7 +109,10 @@ def test_every_non_pipeline_term_is_equal_and_step_times_obey_the_bound(
     model_id, cluster_id, nodes, seq, batch, three_level
 ):
     model, cluster = load_model(model_id), _cluster(cluster_id, nodes, three_level)
-    workload, cal = Workload(seq_len=seq, global_batch_size=batch), load_calibration("default")
+    workload, cal = (
+        Workload(seq_len=seq, global_batch_size=batch),
+        load_calibration("default", framework="generic"),
+    )
     ctx, space, sample = _sample(model, cluster, workload, cal, n=3, seed=nodes)
     terms = {rank: screen.rank_terms(ctx, sample, rank) for rank in screen.RANKS}
     sample.update(screen.screen_memory(ctx, sample))
@@ -183,7 +186,10 @@ def test_both_tiers_price_the_pipeline_hop_over_the_level_joining_first_and_last
     """Regression: llama-3.1-8b on 2 x dgx-h100, dp2 tp2 pp4: the estimate priced a hop at 429 us over
     InfiniBand (the pipeline spans ranks 0..12), the screen at 49.6 us over NVLink (stride 4)."""
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", num_nodes=2)
-    workload, cal = Workload(seq_len=8192, global_batch_size=64), load_calibration("default")
+    workload, cal = (
+        Workload(seq_len=8192, global_batch_size=64),
+        load_calibration("default", framework="generic"),
+    )
     plan = ParallelPlan(dp=2, tp=2, pp=4, micro_batch_size=1)
     costs = analytic_costs(model, cluster, workload, plan, cal)
     payload = 8192 * model.hidden_size * 2 / 2  # one micro-batch of bf16 hidden states, 1/tp of it
@@ -244,7 +250,7 @@ def test_mtp_modules_sit_on_the_last_stage_and_count_in_its_split():
     cluster = load_cluster("hgx-h800", num_nodes=32)
     workload = Workload(seq_len=4096, global_batch_size=256, dtype="bf16")
     plan = ParallelPlan(dp=16, pp=16, ep=16, micro_batch_size=1, zero_stage=1)
-    cal = load_calibration()
+    cal = load_calibration(framework="generic")
     with_mtp = estimate_plan(model, cluster, workload, plan, calibration=cal, allow_uneven_layers=True)
     without = estimate_plan(
         dataclasses.replace(model, num_mtp_layers=0),

@@ -181,14 +181,15 @@ def test_breakdown_plot_draws_hidden_communication_apart() -> None:
 
 
 def test_fp8_weights_in_memory() -> None:
-    """Megatron-Core FP8 keeps two FP8 copies of every local linear weight for the step; with
-    fp8_param_gather the weights are 1 byte and no copy is kept."""
+    """Transformer Engine FP8 keeps two FP8 copies of every local linear weight (rowwise and transposed) beside
+    the 16-bit weight; with fp8_param_gather (Megatron-Bridge's FP8 recipes) the weights are 1 byte and only the
+    transposed copy is extra."""
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
     plan = ParallelPlan(dp=8, zero_stage=1)
     kw = {"seq_len": 4096, "global_batch_size": 64}
     bf16 = estimate_plan(model, cluster, Workload(**kw), plan, calibration=_cal()).peak_memory_row()
     fp8 = estimate_plan(
-        model, cluster, Workload(**kw, dtype="fp8"), plan, calibration=_cal()
+        model, cluster, Workload(**kw, dtype="fp8"), plan, calibration=_cal(fp8_param_gather=False)
     ).peak_memory_row()
     layers = model.num_layers * model.layer_parameters(0)
     assert fp8["buffers_bytes"] - bf16["buffers_bytes"] == pytest.approx(2.0 * layers)
@@ -197,7 +198,7 @@ def test_fp8_weights_in_memory() -> None:
         model, cluster, Workload(**kw, dtype="fp8"), plan, calibration=_cal(fp8_param_gather=True)
     ).peak_memory_row()
     assert gathered["parameters_bytes"] == pytest.approx(bf16["parameters_bytes"] / 2)
-    assert gathered["buffers_bytes"] == pytest.approx(bf16["buffers_bytes"])
+    assert gathered["buffers_bytes"] - bf16["buffers_bytes"] == pytest.approx(1.0 * layers)
 
 
 def test_capacity_factor_pads_experts_and_removes_the_host_sync() -> None:
@@ -268,7 +269,7 @@ def test_pipeline_hops_are_priced_on_the_link_each_crosses() -> None:
 
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", num_nodes=2)
     workload, plan = Workload(seq_len=8192, global_batch_size=64), ParallelPlan(dp=2, tp=2, pp=4)
-    cal = load_calibration("default")
+    cal = load_calibration("default", framework="generic")  # non-blocking sends
     payload = 8192 * model.hidden_size * 2 / 2
     nvlink, ib = cluster.levels
     eff = cal.framework.collective_efficiency_frac

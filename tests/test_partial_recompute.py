@@ -68,7 +68,7 @@ def test_each_kept_layer_stores_its_activations_instead_of_its_input() -> None:
     Korthikanti et al. 2022 (arXiv:2205.05198) section 4 for the layer, tokens x hidden x 2 bytes (tp 1, no
     sequence parallelism) for the input full recompute keeps."""
     cols = plan_columns(_plan(8), WORKLOAD)
-    ctx = StepContext.build(MODEL, CLUSTER, WORKLOAD, load_calibration("default"))
+    ctx = StepContext.build(MODEL, CLUSTER, WORKLOAD, load_calibration("default", framework="generic"))
     kw = {"tokens": tokens(ctx, cols), "seq_len": WORKLOAD.seq_len, "tp": 1, "sequence_parallel": False}
     kept = float(layer_activation_bytes(ctx.dense_parts, recompute=RECOMPUTE_CODES["none"], **kw))
     layer_input = float(layer_activation_bytes(ctx.dense_parts, recompute=RECOMPUTE_CODES["full"], **kw))
@@ -114,7 +114,7 @@ def test_refusals_name_the_field_and_what_is_allowed() -> None:
     foundry, fsdp = load_framework("llm-foundry-2023"), _plan(4, zero_stage=3)
     assert foundry.unsupported(fsdp) == ["recompute_num_layers=4 (recomputes every layer or none)"]
     assert foundry.admitting(fsdp).partial_recompute
-    cal = replace(load_calibration("default"), framework=foundry)
+    cal = replace(load_calibration("default", framework="generic"), framework=foundry)
     with pytest.raises(ValueError, match="llm-foundry-2023 does not run: recompute_num_layers=4"):
         estimate_plan(MODEL, CLUSTER, WORKLOAD, fsdp, calibration=cal)
     assert load_framework("megatron-core-2024").partial_recompute
@@ -150,7 +150,10 @@ def test_screen_prices_partial_recompute_as_the_estimate(model_id, cluster_id, n
     memory against the full estimate, with the tolerances of ``test_search_agreement`` (the pipeline's closed
     forms are the only difference) and exact agreement without a pipeline."""
     model, cluster = load_model(model_id), load_cluster(cluster_id, num_nodes=nodes)
-    workload, cal = Workload(seq_len=seq, global_batch_size=batch), load_calibration("default")
+    workload, cal = (
+        Workload(seq_len=seq, global_batch_size=batch),
+        load_calibration("default", framework="generic"),
+    )
     space = build_space(model, cluster, Constraints(recompute=("full",)))
     ctx = screen.ScreenContext.build(model, cluster, workload, cal, space)
     cols = grid.rule_columns(space, 0, len(space.layout["tp"]), workload.global_batch_size)
@@ -183,7 +186,7 @@ def test_trimmed_variants_recompute_the_fewest_layers_that_fit() -> None:
     """Llama 3.1 8B on one DGX H100 at seq 8192 (none of the pp = 1 plans fits without recompute at 16 GiB
     headroom): each variant the screen adds fits under the limit by the full estimate, and with one recomputed
     layer fewer it does not; its time lies between recomputing none and all of its layers."""
-    cal = load_calibration("default")
+    cal = load_calibration("default", framework="generic")
     wl = Workload(seq_len=8192, global_batch_size=64)
     space = build_space(MODEL, CLUSTER, Constraints(fixed={"pp": 1}, recompute=("full",)))
     ctx = screen.ScreenContext.build(MODEL, CLUSTER, wl, cal, space)
@@ -208,7 +211,9 @@ def test_trimmed_variants_recompute_the_fewest_layers_that_fit() -> None:
                 MODEL, CLUSTER, wl, replace(plan, recompute_num_layers=n - 1), calibration=cal
             )
             assert fewer.peak_memory_bytes > limit
-        none = estimate_plan(MODEL, CLUSTER, wl, replace(plan, recompute="none", recompute_num_layers=None))
+        none = estimate_plan(
+            MODEL, CLUSTER, wl, replace(plan, recompute="none", recompute_num_layers=None), calibration=cal
+        )
         every = estimate_plan(MODEL, CLUSTER, wl, replace(plan, recompute_num_layers=None), calibration=cal)
         assert none.peak_memory_bytes > limit and none.step_time_s < est.step_time_s < every.step_time_s
 

@@ -52,7 +52,10 @@ def _random_valid_plans(model, cluster, workload, cal, n, seed, constraints=None
 @pytest.mark.parametrize(("model_id", "cluster_id", "nodes", "seq", "batch", "seed"), CASES)
 def test_screen_agrees_with_the_full_estimate(model_id, cluster_id, nodes, seq, batch, seed):
     model, cluster = load_model(model_id), load_cluster(cluster_id, num_nodes=nodes)
-    workload, cal = Workload(seq_len=seq, global_batch_size=batch), load_calibration("default")
+    workload, cal = (
+        Workload(seq_len=seq, global_batch_size=batch),
+        load_calibration("default", framework="generic"),
+    )
     time_err = []
     for row in _random_valid_plans(model, cluster, workload, cal, n=25, seed=seed):
         est = estimate_plan(model, cluster, workload, plan_from_row(row), calibration=cal)
@@ -76,7 +79,10 @@ def test_screen_equals_the_estimate_without_a_pipeline(model_id, cluster_id, nod
     """With pp = 1 nothing is approximated (no bubble, one micro-batch in flight): any change to the backend's
     assembly that the screen does not mirror shows up here as a mismatch."""
     model, cluster = load_model(model_id), load_cluster(cluster_id, num_nodes=nodes)
-    workload, cal = Workload(seq_len=seq, global_batch_size=batch), load_calibration("default")
+    workload, cal = (
+        Workload(seq_len=seq, global_batch_size=batch),
+        load_calibration("default", framework="generic"),
+    )
     rows = [r for r in _random_valid_plans(model, cluster, workload, cal, n=400, seed=seed) if r["pp"] == 1][
         :10
     ]

@@ -33,7 +33,10 @@ def _valid_columns(key: str, limit: int = 60_000) -> tuple[screen.ScreenContext,
     """The plans of case ``key`` that break no rule (at most ``limit``, spread over the space)."""
     name, cluster_name, nodes, seq, batch, constraints = CASES[key]
     model, cluster = load_model(name), load_cluster(cluster_name, num_nodes=nodes)
-    workload, cal = Workload(seq_len=seq, global_batch_size=batch), load_calibration("default")
+    workload, cal = (
+        Workload(seq_len=seq, global_batch_size=batch),
+        load_calibration("default", framework="generic"),
+    )
     space = build_space(model, cluster, constraints)
     ctx = screen.ScreenContext.build(model, cluster, workload, cal, space)
     cols = grid.rule_columns(space, 0, len(space.layout["tp"]), batch)
@@ -131,7 +134,10 @@ def test_skipping_hopeless_plans_changes_no_pool(objective, nodes):
     partial-recompute variants included (the default stack makes them)."""
     model = load_model("llama-3.1-70b")
     clusters = [load_cluster("dgx-h100", num_nodes=n) for n in nodes]
-    workload, cal = Workload(seq_len=4096, global_batch_size=128), load_calibration("default")
+    workload, cal = (
+        Workload(seq_len=4096, global_batch_size=128),
+        load_calibration("default", framework="generic"),
+    )
     assert cal.framework.partial_recompute
 
     def run(chunk: int):

@@ -37,6 +37,8 @@ pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-w
 </head>
 <body>
 <h1>{{ title }}</h1>
+{% if stack %}<p class="stack">Plans for the stack <strong>{{ stack }}</strong>: only what it runs is offered.</p>
+{% endif %}
 <p class="note">Written by the parallelism planning workbench{% if version %} {{ version }}{% endif %}.
 Times in ms, memory in GiB (2<sup>30</sup> bytes), throughput in tokens/s over the whole cluster.
 Open offline: everything is inside this file.</p>

@@ -162,6 +162,7 @@ def render_report(
     context: dict[str, Any] = {
         "title": title or f"Parallelism plan: {best.model.name} on {best.cluster.name}",
         "version": _version(),
+        "stack": f"{best.framework} ({best.framework_version})" if best.framework_version else best.framework,
         "inputs": input_blocks(best),
         "plans": plans_table(estimates, plan_index),
         "search_table": search_table(search_results, search_rows) if search_results is not None else None,

@@ -40,13 +40,14 @@ from workbench.pipeline.schedules.registry import REGISTRY, default_vpp
 from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import load_cluster, load_device, load_model, preset_names, profiles_dir
 from workbench.presets.frameworks import (
-    DEFAULT_FRAMEWORK,
+    UNNAMED_STACK_FRAMEWORK,
     default_framework,
     load_framework,
     profile_for_text,
     source_year,
 )
 from workbench.specs import limits
+from workbench.specs.estimate import DEFAULT_HEADROOM_FRAC
 from workbench.specs.files import check_input_file, normalised_cells
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DType
@@ -831,13 +832,29 @@ def score_case(case: RowCase, cal: Calibration) -> dict[str, Any]:
         measured = float(_num(row, metric))  # type: ignore[arg-type]
         predicted = predicted_metric(case, est, metric)
         item.update(predicted=predicted, measured=measured, ape=abs(predicted - measured) / measured)
+    item.update(fit_verdict(est, cal.with_framework(case.framework).framework, run_cal.framework))
     mem = _num(row, "measured_peak_memory_GiB")
+    # a memory figure above the device's capacity was computed, never run (Korthikanti's Fig. 1 baselines)
+    item["ran"] = mem is None or mem * GIB <= est.memory_capacity_bytes
     if mem is not None:
         pred_mem = est.peak_memory_bytes / GIB
         item.update(
             predicted_memory_GiB=pred_mem, measured_memory_GiB=mem, memory_ape=abs(pred_mem - mem) / mem
         )
     return item
+
+
+def fit_verdict(est: Any, plan_fw: FrameworkProfile, reported_fw: FrameworkProfile) -> dict[str, Any]:
+    """Whether the published plan fits by the planner's own rule (``Estimate.fits``: the whole device need
+    within the usable memory, ``DEFAULT_HEADROOM_FRAC``): ``fits``, ``predicted_need_GiB`` (the peak rank's
+    tensors plus ``plan_fw``'s fragmentation share and context) and ``usable_GiB``. ``est`` was priced with
+    ``reported_fw``, which counts what the source's memory report counts (``reported_memory_framework``); the
+    tensors are the same, so the need follows in closed form. A published run that ran and is called
+    non-fitting is a memory-model failure to explain, not a plan to reject."""
+    counted = (est.peak_memory_bytes - reported_fw.context_bytes) / (1.0 + reported_fw.fragmentation_frac)
+    need = counted * (1.0 + plan_fw.fragmentation_frac) + plan_fw.context_bytes
+    usable = est.memory_capacity_bytes * (1.0 - DEFAULT_HEADROOM_FRAC)
+    return {"fits": bool(need <= usable), "predicted_need_GiB": need / GIB, "usable_GiB": usable / GIB}
 
 
 def score(prepared: Prepared, cal: Calibration) -> dict[str, Any]:
@@ -967,7 +984,7 @@ def fit_constants(cases: list[RowCase], calibration: Calibration) -> dict[str, d
 
     sample = _fit_sample(cases)
     pooled_names = [n for n in POOLED if any(n in c.framework.fitted for c in sample)]
-    prior = {n: float(getattr(load_framework(DEFAULT_FRAMEWORK), n)) for n in pooled_names}
+    prior = {n: float(getattr(load_framework(UNNAMED_STACK_FRAMEWORK), n)) for n in pooled_names}
 
     def pooled_cal(vals: dict[str, float]) -> Calibration:
         return dataclasses.replace(calibration, fits={POOLED_GROUP: dict(vals)})
@@ -1054,6 +1071,11 @@ def _summarise(rows: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> dic
         "mape_by_source": {k: v for k, v in by_source.items() if v is not None},
         "memory_mape": _mean([r["memory_ape"] for r in rows if "memory_ape" in r]),
         "memory_mape_by_source": {k: v for k, v in mem_by_source.items() if v is not None},
+        "not_fitting": [
+            {k: r[k] for k in ("id", "plan", "predicted_need_GiB", "usable_GiB")}
+            for r in rows
+            if not r.get("fits", True) and r.get("ran", True)
+        ],
         "defaults": PLAN_DEFAULTS,
     }
 

@@ -257,10 +257,12 @@ def summary_markdown(estimate: Any) -> str:
         ("Model TFLOP/s per device", f"{e.model_flop_per_s_per_device / 1e12:,.1f} TFLOP/s"),
         (
             "Peak memory per device",
-            f"{e.peak_memory_bytes / GIB:,.1f} GiB of {e.memory_capacity_bytes / GIB:,.1f} GiB ({fits})",
+            f"{e.peak_memory_bytes / GIB:,.1f} GiB of {e.memory_usable_bytes / GIB:,.1f} GiB usable "
+            f"({e.memory_capacity_bytes / GIB:,.1f} GiB less {e.memory_headroom_frac:.0%} headroom; {fits})",
         ),
         ("Bubble", f"{e.bubble_fraction * 100:.1f} % of the step (critical rank)"),
         ("Backend", f"{e.backend}{' (measured)' if e.measured else ''}"),
+        *([("Stack", f"{e.framework} ({e.framework_version})")] if e.framework_version else []),
     ]
     table = "| Measure | Value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
     notes = "".join(f"\n- {n}" for n in e.notes)

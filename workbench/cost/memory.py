@@ -88,6 +88,9 @@ class ActivationParts(NamedTuple):
 FP8_TILE_BYTES = 1.0 + 4.0 / 128
 """Bytes per value kept in FP8 (E4M3) with one fp32 scale per 1x128 tile (DeepSeek-V3, arXiv:2412.19437,
 section 3.3.2, fine-grained quantisation)."""
+TE_FP8_BYTES = 1.0
+"""Bytes per value of the FP8 (E4M3) copy Transformer Engine keeps of a linear layer's input under per-tensor
+scaling (delayed or current: one fp32 scale per tensor, negligible per value)."""
 E5M6_BYTES = 1.5
 """12-bit E5M6: DeepSeek-V3's format for the attention output kept for the output projection's backward
 (section 3.3.3)."""
@@ -102,6 +105,8 @@ def activation_parts(
     moe_layer: bool = False,
     capacity_factor: float = 1.0,
     fp8_cache: bool = False,
+    fp8_saved_inputs: bool = False,
+    fused_glu: bool = False,
     recompute_cheap: bool = False,
     recompute_modules: tuple[str, ...] = (),
     unfused_glu_clamp: bool = False,
@@ -111,6 +116,12 @@ def activation_parts(
     MLA layers also keep their low-rank latents (the up-projections' inputs, and the inputs of the latents'
     RMSNorms). ``fp8_cache`` (``FrameworkProfile.fp8_activation_cache``): the linear layers' inputs and the
     MLP's stored values in FP8 (``FP8_TILE_BYTES``), the attention output in E5M6 (``E5M6_BYTES``).
+    ``fp8_saved_inputs`` (``FrameworkProfile.fp8_saved_inputs``, Transformer Engine's FP8 linears): every linear
+    layer keeps its quantised input (``TE_FP8_BYTES`` per value) for the backward pass, the norm outputs of the
+    fused norm+linear layers included; the attention kernel keeps its own 16-bit output and the output
+    projection an FP8 copy of it. ``fused_glu`` (``FrameworkProfile.fused_glu``): the MLP's activation saves
+    only its input ((n_mat - 1) f values, 16-bit) and the second linear its input (f values at the linear
+    layers' bytes), instead of the eager activation's inputs and outputs.
     ``recompute_cheap`` (``FrameworkProfile.recompute_cheap_ops``): RMSNorm outputs (the QKV, latent and MLP
     inputs), MLA's up-projected q, k, v and everything the MLP derives from its activation function's inputs
     are recomputed, not stored. DeepSeek-V3 sections 3.2.3 and 3.3.3 (arXiv:2412.19437).
@@ -125,7 +136,9 @@ def activation_parts(
     kv = a if mla else model.num_key_value_heads
     dqk, dv = model.qk_head_dim, model.value_head_dim
     drop = 1.0 if dropout else 0.0
-    linear = FP8_TILE_BYTES if fp8_cache else act_bytes  # a linear layer's stored input
+    te_fp8 = fp8_saved_inputs and not fp8_cache
+    # a linear layer's stored input
+    linear = FP8_TILE_BYTES if fp8_cache else TE_FP8_BYTES if te_fp8 else act_bytes
     modules = set(recompute_modules)
     norm_out = 0.0 if (recompute_cheap or "layernorm" in modules) else linear  # a norm output feeding a GEMM
     # two norm inputs, QKV input and MLP input (the norms' outputs), two dropout masks
@@ -133,6 +146,7 @@ def activation_parts(
     up_proj = recompute_cheap or "mla_up_proj" in modules
     qkv = 0.0 if (mla and up_proj) else act_bytes * (a * dqk + kv * dqk + kv * dv)
     attn = qkv + (E5M6_BYTES if fp8_cache else act_bytes) * a * dv + (0.0 if not flash else 4.0 * a)
+    attn += TE_FP8_BYTES * a * dv if te_fp8 else 0.0  # the output projection's own FP8 copy of its input
     if mla:  # latents: their norms' inputs and outputs (the up-projections' inputs)
         attn += (act_bytes + norm_out) * (model.q_lora_rank + model.kv_lora_rank)
     n_mat = 3 if model.gated_mlp else 2
@@ -142,23 +156,58 @@ def activation_parts(
         f = model.moe_ffn_hidden_size
         k = model.experts_per_token * capacity_factor
         full = (2 * (n_mat - 1) + 1) * f
-        kept = (n_mat - 1) * f if recompute_cheap else full
-        routed = (n_mat - 1) * f if (recompute_cheap or "moe_act" in modules) else full + clamp * f
-        mlp = k * (linear * h + per_value * routed) + per_value * model.num_shared_experts * kept
+        kept = per_value * (n_mat - 1) * f if recompute_cheap else per_value * full
+        routed = per_value * (
+            (n_mat - 1) * f if (recompute_cheap or "moe_act" in modules) else full + clamp * f
+        )
+        if fused_glu and not recompute_cheap:  # the fused activation's input and the second GEMM's input
+            kept = fused_mlp_bytes(f, n_mat, act_bytes, linear)
+            if "moe_act" not in modules:
+                routed = fused_mlp_bytes(f, n_mat, act_bytes, linear) + per_value * clamp * f
+        mlp = k * (linear * h + routed) + model.num_shared_experts * kept
         mlp += 4.0 * model.num_experts  # fp32 router logits
     else:
         f = model.ffn_hidden_size
         eager = (2 * (n_mat - 1) + (1 if model.gated_mlp else 0) + clamp) * f
-        kept = (n_mat - 1) * f if recompute_cheap else eager
-        mlp = per_value * kept
+        if fused_glu and not recompute_cheap:
+            mlp = fused_mlp_bytes(f, n_mat, act_bytes, linear) + per_value * clamp * f
+        else:
+            mlp = per_value * ((n_mat - 1) * f if recompute_cheap else eager)
     scores = 0.0 if flash else a * (act_bytes + drop * (1 + act_bytes))
     wgrad = act_bytes * (2 * h + a * dv) + act_bytes * (
         model.moe_ffn_hidden_size * model.experts_per_token if moe_layer else model.ffn_hidden_size
     )
-    proj_out = act_bytes * (a * dqk + kv * dqk + kv * dv) + act_bytes * h
-    mm_out = (mlp - (4.0 * model.num_experts if moe_layer else 0.0)) * 2 / 3 + proj_out
-    op_sac = act_bytes * a * dv + 4.0 * a + 0.5 * mm_out
+    if mla or moe_layer:  # half of the matmul outputs, in no exact order
+        proj_out = act_bytes * (a * dqk + kv * dqk + kv * dv) + act_bytes * h
+        mm_out = (mlp - (4.0 * model.num_experts if moe_layer else 0.0)) * 2 / 3 + proj_out
+        saved_mm = 0.5 * mm_out
+    else:
+        saved_mm = act_bytes * sum(op_sac_saved_matmul_widths(model))
+    op_sac = act_bytes * a * dv + 4.0 * a + saved_mm
     return ActivationParts(outside, attn + mlp, scores, wgrad, act_bytes * h, op_sac)
+
+
+def op_sac_saved_matmul_widths(model: ModelSpec) -> tuple[int, ...]:
+    """Output widths (values per token) of the matmuls torchtitan's per-op selective checkpointing saves in a
+    dense layer: it counts the block's matmuls in forward order and saves the odd-numbered ones, recomputing
+    the rest (pytorch/torchtitan @b5bcd76, torchtitan/distributed/activation_checkpoint.py, ``wrapped_policy``:
+    "Save all compute/comm ops, except every second mm/linear", ``meta[mm_count_key] % 2 == 0`` ->
+    PREFER_RECOMPUTE). The order is that of torchtitan's Llama block (models/llama3/model.py): wq, wk, wv, wo,
+    then w1, w3, w2 (gated) or w1, w2; so wq, wv, w1 and, gated, w2 are kept. The attention op's output and
+    log-sum-exp are saved too (the SDPA ops are in the save list)."""
+    a, kv = model.num_attention_heads, model.num_key_value_heads
+    widths = [a * model.qk_head_dim, kv * model.qk_head_dim, kv * model.value_head_dim, model.hidden_size]
+    f = model.ffn_hidden_size
+    widths += [f, f, model.hidden_size] if model.gated_mlp else [f, model.hidden_size]
+    return tuple(widths[0::2])
+
+
+def fused_mlp_bytes(f: float, n_mat: int, act_bytes: float, linear_bytes: float) -> float:
+    """Bytes per token an MLP of width ``f`` keeps with a fused activation (``FrameworkProfile.fused_glu``):
+    the activation's 16-bit input, (n_mat - 1) f values (gate and up projections for a gated MLP), and the
+    second linear layer's input, f values at ``linear_bytes`` (16-bit, or the FP8 copy Transformer Engine
+    keeps). Megatron-Core ``fusions/fused_bias_swiglu.py`` (``save_for_backward(input_for_backward, bias)``)."""
+    return act_bytes * (n_mat - 1) * f + linear_bytes * f
 
 
 def layer_activation_bytes(

@@ -106,6 +106,8 @@ class StepContext:
             "dropout": fw.dropout,
             "act_bytes": ACT_BYTES,
             "fp8_cache": fp8 and fw.fp8_activation_cache,
+            "fp8_saved_inputs": fp8 and fw.fp8_saved_inputs,
+            "fused_glu": fw.fused_glu,
             "recompute_cheap": fw.recompute_cheap_ops,
             "recompute_modules": fw.recompute_modules,
             "unfused_glu_clamp": "glu_clamp" in fw.unfused_model_ops,
@@ -128,7 +130,11 @@ class StepContext:
             workload=workload,
             cal=cal,
             param_bytes=1.0 if fp8 and fw.fp8_param_gather else dtype_bytes(workload.dtype),
-            fp8_copy_bytes=fw.fp8_weight_copies if fp8 and not fw.fp8_param_gather else 0.0,
+            fp8_copy_bytes=(
+                max(fw.fp8_weight_copies - 1.0, 0.0) if fw.fp8_param_gather else fw.fp8_weight_copies
+            )
+            if fp8
+            else 0.0,
             optimizer_bytes=optimizer_state_bytes_per_param(
                 workload.optimizer,
                 master_weights=fw.master_weights,

@@ -8,6 +8,7 @@ the schedule and builds the ``Estimate``; ``estimate_plan`` is the entry point (
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -145,14 +146,15 @@ def estimate_plan(
     unsupported = cal.framework.unsupported(plan, dtype=workload.dtype)
     if unsupported:
         raise ValueError(f"framework {cal.framework.id} does not run: {'; '.join(unsupported)}")
-    return assemble(
+    est = assemble(
         model, cluster, workload, plan, analytic_costs(model, cluster, workload, plan, cal), backend=backend
     )
+    return dataclasses.replace(est, framework=cal.framework.id, framework_version=cal.framework.version)
 
 
 def _notes(cal: Calibration, plan: ParallelPlan, model: ModelSpec, device_id: str) -> tuple[str, ...]:
     notes = [
-        f"framework: {cal.framework.id}; fitted constants: {cal.name}",
+        f"framework: {cal.framework.label}; fitted constants: {cal.name}",
         "MFU: PaLM model FLOPs (6N + full-s^2 attention, no recompute) over the dense peak of the dtype",
         "attention: "
         + (

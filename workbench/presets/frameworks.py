@@ -19,9 +19,15 @@ from workbench.specs.files import check_input_file
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.limits import shown
 
-DEFAULT_FRAMEWORK = "generic"
-"""The profile a plan is priced with when the user names none: Megatron-Core's execution (the stack most large
-runs use today, sharing its fitted constants) offering every schedule and feature the workbench models."""
+DEFAULT_FRAMEWORK = "megatron-core-2024"
+"""The stack a plan is for when the user names none: Megatron-Core as the NeMo 25.11 container runs it (the
+stack most large published runs of 2024-26 use: Llama 3, Nemotron, the Megatron-Bridge recipes), so the best
+plan is one that stack runs. ``generic`` stays an explicit choice: every schedule and feature the workbench
+models, priced as Megatron-Core, for plans no single stack runs yet."""
+
+UNNAMED_STACK_FRAMEWORK = "generic"
+"""The profile a *published run* whose framework text names no known stack is priced with (from 2023 on;
+:func:`default_framework`): the run ran, so every feature it names is admitted, priced as Megatron-Core."""
 
 PRE_FUSED_ATTENTION_FRAMEWORK = "megatron-lm-2021"
 """The profile a run that names no known stack is priced with when its source dates from the years this
@@ -125,19 +131,25 @@ def profile_for_text(text: str, *, year: int | None = None) -> FrameworkProfile 
     best = max(score for score, _ in scored)
     tied = [prof for score, prof in scored if score == best]
     # A fork named beside its parent ("Zero Bubble (Megatron-LM fork)") is the more specific match: its
-    # fit_group is the parent's id.
-    forks = [prof for prof in tied if prof.fit_group in {other.id for other in tied}]
+    # fit_group is the parent's id and it has keywords of its own (a later release of the same stack, such as
+    # torchtitan-2025 sharing torchtitan-2024's constants, has the same keywords and is told apart by year).
+    by_id = {other.id: other for other in tied}
+    forks = [
+        prof
+        for prof in tied
+        if prof.fit_group in by_id and set(prof.keywords) - set(by_id[prof.fit_group].keywords)
+    ]
     return (forks or tied)[0]
 
 
 def default_framework(year: int | None = None) -> FrameworkProfile:
     """The profile for a run whose framework names no profile: ``PRE_FUSED_ATTENTION_FRAMEWORK`` when
-    ``year`` (the source's) falls in the years it covers, else ``DEFAULT_FRAMEWORK``."""
+    ``year`` (the source's) falls in the years it covers, else ``UNNAMED_STACK_FRAMEWORK``."""
     if year is not None:
         old = load_framework(PRE_FUSED_ATTENTION_FRAMEWORK)
         if old.years and old.covers_year(year):
             return old
-    return load_framework(DEFAULT_FRAMEWORK)
+    return load_framework(UNNAMED_STACK_FRAMEWORK)
 
 
 def source_year(source: str) -> int | None:

@@ -317,6 +317,8 @@ def search(
         estimates=tuple(est_by_key[id(r)] for r in ordered if id(r) in est_by_key),
         explanation=_explanation(ordered, col),
         goodput=None if failures is None else _settings(failures, goodput_options),
+        framework=cal.framework.id,
+        framework_version=cal.framework.version,
     )
 
 

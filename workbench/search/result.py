@@ -170,6 +170,10 @@ class SearchResult:
     """Full-backend estimates of the refined plans, in ``plans`` order."""
     explanation: str
     """Why #1 beats #2, one line ('' with fewer than two plans)."""
+    framework: str = ""
+    """The stack the plans are for (framework profile id): the search offers only what it runs."""
+    framework_version: str = ""
+    """The release(s) of that stack (``FrameworkProfile.version``)."""
     goodput: dict[str, Any] | None = None
     """With a failure model: its id and the checkpoint/recovery options (``plans`` then has
     ``workbench.search.rank.GOODPUT_COLUMNS``); None otherwise."""
@@ -201,6 +205,8 @@ class SearchResult:
     def summary(self) -> dict[str, Any]:
         """Plain-JSON summary (what ``workbench plan --json`` prints)."""
         return {
+            "framework": self.framework,
+            "framework_version": self.framework_version,
             "model": self.model.name,
             "clusters": [
                 {"id": c.id, "num_nodes": c.num_nodes, "num_devices": c.num_devices} for c in self.clusters

@@ -22,6 +22,7 @@ import numpy as np
 
 from workbench.cost.placement import level_spans, order_strides, p2p_level_index
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
+from workbench.specs.estimate import DEFAULT_HEADROOM_FRAC
 from workbench.specs.framework import CP_KINDS, FrameworkProfile
 from workbench.specs.limits import (
     MAX_CANDIDATES,
@@ -36,17 +37,6 @@ from workbench.specs.plan import RANK_ORDERS, Recompute
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
-
-DEFAULT_HEADROOM_FRAC = 0.05
-"""Default memory headroom of ``workbench plan --headroom`` and the app's opening plan and Search tab: the share of device memory a plan must leave free (80 GiB -> 76 GiB usable).
-
-The memory model already counts the CUDA context, NCCL/cuBLAS workspaces and a typical share of caching-allocator
-fragmentation (``FrameworkProfile.context_bytes``, ``fragmentation_frac``); the headroom covers what it cannot
-see: its own error (peak memory MAPE 5.4 % on the published runs, README "How good are the numbers"), and
-fragmentation and transient peaks beyond the typical share, which PyTorch's CUDA notes describe as memory
-reserved by the caching allocator but unusable for a large block ("Memory management", ``expandable_segments``:
-https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf). A plan
-picked at 99.8 % of the HBM runs out of memory on the first step that deviates."""
 
 AXES: tuple[str, ...] = ("tp", "cp", "ulysses", "pp", "ep", "vpp", "micro_batch_size")
 """Axes whose degrees ``Constraints.fixed`` and ``Constraints.maximum`` may name."""
@@ -97,8 +87,9 @@ class Constraints:
 
     max_devices: int | None = None
     """Largest device count to use; node counts above it are skipped. None: no limit."""
-    memory_headroom_frac: float = 0.0
-    """Share of the device memory kept free: a plan fits if peak <= capacity * (1 - headroom). 0..1."""
+    memory_headroom_frac: float = DEFAULT_HEADROOM_FRAC
+    """Share of the device memory kept free: a plan fits if peak <= capacity * (1 - headroom). 0..1; the one
+    rule of ``Estimate.fits`` (``workbench.specs.estimate.DEFAULT_HEADROOM_FRAC``)."""
     fixed: dict[str, int] = field(default_factory=dict)
     """Axis -> the only allowed degree, e.g. ``{"tp": 8}``. Axes: see ``AXES``."""
     maximum: dict[str, int] = field(default_factory=dict)

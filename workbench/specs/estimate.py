@@ -34,6 +34,18 @@ other: allocator fragmentation allowance and framework overhead."""
 
 TIMELINE_COLUMNS: tuple[str, ...] = ("rank", "stage", "chunk", "microbatch", "op", "start_s", "end_s")
 
+DEFAULT_HEADROOM_FRAC = 0.05
+"""The share of device memory a plan must leave free (80 GiB -> 76 GiB usable): the one rule by which a plan fits, in
+``Estimate.fits``, ``workbench estimate`` and ``plan --headroom``, the search, the app and the report's usable line.
+
+The memory model already counts the CUDA context, NCCL/cuBLAS workspaces and a typical share of caching-allocator
+fragmentation (``FrameworkProfile.context_bytes``, ``fragmentation_frac``); the headroom covers what it cannot
+see: its own error (peak memory MAPE 5.4 % on the published runs, README "How good are the numbers"), and
+fragmentation and transient peaks beyond the typical share, which PyTorch's CUDA notes describe as memory
+reserved by the caching allocator but unusable for a large block ("Memory management", ``expandable_segments``:
+https://pytorch.org/docs/stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf). A plan
+picked at 99.8 % of the HBM runs out of memory on the first step that deviates."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StepBreakdown:
@@ -111,6 +123,13 @@ class Estimate:
     """True when the numbers come from a real run, not a model."""
     notes: tuple[str, ...] = ()
     """Assumptions and warnings a user should read (defaults used, interpolations, ...)."""
+    memory_headroom_frac: float = DEFAULT_HEADROOM_FRAC
+    """Share of ``memory_capacity_bytes`` a plan must leave free to fit (``DEFAULT_HEADROOM_FRAC``; ``workbench
+    estimate --headroom``, ``plan --headroom``)."""
+    framework: str = ""
+    """The framework profile (stack) the plan was priced for, by id; empty when the backend names none."""
+    framework_version: str = ""
+    """The release(s) of that stack (``FrameworkProfile.version``)."""
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -118,8 +137,14 @@ class Estimate:
         return float(self.memory["total_bytes"].max())  # type: ignore[arg-type]
 
     @property
+    def memory_usable_bytes(self) -> float:
+        """Memory a rank may fill, bytes: the capacity less the headroom share (the line every face draws)."""
+        return self.memory_capacity_bytes * (1.0 - self.memory_headroom_frac)
+
+    @property
     def fits(self) -> bool:
-        return self.peak_memory_bytes <= self.memory_capacity_bytes
+        """The peak of every rank is within ``memory_usable_bytes`` (the one fit rule)."""
+        return self.peak_memory_bytes <= self.memory_usable_bytes
 
     def peak_memory_row(self) -> dict[str, Any]:
         """The memory row of the rank with the largest total."""
@@ -131,6 +156,8 @@ class Estimate:
         peak = self.peak_memory_row()
         return {
             "backend": self.backend,
+            "framework": self.framework,
+            "framework_version": self.framework_version,
             "model": self.model.name,
             "cluster": self.cluster.id,
             "num_devices": self.cluster.num_devices,
@@ -142,6 +169,8 @@ class Estimate:
             "tflops_per_device": self.model_flop_per_s_per_device / 1e12,
             "peak_memory_bytes": self.peak_memory_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
+            "memory_headroom_frac": self.memory_headroom_frac,
+            "memory_usable_bytes": self.memory_usable_bytes,
             "fits": self.fits,
             "bubble_fraction": self.bubble_fraction,
             "breakdown": self.breakdown.as_dict(),

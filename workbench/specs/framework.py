@@ -161,6 +161,8 @@ _FLAGS = (
     "partial_recompute",
     "vocab_parallel",
     "fp8_activation_cache",
+    "fp8_saved_inputs",
+    "fused_glu",
     "recompute_cheap_ops",
     "optimizer_post_validation",
 )
@@ -190,6 +192,11 @@ class FrameworkProfile:
     without FlashAttention; from 2023 on it is Megatron-Core)."""
     fit_group: str = ""
     """Profiles with the same group share fitted constants (a fork with its parent); default: the id."""
+    version: str = ""
+    """The release(s) of the stack the profile describes ("Megatron-Core 0.15 (Megatron-Bridge 25.11)"): what a
+    plan priced with it is for, shown with every plan (CLI header, report, app, the ``framework`` of the JSON)."""
+    as_of: str = ""
+    """When the profile was checked against the stack's code and docs, ``YYYY-MM``."""
     description: str = ""
     sources: dict[str, str] = field(default_factory=dict)
     """Field name -> where its value comes from (docs, flags, papers)."""
@@ -267,6 +274,18 @@ class FrameworkProfile:
     of the linear layers and of the MoE SwiGLU, with the attention output (the input of the output
     projection) in 12-bit E5M6 (DeepSeek-V3 section 3.3.3, "Low-Precision Activation");
     ``workbench.cost.memory.activation_parts``. False: 16-bit as in Transformer Engine's defaults."""
+    fp8_saved_inputs: bool = False
+    """FP8 runs keep the quantised FP8 copy (1 byte per value) of each linear layer's input for its backward
+    pass, the norm outputs of fused norm+linear layers included, instead of the 16-bit input: Transformer
+    Engine ``module/linear.py`` (``saved_inputmat = inputmat``, the input after ``input_quantizer``, row-wise
+    data discarded) and ``module/layernorm_linear.py`` (``ln_out_to_save = ln_out``, quantised); the attention
+    kernel still keeps its own 16-bit output, so the output projection's FP8 copy comes on top of it.
+    ``workbench.cost.memory.activation_parts``."""
+    fused_glu: bool = False
+    """A gated MLP's activation runs as one fused function that saves only its input (gate and up projections)
+    and recomputes the rest in the backward pass: Megatron-Core ``fusions/fused_bias_swiglu.py``
+    (``ctx.save_for_backward(input_for_backward, bias)``), on with ``bias_activation_fusion`` (Megatron-Bridge's
+    Llama, DeepSeek and Qwen providers). False: eager SiLU and product keep their own inputs and outputs."""
     recompute_cheap_ops: bool = False
     """The backward pass recomputes what is cheap to redo instead of storing it: every RMSNorm output, the
     MLA up-projections (q, k, v from their low-rank latents) and the SwiGLU output (DeepSeek-V3 sections
@@ -414,8 +433,10 @@ class FrameworkProfile:
     ``LayerNormLinear``/``Linear`` gather their quantised input (``gather_along_first_dim(..., quantizer=...)``);
     torchao's ``Float8ColwiseParallel``/``PrepareFloat8ModuleInput`` cast to float8 before the redistribute."""
     fp8_weight_copies: float = 0.0
-    """Otherwise: bytes per linear-layer weight of the FP8 copies kept for the step (Transformer Engine caches
-    the cast weight across micro-batches, rowwise and transposed: 2; torchao casts per use: 0)."""
+    """Bytes per linear-layer weight of the FP8 copies kept for the step beside the 16-bit weight (Transformer
+    Engine caches the cast weight across micro-batches, rowwise and transposed: 2; torchao casts per use: 0).
+    With ``fp8_param_gather`` the FP8 weight itself is the rowwise copy, so ``fp8_weight_copies - 1`` more
+    (the column-wise/transposed copy the backward pass reads)."""
     fp8_matmul_scale: float = 1.0
     """FP8 GEMM rate of the stack relative to the kernel table's FP8 GEMM curve (casts, scaling factors,
     amax history, transposes for the backward pass)."""
@@ -559,6 +580,8 @@ class FrameworkProfile:
             "id",
             "name",
             "fit_group",
+            "version",
+            "as_of",
             "description",
             "selective_recompute",
             "memory_report",
@@ -635,6 +658,11 @@ class FrameworkProfile:
     def group(self) -> str:
         """The fit group (the id when none is set)."""
         return self.fit_group or self.id
+
+    @property
+    def label(self) -> str:
+        """The stack a plan is for, as every face names it: ``id (version)``, or the id alone without one."""
+        return f"{self.id} ({self.version})" if self.version else self.id
 
     @property
     def zero_stages_with_pipeline(self) -> tuple[int, ...]:
@@ -742,6 +770,8 @@ class FrameworkProfile:
         return {
             "id": self.id,
             "name": self.name,
+            "version": self.version,
+            "as_of": self.as_of,
             "schedules": "any" if self.schedules is None else ", ".join(self.schedules) or "none (pp = 1)",
             "zero_stages": ", ".join(map(str, self.zero_stages))
             + (
