@@ -83,15 +83,21 @@ def attended_keys_frac(model: ModelSpec, seq_len: Array) -> Array:
     """Mean keys a query attends to, over ``seq_len`` keys, as a share of the full score matrix, averaged
     over the layers: 1/2 for causal attention, ``(w - w^2 / (2 s)) / s`` in a layer with a window of
     w < s keys (``ModelSpec.sliding_window``; query i sees min(i + 1, w) keys, the mean over s queries to
-    O(1/s)). What a fused kernel executes: it skips the blocks the causal or window mask empties (at block
-    granularity, which this ignores)."""
+    O(1/s)), ``c / (2 s)`` in a chunked-local layer with chunks of c < s tokens (``attention_chunk_size``;
+    query i sees the i mod c + 1 keys of its chunk, Llama 4). What a fused kernel executes: it skips the
+    blocks the causal, window or chunk mask empties (at block granularity, which this ignores)."""
     s = np.maximum(np.asarray(seq_len, dtype=float), 1.0)
-    if not model.sliding_window:
-        return 0.5 + 0.0 * s
-    w = np.minimum(float(model.sliding_window), s)
-    window = (w - w * w / (2 * s)) / s
-    n = model.num_sliding_window_layers
-    return ((model.num_layers - n) * 0.5 + n * window) / model.num_layers
+    full = 0.5 + 0.0 * s
+    if not model.sliding_window and not model.attention_chunk_size:
+        return full
+    total = (model.num_layers - model.num_sliding_window_layers - model.num_chunked_attention_layers) * full
+    if model.sliding_window:
+        w = np.minimum(float(model.sliding_window), s)
+        total = total + model.num_sliding_window_layers * (w - w * w / (2 * s)) / s
+    if model.attention_chunk_size:
+        c = np.minimum(float(model.attention_chunk_size), s)
+        total = total + model.num_chunked_attention_layers * c / (2 * s)
+    return total / model.num_layers
 
 
 def attention_ops(
