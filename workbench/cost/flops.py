@@ -499,8 +499,11 @@ def head_ops(
     reads and writes the logits about 3 times in fp32 (Megatron's vocab-parallel cross-entropy).
     ``loss_chunks`` > 1: the head and the loss run chunk by chunk of the tokens (fused linear cross-entropy:
     Liger-Kernel, Hsu et al. 2024, arXiv:2410.10989; Cut Cross-Entropy, Wijmans et al. 2024,
-    arXiv:2411.09009): the same FLOPs in GEMMs 1/loss_chunks the size, each chunk re-reading the weight."""
+    arXiv:2411.09009): the same FLOPs in GEMMs 1/loss_chunks the size, each chunk re-reading the weight.
+    A soft cap on the logits (``final_logit_softcap``, Gemma 2: ``c * tanh(logits / c)``) adds one fp32 read and
+    write of them before the loss (eager transformers; a fused loss kernel may fold it in)."""
     h, v = model.hidden_size, model.vocab_size
+    passes = 3 + (2 if model.final_logit_softcap else 0)
     w = h * v / tp
     flop = 2.0 * tokens * w
     return [
@@ -511,7 +514,7 @@ def head_ops(
             act_bytes * (tokens * (h + v / tp) + w * loss_chunks),
             flop / loss_chunks,
         ),
-        Op("loss", "memory", 0.0, 3 * 4.0 * tokens * v / tp + act_bytes * tokens * h * 2),
+        Op("loss", "memory", 0.0, passes * 4.0 * tokens * v / tp + act_bytes * tokens * h * 2),
     ]
 
 

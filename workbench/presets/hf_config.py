@@ -53,6 +53,11 @@ def supported_families() -> list[tuple[str, tuple[str, ...]]]:
     return [(label, archs) for label, (_, archs, _) in FAMILIES.items()]
 
 
+def family_of(architecture: str) -> str:
+    """The family label of an ``architectures`` value ("derived" when no reader knows it)."""
+    return next((label for label, (_, archs, _) in FAMILIES.items() if architecture in archs), "derived")
+
+
 def supported_list_markdown() -> str:
     """The README's one-line list of supported families (generated here; a test checks the README)."""
     return "; ".join(f"{label} (`{'`, `'.join(archs)}`)" for label, archs in supported_families())
