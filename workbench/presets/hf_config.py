@@ -127,7 +127,8 @@ def _derive(cfg: Mapping[str, Any], origin: str, name: str, arch: str) -> Config
         except ValueError as exc:
             text = str(exc) if str(exc).startswith(origin) else f"{origin}: {exc}"
             raise ValueError(
-                f"{text} (architecture {arch!r} has no hand-written reader; derived with {ep.name}); supported: "
+                f"{text} (field 'architectures' is {shown([arch])}, which no hand-written reader knows; derived "
+                f"with {ep.name}); supported: "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)}"
             ) from None
         if not isinstance(reading, ConfigReading):
