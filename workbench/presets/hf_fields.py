@@ -109,7 +109,7 @@ class ConfigReader:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
             raise ValueError(
-                f"{self.origin}: field {key!r} must be a number >= 0 or null, got {shown(value)}"
+                f"{self.origin}: field {key!r} must be a number, got {shown(value)} (allowed: finite, >= 0, or null)"
             )
         return float(value)
 
