@@ -148,7 +148,7 @@ def _cfg(name: str, **changes: object) -> dict:  # type: ignore[type-arg]
         (
             "deepseek-v2-lite",
             {"num_experts_per_tok": 65},
-            r"experts_per_token=65 must be in 1..num_experts=64",
+            r"field 'num_experts_per_tok' is 65; it must be at most n_routed_experts = 64",
         ),
         ("qwen3-8b", {"hidden_size": -4096}, r"field 'hidden_size'.*-4096"),
         (

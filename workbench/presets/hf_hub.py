@@ -32,7 +32,17 @@ def is_hub_id(text: str) -> bool:
 def cached_config(repo_id: str, revision: str = "main") -> Path:
     """The cached ``config.json`` of ``repo_id`` at ``revision`` (a ref such as ``main`` or a commit hash).
 
-    Raises ValueError naming the cache folder, the file to download and the command that downloads it."""
+    huggingface_hub's own ``try_to_load_from_cache`` answers when it is installed; otherwise the layout above is
+    read directly. Raises ValueError naming the cache folder, the file to download and the command that
+    downloads it."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # not installed: the documented layout
+        pass
+    else:
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir(), revision=revision)
+        if isinstance(found, str):
+            return Path(found)
     repo = hub_cache_dir() / f"models--{repo_id.replace('/', '--')}"
     ref = repo / "refs" / revision
     commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision

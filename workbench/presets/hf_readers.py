@@ -56,6 +56,19 @@ def _heads(r: ConfigReader, *, head_dim_default: int | None = None) -> dict[str,
     }
 
 
+def _experts(
+    r: ConfigReader, count_key: str, default_count: int | None = None, default_top_k: int | None = None
+) -> dict[str, Any]:
+    """``num_experts`` from ``count_key`` and the top-k from ``num_experts_per_tok``, checked: top-k <= experts."""
+    count = r.int(count_key, default=default_count)
+    top_k = r.int("num_experts_per_tok", default=default_top_k)
+    if top_k > count:
+        raise ValueError(
+            f"{r.origin}: field 'num_experts_per_tok' is {top_k}; it must be at most {count_key} = {count}"
+        )
+    return {"num_experts": count, "experts_per_token": top_k}
+
+
 def _refuse_linear(r: ConfigReader, types: list[str] | None, module: str) -> None:
     if types and LINEAR in types:
         layer = types.index(LINEAR)
@@ -115,8 +128,7 @@ def _mixtral(r: ConfigReader, name: str) -> ModelSpec:
     return _llama_like(
         r,
         name,
-        num_experts=r.int("num_local_experts"),
-        experts_per_token=r.int("num_experts_per_tok"),
+        **_experts(r, "num_local_experts"),
         moe_ffn_hidden_size=r.int("intermediate_size"),
     )
 
@@ -130,8 +142,7 @@ def _qwen3_moe(r: ConfigReader, name: str) -> ModelSpec:
     return _llama_like(
         r,
         name,
-        num_experts=r.int("num_experts"),
-        experts_per_token=r.int("num_experts_per_tok"),
+        **_experts(r, "num_experts"),
         moe_ffn_hidden_size=r.int("moe_intermediate_size"),
         qk_norm=True,
         qkv_bias=r.bool("attention_bias", False),
@@ -159,8 +170,7 @@ def _gpt_oss(r: ConfigReader, name: str) -> ModelSpec:
     return _llama_like(
         r,
         name,
-        num_experts=r.int("num_local_experts"),
-        experts_per_token=r.int("num_experts_per_tok"),
+        **_experts(r, "num_local_experts"),
         moe_ffn_hidden_size=r.int("intermediate_size"),
         qkv_bias=bias,
         attention_out_bias=bias,
@@ -256,8 +266,7 @@ def _llama4(r: ConfigReader, name: str) -> ModelSpec:
         name,
         types,
         ffn_hidden_size=ffn,
-        num_experts=t.int("num_local_experts", default=16),
-        experts_per_token=t.int("num_experts_per_tok", default=1),
+        **_experts(t, "num_local_experts", default_count=16, default_top_k=1),
         moe_ffn_hidden_size=t.int("intermediate_size"),
         num_shared_experts=1,
         num_dense_layers=layers - len(moe),
@@ -309,8 +318,7 @@ def _mla_moe(r: ConfigReader, name: str, *, router_bias: bool) -> ModelSpec:
         gated_mlp=True,
         tied_embeddings=r.bool("tie_word_embeddings", False),
         attention=AttentionKind.MLA,
-        num_experts=r.int("n_routed_experts"),
-        experts_per_token=r.int("num_experts_per_tok"),
+        **_experts(r, "n_routed_experts"),
         moe_ffn_hidden_size=r.int("moe_intermediate_size"),
         num_shared_experts=r.int("n_shared_experts", default=0),
         num_dense_layers=layers - len(moe),
@@ -348,8 +356,7 @@ def _glm4_moe(r: ConfigReader, name: str) -> ModelSpec:
     return _llama_like(
         r,
         name,
-        num_experts=r.int("n_routed_experts"),
-        experts_per_token=r.int("num_experts_per_tok"),
+        **_experts(r, "n_routed_experts"),
         moe_ffn_hidden_size=r.int("moe_intermediate_size"),
         num_shared_experts=r.int("n_shared_experts", default=0),
         num_dense_layers=min(r.int("first_k_dense_replace", default=0), layers - 1),
