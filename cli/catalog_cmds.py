@@ -16,13 +16,17 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print machine-read
 @click.command("models")
 @_JSON
 def models_cmd(as_json: bool) -> None:
-    """List the model presets."""
+    """List the model presets (and the architecture families the config readers know)."""
+    from workbench.presets.hf_config import family_of, supported_list_markdown
+
     rows: list[dict[str, Any]] = []
     for name in catalog.preset_names("model"):
-        m = catalog.load_model(name)
+        reading = catalog.read_model(name)
+        m = reading.spec
         rows.append(
             {
                 "id": name,
+                "family": family_of(reading.architecture),
                 "architecture": "moe" if m.is_moe else "dense",
                 "layers": m.num_layers,
                 "hidden_size": m.hidden_size,
@@ -35,10 +39,11 @@ def models_cmd(as_json: bool) -> None:
         return
     print_table(
         "Model presets",
-        ["id", "kind", "layers", "hidden", "params", "active"],
+        ["id", "family", "kind", "layers", "hidden", "params", "active"],
         [
             [
                 r["id"],
+                r["family"],
                 r["architecture"],
                 r["layers"],
                 r["hidden_size"],
@@ -47,6 +52,10 @@ def models_cmd(as_json: bool) -> None:
             ]
             for r in rows
         ],
+    )
+    click.echo("Config readers: " + supported_list_markdown().replace("`", "") + "; any other architecture")
+    click.echo(
+        "transformers knows is derived from its meta-device model with the [hf] extra (docs/models.md)."
     )
 
 
@@ -151,13 +160,18 @@ def clusters_cmd(as_json: bool) -> None:
 
 
 def model_summary(name_or_path: str, seq_len: int) -> dict[str, Any]:
-    m = catalog.load_model(name_or_path)
+    reading = catalog.read_model(name_or_path)
+    m = reading.spec
     total = m.total_parameters()
     return {
         "name": m.name,
+        "architecture": reading.architecture,
         "spec": m.to_dict(),
         "parameters": total,
         "active_parameters": m.active_parameters(),
+        "active_parameters_without_embedding": m.non_embedding_active_parameters(),
+        "encoder_parameters": reading.encoder_parameters,
+        "notes": list(reading.notes),
         "embedding_parameters": m.embedding_parameters(),
         "seq_len": seq_len,
         "model_flop_per_token": m.model_flop_per_token(seq_len),
@@ -194,6 +208,15 @@ def show_model(name_or_path: str, seq_len: int, as_json: bool) -> None:
     rows += [
         ["parameters", fmt_count(s["parameters"])],
         ["active parameters", fmt_count(s["active_parameters"])],
+        ["active without input embedding", fmt_count(s["active_parameters_without_embedding"])],
+    ]
+    if s["encoder_parameters"]:
+        rows += [
+            ["vision tower + projector (not priced)", fmt_count(s["encoder_parameters"])],
+            ["parameters with the vision tower", fmt_count(s["parameters"] + s["encoder_parameters"])],
+        ]
+    rows += [["note", note] for note in s["notes"]]
+    rows += [
         [f"model FLOPs per token (seq {seq_len})", f"{s['model_flop_per_token']:.4g} FLOP"],
     ]
     weights = s["weights_bytes"]

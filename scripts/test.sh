@@ -9,10 +9,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# Every extra the tests need: torch (backends), dev (pytest, linters, browser and notebook drivers), app (Panel)
-# and jupyter (notebooks, JupyterLab launcher). torch pinned to the CPU build for tests only
+# Every extra the tests need: torch (backends), dev (pytest, linters, browser and notebook drivers), app (Panel),
+# jupyter (notebooks, JupyterLab launcher) and hf (transformers, the oracle of the config readers). torch pinned to the CPU build for tests only
 # (constraints/ci.txt); users install '.[torch]' unpinned.
-.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter]'
+.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter,hf]'
 
 # The prebuilt JupyterLab extension and the config enabling its server extension: a wheel installs both as data
 # files, an editable install does not, so link the committed build and copy the config into the venv.

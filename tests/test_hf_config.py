@@ -107,5 +107,5 @@ def test_missing_and_mistyped_fields_are_named() -> None:
         model_from_hf_config(cfg)
     with pytest.raises(ValueError, match="'hidden_size' must be an integer"):
         model_from_hf_config({**PYTHIA_160M, "hidden_size": "768"})
-    with pytest.raises(ValueError, match="num_key_value_heads=5 must divide"):
+    with pytest.raises(ValueError, match="num_key_value_heads.*5.*must divide"):
         model_from_hf_config({**PYTHIA_160M, "architectures": ["LlamaForCausalLM"], "num_key_value_heads": 5})

@@ -83,15 +83,21 @@ def attended_keys_frac(model: ModelSpec, seq_len: Array) -> Array:
     """Mean keys a query attends to, over ``seq_len`` keys, as a share of the full score matrix, averaged
     over the layers: 1/2 for causal attention, ``(w - w^2 / (2 s)) / s`` in a layer with a window of
     w < s keys (``ModelSpec.sliding_window``; query i sees min(i + 1, w) keys, the mean over s queries to
-    O(1/s)). What a fused kernel executes: it skips the blocks the causal or window mask empties (at block
-    granularity, which this ignores)."""
+    O(1/s)), ``c / (2 s)`` in a chunked-local layer with chunks of c < s tokens (``attention_chunk_size``;
+    query i sees the i mod c + 1 keys of its chunk, Llama 4). What a fused kernel executes: it skips the
+    blocks the causal, window or chunk mask empties (at block granularity, which this ignores)."""
     s = np.maximum(np.asarray(seq_len, dtype=float), 1.0)
-    if not model.sliding_window:
-        return 0.5 + 0.0 * s
-    w = np.minimum(float(model.sliding_window), s)
-    window = (w - w * w / (2 * s)) / s
-    n = model.num_sliding_window_layers
-    return ((model.num_layers - n) * 0.5 + n * window) / model.num_layers
+    full = 0.5 + 0.0 * s
+    if not model.sliding_window and not model.attention_chunk_size:
+        return full
+    total = (model.num_layers - model.num_sliding_window_layers - model.num_chunked_attention_layers) * full
+    if model.sliding_window:
+        w = np.minimum(float(model.sliding_window), s)
+        total = total + model.num_sliding_window_layers * (w - w * w / (2 * s)) / s
+    if model.attention_chunk_size:
+        c = np.minimum(float(model.attention_chunk_size), s)
+        total = total + model.num_chunked_attention_layers * c / (2 * s)
+    return total / model.num_layers
 
 
 def attention_ops(
@@ -493,8 +499,11 @@ def head_ops(
     reads and writes the logits about 3 times in fp32 (Megatron's vocab-parallel cross-entropy).
     ``loss_chunks`` > 1: the head and the loss run chunk by chunk of the tokens (fused linear cross-entropy:
     Liger-Kernel, Hsu et al. 2024, arXiv:2410.10989; Cut Cross-Entropy, Wijmans et al. 2024,
-    arXiv:2411.09009): the same FLOPs in GEMMs 1/loss_chunks the size, each chunk re-reading the weight."""
+    arXiv:2411.09009): the same FLOPs in GEMMs 1/loss_chunks the size, each chunk re-reading the weight.
+    A soft cap on the logits (``final_logit_softcap``, Gemma 2: ``c * tanh(logits / c)``) adds one fp32 read and
+    write of them before the loss (eager transformers; a fused loss kernel may fold it in)."""
     h, v = model.hidden_size, model.vocab_size
+    passes = 3 + (2 if model.final_logit_softcap else 0)
     w = h * v / tp
     flop = 2.0 * tokens * w
     return [
@@ -505,7 +514,7 @@ def head_ops(
             act_bytes * (tokens * (h + v / tp) + w * loss_chunks),
             flop / loss_chunks,
         ),
-        Op("loss", "memory", 0.0, 3 * 4.0 * tokens * v / tp + act_bytes * tokens * h * 2),
+        Op("loss", "memory", 0.0, passes * 4.0 * tokens * v / tp + act_bytes * tokens * h * 2),
     ]
 
 

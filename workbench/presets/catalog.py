@@ -17,7 +17,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from workbench.presets.hf_config import load_json_object, model_from_hf_config
+from workbench.presets.hf_config import ConfigReading, load_json_object, read_hf_config
+from workbench.presets.hf_hub import cached_config, is_hub_id
 from workbench.specs.files import check_input_file
 from workbench.specs.hardware import (
     ClusterSpec,
@@ -66,6 +67,8 @@ def resolve(kind: str, name_or_path: str | Path) -> Path:
     candidate = profiles_dir() / folder / f"{name_or_path}{suffix}"
     if candidate.is_file():
         return candidate
+    if kind == "model" and is_hub_id(str(name_or_path)) and not path.exists():
+        return cached_config(str(name_or_path))
     if looks_like_path or path.exists():  # a directory or a FIFO says so (stat only, never opened)
         check_input_file(path, f"{kind} file")
     names = preset_names(kind)
@@ -75,9 +78,19 @@ def resolve(kind: str, name_or_path: str | Path) -> Path:
 
 
 def load_model(name_or_path: str | Path) -> ModelSpec:
-    """A model preset id (``llama-3.1-70b``) or the path of a Hugging Face ``config.json``."""
+    """A model preset id (``llama-3.1-70b``), the path of a Hugging Face ``config.json``, or a hub id
+    (``org/name``) whose ``config.json`` is in the local Hugging Face cache (:mod:`workbench.presets.hf_hub`)."""
+    return read_model(name_or_path).spec
+
+
+def read_model(name_or_path: str | Path) -> ConfigReading:
+    """What :func:`load_model` reads, with the notes (defaults applied, derivation) and the parameters of a
+    vision tower beside the decoder."""
     path = resolve("model", name_or_path)
-    return model_from_hf_config(path, name=path.stem if path.stem != "config" else None)
+    if path.stem != "config":
+        return read_hf_config(path, name=path.stem)
+    hub = is_hub_id(str(name_or_path)) and not Path(name_or_path).exists()
+    return read_hf_config(path, name=str(name_or_path).split("/")[-1] if hub else None)
 
 
 def model_metadata(name_or_path: str | Path) -> dict[str, Any]:

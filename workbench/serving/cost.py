@@ -36,9 +36,12 @@ from workbench.presets.calibration import Calibration
 from workbench.presets.engines import load_engine
 from workbench.serving.cost_attention import (
     ATTENTION_GRID_PER_OCTAVE,
+    FULL,
     SERVING_ATTENTION_KERNELS,
     VARLEN_TILE_ROWS,
     AttentionCost,
+    attention_layer_groups,
+    held_keys,
 )
 from workbench.serving.cost_layers import (
     MIN_KERNEL_S,
@@ -148,7 +151,7 @@ class ReplicaCost:
 
     __slots__ = (
         "_attention", "_cal", "_capacity", "_cluster", "_eager_floor_s", "_engine", "_graph_sizes", "_layers",
-        "_logits_table",
+        "_layer_groups", "_logits_table",
         "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
     )  # fmt: skip
 
@@ -180,6 +183,7 @@ class ReplicaCost:
         self._step_overhead_s = float(overhead)
         bw = calibration.device(cluster.device).hbm_efficiency_frac * cluster.device.hbm_bytes_per_s
         self._layers = LayerCost(model, cluster, rp, calibration, self._engine, hbm_bytes_per_s=bw)
+        self._layer_groups = attention_layer_groups(model)
         self._attention = AttentionCost(model, cluster.device, rp, calibration, self._engine, hbm_bytes_per_s=bw,
                                         families=attention_kernels)  # fmt: skip
         self._eager_floor_s = self._layers.eager_floor_s()
@@ -320,15 +324,21 @@ class ReplicaCost:
         if tokens == 0:
             return 0.0
         attention = 0.0
-        if n_pre:
-            attention += max(self._attention.prefill_layer_s(new, ctx), MIN_KERNEL_S)
-        if n_dec:
-            a = self._attention
-            decode = a.varlen_decode_layer_s if n_pre else a.decode_layer_s
-            attention += max(decode(n_dec, cached), MIN_KERNEL_S)
+        for count, kind, span in self._layer_groups:  # full, sliding-window, chunked layers
+            one = 0.0
+            if n_pre:
+                one += max(self._attention.prefill_layer_s(new, ctx, kind, span), MIN_KERNEL_S)
+            if n_dec:
+                a = self._attention
+                decode = a.varlen_decode_layer_s if n_pre else a.decode_layer_s
+                keys = (
+                    cached if kind == FULL else cached - float(dec.sum() - held_keys(dec, kind, span).sum())
+                )
+                one += max(decode(n_dec, keys), MIN_KERNEL_S)
+            attention += count * one
         layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
         heads = self._table_lookup(self._logits_table, n_pre + n_dec, self._layers.by_logits_s)
-        gpu = layers + heads + self._model.num_layers * attention
+        gpu = layers + heads + attention
         if not self._engine.graph_launched(tokens - n_dec, n_dec):
             gpu = max(gpu, self._eager_floor_s)
         return gpu + self._step_overhead_s
@@ -360,17 +370,17 @@ class ReplicaCost:
         """Seconds to send one request's KV cache of ``tokens`` tokens from its prefill engine to a decode engine:
         every device of the prefill engine sends its own share (its KV heads, or the whole MLA latent) to its
         peer at once, over the level joining the pools (``p2p_s`` at a stride of the prefill pool's device count:
-        the decode pool is laid after the prefill pool). 0.0 for an aggregated plan. Raises ValueError for
-        tokens < 0."""
+        the decode pool is laid after the prefill pool); sliding-window and chunked layers send only the tokens they
+        hold (``held_keys``). 0.0 for an aggregated plan. Raises ValueError for tokens < 0."""
         if tokens < 0:
             raise ValueError(f"kv_transfer_s: tokens must be >= 0, got {tokens!r}")
         d = self._plan.disaggregation
         if d is None or tokens == 0:
             return 0.0
         prefill = self._plan.role_plan("prefill")
+        held = sum(count * int(held_keys(tokens, kind, span)) for count, kind, span in self._layer_groups)
         share = (
-            tokens
-            * self._model.num_layers
+            held
             * kv_bytes_per_token_layer(self._model, prefill.kv_cache_dtype, prefill.tp)
             / prefill.attention_dp
         )

@@ -12,6 +12,7 @@ tiles (``VARLEN_TILE_ROWS``).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,9 @@ from workbench.specs.hardware import DeviceSpec, DType
 from workbench.specs.limits import MAX_SEQ_LEN
 from workbench.specs.model import AttentionKind, ModelSpec
 from workbench.specs.serving import ServingPlan
+
+FULL, SLIDING, CHUNKED = "full", "sliding", "chunked"
+"""Attention kinds of a layer: the whole causal prefix, a sliding window, a chunk (``attention_layer_groups``)."""
 
 SERVING_ATTENTION_KERNELS = ("fa3", "fa2")
 """Fused attention families a serving engine calls on the device, in preference order (vLLM uses FlashAttention
@@ -95,17 +99,24 @@ class AttentionCost:
         lo, hi = self._grid_frac[i], self._grid_frac[i + 1]
         return float(lo + (min(x, i + 1.0) - i) * (hi - lo))
 
-    def prefill_layer_s(self, new: np.ndarray, ctx: np.ndarray) -> float:
+    def prefill_layer_s(self, new: np.ndarray, ctx: np.ndarray, kind: str = FULL, span: int = 0) -> float:
         """Prefill attention of one layer on one device (batch split evenly over the attention-DP ranks), seconds.
         Chunk of n new tokens on c cached (a loop: an iteration holds few chunks): causal FLOPs 2 n (c + (n+1)/2)
         H (d_qk + d_v) (the kernel table's convention: 2 s^2 d H for a whole causal prompt, FA2/FA3 papers) at the
         table's forward fraction for c + n keys; bytes: the chunks' q and output plus the c + n cached K/V read
-        once. One varlen kernel: max(sum of compute times, sum of bytes / HBM)."""
+        once. One varlen kernel: max(sum of compute times, sum of bytes / HBM). A sliding-window or chunked
+        layer (``kind``, ``span``: window or chunk tokens) counts only the keys each query sees
+        (:func:`attended_keys`) and reads only the K/V of those keys."""
         heads, dqk, dv, _ = self._dims
         compute = moved = 0.0
         for n, c in zip(new.tolist(), ctx.tolist(), strict=True):
-            compute += 2.0 * n * (c + (n + 1) / 2.0) / self.fwd_frac(c + n)
-            moved += ACT_BYTES * n * heads * (dqk + dv) + (c + n) * self._kv_layer
+            if kind == FULL:
+                keys, span_keys = n * (c + (n + 1) / 2.0), c + n
+            else:
+                keys = float(attended_keys(c + n, kind, span) - attended_keys(c, kind, span))
+                span_keys = min(c + n, span + n) if kind == SLIDING else min(c + n, c % span + n)
+            compute += 2.0 * keys / self.fwd_frac(span_keys)
+            moved += ACT_BYTES * n * heads * (dqk + dv) + span_keys * self._kv_layer
         compute *= heads * (dqk + dv) / self._peak
         return max(compute, moved / self._bw) / self._adp
 
@@ -154,6 +165,40 @@ class AttentionCost:
         hit = table.attention_fracs(families, dtype="bf16", head_dim=model.qk_head_dim, causal=True,
                                     seq_len=1.0)  # fmt: skip
         return self._grid_frac[-1] if hit is not None and hit[0] == "fa2" else None
+
+
+def attention_layer_groups(model: ModelSpec) -> tuple[tuple[int, str, int], ...]:
+    """(layers, kind, span) of each attention kind the model has: ``full`` (span 0), ``sliding`` (span: the
+    window, ``ModelSpec.sliding_window``) and ``chunked`` (span: the chunk, ``attention_chunk_size``)."""
+    full = model.num_layers - model.num_sliding_window_layers - model.num_chunked_attention_layers
+    groups = [(full, FULL, 0), (model.num_sliding_window_layers, SLIDING, model.sliding_window)]
+    groups.append((model.num_chunked_attention_layers, CHUNKED, model.attention_chunk_size))
+    return tuple(g for g in groups if g[0] > 0)
+
+
+def attended_keys(positions: Any, kind: str, span: int) -> Any:
+    """Keys attended by the queries at positions 1..P together (elementwise over ``positions`` P): P (P+1)/2
+    causal; with a window of w keys, sum of min(p, w); in chunks of C tokens, sum of ((p - 1) mod C) + 1 (query p
+    sees its own chunk up to itself: Llama 4's chunked attention)."""
+    p = np.asarray(positions, dtype=float)
+    if kind == SLIDING:
+        w = float(span)
+        return np.where(p <= w, p * (p + 1) / 2, w * (w + 1) / 2 + (p - w) * w)
+    if kind == CHUNKED:
+        q, r = np.divmod(p, float(span))
+        return q * span * (span + 1) / 2 + r * (r + 1) / 2
+    return p * (p + 1) / 2
+
+
+def held_keys(context: Any, kind: str, span: int) -> Any:
+    """Keys the next query of a sequence with ``context`` tokens attends to (and the K/V a decode reads): all of
+    them, the last ``span`` (window), or those of its chunk so far, ((context - 1) mod span) + 1."""
+    c = np.asarray(context)
+    if kind == SLIDING:
+        return np.minimum(c, span)
+    if kind == CHUNKED:
+        return (c - 1) % span + 1
+    return c
 
 
 def _attention_dims(model: ModelSpec, tp: int) -> tuple[float, int, int, int]:

@@ -97,6 +97,32 @@ def activation_peak_bytes(model: ModelSpec, rp: ServingPlan) -> float:
     return ACT_BYTES * (2.0 * t * h + max(attn, mlp)) + logits
 
 
+def bounded_kv_capacity_tokens(
+    model: ModelSpec, free_bytes: float, layer_bytes: float, num_seqs: int
+) -> float:
+    """Tokens T whose KV cache fits in ``free_bytes`` when sliding-window and chunked layers hold at most their
+    window (chunk) per sequence: the largest T with ``n_full T b + sum_g n_g min(T, S span_g) b <= free`` (S =
+    ``num_seqs`` running sequences, b = ``layer_bytes`` per token and layer): a local layer never holds more
+    than the tokens of the full layers, nor more than a window per sequence (vLLM's hybrid KV-cache manager frees
+    the blocks that leave the window: vLLM docs, design "Hybrid KV Cache Manager"). Where every layer is local
+    the pool is sized as if they were full (a token pool bounds nothing then), bytes in, tokens out."""
+    groups = [
+        (model.num_sliding_window_layers, model.sliding_window),
+        (model.num_chunked_attention_layers, model.attention_chunk_size),
+    ]
+    full = model.num_layers - sum(n for n, _ in groups)
+    caps = sorted((num_seqs * span, n) for n, span in groups if n)
+    if full == 0:
+        return free_bytes / (model.num_layers * layer_bytes)
+    # piecewise linear in T: below a cap a group adds n_g b per token, above it a constant n_g S span_g b
+    slope, fixed, lo = float(model.num_layers), 0.0, 0.0
+    for cap, n in caps:
+        if (fixed + slope * cap) * layer_bytes >= free_bytes:
+            break
+        slope, fixed, lo = slope - n, fixed + n * cap, cap
+    return max((free_bytes / layer_bytes - fixed) / slope, lo)
+
+
 def reserve_bytes(rp: ServingPlan) -> float:
     """Memory outside weights, activations and KV on one device (``NON_TORCH_BYTES_*``), bytes."""
     return NON_TORCH_BYTES_MULTI_DEVICE if rp.devices_per_engine > 1 else NON_TORCH_BYTES_ONE_DEVICE
@@ -113,10 +139,15 @@ def kv_capacity_tokens(model: ModelSpec, device: DeviceSpec, rp: ServingPlan) ->
         activation_peak_bytes(model, rp),
         reserve_bytes(rp),
     )
-    per_token = math.ceil(model.num_layers / rp.pp) * kv_bytes_per_token_layer(
-        model, rp.kv_cache_dtype, rp.tp
-    )
-    blocks = math.floor((budget - weights - acts - reserve) / per_token / rp.kv_block_tokens)
+    layer_bytes = kv_bytes_per_token_layer(model, rp.kv_cache_dtype, rp.tp)
+    per_stage = math.ceil(model.num_layers / rp.pp)
+    free = budget - weights - acts - reserve
+    if model.num_sliding_window_layers or model.num_chunked_attention_layers:
+        seqs = math.ceil(rp.max_num_seqs / rp.attention_dp)
+        tokens = bounded_kv_capacity_tokens(model, free, layer_bytes * per_stage / model.num_layers, seqs)
+        blocks = math.floor(tokens / rp.kv_block_tokens)
+    else:
+        blocks = math.floor(free / (per_stage * layer_bytes) / rp.kv_block_tokens)
     if blocks < 1:
         raise ValueError(
             f"ServingPlan {rp.describe()!r} for model {model.name!r}: the weights ({weights / GIB:.1f} GiB per "

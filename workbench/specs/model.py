@@ -100,6 +100,27 @@ class ModelSpec:
     """Layers that attend through the window (GPT-OSS: every other layer, 18 of 36, HF ``layer_types``;
     Mistral-7B v0.1: all); the others attend to the whole prefix. 0..num_layers, > 0 exactly when
     ``sliding_window`` is."""
+    attention_chunk_size: int = 0
+    """Tokens per chunk in a chunked-local-attention layer: a query attends only to the keys of its own chunk,
+    from the chunk's start to itself (Hugging Face ``attention_chunk_size``: Llama 4, 8192); 0: no chunked
+    layers. 0..``limits.MAX_SEQ_LEN``."""
+    num_chunked_attention_layers: int = 0
+    """Layers with chunked local attention (Llama 4 Scout: 36 of 48, the RoPE layers; HF ``layer_types``
+    ``chunked_attention``). A layer is full, sliding or chunked: ``num_sliding_window_layers +
+    num_chunked_attention_layers <= num_layers``; > 0 exactly when ``attention_chunk_size`` is."""
+    post_norms: bool = False
+    """Each block also normalises the attention and MLP outputs before the residual add ("sandwich" norms,
+    Gemma 2 and 3: ``post_attention_layernorm`` and ``post_feedforward_layernorm``): four norms per layer."""
+    attention_out_bias: bool = False
+    """The attention output projection has a bias (GPT-OSS, whose ``attention_bias`` biases q, k, v and o)."""
+    attention_sinks: bool = False
+    """One learned sink logit per query head and layer joins the softmax (GPT-OSS ``sinks``)."""
+    final_logit_softcap: float = 0.0
+    """Soft cap of the output logits, ``c * tanh(logits / c)`` (Gemma 2: 30); 0: none. One extra pass over
+    the b x s x V logits, priced with the loss. 0..``GLU_CLAMP_MAX``."""
+    attention_logit_softcap: float = 0.0
+    """Soft cap of the attention scores inside the kernel (Gemma 2: 50; FlashAttention's ``softcap``); 0: none.
+    Recorded, not priced: one tanh per score, inside the fused kernel. 0..``GLU_CLAMP_MAX``."""
     # Mixture of experts. num_experts == 0 means dense.
     num_experts: int = 0
     """Routed experts per MoE layer; 0 for a dense model."""
@@ -149,6 +170,9 @@ class ModelSpec:
             "qk_norm",
             "router_bias",
             "expert_bias",
+            "post_norms",
+            "attention_out_bias",
+            "attention_sinks",
         ):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(
@@ -228,24 +252,39 @@ class ModelSpec:
             )
 
     def _check_window(self) -> None:
-        check_int(self, "sliding_window", minimum=0, maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
-        check_int(self, "num_sliding_window_layers", minimum=0, maximum=MAX_LAYERS, limit="MAX_LAYERS")
-        if self.num_sliding_window_layers > self.num_layers or (
-            bool(self.sliding_window) != bool(self.num_sliding_window_layers)
+        for size, count in (
+            ("sliding_window", "num_sliding_window_layers"),
+            ("attention_chunk_size", "num_chunked_attention_layers"),
         ):
+            check_int(self, size, minimum=0, maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
+            check_int(self, count, minimum=0, maximum=MAX_LAYERS, limit="MAX_LAYERS")
+            n, w = getattr(self, count), getattr(self, size)
+            if n > self.num_layers or bool(w) != bool(n):
+                raise ValueError(
+                    f"ModelSpec {shown(self.name)}: {count}={n} must be in 1..num_layers={self.num_layers} when "
+                    f"{size}={w} > 0, and 0 when {size} is 0"
+                )
+        if self.num_sliding_window_layers + self.num_chunked_attention_layers > self.num_layers:
             raise ValueError(
-                f"ModelSpec {shown(self.name)}: num_sliding_window_layers={self.num_sliding_window_layers} must be "
-                f"in 1..num_layers={self.num_layers} when sliding_window={self.sliding_window} > 0, and 0 when "
-                "sliding_window is 0"
+                f"ModelSpec {shown(self.name)}: num_sliding_window_layers={self.num_sliding_window_layers} plus "
+                f"num_chunked_attention_layers={self.num_chunked_attention_layers} must be at most "
+                f"num_layers={self.num_layers} (a layer is full, sliding or chunked)"
             )
 
     def _check_variants(self) -> None:
         """The clamp, the expert biases and the rotary scaling: types, ranges and the models they need."""
+        for field in ("glu_clamp", "final_logit_softcap", "attention_logit_softcap"):
+            value = getattr(self, field)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value <= GLU_CLAMP_MAX
+            ):
+                raise ValueError(
+                    f"ModelSpec {shown(self.name)}: {field} must be a number in 0..{GLU_CLAMP_MAX:g}, got "
+                    f"{shown(value)}"
+                )
         clamp = self.glu_clamp
-        if isinstance(clamp, bool) or not isinstance(clamp, int | float) or not 0 <= clamp <= GLU_CLAMP_MAX:
-            raise ValueError(
-                f"ModelSpec {shown(self.name)}: glu_clamp must be a number in 0..{GLU_CLAMP_MAX:g}, got {shown(clamp)}"
-            )
         if clamp and not self.gated_mlp:
             raise ValueError(
                 f"ModelSpec {shown(self.name)}: glu_clamp={clamp:g} needs gated_mlp (a GLU to clamp)"
@@ -314,10 +353,12 @@ class ModelSpec:
         params = h * q_width + 2 * h * kv_width + q_width * h
         if self.linear_bias or self.qkv_bias:
             params += q_width + 2 * kv_width
-        if self.linear_bias:
+        if self.linear_bias or self.attention_out_bias:
             params += h
         if self.qk_norm:
             params += 2 * self.head_dim
+        if self.attention_sinks:
+            params += a
         return params
 
     def mlp_parameters(self, ffn_hidden_size: int | None = None, *, expert: bool = False) -> int:
@@ -334,10 +375,10 @@ class ModelSpec:
         return self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
 
     def layer_parameters(self, layer: int) -> int:
-        """Parameters of block ``layer`` (0-based): attention, MLP or MoE, two norms."""
+        """Parameters of block ``layer`` (0-based): attention, MLP or MoE, two norms (four with ``post_norms``)."""
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be in 0..{self.num_layers - 1}, got {layer}")
-        base = self.attention_parameters() + 2 * self._norm_params()
+        base = self.attention_parameters() + (4 if self.post_norms else 2) * self._norm_params()
         if not self.is_moe or layer < self.num_dense_layers:
             return base + self.mlp_parameters()
         routed = self.num_experts * self.mlp_parameters(self.moe_ffn_hidden_size, expert=True)
