@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from workbench.cost.comm import p2p_s
 from workbench.presets.calibration import Calibration
+from workbench.presets.catalog import load_model
 from workbench.presets.engines import load_engine
 from workbench.serving.cost_attention import (
     ATTENTION_GRID_PER_OCTAVE,
@@ -47,6 +49,7 @@ from workbench.serving.cost_layers import (
     expected_experts_touched,
     gemm_compute_dtype,
 )
+from workbench.serving.cost_speculative import DraftCost
 from workbench.serving.memory import (
     ACT_BYTES,
     GIB,
@@ -147,8 +150,8 @@ class ReplicaCost:
     """
 
     __slots__ = (
-        "_attention", "_cal", "_capacity", "_cluster", "_eager_floor_s", "_engine", "_graph_sizes", "_layers",
-        "_logits_table",
+        "_attention", "_cal", "_capacity", "_cluster", "_draft", "_eager_floor_s", "_engine", "_graph_sizes",
+        "_layers", "_logits_table", "_verify",
         "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
     )  # fmt: skip
 
@@ -184,16 +187,30 @@ class ReplicaCost:
                                         families=attention_kernels)  # fmt: skip
         self._eager_floor_s = self._layers.eager_floor_s()
         self._capacity = kv_capacity_tokens(model, cluster.device, rp)
+        self._draft: DraftCost | None = None
+        self._verify = 1  # positions the target computes per decode sequence and iteration
+        if rp.speculative is not None:
+            draft = None
+            if rp.speculative.draft_model is not None:  # a separate draft model on the same engine layout
+                plan = replace(rp, speculative=None, num_redundant_experts=0, ep=None)
+                draft = ReplicaCost(load_model(rp.speculative.draft_model), cluster, plan, calibration,
+                                    step_overhead_s=0.0)  # fmt: skip
+            self._draft = DraftCost(model, rp, (self._layers, self._attention), draft)
+            self._verify = rp.speculative.verify_tokens
+            self._capacity = self._draft.kv_capacity_tokens(
+                self._capacity, rp.kv_block_tokens, rp.max_num_seqs
+            )
         # the CUDA-graph sizes one attention rank pads a decode batch to (none: the engine does not pad)
         per_rank = -(-min(rp.max_num_seqs, rp.max_num_batched_tokens) // rp.attention_dp)
         self._graph_sizes = self._engine.kept_graph_sizes(per_rank)
         # Everything but the attention cores depends only on the iteration's token count T and its number of
         # logit positions N; both are tabulated here (the cost functions broadcast over arrays), so one iteration
         # costs two look-ups and the attention sums.
-        size = min(max(rp.max_num_batched_tokens, rp.max_num_seqs), MAX_TABLE_TOKENS) + 1
+        positions = rp.max_num_seqs * self._verify
+        size = min(max(rp.max_num_batched_tokens, positions), MAX_TABLE_TOKENS) + 1
         self._tokens_table = self._layers.by_tokens_s(np.arange(size, dtype=float))
         self._logits_table = self._layers.by_logits_s(
-            np.arange(min(rp.max_num_seqs, MAX_TABLE_TOKENS) + 1, dtype=float)
+            np.arange(min(positions, MAX_TABLE_TOKENS) + 1, dtype=float)
         )
 
     # ---- plan checks ---------------------------------------------------------------------------------------
@@ -210,8 +227,13 @@ class ReplicaCost:
             problems.append(f"pp={rp.pp} exceeds num_layers={m.num_layers}")
         if rp.ep is not None and rp.ep > 1 and not m.is_moe:
             problems.append(f"ep={rp.ep} needs an MoE model ({m.name} is dense)")
-        if m.is_moe and m.num_experts % rp.expert_parallel:
-            problems.append(f"ep={rp.expert_parallel} must divide num_experts={m.num_experts}")
+        physical = m.num_experts + rp.num_redundant_experts
+        if m.is_moe and physical % rp.expert_parallel:
+            problems.append(
+                f"ep={rp.expert_parallel} must divide num_experts + num_redundant_experts = {physical}"
+            )
+        if rp.num_redundant_experts and not m.is_moe:
+            problems.append(f"num_redundant_experts={rp.num_redundant_experts} needs an MoE model")
         if problems:
             raise ValueError(f"{where}: " + "; ".join(problems))
         dtype = gemm_compute_dtype(self._cluster.device.peak_flop_per_s, rp.activation_dtype)
@@ -316,20 +338,26 @@ class ReplicaCost:
             padded = ranks * self._engine.padded_decode_batch(-(-n_dec // ranks), self._graph_sizes)
             cached += padded - n_dec
             n_dec = padded
-        tokens = (int(new.sum()) if n_pre else 0) + n_dec
+        q = self._verify
+        prefill_tokens = int(new.sum()) if n_pre else 0
+        tokens = prefill_tokens + n_dec * q
         if tokens == 0:
             return 0.0
-        attention = 0.0
+        attention = draft = 0.0
         if n_pre:
             attention += max(self._attention.prefill_layer_s(new, ctx), MIN_KERNEL_S)
         if n_dec:
             a = self._attention
-            decode = a.varlen_decode_layer_s if n_pre else a.decode_layer_s
-            attention += max(decode(n_dec, cached), MIN_KERNEL_S)
+            if q > 1:  # speculative decoding: the k + 1 positions of every sequence verified in one pass
+                attention += max(a.decode_layer_s(n_dec, cached, q), MIN_KERNEL_S)
+                draft = self._draft.draft_s(n_dec, cached) if self._draft is not None else 0.0
+            else:
+                decode = a.varlen_decode_layer_s if n_pre else a.decode_layer_s
+                attention += max(decode(n_dec, cached), MIN_KERNEL_S)
         layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
-        heads = self._table_lookup(self._logits_table, n_pre + n_dec, self._layers.by_logits_s)
-        gpu = layers + heads + self._model.num_layers * attention
-        if not self._engine.graph_launched(tokens - n_dec, n_dec):
+        heads = self._table_lookup(self._logits_table, n_pre + n_dec * q, self._layers.by_logits_s)
+        gpu = layers + heads + self._model.num_layers * attention + draft
+        if not self._engine.graph_launched(prefill_tokens, n_dec):
             gpu = max(gpu, self._eager_floor_s)
         return gpu + self._step_overhead_s
 

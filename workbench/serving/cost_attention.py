@@ -109,14 +109,18 @@ class AttentionCost:
         compute *= heads * (dqk + dv) / self._peak
         return max(compute, moved / self._bw) / self._adp
 
-    def decode_layer_s(self, num_seqs: int, cached_tokens: float) -> float:
+    def decode_layer_s(self, num_seqs: int, cached_tokens: float, queries_per_seq: int = 1) -> float:
         """Decode attention of one layer on one device over ``num_seqs`` sequences holding ``cached_tokens`` in
-        all, seconds: 2 c H (d_qk + d_v) FLOPs (MLA absorbed: 2 c H (2 r_kv + d_rope)) at the table's fraction for
-        the mean context, and every cached K/V read once; one kernel: max(compute, bytes / HBM)."""
+        all, each with ``queries_per_seq`` query positions (1; k + 1 when speculative decoding verifies k draft
+        tokens), seconds: 2 q c H (d_qk + d_v) FLOPs (MLA absorbed: 2 q c H (2 r_kv + d_rope)) at the table's
+        fraction for the mean context, and every cached K/V read once (the query positions of a sequence share one
+        pass over its cache, as FlashInfer's and FlashMLA's multi-token decode kernels do); one kernel:
+        max(compute, bytes / HBM)."""
         heads, dqk, dv, width = self._dims
         frac = self.fwd_frac(cached_tokens / num_seqs)
-        compute = 2.0 * cached_tokens * heads * width / (self._peak * frac)
-        moved = cached_tokens * self._kv_layer + ACT_BYTES * num_seqs * heads * (dqk + dv)
+        compute = 2.0 * queries_per_seq * cached_tokens * heads * width / (self._peak * frac)
+        queries = num_seqs * queries_per_seq
+        moved = cached_tokens * self._kv_layer + ACT_BYTES * queries * heads * (dqk + dv)
         return max(compute, moved / self._bw) / self._adp
 
     def varlen_decode_layer_s(self, num_seqs: int, cached_tokens: float) -> float:

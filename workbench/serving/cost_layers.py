@@ -123,6 +123,16 @@ class LayerCost:
             out = out + all_gather_s(self._cluster, ACT_BYTES * n_r * m.vocab_size, rp.tp, 1, self._eff)
         return np.where(logits > 0, out, 0.0)
 
+    def draft_pass_s(self, moe: bool, tokens: np.ndarray, fused_inputs: int) -> np.ndarray:
+        """One pass of a one-layer draft head (DeepSeek-V3's MTP module, EAGLE, EAGLE-3) over ``tokens`` engine
+        tokens without its attention core: the layer (MoE or dense, as the target's), the input projection of
+        ``fused_inputs`` x h -> h (MTP and EAGLE: 2, the token embedding beside the target's hidden state; EAGLE-3:
+        3 fused target layers on its first pass) and the shared LM head over one position per token, seconds."""
+        h = self._model.hidden_size
+        t_r = tokens / self._rp.attention_dp
+        proj = self._gemm("draft_fc", t_r, fused_inputs * h * h / self._rp.tp, fused_inputs * h, h)
+        return self._layer_s(moe, tokens) + self._gemm_s([proj], (1,)) + self.by_logits_s(tokens)
+
     def layer_comm_s(self, moe: bool, tokens: np.ndarray) -> np.ndarray:
         """Collectives of one layer: the tp all-reduce after attention and after the MLP (Megatron's two per
         layer, Shoeybi et al. 2019, arXiv:1909.08053); with attention_dp > 1 an MoE layer instead moves its
@@ -253,7 +263,9 @@ class LayerCost:
         m, rp = self._model, self._rp
         h, k, e = m.hidden_size, m.experts_per_token, m.num_experts
         expert = m.mlp_parameters(m.moe_ffn_hidden_size, expert=True)
-        touched = expected_experts_touched(tokens, e, k) / rp.expert_parallel
+        # redundant copies (EPLB) split a hot expert's tokens between devices: each copy is read where it is hit
+        copies = (e + rp.num_redundant_experts) / e
+        touched = np.minimum(expected_experts_touched(tokens, e, k) * copies, tokens * k) / rp.expert_parallel
         routed = tokens * k / (rp.tp * rp.attention_dp)
         n_mat = 3 if m.gated_mlp else 2
         flop = 2.0 * routed * expert

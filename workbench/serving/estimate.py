@@ -4,7 +4,10 @@ simulator (:mod:`workbench.serving.simulate`), summarised as TTFT, TPOT, through
 ``serve_estimate`` is what ``workbench serve estimate`` and the serving validation call: it turns a
 ``ServingWorkload`` into ``Requests``, builds one ``ReplicaCost`` per role (one for aggregated engines, a prefill
 and a decode one for a disaggregated plan), runs ``simulate`` with the plan's engine profile's chunking and KV
-admission rules (``ServingPlan.engine``) and keeps its tables.
+admission rules (``ServingPlan.engine``) and keeps its tables. Speculative decoding
+(``ServingPlan.speculative``) runs each request's decode as its verification steps (``speculative_steps``), and the
+tables are read back with the requests' own output lengths; a prefix hit rate (``ServingWorkload.prefix_hit_rate``)
+goes to the simulator; closed-loop clients start over one request's estimated duration (``closed_loop_ramp_s``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.serving.cost import ReplicaCost
+from workbench.serving.results import with_requests
 from workbench.serving.simulate import DisaggregatedPools, Requests, SimResult, simulate
+from workbench.serving.speculative import speculative_steps
+from workbench.serving.steady import closed_loop_ramp_s
 from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
 
 if TYPE_CHECKING:
@@ -57,8 +63,9 @@ class ServingEstimate:
         }
 
 
-def requests_of(workload: ServingWorkload) -> Requests:
-    """The simulator's requests for ``workload``: offline (all at 0), closed loop, Poisson or the trace."""
+def requests_of(workload: ServingWorkload, ramp_s: float = 0.0) -> Requests:
+    """The simulator's requests for ``workload``: offline (all at 0), closed loop (its clients starting over
+    ``ramp_s``, ``Requests.closed_loop``), Poisson or the trace."""
     n = workload.request_count
     lengths = {
         "input_tokens": list(workload.input_lengths()),
@@ -67,7 +74,7 @@ def requests_of(workload: ServingWorkload) -> Requests:
     if workload.arrival is Arrival.OFFLINE:
         return Requests.offline(n, **lengths)
     if workload.arrival is Arrival.CLOSED:
-        return Requests.closed_loop(int(workload.concurrency or 1), n, **lengths)
+        return Requests.closed_loop(int(workload.concurrency or 1), n, ramp_s=ramp_s, **lengths)
     if workload.arrival is Arrival.POISSON:
         rate = float(workload.request_rate_per_s or 0.0)
         return Requests.poisson(rate, n, seed=workload.seed, **lengths)
@@ -92,13 +99,14 @@ def serve_estimate(
         raise ValueError(
             f"serving plan {plan.describe()} needs {plan.num_devices} devices; the cluster has {cluster.num_devices}"
         )
-    requests = requests_of(workload)
     policy, seqs = plan.scheduler.value, plan.max_num_seqs
     budget = max(plan.max_num_batched_tokens, plan.max_num_seqs)
+    hit = workload.prefix_hit_rate
     if plan.disaggregation is None:
         cost = ReplicaCost(model, cluster, plan, calibration)
+        requests = requests_of(workload, closed_loop_ramp_s(workload, cost, cost, plan))
         sim = simulate(
-            requests,
+            speculative_steps(requests, plan),
             cost,
             policy=policy,
             max_num_seqs=seqs,
@@ -109,6 +117,7 @@ def serve_estimate(
             kv_admission=cost.engine.kv_admission,
             emit_delay_s=cost.emit_delay_s,
             pipeline_depth=plan.pp,
+            prefix_hit_rate=hit,
         )
         capacity = cost.kv_capacity_tokens
         per_token = {"both": cost.kv_bytes_per_token_per_device()}
@@ -122,8 +131,9 @@ def serve_estimate(
             prefill_cost=prefill,
             decode_cost=decode,
         )
+        requests = requests_of(workload, closed_loop_ramp_s(workload, prefill, decode, plan))
         sim = simulate(
-            requests,
+            speculative_steps(requests, plan),
             decode,
             policy=policy,
             max_num_seqs=seqs,
@@ -132,12 +142,15 @@ def serve_estimate(
             chunked_prefill=decode.engine.chunked_prefill,
             kv_admission=decode.engine.kv_admission,
             emit_delay_s=decode.emit_delay_s,
+            prefix_hit_rate=hit,
         )
         capacity = decode.kv_capacity_tokens
         per_token = {
             "prefill": prefill.kv_bytes_per_token_per_device(),
             "decode": decode.kv_bytes_per_token_per_device(),
         }
+    if plan.speculative is not None:
+        sim = with_requests(sim, requests)
     return ServingEstimate(
         model=model,
         cluster=cluster,

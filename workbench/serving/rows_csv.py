@@ -197,14 +197,14 @@ def _check_values(row: dict[str, str], where: str) -> None:
                 f"{where}: column {col}: {limits.shown(value)} is not one of {', '.join(allowed)}"
             )
     for col in COUNT_COLUMNS:
-        value = cell_number(row, col)
-        if value is not None and (value != int(value) or value < 1):
-            raise ValueError(f"{where}: column {col}: {value:g} must be a whole number >= 1")
+        number = cell_number(row, col)
+        if number is not None and (number != int(number) or number < 1):
+            raise ValueError(f"{where}: column {col}: {number:g} must be a whole number >= 1")
     for col, (low, closed) in FRACTION_COLUMNS.items():
-        value = cell_number(row, col)
-        if value is not None and not (low <= value <= 1.0 and (closed or value > low)):
+        number = cell_number(row, col)
+        if number is not None and not (low <= number <= 1.0 and (closed or number > low)):
             bound = "[0, 1]" if closed else "(0, 1]"
-            raise ValueError(f"{where}: column {col}: {value:g} must be in {bound}")
+            raise ValueError(f"{where}: column {col}: {number:g} must be in {bound}")
     accept = cell_number(row, "spec_accept_len")
     if accept is not None and accept < 1.0:
         raise ValueError(
