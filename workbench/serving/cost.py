@@ -388,8 +388,9 @@ class ReplicaCost:
         """Seconds to send one request's KV cache of ``tokens`` tokens from its prefill engine to a decode engine:
         every device of the prefill engine sends its own share (its KV heads, or the whole MLA latent) to its
         peer at once, over the level joining the pools (``p2p_s`` at a stride of the prefill pool's device count:
-        the decode pool is laid after the prefill pool). 0.0 for an aggregated plan. Raises ValueError for
-        tokens < 0."""
+        the decode pool is laid after the prefill pool). Where the engine sends the KV layer by layer
+        (``EngineProfile.kv_transfer_layerwise``) only the last layer's share and what the prefill of the other
+        layers cannot hide are exposed. 0.0 for an aggregated plan. Raises ValueError for tokens < 0."""
         if tokens < 0:
             raise ValueError(f"kv_transfer_s: tokens must be >= 0, got {tokens!r}")
         d = self._plan.disaggregation
@@ -404,4 +405,10 @@ class ReplicaCost:
         )
         stride = d.prefill_workers * prefill.devices_per_engine
         eff = self._cal.framework.collective_efficiency_frac
-        return float(p2p_s(self._cluster, share, stride, eff))
+        whole = float(p2p_s(self._cluster, share, stride, eff))
+        if not self._engine.kv_transfer_layerwise or self._role != "prefill":
+            return whole
+        # layer by layer: each layer's share leaves while the later layers compute; the last one is exposed
+        layers = self._model.num_layers
+        hidden = self.prefill_s(tokens) * (layers - 1) / layers
+        return whole / layers + max(0.0, whole * (layers - 1) / layers - hidden)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.serving.cost import ReplicaCost
+from workbench.serving.cost import ReplicaCost, kv_bytes_per_token
 from workbench.serving.results import with_requests
 from workbench.serving.simulate import DisaggregatedPools, Requests, SimResult, simulate
 from workbench.serving.speculative import speculative_steps
@@ -42,6 +42,12 @@ class ServingEstimate:
     """Per-request and per-iteration tables (``workbench.serving.simulate.SimResult``)."""
     kv_cache_capacity_tokens: int
     """KV cache tokens one (decode, for a disaggregated plan) engine holds."""
+    kv_transfer_bytes_per_request: float = 0.0
+    """Disaggregated plans: the KV bytes one request of the mean prompt sends from its prefill engine to its decode
+    engine (every layer, every KV head: ``kv_bytes_per_token``); 0.0 when aggregated."""
+    kv_transfer_s: float = 0.0
+    """Disaggregated plans: the exposed seconds of that transfer (``ReplicaCost.kv_transfer_s``); 0.0 when
+    aggregated."""
     kv_bytes_per_token_per_device: dict[str, float]
     """By engine role (``both`` for an aggregated plan, else ``prefill`` and ``decode``): the KV bytes one cached
     token takes on the fullest device of an attention-DP rank (``ReplicaCost.kv_bytes_per_token_per_device``)."""
@@ -60,6 +66,14 @@ class ServingEstimate:
             **stats,
             "output_tokens_per_s_per_device": self.sim.output_tokens_per_s / self.plan.num_devices,
             "kv_cache_capacity_tokens": self.kv_cache_capacity_tokens,
+            "disaggregated": self.plan.disaggregation is not None,
+            "kv_transfer_bytes_per_request": self.kv_transfer_bytes_per_request,
+            "kv_transfer_s": self.kv_transfer_s,
+            "speculative": None if self.plan.speculative is None else self.plan.speculative.describe(),
+            "accepted_length": None
+            if self.plan.speculative is None
+            else self.plan.speculative.mean_accepted_length,
+            "prefix_hit_rate": self.workload.prefix_hit_rate,
         }
 
 
@@ -121,6 +135,7 @@ def serve_estimate(
         )
         capacity = cost.kv_capacity_tokens
         per_token = {"both": cost.kv_bytes_per_token_per_device()}
+        transfer = {}
     else:
         d = plan.disaggregation
         prefill = ReplicaCost(model, cluster, plan, calibration, role="prefill")
@@ -149,6 +164,11 @@ def serve_estimate(
             "prefill": prefill.kv_bytes_per_token_per_device(),
             "decode": decode.kv_bytes_per_token_per_device(),
         }
+        mean_prompt = max(1, round(float(requests.input_tokens.mean())))
+        transfer = {
+            "kv_transfer_bytes_per_request": mean_prompt * kv_bytes_per_token(model, plan.kv_cache_dtype),
+            "kv_transfer_s": prefill.kv_transfer_s(mean_prompt),
+        }
     if plan.speculative is not None:
         sim = with_requests(sim, requests)
     return ServingEstimate(
@@ -159,4 +179,5 @@ def serve_estimate(
         sim=sim,
         kv_cache_capacity_tokens=int(capacity),
         kv_bytes_per_token_per_device=per_token,
+        **transfer,
     )

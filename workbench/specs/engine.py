@@ -97,6 +97,13 @@ class EngineProfile:
     backend) instead of separate prefill and decode kernels: with FlashAttention-2 each decode query then fills a
     whole query tile per query head (``workbench.serving.cost_attention.VARLEN_TILE_ROWS``)."""
 
+    kv_transfer_layerwise: bool = False
+    """A disaggregated prefill engine sends each layer's KV as soon as that layer is computed, overlapping the
+    transfer with the rest of the prefill (Splitwise, Patel et al. ISCA 2024, section 4.3; vLLM-Ascend's
+    ``MooncakeLayerwiseConnector``); False: the whole KV leaves after the prefill (SGLang's disaggregation, vLLM's
+    NIXL connector, TensorRT-LLM's cache transceiver; its chunk-pipelined transfer is NVIDIA/TensorRT-LLM PR
+    #15727, open in 2026)."""
+
     def __post_init__(self) -> None:
         where = f"EngineProfile {self.id!r}"
         for name in ("id", "name"):
@@ -106,7 +113,8 @@ class EngineProfile:
         for name in ("step_overhead_s", "eager_kernel_s"):
             check_real(where, name, getattr(self, name), minimum=0.0, min_open=False, maximum=MAX_HOST_S,
                        unit="s")  # fmt: skip
-        for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention"):
+        for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention",
+                     "kv_transfer_layerwise"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{where}: {name} must be true or false, got {shown(getattr(self, name))}")
         if self.chunked_prefill is not None and not isinstance(self.chunked_prefill, bool):
