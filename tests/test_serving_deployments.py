@@ -199,3 +199,19 @@ def test_serve_estimate_command_prices_the_new_deployments():
     assert missing.exit_code == 2 and "--acceptance-rate" in missing.output
     orphan = runner.invoke(cli, [*base, "--accepted-length", "2"])
     assert orphan.exit_code == 2 and "needs --speculative" in orphan.output
+
+
+def test_deepep_normal_kernels_cross_the_network_once_per_node():
+    from workbench.cost.comm import all_to_all_forwarded_s, all_to_all_s
+
+    cluster = load_cluster("dgx-h100", 4)
+    tokens = 4e9  # bytes of one rank's tokens: large enough that the network time dominates the start-up
+    forwarded = float(all_to_all_forwarded_s(cluster, tokens, 8, 32, 1))
+    per_copy = float(all_to_all_s(cluster, 8 * tokens, 32, 1))
+    # per copy: 8 copies x 24/32 on other nodes = 6 token-sends over the NIC; forwarded: each of the 3 other
+    # nodes once if one of the 8 experts is there, 3 (1 - (3/4)^8) = 2.70
+    assert forwarded / per_copy == pytest.approx(3 * (1 - 0.75**8) / 6, rel=1e-3)
+    one_node = load_cluster("dgx-h100", 1)  # inside a node only NVLink moves: every copy but the local one
+    assert float(all_to_all_forwarded_s(one_node, tokens, 8, 8, 1)) == pytest.approx(
+        float(all_to_all_s(one_node, 8 * tokens, 8, 1)), rel=1e-9
+    )

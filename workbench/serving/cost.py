@@ -151,7 +151,7 @@ class ReplicaCost:
 
     __slots__ = (
         "_attention", "_cal", "_capacity", "_cluster", "_draft", "_eager_floor_s", "_engine", "_graph_sizes",
-        "_layers", "_logits_table", "_verify",
+        "_layers", "_logits_table", "_prefill_table", "_verify",
         "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
     )  # fmt: skip
 
@@ -209,6 +209,9 @@ class ReplicaCost:
         positions = rp.max_num_seqs * self._verify
         size = min(max(rp.max_num_batched_tokens, positions), MAX_TABLE_TOKENS) + 1
         self._tokens_table = self._layers.by_tokens_s(np.arange(size, dtype=float))
+        self._prefill_table = self._tokens_table  # iterations with prefill tokens: the same, unless DeepEP's
+        if self._engine.moe_dispatch == "deepep" and model.is_moe and rp.attention_dp > 1:  # normal kernels
+            self._prefill_table = self._layers.by_tokens_s(np.arange(size, dtype=float), prefill=True)
         self._logits_table = self._layers.by_logits_s(
             np.arange(min(positions, MAX_TABLE_TOKENS) + 1, dtype=float)
         )
@@ -354,7 +357,11 @@ class ReplicaCost:
             else:
                 decode = a.varlen_decode_layer_s if n_pre else a.decode_layer_s
                 attention += max(decode(n_dec, cached), MIN_KERNEL_S)
-        layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
+        if n_pre and self._prefill_table is not self._tokens_table:
+            layers = self._table_lookup(self._prefill_table, tokens,
+                                        lambda t: self._layers.by_tokens_s(t, prefill=True))  # fmt: skip
+        else:
+            layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
         heads = self._table_lookup(self._logits_table, n_pre + n_dec * q, self._layers.by_logits_s)
         gpu = layers + heads + self._model.num_layers * attention + draft
         if not self._engine.graph_launched(prefill_tokens, n_dec):

@@ -22,7 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from workbench.cost.comm import all_gather_s, all_reduce_s, all_to_all_s, p2p_s, reduce_scatter_s
+from workbench.cost.comm import (
+    all_gather_s,
+    all_reduce_s,
+    all_to_all_forwarded_s,
+    all_to_all_s,
+    p2p_s,
+    reduce_scatter_s,
+)
 from workbench.cost.flops import Op, elementwise_op, embedding_ops, op_times
 from workbench.presets.calibration import Calibration
 from workbench.serving.memory import ACT_BYTES
@@ -93,13 +100,14 @@ class LayerCost:
         self._wb = BYTES_PER_VALUE[role_plan.weight_dtype]
         self._eff = calibration.framework.collective_efficiency_frac
 
-    def by_tokens_s(self, tokens: np.ndarray) -> np.ndarray:
+    def by_tokens_s(self, tokens: np.ndarray, *, prefill: bool = False) -> np.ndarray:
         """All layers without attention cores, the embedding (and its vocab-parallel all-reduce) and the pp - 1
         hand-offs of the hidden states (``p2p_s``, stages tp*attention_dp ranks apart), for T tokens, seconds
-        (0 where T = 0)."""
+        (0 where T = 0). ``prefill``: the iteration holds prefill tokens (DeepEP's normal kernels under the
+        ``deepep`` dispatch, ``layer_comm_s``)."""
         m, rp = self._model, self._rp
         n_moe = m.num_moe_layers
-        out = n_moe * self._layer_s(True, tokens) if n_moe else np.zeros_like(tokens)
+        out = n_moe * self._layer_s(True, tokens, prefill) if n_moe else np.zeros_like(tokens)
         if m.num_layers > n_moe:
             out = out + (m.num_layers - n_moe) * self._layer_s(False, tokens)
         t_r = tokens / rp.attention_dp
@@ -133,7 +141,7 @@ class LayerCost:
         proj = self._gemm("draft_fc", t_r, fused_inputs * h * h / self._rp.tp, fused_inputs * h, h)
         return self._layer_s(moe, tokens) + self._gemm_s([proj], (1,)) + self.by_logits_s(tokens)
 
-    def layer_comm_s(self, moe: bool, tokens: np.ndarray) -> np.ndarray:
+    def layer_comm_s(self, moe: bool, tokens: np.ndarray, prefill: bool = False) -> np.ndarray:
         """Collectives of one layer: the tp all-reduce after attention and after the MLP (Megatron's two per
         layer, Shoeybi et al. 2019, arXiv:1909.08053); with attention_dp > 1 an MoE layer instead moves its
         tokens as the engine's ``moe_dispatch`` says: ``all_to_all`` dispatches and combines the token copies over
@@ -152,11 +160,17 @@ class LayerCost:
             out = out + all_gather_s(self._cluster, gathered, rp.attention_dp, rp.tp, eff)
             out = out + reduce_scatter_s(self._cluster, gathered, rp.attention_dp, rp.tp, eff)
         elif moe and rp.attention_dp > 1:
-            n = rp.tp * rp.attention_dp
-            copies = payload / ACT_BYTES / rp.tp * self._model.experts_per_token
+            n, k = rp.tp * rp.attention_dp, self._model.experts_per_token
+            values = payload / ACT_BYTES / rp.tp  # this rank's share of its tokens' hidden values
             send = 1.0 if rp.activation_dtype in (ServingDType.FP8, ServingDType.FP4) else ACT_BYTES
-            out = out + all_to_all_s(self._cluster, send * copies, n, 1, eff)
-            out = out + all_to_all_s(self._cluster, ACT_BYTES * copies, n, 1, eff)
+            if (
+                prefill and self._engine.moe_dispatch == "deepep"
+            ):  # normal kernels: once per node, NVLink fan-out
+                out = out + all_to_all_forwarded_s(self._cluster, send * values, k, n, 1, eff)
+                out = out + all_to_all_forwarded_s(self._cluster, ACT_BYTES * values, k, n, 1, eff)
+            else:
+                out = out + all_to_all_s(self._cluster, send * values * k, n, 1, eff)
+                out = out + all_to_all_s(self._cluster, ACT_BYTES * values * k, n, 1, eff)
         elif rp.tp > 1:
             out = out + all_reduce_s(self._cluster, payload, rp.tp, 1, eff)
         return np.asarray(out, dtype=float)
@@ -194,7 +208,7 @@ class LayerCost:
             name, "matmul", 2.0 * tokens * params, params * self._wb + ACT_BYTES * tokens * (d_in + d_out)
         )
 
-    def _layer_s(self, moe: bool, tokens: np.ndarray) -> np.ndarray:
+    def _layer_s(self, moe: bool, tokens: np.ndarray, prefill: bool = False) -> np.ndarray:
         """One layer on one device without its attention core: projections, MLP or MoE, norms, the activation
         quantisation of fp8 GEMM inputs and the layer's collectives, for ``tokens`` engine tokens (each
         attention-DP rank computes tokens / attention_dp). Every op takes at least its kernels' minimum time."""
@@ -227,7 +241,7 @@ class LayerCost:
             gemm_inputs = 2 * h + attn_in + m.ffn_hidden_size / tp if not moe else 2 * h + attn_in
             ops.append(Op("act_quant", "memory", 0.0, quant * 1.5 * ACT_BYTES * t_r * gemm_inputs))
             kernels += (quant * (4 if not moe else 2),)
-        return self._gemm_s(ops, kernels) + self.layer_comm_s(moe, tokens)
+        return self._gemm_s(ops, kernels) + self.layer_comm_s(moe, tokens, prefill)
 
     def _op_kernels(self, moe: bool) -> tuple[int, ...]:
         """Kernels behind each op of ``_layer_s``'s list: qkv and out projections (one GEMM each), the small

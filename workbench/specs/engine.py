@@ -24,12 +24,16 @@ grows block by block, preempting when the pool runs out (vLLM's PagedAttention s
 reserves the blocks of the prompt and every output token at admission, so a running request is never evicted
 (TensorRT-LLM's default ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``)."""
 
-MOE_DISPATCHES = ("all_to_all", "allgather_reducescatter")
+MOE_DISPATCHES = ("all_to_all", "allgather_reducescatter", "deepep")
 """How an engine moves tokens to the experts when attention is data-parallel (``attention_dp > 1``): ``all_to_all``
 sends each rank's token copies to the ranks holding their top-k experts and back (DeepSeek-V3's DeepEP,
 TensorRT-LLM and SGLang with attention DP); ``allgather_reducescatter`` gathers every rank's hidden states on every
 rank, which routes them to its own experts, then reduce-scatters the expert outputs back (vLLM's default
-``--all2all-backend``: one copy of each token per rank instead of top-k copies)."""
+``--all2all-backend``: one copy of each token per rank instead of top-k copies); ``deepep`` is DeepEP in its "auto"
+mode (SGLang ``--moe-a2a-backend deepep --deepep-mode auto``): iterations with prefill tokens run the normal
+kernels, which cross the network once per destination node and forward over NVLink
+(``workbench.cost.comm.all_to_all_forwarded_s``), decode-only iterations the low-latency kernels, which send each
+copy (``all_to_all``)."""
 
 MAX_HOST_S = 1.0
 """Largest per-iteration or per-kernel host time a profile may state, seconds (engines spend 10^-5..10^-2)."""
