@@ -215,3 +215,16 @@ def test_deepep_normal_kernels_cross_the_network_once_per_node():
     assert float(all_to_all_forwarded_s(one_node, tokens, 8, 8, 1)) == pytest.approx(
         float(all_to_all_s(one_node, 8 * tokens, 8, 1)), rel=1e-9
     )
+
+
+def test_mla_decode_runs_at_the_published_flashmla_rate():
+    from workbench.serving.cost_attention import AttentionCost
+
+    ds = load_model("deepseek-v3")
+    plan = ServingPlan(tp=1, attention_dp=8, ep=8, weight_dtype="fp8", activation_dtype="fp8")
+    att = ReplicaCost(ds, load_cluster("dgx-h200", 1), plan, CAL).attention
+    assert isinstance(att, AttentionCost)
+    # 8 x 32 sequences x 8192 keys, all 128 heads per rank of absorbed MLA (576 + 512 wide): 242 FLOP per cached
+    # byte (1,152 bytes a token), compute-bound at 660 TFLOP/s
+    flop = 2.0 * 32 * 8192 * 128 * (2 * 512 + 64)
+    assert att.decode_layer_s(256, 256 * 8192) == pytest.approx(flop / 660e12, rel=1e-9)
