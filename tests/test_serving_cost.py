@@ -251,8 +251,9 @@ def test_moe_decode_reads_only_touched_experts(cal, h100) -> None:
     rc = ReplicaCost(ds, cluster, plan, cal, step_overhead_s=0.0)
     one, many = rc.decode_s(1, 1000), rc.decode_s(256, 1000)
     # batch 1 touches 8 of 256 routed experts per layer, batch 256 nearly all of them (E (1 - (1 - 8/256)^256) =
-    # 256 (1 - e^-8.1) ~ 256): several times the bytes, far less than 256 single decodes
-    assert 5 * one < many < 256 * one
+    # 256 (1 - e^-8.1) ~ 256): several times the bytes (batch 1 also pays the floors of MLA's seven projection
+    # kernels and the router's top-k), far less than 256 single decodes
+    assert 4 * one < many < 256 * one
 
 
 def test_disaggregated_kv_transfer_closed_form(cal) -> None:

@@ -228,3 +228,16 @@ def test_mla_decode_runs_at_the_published_flashmla_rate():
     # byte (1,152 bytes a token), compute-bound at 660 TFLOP/s
     flop = 2.0 * 32 * 8192 * 128 * (2 * 512 + 64)
     assert att.decode_layer_s(256, 256 * 8192) == pytest.approx(flop / 660e12, rel=1e-9)
+
+
+def test_mla_and_moe_layers_count_their_small_kernels():
+    ds = load_model("deepseek-v3")  # q_lora_rank 1536, one shared expert
+    layers = ReplicaCost(ds, load_cluster("dgx-h200", 1), ServingPlan(tp=8, ep=8, weight_dtype="fp8",
+                         activation_dtype="fp8"), CAL).layers  # fmt: skip
+    # fused q_a/kv_a, q_a_layernorm, q_b, kv_a_layernorm, W_UK bmm | W_UV bmm, o_proj
+    assert layers.mla_projection_kernels() == (5, 2)
+    engine_small = ReplicaCost(ds, load_cluster("dgx-h200", 1), ServingPlan(tp=8, ep=8, weight_dtype="fp8",
+                               activation_dtype="fp8"), CAL).engine.layer_kernels - 1  # fmt: skip
+    # router GEMM + top-k, permute + unpermute, two grouped GEMMs, shared experts' gate-up, activation and down
+    assert layers._op_kernels(True) == (5, 2, engine_small, 2, 2, 2, 3)
+    assert ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).layers._op_kernels(False)[:2] == (1, 1)

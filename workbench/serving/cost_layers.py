@@ -35,7 +35,7 @@ from workbench.presets.calibration import Calibration
 from workbench.serving.memory import ACT_BYTES
 from workbench.specs.engine import EngineProfile
 from workbench.specs.hardware import ClusterSpec, DType
-from workbench.specs.model import ModelSpec
+from workbench.specs.model import AttentionKind, ModelSpec
 from workbench.specs.serving import BYTES_PER_VALUE, ServingDType, ServingPlan
 
 MIN_KERNEL_S = 3.8e-6
@@ -244,17 +244,27 @@ class LayerCost:
         return self._gemm_s(ops, kernels) + self.layer_comm_s(moe, tokens, prefill)
 
     def _op_kernels(self, moe: bool) -> tuple[int, ...]:
-        """Kernels behind each op of ``_layer_s``'s list: qkv and out projections (one GEMM each), the small
-        kernels beside the attention kernel (the engine's ``layer_kernels`` less the attention, floored with the
-        attention core in ``ReplicaCost.iteration_s``), then the MLP (two GEMMs) or the MoE ops (router, permute
-        + unpermute, two grouped GEMMs, shared experts' two GEMMs)."""
-        kernels = [1, 1, max(self._engine.layer_kernels - 1, 0)]
+        """Kernels behind each op of ``_layer_s``'s list: qkv and out projections (one GEMM each; MLA's absorbed
+        form ``MLA_PROJECTION_KERNELS``), the small kernels beside the attention kernel (the engine's
+        ``layer_kernels`` less the attention, floored with the attention core in ``ReplicaCost.iteration_s``), then
+        the MLP (two GEMMs) or the MoE ops (router GEMM and top-k selection, permute + unpermute, two grouped GEMMs,
+        shared experts' two GEMMs and their activation; the routed experts' activation is one of
+        ``layer_kernels``)."""
+        qkv, out = (1, 1) if self._model.attention is not AttentionKind.MLA else self.mla_projection_kernels()
+        kernels = [qkv, out, max(self._engine.layer_kernels - 1, 0)]
         if not moe:
             return (*kernels, 2)
-        kernels += [1, 2, 2]
+        kernels += [2, 2, 2]
         if self._model.num_shared_experts:
-            kernels.append(2)
+            kernels.append(3)
         return tuple(kernels)
+
+    def mla_projection_kernels(self) -> tuple[int, int]:
+        """(before, after) the attention core: kernels of MLA's absorbed-form projections (SGLang
+        ``DeepseekV2AttentionMLA.forward_absorb``, vLLM ``MLACommonImpl``): the fused q_a/kv_a down-projection,
+        q_a_layernorm, q_b_proj, kv_a_layernorm and the W_UK batched GEMM before; the W_UV batched GEMM and o_proj
+        after. Without a query LoRA (q_lora_rank 0) the query has one projection and no norm."""
+        return (5 if self._model.q_lora_rank else 3), 2
 
     def _eager_kernels(self, moe: bool) -> int:
         """Kernels one layer launches: its ops' kernels, the attention kernel and the layer's collectives (two
