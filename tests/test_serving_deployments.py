@@ -241,3 +241,28 @@ def test_mla_and_moe_layers_count_their_small_kernels():
     # router GEMM + top-k, permute + unpermute, two grouped GEMMs, shared experts' gate-up, activation and down
     assert layers._op_kernels(True) == (5, 2, engine_small, 2, 2, 2, 3)
     assert ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).layers._op_kernels(False)[:2] == (1, 1)
+
+
+def test_nvfp4_gemms_run_at_the_fp4_tensor_core_rate():
+    from workbench.specs.hardware import DType
+
+    pro = load_cluster("pcie-rtx-pro-6000", 1)
+    fp4 = ReplicaCost(M70, pro, ServingPlan(tp=1, weight_dtype="fp4", activation_dtype="fp4", kv_cache_dtype="fp8"),
+                      CAL).layers  # fmt: skip
+    w4a16 = ReplicaCost(M70, pro, ServingPlan(tp=1, weight_dtype="fp4", activation_dtype="bf16",
+                                              kv_cache_dtype="fp8"), CAL).layers  # fmt: skip
+    # RTX PRO 6000 Blackwell whitepaper: 4,000 FP4 vs 2,000 FP8 AI TOPS
+    assert fp4._peak == 2 * pro.device.peak(DType.FP8) and w4a16._peak == pro.device.peak(DType.BF16)
+
+
+def test_the_slowest_pipeline_stage_paces_the_pipeline():
+    ds = load_model("deepseek-v3")  # 61 layers, 3 dense first
+    plan = ServingPlan(tp=8, pp=4, ep=8, weight_dtype="fp8", activation_dtype="fp8")
+    rc = ReplicaCost(ds, load_cluster("dgx-h200", 4), plan, CAL)
+    assert rc.layers.stage_layers() == [(3, 13), (0, 15), (0, 15), (0, 15)]
+    stages = rc.layers.stage_s(64.0, rc.attention.decode_layer_s(64, 64 * 2048))
+    assert rc.pipeline_depth(64, 2048) == int(sum(stages) / max(stages)) < 4  # stage 0 holds 16 layers
+    llama = ReplicaCost(M70, load_cluster("dgx-h100", 1), ServingPlan(tp=1, pp=8, weight_dtype="fp8",
+                        activation_dtype="fp8"), CAL)  # fmt: skip
+    assert llama.layers.stage_layers() == [(10, 0)] * 8
+    assert ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).pipeline_depth(64, 2048) == 1

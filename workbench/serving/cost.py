@@ -368,6 +368,20 @@ class ReplicaCost:
             gpu = max(gpu, self._eager_floor_s)
         return gpu + self._step_overhead_s
 
+    def pipeline_depth(self, num_seqs: int, context_tokens: int) -> int:
+        """Batches the engine's pipeline keeps busy at a decode batch of ``num_seqs`` sequences of
+        ``context_tokens`` KV tokens: pp when its stages take equal time; with an uneven split (the last stage
+        carries the LM head, the first the embedding) the slowest stage paces the pipeline, so pp batches of
+        whole-forward iterations would run faster than it can: floor(sum of stage times / slowest stage),
+        1..pp (``LayerCost.stage_s``). 1 without pipeline parallelism."""
+        rp = self._role_plan
+        if rp.pp == 1:
+            return 1
+        batch = max(1, num_seqs)
+        attention = self._attention.decode_layer_s(batch, batch * max(1, context_tokens))
+        stages = self._layers.stage_s(float(batch), attention)
+        return max(1, min(rp.pp, math.floor(sum(stages) / max(stages) + 1e-9)))
+
     # ---- conveniences --------------------------------------------------------------------------------------
     def prefill_s(self, input_tokens: int) -> float:
         """Seconds to prefill one prompt alone: one iteration, or with chunked prefill (the plan's scheduler unless

@@ -51,6 +51,13 @@ token, write each copy) and unpermute (read each copy, write the weighted sum), 
 ``FrameworkProfile.moe_dispatch_passes`` counts them for training."""
 
 
+FP4_OVER_FP8_PEAK: dict[str, float] = {"b200-sxm-180gb": 2.0, "gb200": 2.0, "rtx-pro-6000-96gb": 2.0}
+"""Dense FP4 over dense FP8 tensor-core rate of the devices with FP4 tensor cores, where the datasheet gives both
+(``DType`` has no 4-bit peak, so NVFP4 GEMMs with fp4 inputs run at the fp8 peak times this): DGX B200 datasheet,
+FP4 144 vs FP8 72 PFLOPS per 8 GPUs; GB200 NVL72 datasheet, FP4 1,440 vs FP8 720 PFLOPS per 72 GPUs; RTX PRO 6000
+Blackwell whitepaper, 4,000 FP4 vs 2,000 FP8 AI TOPS (all with sparsity, same ratio dense)."""
+
+
 def expected_experts_touched(tokens: Any, num_experts: int, experts_per_token: int) -> Any:
     """Distinct experts hit when ``tokens`` tokens (a number or an array, >= 0) each pick ``experts_per_token`` of
     ``num_experts`` uniformly and independently: E (1 - (1 - k/E)^T) (occupancy of E bins after T rounds of k
@@ -62,7 +69,8 @@ def expected_experts_touched(tokens: Any, num_experts: int, experts_per_token: i
 
 def gemm_compute_dtype(device_peaks: dict[DType, float], dtype: ServingDType) -> DType:
     """The device precision a GEMM with ``dtype`` inputs runs at: bf16/fp16 as named; fp8, fp4 and int4 at fp8
-    (``DType`` has no 4-bit peak yet: a lower bound on speed where the device has FP4 tensor cores), or at bf16
+    (``DType`` has no 4-bit peak: ``LayerCost`` scales the fp8 peak by ``FP4_OVER_FP8_PEAK`` for fp4 inputs on
+    devices with FP4 tensor cores), or at bf16
     on a device without an fp8 peak (weight-only kernels such as vLLM's FP8 Marlin path on Ampere)."""
     if dtype in (ServingDType.BF16, ServingDType.FP16):
         return DType(dtype.value)
@@ -95,6 +103,8 @@ class LayerCost:
         self._model, self._cluster, self._rp, self._engine = model, cluster, role_plan, engine
         compute = gemm_compute_dtype(cluster.device.peak_flop_per_s, role_plan.activation_dtype)
         self._peak = cluster.device.peak(compute)
+        if role_plan.activation_dtype is ServingDType.FP4 and compute is DType.FP8:  # NVFP4 tensor cores
+            self._peak *= FP4_OVER_FP8_PEAK.get(cluster.device.id, 1.0)
         self._curve = calibration.gemm_curve(cluster.device, compute.value)
         self._bw = hbm_bytes_per_s
         self._wb = BYTES_PER_VALUE[role_plan.weight_dtype]
@@ -118,6 +128,39 @@ class LayerCost:
         if rp.pp > 1:
             out = out + (rp.pp - 1) * p2p_s(self._cluster, payload, rp.tp * rp.attention_dp, self._eff)
         return np.where(tokens > 0, out, 0.0)
+
+    def stage_layers(self) -> list[tuple[int, int]]:
+        """(dense, MoE) layer counts of each pipeline stage: the layers split as evenly as they go (the first
+        ``num_layers % pp`` stages take one more), the dense layers first (DeepSeek's leading dense layers)."""
+        m, pp = self._model, self._rp.pp
+        base, extra = divmod(m.num_layers, pp)
+        out, start, n_dense = [], 0, m.num_layers - m.num_moe_layers
+        for i in range(pp):
+            count = base + (i < extra)
+            dense = max(0, min(n_dense, start + count) - start)
+            out.append((dense, count - dense))
+            start += count
+        return out
+
+    def stage_s(self, tokens: float, attention_layer_s: float) -> list[float]:
+        """Seconds of each pipeline stage for one iteration of ``tokens`` decode tokens: its layers (each with
+        ``attention_layer_s`` of attention), the embedding on the first stage, the LM head and logits on the last,
+        and one hand-off per stage but the last."""
+        t = np.array([float(tokens)])
+        dense_s = float(self._layer_s(False, t)[0])
+        moe_s = float(self._layer_s(True, t)[0]) if self._model.is_moe else 0.0
+        embed = float(
+            self._gemm_s(embedding_ops(self._model, tokens=t / self._rp.attention_dp, act_bytes=ACT_BYTES))[0]
+        )
+        handoff = float(p2p_s(self._cluster, ACT_BYTES * tokens / self._rp.attention_dp * self._model.hidden_size,
+                              self._rp.tp * self._rp.attention_dp, self._eff))  # fmt: skip
+        stages = []
+        for i, (dense, moe) in enumerate(self.stage_layers()):
+            stage = dense * dense_s + moe * moe_s + (dense + moe) * attention_layer_s
+            stage += embed if i == 0 else 0.0
+            stage += float(self.by_logits_s(t)[0]) if i == self._rp.pp - 1 else handoff
+            stages.append(stage)
+        return stages
 
     def by_logits_s(self, logits: np.ndarray) -> np.ndarray:
         """Final norm and LM head for N logit positions (16-bit weights, vocab split over tp), fp32 logits written

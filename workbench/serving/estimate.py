@@ -130,7 +130,10 @@ def serve_estimate(
             chunked_prefill=cost.engine.chunked_prefill,
             kv_admission=cost.engine.kv_admission,
             emit_delay_s=cost.emit_delay_s,
-            pipeline_depth=plan.pp,
+            pipeline_depth=cost.pipeline_depth(
+                min(plan.max_num_seqs, plan.max_num_batched_tokens),
+                round(float(np.mean(requests.input_tokens)) + float(np.mean(requests.output_tokens)) / 2),
+            ),
             prefix_hit_rate=hit,
         )
         capacity = cost.kv_capacity_tokens
