@@ -211,7 +211,9 @@ class ReplicaCost:
         self._tokens_table = self._layers.by_tokens_s(np.arange(size, dtype=float))
         self._prefill_table = self._tokens_table  # iterations with prefill tokens: the same, unless DeepEP's
         if self._engine.moe_dispatch == "deepep" and model.is_moe and rp.attention_dp > 1:  # normal kernels
-            self._prefill_table = self._layers.by_tokens_s(np.arange(size, dtype=float), prefill=True)
+            t = np.arange(size, dtype=float)  # only the MoE layers' dispatch and combine differ
+            normal = self._layers.layer_comm_s(True, t, prefill=True) - self._layers.layer_comm_s(True, t)
+            self._prefill_table = self._tokens_table + model.num_moe_layers * np.where(t > 0, normal, 0.0)
         self._logits_table = self._layers.by_logits_s(
             np.arange(min(positions, MAX_TABLE_TOKENS) + 1, dtype=float)
         )
