@@ -266,3 +266,18 @@ def test_the_slowest_pipeline_stage_paces_the_pipeline():
                         activation_dtype="fp8"), CAL)  # fmt: skip
     assert llama.layers.stage_layers() == [(10, 0)] * 8
     assert ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).pipeline_depth(64, 2048) == 1
+
+
+def test_a_draft_model_costs_its_own_decodes_and_kv():
+    spec = SpeculativeDecoding(
+        method="draft", num_speculative_tokens=4, accepted_length=3.0, draft_model="llama-3.1-8b"
+    )
+    rc = ReplicaCost(M70, NODE, ServingPlan(tp=8, speculative=spec), CAL)
+    base = ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).kv_capacity_tokens
+    # Llama 3.1 8B keeps 32 x 2 x 8 x 128 x 2 = 131,072 KV bytes a token beside the 70B's 327,680: 0.4 of them
+    assert rc.kv_capacity_tokens == int((base / 1.4 - 4 * 256) // 16) * 16
+    draft = ReplicaCost(load_model("llama-3.1-8b"), NODE, ServingPlan(tp=8), CAL, step_overhead_s=0.0)
+    assert rc._draft is not None
+    assert rc._draft.draft_s(32, 32 * 1024) == pytest.approx(4 * draft.decode_s(32, 1024), rel=1e-9)
+    with pytest.raises(ValueError, match="draft_model"):
+        SpeculativeDecoding(method="draft", num_speculative_tokens=2, acceptance_rate=0.5)
