@@ -93,7 +93,7 @@ class EngineState:
             pos = int(d[0].searchsorted(end, side="right"))
             new = np.empty((3, self.n + 1), dtype=np.int64)
             new[:, :pos] = d[:, :pos]
-            new[:, pos] = (end, ids[0], off0)
+            new[0, pos], new[1, pos], new[2, pos] = end, ids[0], off0  # scalar stores: no tuple conversion
             new[:, pos + 1 :] = d[:, pos:]
             self.d = new
         else:
