@@ -30,8 +30,23 @@ def _role_options() -> list[Callable[[Any], Any]]:
     return out
 
 
+DTYPE_CODES = ("bf16", "fp16", "fp8", "fp4", "int4")
+ROLE_DTYPES = ("weight", "activation", "kv")
+"""Per-role dtype options: ``--prefill-<kind>-dtype`` and ``--decode-<kind>-dtype`` (default: the plan's)."""
+
+
+def _role_dtype_options() -> list[Callable[[Any], Any]]:
+    return [
+        click.option(f"--{role}-{kind}-dtype", type=click.Choice(DTYPE_CODES), default=None,
+                     help=f"Disaggregated: {kind} dtype of the {role} engines (default: --{kind}-dtype).")
+        for role in ("prefill", "decode")
+        for kind in ROLE_DTYPES
+    ]  # fmt: skip
+
+
 DEPLOYMENT_OPTIONS: list[Callable[[Any], Any]] = [
     *_role_options(),
+    *_role_dtype_options(),
     click.option("--speculative", type=click.Choice([m.value for m in SpecMethod]), default=None,
                  help="Speculative decoding method (mtp, eagle, eagle3, draft, ngram)."),
     click.option("--num-speculative-tokens", type=count(MAX_SPECULATIVE_TOKENS), default=None,
@@ -57,19 +72,26 @@ def deployment_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def disaggregation_of(kw: dict[str, Any]) -> Any:
-    """The Disaggregation the role options describe (blank ones: 1 engine, tp 1, no ep, no attention DP), or
-    None when none is given. ValueError from the spec names a bad value."""
+    """The Disaggregation the role options describe (blank ones: 1 engine, tp 1, no ep, no attention DP, the
+    plan's dtypes), or None when none is given. ValueError from the spec names a bad value; click.BadParameter
+    for per-role dtypes without a disaggregated plan."""
     from workbench.specs.serving import Disaggregation
 
     given = {
         f"{role}_{field}": kw[f"{role}_{field}"] for role in ("prefill", "decode") for field in ROLE_FIELDS
     }
+    dtypes = {
+        role: tuple(kw[f"{role}_{kind}_dtype"] for kind in ROLE_DTYPES) for role in ("prefill", "decode")
+    }
     if all(v is None for v in given.values()):
+        if any(v is not None for t in dtypes.values() for v in t):
+            raise click.BadParameter("per-role dtypes need a disaggregated plan (--prefill-workers ...)",
+                                     param_hint="--prefill-weight-dtype")  # fmt: skip
         return None
-    values = {k: v for k, v in given.items() if v is not None}
+    values: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     values.setdefault("prefill_workers", 1)
     values.setdefault("decode_workers", 1)
-    return Disaggregation(**values)
+    return Disaggregation(**values, prefill_dtypes=dtypes["prefill"], decode_dtypes=dtypes["decode"])
 
 
 def speculative_of(kw: dict[str, Any]) -> Any:

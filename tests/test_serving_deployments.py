@@ -281,3 +281,25 @@ def test_a_draft_model_costs_its_own_decodes_and_kv():
     assert rc._draft.draft_s(32, 32 * 1024) == pytest.approx(4 * draft.decode_s(32, 1024), rel=1e-9)
     with pytest.raises(ValueError, match="draft_model"):
         SpeculativeDecoding(method="draft", num_speculative_tokens=2, acceptance_rate=0.5)
+
+
+def test_each_pool_can_have_its_own_dtypes():
+    split = Disaggregation(prefill_workers=1, prefill_tp=8, decode_workers=1, decode_tp=8,
+                           decode_dtypes=("fp8", "fp8", "fp8"))  # fmt: skip
+    plan = ServingPlan(disaggregation=split)
+    assert (
+        plan.role_plan("prefill").kv_cache_dtype == "bf16"
+        and plan.role_plan("decode").kv_cache_dtype == "fp8"
+    )
+    cluster = load_cluster("dgx-h100", 2)
+    bf16 = ReplicaCost(M70, cluster, ServingPlan(disaggregation=replace(split, decode_dtypes=(None, None, None))),
+                       CAL, role="decode")  # fmt: skip
+    fp8 = ReplicaCost(M70, cluster, plan, CAL, role="decode")
+    assert fp8.kv_bytes_per_token_per_device() == bf16.kv_bytes_per_token_per_device() / 2  # 1 byte, not 2
+    est = serve_estimate(M70, cluster, plan, closed(8, 24), CAL)
+    assert est.kv_transfer_bytes_per_request == 1024 * 327_680  # sent as the prefill pool stores it, bf16
+    with pytest.raises(ValueError, match="decode_dtypes"):
+        Disaggregation(prefill_workers=1, decode_workers=1, decode_dtypes=("fp7", None, None))
+    bad = CliRunner().invoke(cli, ["serve", "estimate", "--model", "llama-3.1-8b", "--cluster", "dgx-h100",
+                                   "--input-tokens", "8", "--output-tokens", "8", "--decode-kv-dtype", "fp8"])  # fmt: skip
+    assert bad.exit_code == 2 and "disaggregated plan" in bad.output

@@ -70,6 +70,9 @@ def input_blocks(est: ServingEstimate) -> list[dict[str, Any]]:
              + (f" adp{d.prefill_attention_dp}" if d.prefill_attention_dp > 1 else "")),
             ("decode pool", f"{d.decode_workers} x tp{d.decode_tp}" + (f" ep{d.decode_ep}" if d.decode_ep else "")
              + (f" adp{d.decode_attention_dp}" if d.decode_attention_dp > 1 else "")),
+            ("prefill / decode dtypes (weights/activations/KV)", " | ".join(
+                "/".join(str(v) for v in (r.weight_dtype, r.activation_dtype, r.kv_cache_dtype))
+                for r in (p.role_plan("prefill"), p.role_plan("decode")))),
             ("KV transfer per request", f"{est.kv_transfer_bytes_per_request / GIB:,.3f} GiB (mean prompt), "
              f"{est.kv_transfer_s * 1e3:,.2f} ms exposed"),
         ]  # fmt: skip

@@ -169,7 +169,8 @@ def serve_estimate(
         }
         mean_prompt = max(1, round(float(requests.input_tokens.mean())))
         transfer = {
-            "kv_transfer_bytes_per_request": mean_prompt * kv_bytes_per_token(model, plan.kv_cache_dtype),
+            "kv_transfer_bytes_per_request": mean_prompt
+            * kv_bytes_per_token(model, prefill.plan.kv_cache_dtype),
             "kv_transfer_s": prefill.kv_transfer_s(mean_prompt),
         }
     if plan.speculative is not None:

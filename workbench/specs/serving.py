@@ -100,6 +100,11 @@ class Disaggregation:
     decode_tp: int = 1
     decode_ep: int | None = None
     decode_attention_dp: int = 1
+    prefill_dtypes: tuple[ServingDType | None, ServingDType | None, ServingDType | None] = (None, None, None)
+    """(weight, activation, KV cache) element types of the prefill engines; None: the plan's (``ServingPlan``
+    ``weight_dtype``, ``activation_dtype``, ``kv_cache_dtype``)."""
+    decode_dtypes: tuple[ServingDType | None, ServingDType | None, ServingDType | None] = (None, None, None)
+    """The same for the decode engines."""
 
     def __post_init__(self) -> None:
         for field in (
@@ -115,6 +120,16 @@ class Disaggregation:
         _check_optional_degree(self, "decode_ep")
         _check_ep("Disaggregation", "prefill_ep", self.prefill_ep, self.prefill_tp, self.prefill_attention_dp)
         _check_ep("Disaggregation", "decode_ep", self.decode_ep, self.decode_tp, self.decode_attention_dp)
+        for field in ("prefill_dtypes", "decode_dtypes"):
+            value = getattr(self, field)
+            ok = isinstance(value, tuple) and len(value) == 3
+            ok = ok and all(v is None or v in ServingDType._value2member_map_ for v in value)
+            if not ok:
+                raise ValueError(
+                    f"Disaggregation: {field} must be (weight, activation, kv) dtypes, each one of "
+                    f"{', '.join(d.value for d in ServingDType)} or None; got {shown(value)}"
+                )
+            object.__setattr__(self, field, tuple(None if v is None else ServingDType(v) for v in value))
         if self.num_devices > MAX_DEVICES:
             raise ValueError(
                 f"Disaggregation: {self.num_devices:,} devices in all; at most {MAX_DEVICES:,} (MAX_DEVICES in "
@@ -279,13 +294,16 @@ class ServingPlan:
             )
         if role == "prefill":
             layout = (d.prefill_workers, d.prefill_tp, d.prefill_ep, d.prefill_attention_dp)
+            dtypes = d.prefill_dtypes
         else:
             layout = (d.decode_workers, d.decode_tp, d.decode_ep, d.decode_attention_dp)
+            dtypes = d.decode_dtypes
         workers, tp, ep, adp = layout
+        plan_dtypes = (self.weight_dtype, self.activation_dtype, self.kv_cache_dtype)
+        w, a, kv = (mine or theirs for mine, theirs in zip(dtypes, plan_dtypes, strict=True))
         spec = self.speculative if role == "decode" else None  # prefill engines emit one token per prompt
-        return replace(
-            self, disaggregation=None, replicas=workers, tp=tp, ep=ep, attention_dp=adp, speculative=spec
-        )
+        return replace(self, disaggregation=None, replicas=workers, tp=tp, ep=ep, attention_dp=adp, speculative=spec,
+                       weight_dtype=w, activation_dtype=a, kv_cache_dtype=kv)  # fmt: skip
 
     def describe(self) -> str:
         """Short text such as ``2x tp4 fp8/fp8 kv-bf16 sarathi8192``."""
@@ -294,6 +312,9 @@ class ServingPlan:
             layout = f"P{d.prefill_workers}x tp{d.prefill_tp} / D{d.decode_workers}x tp{d.decode_tp}" + (
                 f" adp{d.decode_attention_dp}" if d.decode_attention_dp > 1 else ""
             )
+            for role, dtypes in (("P", d.prefill_dtypes), ("D", d.decode_dtypes)):
+                if any(dtypes):
+                    layout += f" {role}:" + "/".join(str(v) if v else "-" for v in dtypes)
         else:
             layout = f"{self.replicas}x tp{self.tp}" + (f" pp{self.pp}" if self.pp > 1 else "")
             layout += f" ep{self.ep}" if self.ep is not None else ""
