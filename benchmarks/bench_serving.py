@@ -22,6 +22,9 @@ from workbench.serving.validate import validate_serving
 FLOOR_MAPE_FRAC = 0.20
 """Issue 16's turn floor on each metric group."""
 
+TARGET_MAPE_FRAC = {"ttft": 0.12, "tpot": 0.07, "throughput": 0.10, "kv_capacity": 0.10}
+"""Issue 49's targets per metric group (its baseline on the 32-row file: 15.3%, 8.1%, 11.5%, 11.2%)."""
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -45,6 +48,9 @@ def main() -> None:
     print(f"{scored} rows scored, {len(result['skipped'])} skipped, {wall:.1f} s")
     for key, value in result["mape_by_metric"].items():
         verdict = "ok" if value is not None and value <= FLOOR_MAPE_FRAC else "ABOVE the 20% floor"
+        target = TARGET_MAPE_FRAC.get(key)
+        if target is not None:
+            verdict += f"; issue 49 target {100 * target:.0f}%: " + ("met" if value <= target else "NOT met")
         print(f"MAPE {key:12s} {100 * value:5.1f}%  ({verdict})")
     for key, value in result["mape_by_source"].items():
         groups = result["mape_by_source_metric"][key]

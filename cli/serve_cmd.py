@@ -7,6 +7,7 @@ from typing import Any
 import click
 from workbench_cli._common import echo_json, print_table
 from workbench_cli._types import count
+from workbench_cli.serve_options import deployment_options, disaggregation_of, speculative_of
 from workbench_cli.serve_plan_cmd import engine_option, serve_plan_cmd
 
 from workbench.specs import limits as L
@@ -58,6 +59,7 @@ serve_group.add_command(serve_plan_cmd)
 @click.option("--kv-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True)
 @engine_option
+@deployment_options
 @click.option(
     "--calibration", default="default", show_default=True, help="Fitted constants name or TOML path."
 )
@@ -70,6 +72,9 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
     """Simulate the requests on the plan: TTFT, TPOT (mean and percentiles), tokens/s and KV capacity.
 
     Arrivals: all at once (offline, the default), --concurrency N (closed loop), --rate R (Poisson) or --trace.
+    Deployments: --prefill-workers/--decode-workers (with their -tp, -ep, -attention-dp) split prefill and decode
+    into two pools joined by a KV transfer; --speculative METHOD with --num-speculative-tokens and
+    --acceptance-rate or --accepted-length; --prefix-hit-rate H. See docs/serving.md.
     """
     from workbench_cli._common import check_outputs, output_file
 
@@ -97,6 +102,9 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         scheduler=kw["scheduler"],
         gpu_memory_utilization_frac=kw["gpu_memory_utilization"],
         engine=kw["engine"],
+        disaggregation=disaggregation_of(kw),
+        speculative=speculative_of(kw),
+        num_redundant_experts=kw["num_redundant_experts"],
     )
     workload = _workload(kw)
     calibration = load_calibration(kw["calibration"])
@@ -125,6 +133,15 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         f"({summary['output_tokens_per_s_per_device']:,.0f} per device), requests/s {summary['requests_per_s']:.2f}, "
         f"preemptions {summary['num_preemptions']}, KV cache {summary['kv_cache_capacity_tokens']:,} tokens per engine"
     )
+    if summary["disaggregated"]:
+        click.echo(
+            f"KV transfer per request (mean prompt): {summary['kv_transfer_bytes_per_request'] / 2**20:,.1f} MiB, "
+            f"{summary['kv_transfer_s'] * ms:.2f} ms exposed"
+        )
+    if summary["speculative"] is not None:
+        click.echo(
+            f"speculative decoding {summary['speculative']}: {summary['accepted_length']:.2f} tokens per step"
+        )
     if report_path is not None:
         from workbench_cli._common import shown
 
@@ -154,11 +171,13 @@ def _workload(kw: dict[str, Any]) -> Any:
 
         req = Requests.from_trace_csv(kw["trace_path"])
         rows = zip(req.arrival_s.tolist(), req.input_tokens.tolist(), req.output_tokens.tolist(), strict=True)
-        return ServingWorkload(arrival="trace", trace=tuple((float(a), int(i), int(o)) for a, i, o in rows))
+        trace = tuple((float(a), int(i), int(o)) for a, i, o in rows)
+        return ServingWorkload(arrival="trace", trace=trace, prefix_hit_rate=kw["prefix_hit_rate"])
     common = {
         "num_requests": kw["num_requests"],
         "input_tokens": kw["input_tokens"],
         "output_tokens": kw["output_tokens"],
+        "prefix_hit_rate": kw["prefix_hit_rate"],
     }
     if kw["concurrency"] is not None:
         return ServingWorkload(arrival="closed", concurrency=kw["concurrency"], **common)

@@ -108,3 +108,26 @@ def test_the_app_has_a_serving_tab_that_computes_when_opened() -> None:
     assert app.serving_view.store.estimate is not None
     other = ServingView()
     assert other.store.state is not app.serving_view.store.state  # sessions share no choice
+
+
+def test_disaggregated_speculative_and_prefix_deployments_from_the_tab(view: ServingView) -> None:
+    view.show()
+    plain = view.store.estimate.summary()
+    s = view.store.state
+    s.param.update(num_nodes=2, prefill_workers=1, prefill_tp=8, decode_workers=1, decode_tp=8,
+                   speculative="eagle3", num_speculative_tokens=3, acceptance_rate=0.7, prefix_hit_rate=0.5)  # fmt: skip
+    est = view.store.estimate
+    assert est is not None, view.store.error
+    assert est.plan.disaggregation is not None and est.plan.num_devices == 16
+    assert est.plan.speculative is not None and est.workload.prefix_hit_rate == 0.5
+    text = view.summary.object
+    for line in ("KV transfer per request", "speculative decoding", "prefix cache hit rate 50%"):
+        assert line in text
+    assert est.summary()["tpot_s"] < plain["tpot_s"]
+    # the command it shows reproduces the deployment, and the report lists the pools
+    args = shlex.split(view.store.cli_command())
+    result = CliRunner().invoke(cli, [*args[1:], "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["tpot_s"] == pytest.approx(est.summary()["tpot_s"], rel=1e-12)
+    html = view._report_file().getvalue().decode("utf-8")
+    assert "decode pool" in html and "speculative decoding" in html and "prefix cache hit rate" in html

@@ -251,8 +251,9 @@ def test_moe_decode_reads_only_touched_experts(cal, h100) -> None:
     rc = ReplicaCost(ds, cluster, plan, cal, step_overhead_s=0.0)
     one, many = rc.decode_s(1, 1000), rc.decode_s(256, 1000)
     # batch 1 touches 8 of 256 routed experts per layer, batch 256 nearly all of them (E (1 - (1 - 8/256)^256) =
-    # 256 (1 - e^-8.1) ~ 256): several times the bytes, far less than 256 single decodes
-    assert 5 * one < many < 256 * one
+    # 256 (1 - e^-8.1) ~ 256): several times the bytes (batch 1 also pays the floors of MLA's seven projection
+    # kernels and the router's top-k), far less than 256 single decodes
+    assert 4 * one < many < 256 * one
 
 
 def test_disaggregated_kv_transfer_closed_form(cal) -> None:
@@ -290,17 +291,22 @@ def test_plans_that_cannot_run_are_refused(cal, h100) -> None:
 def test_validation_rows_shipped_and_read() -> None:
     rows = read_serving_rows()
     assert DEFAULT_SERVING_DATA.name == "serving_public.csv"
-    assert len(rows) == 32
+    assert len(rows) == 46
     cases, skipped = row_cases(rows)
-    assert len(cases) + len(skipped) == 32
+    assert len(cases) + len(skipped) == 46
     reasons = {s.id: s.reason for s in skipped}
     assert "expert-parallel degree" in reasons["TRT-07"]  # README: TRT-07 does not state ep
     assert "no input length" in reasons["MLP-01"]  # README: MLPerf rows give no input length
-    assert reasons["SGL-01"]  # README: no prefill:decode split
+    assert (
+        "prefill_workers" in reasons["SGL-01"]
+    )  # README: no prefill:decode split; the skip names the column
+    assert set(reasons) <= {"MLP-01", "MLP-02", "MLP-03", "MLP-04", "TRT-07", "SGL-01", "SGLG-01"}
     apex = next(c for c in cases if c.id == "APEX-01")
     assert apex.plan.tp == 8 and apex.plan.num_devices == 8
     assert apex.measured["ttft_mean_s"] == pytest.approx(0.038)
-    assert apex.workload.output_lengths()[0] == round(81287 / 1024)  # generated tokens, EOS not ignored
+    assert apex.workload is not None and apex.workload.output_lengths()[0] == round(
+        81287 / 1024
+    )  # generated tokens, EOS not ignored
 
 
 def test_row_reasons_are_returned_not_raised() -> None:

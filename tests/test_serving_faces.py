@@ -75,4 +75,4 @@ def test_validate_scores_the_serving_file():
     tpot = [r["ape"] for r in out["rows"] if r["group"] == "tpot"]
     assert out["mape_by_metric"]["tpot"] == pytest.approx(sum(tpot) / len(tpot))
     assert all(s["reason"] for s in out["skipped"])
-    assert len({r["id"] for r in out["rows"]}) + len(out["skipped"]) == 32  # every row scored or skipped
+    assert len({r["id"] for r in out["rows"]}) + len(out["skipped"]) == 46  # every row scored or skipped

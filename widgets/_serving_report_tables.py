@@ -63,6 +63,25 @@ def input_blocks(est: ServingEstimate) -> list[dict[str, Any]]:
         ("KV block", f"{p.kv_block_tokens} tokens"),
         ("GPU memory utilisation", f"{p.gpu_memory_utilization_frac:.0%}"),
     ]
+    d = p.disaggregation
+    if d is not None:
+        plan_rows += [
+            ("prefill pool", f"{d.prefill_workers} x tp{d.prefill_tp}" + (f" ep{d.prefill_ep}" if d.prefill_ep else "")
+             + (f" adp{d.prefill_attention_dp}" if d.prefill_attention_dp > 1 else "")),
+            ("decode pool", f"{d.decode_workers} x tp{d.decode_tp}" + (f" ep{d.decode_ep}" if d.decode_ep else "")
+             + (f" adp{d.decode_attention_dp}" if d.decode_attention_dp > 1 else "")),
+            ("prefill / decode dtypes (weights/activations/KV)", " | ".join(
+                "/".join(str(v) for v in (r.weight_dtype, r.activation_dtype, r.kv_cache_dtype))
+                for r in (p.role_plan("prefill"), p.role_plan("decode")))),
+            ("KV transfer per request", f"{est.kv_transfer_bytes_per_request / GIB:,.3f} GiB (mean prompt), "
+             f"{est.kv_transfer_s * 1e3:,.2f} ms exposed"),
+        ]  # fmt: skip
+    if p.speculative is not None:
+        spec = p.speculative
+        plan_rows.append(("speculative decoding", f"{spec.method}, {spec.num_speculative_tokens} proposed, "
+                          f"{spec.mean_accepted_length:.2f} tokens per step"))  # fmt: skip
+    if p.num_redundant_experts:
+        plan_rows.append(("redundant experts", f"{p.num_redundant_experts} per MoE layer"))
     arrival = {
         "closed": lambda: f"closed loop, {w.concurrency} in flight",
         "poisson": lambda: f"Poisson, {w.request_rate_per_s:,.2f} requests/s",
@@ -75,6 +94,7 @@ def input_blocks(est: ServingEstimate) -> list[dict[str, Any]]:
         ("input tokens", _lengths(w.input_lengths())),
         ("output tokens", _lengths(w.output_lengths())),
         ("seed", f"{w.seed}"),
+        ("prefix cache hit rate", f"{w.prefix_hit_rate:.0%}"),
     ]
     return [
         {"caption": "Model", "rows": model_rows},

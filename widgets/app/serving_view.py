@@ -26,9 +26,12 @@ from workbench.presets import catalog
 from workbench.serving.estimate import serve_estimate
 from workbench.serving.sweep import rate_sweep, sweep_table
 from workbench.specs.limits import MAX_DEVICES, MAX_SEQ_LEN
-from workbench.specs.serving import SLO, ServingPlan, ServingWorkload
+from workbench.specs.serving import SLO, Disaggregation, ServingPlan, ServingWorkload
+from workbench.specs.speculative import MAX_SPECULATIVE_TOKENS, SpecMethod, SpeculativeDecoding
 
 MS_PER_S, GIB = 1e3, 2**30
+SPEC_METHODS = tuple(m.value for m in SpecMethod if m is not SpecMethod.DRAFT)
+"""Speculative methods the tab offers (a draft model needs a second model choice: the CLI's --draft-model)."""
 WIDTH = 200
 MAX_APP_REQUESTS = 5_000
 """Most requests one change of the tab simulates (the simulation and the sweep run on every change)."""
@@ -54,6 +57,14 @@ LABELS = {
     "ttft_slo_ms": "TTFT target (ms; empty: none)",
     "tpot_slo_ms": "TPOT target (ms; empty: none)",
     "slo_percentile": "SLO percentile",
+    "prefill_workers": "Prefill engines (0: aggregated)",
+    "prefill_tp": "Prefill tp",
+    "decode_workers": "Decode engines",
+    "decode_tp": "Decode tp",
+    "speculative": "Speculative decoding",
+    "num_speculative_tokens": "Proposed tokens (k)",
+    "acceptance_rate": "Acceptance rate",
+    "prefix_hit_rate": "Prefix hit rate",
 }
 
 
@@ -77,6 +88,19 @@ class ServingState(param.Parameterized):
     tpot_slo_ms = param.Number(default=100.0, allow_None=True, bounds=(1e-3, None), doc="TPOT target, ms.")
     slo_percentile = param.Selector(
         default="p99", objects=["p50", "p90", "p99"], doc="Percentile of the SLO."
+    )
+    prefill_workers = param.Integer(default=0, bounds=(0, MAX_DEVICES),
+                                    doc="Prefill engines of a disaggregated deployment; 0: aggregated.")  # fmt: skip
+    prefill_tp = param.Selector(default=8, objects=[1, 2, 4, 8, 16, 32], doc="tp of a prefill engine.")
+    decode_workers = param.Integer(default=1, bounds=(1, MAX_DEVICES), doc="Decode engines (disaggregated).")
+    decode_tp = param.Selector(default=8, objects=[1, 2, 4, 8, 16, 32], doc="tp of a decode engine.")
+    speculative = param.Selector(default="none", objects=["none", *SPEC_METHODS], doc="Speculative decoding.")
+    num_speculative_tokens = param.Integer(
+        default=3, bounds=(1, MAX_SPECULATIVE_TOKENS), doc="Tokens proposed."
+    )
+    acceptance_rate = param.Number(default=0.7, bounds=(0.0, 0.999), doc="Per-token acceptance probability.")
+    prefix_hit_rate = param.Number(
+        default=0.0, bounds=(0.0, 0.999), doc="Share of prompts in the prefix cache."
     )
 
 
@@ -116,14 +140,24 @@ class ServingStore(param.Parameterized):
             (s.cluster_preset, s.num_nodes),
             lambda: catalog.load_cluster(s.cluster_preset, num_nodes=s.num_nodes),
         )
-        plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, scheduler=s.scheduler)
+        spec = None
+        if s.speculative != "none":
+            spec = SpeculativeDecoding(method=s.speculative, num_speculative_tokens=s.num_speculative_tokens,
+                                       acceptance_rate=s.acceptance_rate)  # fmt: skip
+        if s.prefill_workers:  # disaggregated: the role layouts replace replicas, tp and pp
+            split = Disaggregation(prefill_workers=s.prefill_workers, prefill_tp=s.prefill_tp,
+                                   decode_workers=s.decode_workers, decode_tp=s.decode_tp)  # fmt: skip
+            plan = ServingPlan(disaggregation=split, scheduler=s.scheduler, speculative=spec)
+        else:
+            plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, scheduler=s.scheduler, speculative=spec)
         arrival = (
             {"concurrency": s.concurrency}
             if s.arrival == "closed"
             else {"request_rate_per_s": s.request_rate_per_s}
         )
         workload = ServingWorkload(arrival=s.arrival, num_requests=s.num_requests, input_tokens=s.input_tokens,
-                                   output_tokens=s.output_tokens, **arrival)  # fmt: skip
+                                   output_tokens=s.output_tokens, prefix_hit_rate=s.prefix_hit_rate,
+                                   **arrival)  # fmt: skip
         targets = {"ttft_s": s.ttft_slo_ms, "tpot_s": s.tpot_slo_ms}
         given = {k: v / MS_PER_S for k, v in targets.items() if v is not None}
         slo = SLO(percentile=s.slo_percentile, **given) if given else None
@@ -148,9 +182,19 @@ class ServingStore(param.Parameterized):
         """The ``workbench serve estimate`` command line of the current choices (shown in the report)."""
         s = self.state
         args = ["workbench", "serve", "estimate", "--model", s.model_preset, "--cluster", s.cluster_preset,
-                "--nodes", str(s.num_nodes), "--replicas", str(s.replicas), "--tp", str(s.tp), "--pp", str(s.pp),
-                "--scheduler", s.scheduler, "--input-tokens", str(s.input_tokens), "--output-tokens",
-                str(s.output_tokens), "--num-requests", str(s.num_requests)]  # fmt: skip
+                "--nodes", str(s.num_nodes)]  # fmt: skip
+        if s.prefill_workers:
+            args += ["--prefill-workers", str(s.prefill_workers), "--prefill-tp", str(s.prefill_tp),
+                     "--decode-workers", str(s.decode_workers), "--decode-tp", str(s.decode_tp)]  # fmt: skip
+        else:
+            args += ["--replicas", str(s.replicas), "--tp", str(s.tp), "--pp", str(s.pp)]
+        args += ["--scheduler", s.scheduler, "--input-tokens", str(s.input_tokens), "--output-tokens",
+                 str(s.output_tokens), "--num-requests", str(s.num_requests)]  # fmt: skip
+        if s.speculative != "none":
+            args += ["--speculative", s.speculative, "--num-speculative-tokens", str(s.num_speculative_tokens),
+                     "--acceptance-rate", f"{s.acceptance_rate:g}"]  # fmt: skip
+        if s.prefix_hit_rate:
+            args += ["--prefix-hit-rate", f"{s.prefix_hit_rate:g}"]
         if s.arrival == "closed":
             args += ["--concurrency", str(s.concurrency)]
         else:
@@ -178,10 +222,26 @@ def summary_markdown(store: ServingStore) -> str:
         f"- {s['output_tokens_per_s']:,.0f} output tokens/s ({s['output_tokens_per_s_per_device']:,.0f} per device), "
         f"{s['requests_per_s']:,.2f} requests/s, {s['num_preemptions']:,} preemptions",
         f"- KV cache {s['kv_cache_capacity_tokens']:,} tokens per engine",
+        *deployment_lines(s),
     ]
     if store.slo is not None:
         lines.append(f"- {slo_text(est, store.slo)}")
     return "\n".join(lines)
+
+
+def deployment_lines(summary: dict[str, Any]) -> list[str]:
+    """Markdown lines on the disaggregated KV transfer, speculative decoding and prefix caching of an estimate's
+    ``summary()`` (none for a plain aggregated run)."""
+    lines = []
+    if summary["disaggregated"]:
+        lines.append(f"- KV transfer per request (mean prompt) {summary['kv_transfer_bytes_per_request'] / GIB:,.2f}"
+                     f" GiB, {summary['kv_transfer_s'] * MS_PER_S:,.2f} ms exposed")  # fmt: skip
+    if summary["speculative"] is not None:
+        lines.append(f"- speculative decoding `{summary['speculative']}`: {summary['accepted_length']:.2f} tokens "
+                     "per verification step")  # fmt: skip
+    if summary["prefix_hit_rate"]:
+        lines.append(f"- prefix cache hit rate {summary['prefix_hit_rate']:.0%} of prompt tokens")
+    return lines
 
 
 def patch_figure(old: Any, new: Any) -> bool:

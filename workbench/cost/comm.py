@@ -396,6 +396,32 @@ def all_to_all_s(
     return np.where(g.n > 1, t, 0.0)
 
 
+def all_to_all_forwarded_s(
+    cluster: ClusterSpec,
+    token_bytes: Array,
+    copies: int,
+    n: Array,
+    stride: Array,
+    efficiency_frac: float = 1.0,
+) -> Array:
+    """MoE dispatch (or combine) of DeepEP's normal kernels, s: each rank holds T bytes of tokens, each token bound
+    for ``copies`` ranks drawn uniformly from the n; a token crosses the network once per remote node that holds
+    one of its experts and NVLink forwards it to the GPUs there (DeepSeek-V3, arXiv:2412.19437 section 3.2.2;
+    DeepEP README, "asymmetric-domain bandwidth forwarding"). Network bytes: T x (nodes - 1) x (1 - (1 - 1/nodes)^k)
+    (each remote node is hit with that probability); NVLink bytes: T x k x (ppn - 1) / ppn (every copy but those
+    for the receiving GPU itself lands over NVLink). Both move at once; the slower sets the time, plus one grouped
+    start-up as ``all_to_all_s``."""
+    g = _group(cluster, n, stride)
+    payload = np.asarray(token_bytes, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        remote = (g.nodes - 1) * (1.0 - (1.0 - 1.0 / g.nodes) ** copies)
+        inter = payload * remote / (g.nic_bytes_per_s * efficiency_frac)
+        intra = payload * copies * (g.ppn - 1) / g.ppn / (g.intra_bytes_per_s * efficiency_frac)
+    hop = np.where(g.nodes > 1, HW_LAT_US["net"]["ring"][_SIMPLE], HW_LAT_US[g.intra_hw]["ring"][_SIMPLE])
+    t = (BASE_LAT_US["ring"][_SIMPLE] + hop) * 1e-6 + np.maximum(np.nan_to_num(intra), np.nan_to_num(inter))
+    return np.where(g.n > 1, t, 0.0)
+
+
 def p2p_s(cluster: ClusterSpec, payload_bytes: Array, stride: Array, efficiency_frac: float = 1.0) -> Array:
     """Point-to-point send between ranks ``stride`` apart: alpha + P / B on the level that joins them (the
     preset's latency and per-device bandwidth), s."""

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from workbench.cost.comm import p2p_s
 from workbench.presets.calibration import Calibration
+from workbench.presets.catalog import load_model
 from workbench.presets.engines import load_engine
 from workbench.serving.cost_attention import (
     ATTENTION_GRID_PER_OCTAVE,
@@ -50,6 +52,7 @@ from workbench.serving.cost_layers import (
     expected_experts_touched,
     gemm_compute_dtype,
 )
+from workbench.serving.cost_speculative import DraftCost
 from workbench.serving.memory import (
     ACT_BYTES,
     GIB,
@@ -150,8 +153,8 @@ class ReplicaCost:
     """
 
     __slots__ = (
-        "_attention", "_cal", "_capacity", "_cluster", "_eager_floor_s", "_engine", "_graph_sizes", "_layers",
-        "_layer_groups", "_logits_table",
+        "_attention", "_cal", "_capacity", "_cluster", "_draft", "_eager_floor_s", "_engine", "_graph_sizes",
+        "_layers", "_layer_groups", "_logits_table", "_prefill_table", "_verify",
         "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
     )  # fmt: skip
 
@@ -188,16 +191,35 @@ class ReplicaCost:
                                         families=attention_kernels)  # fmt: skip
         self._eager_floor_s = self._layers.eager_floor_s()
         self._capacity = kv_capacity_tokens(model, cluster.device, rp)
+        self._draft: DraftCost | None = None
+        self._verify = 1  # positions the target computes per decode sequence and iteration
+        if rp.speculative is not None:
+            draft = None
+            if rp.speculative.draft_model is not None:  # a separate draft model on the same engine layout
+                plan = replace(rp, speculative=None, num_redundant_experts=0, ep=None)
+                draft = ReplicaCost(load_model(rp.speculative.draft_model), cluster, plan, calibration,
+                                    step_overhead_s=0.0)  # fmt: skip
+            self._draft = DraftCost(model, rp, (self._layers, self._attention), draft)
+            self._verify = rp.speculative.verify_tokens
+            self._capacity = self._draft.kv_capacity_tokens(
+                self._capacity, rp.kv_block_tokens, rp.max_num_seqs
+            )
         # the CUDA-graph sizes one attention rank pads a decode batch to (none: the engine does not pad)
         per_rank = -(-min(rp.max_num_seqs, rp.max_num_batched_tokens) // rp.attention_dp)
         self._graph_sizes = self._engine.kept_graph_sizes(per_rank)
         # Everything but the attention cores depends only on the iteration's token count T and its number of
         # logit positions N; both are tabulated here (the cost functions broadcast over arrays), so one iteration
         # costs two look-ups and the attention sums.
-        size = min(max(rp.max_num_batched_tokens, rp.max_num_seqs), MAX_TABLE_TOKENS) + 1
+        positions = rp.max_num_seqs * self._verify
+        size = min(max(rp.max_num_batched_tokens, positions), MAX_TABLE_TOKENS) + 1
         self._tokens_table = self._layers.by_tokens_s(np.arange(size, dtype=float))
+        self._prefill_table = self._tokens_table  # iterations with prefill tokens: the same, unless DeepEP's
+        if self._engine.moe_dispatch == "deepep" and model.is_moe and rp.attention_dp > 1:  # normal kernels
+            t = np.arange(size, dtype=float)  # only the MoE layers' dispatch and combine differ
+            normal = self._layers.layer_comm_s(True, t, prefill=True) - self._layers.layer_comm_s(True, t)
+            self._prefill_table = self._tokens_table + model.num_moe_layers * np.where(t > 0, normal, 0.0)
         self._logits_table = self._layers.by_logits_s(
-            np.arange(min(rp.max_num_seqs, MAX_TABLE_TOKENS) + 1, dtype=float)
+            np.arange(min(positions, MAX_TABLE_TOKENS) + 1, dtype=float)
         )
 
     # ---- plan checks ---------------------------------------------------------------------------------------
@@ -214,8 +236,13 @@ class ReplicaCost:
             problems.append(f"pp={rp.pp} exceeds num_layers={m.num_layers}")
         if rp.ep is not None and rp.ep > 1 and not m.is_moe:
             problems.append(f"ep={rp.ep} needs an MoE model ({m.name} is dense)")
-        if m.is_moe and m.num_experts % rp.expert_parallel:
-            problems.append(f"ep={rp.expert_parallel} must divide num_experts={m.num_experts}")
+        physical = m.num_experts + rp.num_redundant_experts
+        if m.is_moe and physical % rp.expert_parallel:
+            problems.append(
+                f"ep={rp.expert_parallel} must divide num_experts + num_redundant_experts = {physical}"
+            )
+        if rp.num_redundant_experts and not m.is_moe:
+            problems.append(f"num_redundant_experts={rp.num_redundant_experts} needs an MoE model")
         if problems:
             raise ValueError(f"{where}: " + "; ".join(problems))
         dtype = gemm_compute_dtype(self._cluster.device.peak_flop_per_s, rp.activation_dtype)
@@ -320,28 +347,51 @@ class ReplicaCost:
             padded = ranks * self._engine.padded_decode_batch(-(-n_dec // ranks), self._graph_sizes)
             cached += padded - n_dec
             n_dec = padded
-        tokens = (int(new.sum()) if n_pre else 0) + n_dec
+        q = self._verify
+        prefill_tokens = int(new.sum()) if n_pre else 0
+        tokens = prefill_tokens + n_dec * q
         if tokens == 0:
             return 0.0
-        attention = 0.0
+        attention = draft = 0.0
+        a = self._attention
         for count, kind, span in self._layer_groups:  # full, sliding-window, chunked layers
             one = 0.0
             if n_pre:
-                one += max(self._attention.prefill_layer_s(new, ctx, kind, span), MIN_KERNEL_S)
+                one += max(a.prefill_layer_s(new, ctx, kind, span), MIN_KERNEL_S)
             if n_dec:
-                a = self._attention
-                decode = a.varlen_decode_layer_s if n_pre else a.decode_layer_s
-                keys = (
-                    cached if kind == FULL else cached - float(dec.sum() - held_keys(dec, kind, span).sum())
-                )
-                one += max(decode(n_dec, keys), MIN_KERNEL_S)
+                keys = cached if kind == FULL else cached - float(dec.sum() - held_keys(dec, kind, span).sum())
+                if q > 1:  # speculative decoding: the k + 1 positions of every sequence verified in one pass
+                    one += max(a.decode_layer_s(n_dec, keys, q), MIN_KERNEL_S)
+                else:
+                    decode = a.varlen_decode_layer_s if n_pre else a.decode_layer_s
+                    one += max(decode(n_dec, keys), MIN_KERNEL_S)
             attention += count * one
-        layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
-        heads = self._table_lookup(self._logits_table, n_pre + n_dec, self._layers.by_logits_s)
-        gpu = layers + heads + attention
-        if not self._engine.graph_launched(tokens - n_dec, n_dec):
+        if n_dec and q > 1 and self._draft is not None:
+            draft = self._draft.draft_s(n_dec, cached)
+        if n_pre and self._prefill_table is not self._tokens_table:
+            layers = self._table_lookup(self._prefill_table, tokens,
+                                        lambda t: self._layers.by_tokens_s(t, prefill=True))  # fmt: skip
+        else:
+            layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
+        heads = self._table_lookup(self._logits_table, n_pre + n_dec * q, self._layers.by_logits_s)
+        gpu = layers + heads + attention + draft
+        if not self._engine.graph_launched(prefill_tokens, n_dec):
             gpu = max(gpu, self._eager_floor_s)
         return gpu + self._step_overhead_s
+
+    def pipeline_depth(self, num_seqs: int, context_tokens: int) -> int:
+        """Batches the engine's pipeline keeps busy at a decode batch of ``num_seqs`` sequences of
+        ``context_tokens`` KV tokens: pp when its stages take equal time; with an uneven split (the last stage
+        carries the LM head, the first the embedding) the slowest stage paces the pipeline, so pp batches of
+        whole-forward iterations would run faster than it can: floor(sum of stage times / slowest stage),
+        1..pp (``LayerCost.stage_s``). 1 without pipeline parallelism."""
+        rp = self._role_plan
+        if rp.pp == 1:
+            return 1
+        batch = max(1, num_seqs)
+        attention = self._attention.decode_layer_s(batch, batch * max(1, context_tokens))
+        stages = self._layers.stage_s(float(batch), attention)
+        return max(1, min(rp.pp, math.floor(sum(stages) / max(stages) + 1e-9)))
 
     # ---- conveniences --------------------------------------------------------------------------------------
     def prefill_s(self, input_tokens: int) -> float:
@@ -371,7 +421,9 @@ class ReplicaCost:
         every device of the prefill engine sends its own share (its KV heads, or the whole MLA latent) to its
         peer at once, over the level joining the pools (``p2p_s`` at a stride of the prefill pool's device count:
         the decode pool is laid after the prefill pool); sliding-window and chunked layers send only the tokens they
-        hold (``held_keys``). 0.0 for an aggregated plan. Raises ValueError for tokens < 0."""
+        hold (``held_keys``). Where the engine sends the KV layer by layer (``EngineProfile.kv_transfer_layerwise``)
+        only the last layer's share and what the prefill of the other layers cannot hide are exposed. 0.0 for an
+        aggregated plan. Raises ValueError for tokens < 0."""
         if tokens < 0:
             raise ValueError(f"kv_transfer_s: tokens must be >= 0, got {tokens!r}")
         d = self._plan.disaggregation
@@ -386,4 +438,10 @@ class ReplicaCost:
         )
         stride = d.prefill_workers * prefill.devices_per_engine
         eff = self._cal.framework.collective_efficiency_frac
-        return float(p2p_s(self._cluster, share, stride, eff))
+        whole = float(p2p_s(self._cluster, share, stride, eff))
+        if not self._engine.kv_transfer_layerwise or self._role != "prefill":
+            return whole
+        # layer by layer: each layer's share leaves while the later layers compute; the last one is exposed
+        layers = self._model.num_layers
+        hidden = self.prefill_s(tokens) * (layers - 1) / layers
+        return whole / layers + max(0.0, whole * (layers - 1) / layers - hidden)

@@ -47,6 +47,24 @@ take 764 us (Llama-3.1-8B, 8 KV heads) and 725 us (Qwen3, 4 KV heads) instead of
 count prices those points within -12..+39% (1024, 4096 and 256 keys, both cards)."""
 
 
+MLA_DECODE_FLOP_PER_S: dict[str, float] = {
+    "h100-sxm5-80gb": 660e12,
+    "h100-sxm5-96gb": 660e12,
+    "h800-sxm5-80gb": 660e12,
+    "h200-sxm-141gb": 660e12,
+    "b200-sxm-180gb": 700e12,
+    "gb200": 700e12,
+    "gb300": 700e12,
+}
+"""Achieved FLOP/s of the absorbed-MLA decode kernel (MQA form, 576-wide keys, 512-wide values) by device, where a
+kernel benchmark is published: Hopper, FlashMLA's dense decoding kernel at "660 TFLOPS in computation-bound
+configuration on H800 SXM5" (deepseek-ai/FlashMLA README, 2025-04 kernel; the H100/H200 share the H800's SMs and
+clocks); Blackwell, FlashMLA's "up to 700 TFlops on B200" for its token-level sparse MLA decoding kernel (FP8 KV
+cache, BF16 MMA; ASSUMPTION: the only published Blackwell MLA decode figure, taken for dense decoding too).
+``decode_layer_s`` prices MLA decode FLOPs at this rate instead of the prefill kernel table's fraction (a
+different kernel: FlashAttention over 192-wide heads)."""
+
+
 class AttentionCost:
     """Attention cores of one layer on one device of an engine of ``role_plan`` (the aggregated form of one role)
     serving ``model`` on ``device`` with the serving ``engine``: FLOPs at the 16-bit peak times the kernel
@@ -56,7 +74,7 @@ class AttentionCost:
     Raises ValueError when the device has no bf16 peak.
     """
 
-    __slots__ = ("_adp", "_bw", "_dims", "_grid_frac", "_kv_layer", "_peak", "_tile_frac")
+    __slots__ = ("_adp", "_bw", "_dims", "_grid_frac", "_kv_layer", "_mla_frac", "_peak", "_tile_frac")
 
     def __init__(
         self,
@@ -82,6 +100,8 @@ class AttentionCost:
                                        families=families)  # fmt: skip
         self._grid_frac = np.broadcast_to(np.asarray(fwd, dtype=float), grid.shape).tolist()
         self._tile_frac = self._varlen_tile_frac(model, device, calibration, engine, families)
+        rate = MLA_DECODE_FLOP_PER_S.get(device.id) if model.attention is AttentionKind.MLA else None
+        self._mla_frac = None if rate is None else min(1.0, rate / self._peak)
 
     @property
     def tile_frac(self) -> float | None:
@@ -120,14 +140,19 @@ class AttentionCost:
         compute *= heads * (dqk + dv) / self._peak
         return max(compute, moved / self._bw) / self._adp
 
-    def decode_layer_s(self, num_seqs: int, cached_tokens: float) -> float:
+    def decode_layer_s(self, num_seqs: int, cached_tokens: float, queries_per_seq: int = 1) -> float:
         """Decode attention of one layer on one device over ``num_seqs`` sequences holding ``cached_tokens`` in
-        all, seconds: 2 c H (d_qk + d_v) FLOPs (MLA absorbed: 2 c H (2 r_kv + d_rope)) at the table's fraction for
-        the mean context, and every cached K/V read once; one kernel: max(compute, bytes / HBM)."""
+        all, each with ``queries_per_seq`` query positions (1; k + 1 when speculative decoding verifies k draft
+        tokens), seconds: 2 q c H (d_qk + d_v) FLOPs (MLA absorbed: 2 q c H (2 r_kv + d_rope)) at the table's
+        fraction for the mean context (MLA: the rate of ``MLA_DECODE_FLOP_PER_S`` where the device has one), and
+        every cached K/V read once (the query positions of a sequence share one
+        pass over its cache, as FlashInfer's and FlashMLA's multi-token decode kernels do); one kernel:
+        max(compute, bytes / HBM)."""
         heads, dqk, dv, width = self._dims
-        frac = self.fwd_frac(cached_tokens / num_seqs)
-        compute = 2.0 * cached_tokens * heads * width / (self._peak * frac)
-        moved = cached_tokens * self._kv_layer + ACT_BYTES * num_seqs * heads * (dqk + dv)
+        frac = self._mla_frac or self.fwd_frac(cached_tokens / num_seqs)
+        compute = 2.0 * queries_per_seq * cached_tokens * heads * width / (self._peak * frac)
+        queries = num_seqs * queries_per_seq
+        moved = cached_tokens * self._kv_layer + ACT_BYTES * queries * heads * (dqk + dv)
         return max(compute, moved / self._bw) / self._adp
 
     def varlen_decode_layer_s(self, num_seqs: int, cached_tokens: float) -> float:

@@ -22,13 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from workbench.cost.comm import all_gather_s, all_reduce_s, all_to_all_s, p2p_s, reduce_scatter_s
+from workbench.cost.comm import (
+    all_gather_s,
+    all_reduce_s,
+    all_to_all_forwarded_s,
+    all_to_all_s,
+    p2p_s,
+    reduce_scatter_s,
+)
 from workbench.cost.flops import Op, elementwise_op, embedding_ops, op_times
 from workbench.presets.calibration import Calibration
 from workbench.serving.memory import ACT_BYTES
 from workbench.specs.engine import EngineProfile
 from workbench.specs.hardware import ClusterSpec, DType
-from workbench.specs.model import ModelSpec
+from workbench.specs.model import AttentionKind, ModelSpec
 from workbench.specs.serving import BYTES_PER_VALUE, ServingDType, ServingPlan
 
 MIN_KERNEL_S = 3.8e-6
@@ -44,6 +51,13 @@ token, write each copy) and unpermute (read each copy, write the weighted sum), 
 ``FrameworkProfile.moe_dispatch_passes`` counts them for training."""
 
 
+FP4_OVER_FP8_PEAK: dict[str, float] = {"b200-sxm-180gb": 2.0, "gb200": 2.0, "rtx-pro-6000-96gb": 2.0}
+"""Dense FP4 over dense FP8 tensor-core rate of the devices with FP4 tensor cores, where the datasheet gives both
+(``DType`` has no 4-bit peak, so NVFP4 GEMMs with fp4 inputs run at the fp8 peak times this): DGX B200 datasheet,
+FP4 144 vs FP8 72 PFLOPS per 8 GPUs; GB200 NVL72 datasheet, FP4 1,440 vs FP8 720 PFLOPS per 72 GPUs; RTX PRO 6000
+Blackwell whitepaper, 4,000 FP4 vs 2,000 FP8 AI TOPS (all with sparsity, same ratio dense)."""
+
+
 def expected_experts_touched(tokens: Any, num_experts: int, experts_per_token: int) -> Any:
     """Distinct experts hit when ``tokens`` tokens (a number or an array, >= 0) each pick ``experts_per_token`` of
     ``num_experts`` uniformly and independently: E (1 - (1 - k/E)^T) (occupancy of E bins after T rounds of k
@@ -55,7 +69,8 @@ def expected_experts_touched(tokens: Any, num_experts: int, experts_per_token: i
 
 def gemm_compute_dtype(device_peaks: dict[DType, float], dtype: ServingDType) -> DType:
     """The device precision a GEMM with ``dtype`` inputs runs at: bf16/fp16 as named; fp8, fp4 and int4 at fp8
-    (``DType`` has no 4-bit peak yet: a lower bound on speed where the device has FP4 tensor cores), or at bf16
+    (``DType`` has no 4-bit peak: ``LayerCost`` scales the fp8 peak by ``FP4_OVER_FP8_PEAK`` for fp4 inputs on
+    devices with FP4 tensor cores), or at bf16
     on a device without an fp8 peak (weight-only kernels such as vLLM's FP8 Marlin path on Ampere)."""
     if dtype in (ServingDType.BF16, ServingDType.FP16):
         return DType(dtype.value)
@@ -88,18 +103,21 @@ class LayerCost:
         self._model, self._cluster, self._rp, self._engine = model, cluster, role_plan, engine
         compute = gemm_compute_dtype(cluster.device.peak_flop_per_s, role_plan.activation_dtype)
         self._peak = cluster.device.peak(compute)
+        if role_plan.activation_dtype is ServingDType.FP4 and compute is DType.FP8:  # NVFP4 tensor cores
+            self._peak *= FP4_OVER_FP8_PEAK.get(cluster.device.id, 1.0)
         self._curve = calibration.gemm_curve(cluster.device, compute.value)
         self._bw = hbm_bytes_per_s
         self._wb = BYTES_PER_VALUE[role_plan.weight_dtype]
         self._eff = calibration.framework.collective_efficiency_frac
 
-    def by_tokens_s(self, tokens: np.ndarray) -> np.ndarray:
+    def by_tokens_s(self, tokens: np.ndarray, *, prefill: bool = False) -> np.ndarray:
         """All layers without attention cores, the embedding (and its vocab-parallel all-reduce) and the pp - 1
         hand-offs of the hidden states (``p2p_s``, stages tp*attention_dp ranks apart), for T tokens, seconds
-        (0 where T = 0)."""
+        (0 where T = 0). ``prefill``: the iteration holds prefill tokens (DeepEP's normal kernels under the
+        ``deepep`` dispatch, ``layer_comm_s``)."""
         m, rp = self._model, self._rp
         n_moe = m.num_moe_layers
-        out = n_moe * self._layer_s(True, tokens) if n_moe else np.zeros_like(tokens)
+        out = n_moe * self._layer_s(True, tokens, prefill) if n_moe else np.zeros_like(tokens)
         if m.num_layers > n_moe:
             out = out + (m.num_layers - n_moe) * self._layer_s(False, tokens)
         t_r = tokens / rp.attention_dp
@@ -110,6 +128,39 @@ class LayerCost:
         if rp.pp > 1:
             out = out + (rp.pp - 1) * p2p_s(self._cluster, payload, rp.tp * rp.attention_dp, self._eff)
         return np.where(tokens > 0, out, 0.0)
+
+    def stage_layers(self) -> list[tuple[int, int]]:
+        """(dense, MoE) layer counts of each pipeline stage: the layers split as evenly as they go (the first
+        ``num_layers % pp`` stages take one more), the dense layers first (DeepSeek's leading dense layers)."""
+        m, pp = self._model, self._rp.pp
+        base, extra = divmod(m.num_layers, pp)
+        out, start, n_dense = [], 0, m.num_layers - m.num_moe_layers
+        for i in range(pp):
+            count = base + (i < extra)
+            dense = max(0, min(n_dense, start + count) - start)
+            out.append((dense, count - dense))
+            start += count
+        return out
+
+    def stage_s(self, tokens: float, attention_layer_s: float) -> list[float]:
+        """Seconds of each pipeline stage for one iteration of ``tokens`` decode tokens: its layers (each with
+        ``attention_layer_s`` of attention), the embedding on the first stage, the LM head and logits on the last,
+        and one hand-off per stage but the last."""
+        t = np.array([float(tokens)])
+        dense_s = float(self._layer_s(False, t)[0])
+        moe_s = float(self._layer_s(True, t)[0]) if self._model.is_moe else 0.0
+        embed = float(
+            self._gemm_s(embedding_ops(self._model, tokens=t / self._rp.attention_dp, act_bytes=ACT_BYTES))[0]
+        )
+        handoff = float(p2p_s(self._cluster, ACT_BYTES * tokens / self._rp.attention_dp * self._model.hidden_size,
+                              self._rp.tp * self._rp.attention_dp, self._eff))  # fmt: skip
+        stages = []
+        for i, (dense, moe) in enumerate(self.stage_layers()):
+            stage = dense * dense_s + moe * moe_s + (dense + moe) * attention_layer_s
+            stage += embed if i == 0 else 0.0
+            stage += float(self.by_logits_s(t)[0]) if i == self._rp.pp - 1 else handoff
+            stages.append(stage)
+        return stages
 
     def by_logits_s(self, logits: np.ndarray) -> np.ndarray:
         """Final norm and LM head for N logit positions (16-bit weights, vocab split over tp), fp32 logits written
@@ -123,7 +174,17 @@ class LayerCost:
             out = out + all_gather_s(self._cluster, ACT_BYTES * n_r * m.vocab_size, rp.tp, 1, self._eff)
         return np.where(logits > 0, out, 0.0)
 
-    def layer_comm_s(self, moe: bool, tokens: np.ndarray) -> np.ndarray:
+    def draft_pass_s(self, moe: bool, tokens: np.ndarray, fused_inputs: int) -> np.ndarray:
+        """One pass of a one-layer draft head (DeepSeek-V3's MTP module, EAGLE, EAGLE-3) over ``tokens`` engine
+        tokens without its attention core: the layer (MoE or dense, as the target's), the input projection of
+        ``fused_inputs`` x h -> h (MTP and EAGLE: 2, the token embedding beside the target's hidden state; EAGLE-3:
+        3 fused target layers on its first pass) and the shared LM head over one position per token, seconds."""
+        h = self._model.hidden_size
+        t_r = tokens / self._rp.attention_dp
+        proj = self._gemm("draft_fc", t_r, fused_inputs * h * h / self._rp.tp, fused_inputs * h, h)
+        return self._layer_s(moe, tokens) + self._gemm_s([proj], (1,)) + self.by_logits_s(tokens)
+
+    def layer_comm_s(self, moe: bool, tokens: np.ndarray, prefill: bool = False) -> np.ndarray:
         """Collectives of one layer: the tp all-reduce after attention and after the MLP (Megatron's two per
         layer, Shoeybi et al. 2019, arXiv:1909.08053); with attention_dp > 1 an MoE layer instead moves its
         tokens as the engine's ``moe_dispatch`` says: ``all_to_all`` dispatches and combines the token copies over
@@ -142,11 +203,17 @@ class LayerCost:
             out = out + all_gather_s(self._cluster, gathered, rp.attention_dp, rp.tp, eff)
             out = out + reduce_scatter_s(self._cluster, gathered, rp.attention_dp, rp.tp, eff)
         elif moe and rp.attention_dp > 1:
-            n = rp.tp * rp.attention_dp
-            copies = payload / ACT_BYTES / rp.tp * self._model.experts_per_token
+            n, k = rp.tp * rp.attention_dp, self._model.experts_per_token
+            values = payload / ACT_BYTES / rp.tp  # this rank's share of its tokens' hidden values
             send = 1.0 if rp.activation_dtype in (ServingDType.FP8, ServingDType.FP4) else ACT_BYTES
-            out = out + all_to_all_s(self._cluster, send * copies, n, 1, eff)
-            out = out + all_to_all_s(self._cluster, ACT_BYTES * copies, n, 1, eff)
+            if (
+                prefill and self._engine.moe_dispatch == "deepep"
+            ):  # normal kernels: once per node, NVLink fan-out
+                out = out + all_to_all_forwarded_s(self._cluster, send * values, k, n, 1, eff)
+                out = out + all_to_all_forwarded_s(self._cluster, ACT_BYTES * values, k, n, 1, eff)
+            else:
+                out = out + all_to_all_s(self._cluster, send * values * k, n, 1, eff)
+                out = out + all_to_all_s(self._cluster, ACT_BYTES * values * k, n, 1, eff)
         elif rp.tp > 1:
             out = out + all_reduce_s(self._cluster, payload, rp.tp, 1, eff)
         return np.asarray(out, dtype=float)
@@ -184,7 +251,7 @@ class LayerCost:
             name, "matmul", 2.0 * tokens * params, params * self._wb + ACT_BYTES * tokens * (d_in + d_out)
         )
 
-    def _layer_s(self, moe: bool, tokens: np.ndarray) -> np.ndarray:
+    def _layer_s(self, moe: bool, tokens: np.ndarray, prefill: bool = False) -> np.ndarray:
         """One layer on one device without its attention core: projections, MLP or MoE, norms, the activation
         quantisation of fp8 GEMM inputs and the layer's collectives, for ``tokens`` engine tokens (each
         attention-DP rank computes tokens / attention_dp). Every op takes at least its kernels' minimum time."""
@@ -217,20 +284,30 @@ class LayerCost:
             gemm_inputs = 2 * h + attn_in + m.ffn_hidden_size / tp if not moe else 2 * h + attn_in
             ops.append(Op("act_quant", "memory", 0.0, quant * 1.5 * ACT_BYTES * t_r * gemm_inputs))
             kernels += (quant * (4 if not moe else 2),)
-        return self._gemm_s(ops, kernels) + self.layer_comm_s(moe, tokens)
+        return self._gemm_s(ops, kernels) + self.layer_comm_s(moe, tokens, prefill)
 
     def _op_kernels(self, moe: bool) -> tuple[int, ...]:
-        """Kernels behind each op of ``_layer_s``'s list: qkv and out projections (one GEMM each), the small
-        kernels beside the attention kernel (the engine's ``layer_kernels`` less the attention, floored with the
-        attention core in ``ReplicaCost.iteration_s``), then the MLP (two GEMMs) or the MoE ops (router, permute
-        + unpermute, two grouped GEMMs, shared experts' two GEMMs)."""
-        kernels = [1, 1, max(self._engine.layer_kernels - 1, 0)]
+        """Kernels behind each op of ``_layer_s``'s list: qkv and out projections (one GEMM each; MLA's absorbed
+        form ``MLA_PROJECTION_KERNELS``), the small kernels beside the attention kernel (the engine's
+        ``layer_kernels`` less the attention, floored with the attention core in ``ReplicaCost.iteration_s``), then
+        the MLP (two GEMMs) or the MoE ops (router GEMM and top-k selection, permute + unpermute, two grouped GEMMs,
+        shared experts' two GEMMs and their activation; the routed experts' activation is one of
+        ``layer_kernels``)."""
+        qkv, out = (1, 1) if self._model.attention is not AttentionKind.MLA else self.mla_projection_kernels()
+        kernels = [qkv, out, max(self._engine.layer_kernels - 1, 0)]
         if not moe:
             return (*kernels, 2)
-        kernels += [1, 2, 2]
+        kernels += [2, 2, 2]
         if self._model.num_shared_experts:
-            kernels.append(2)
+            kernels.append(3)
         return tuple(kernels)
+
+    def mla_projection_kernels(self) -> tuple[int, int]:
+        """(before, after) the attention core: kernels of MLA's absorbed-form projections (SGLang
+        ``DeepseekV2AttentionMLA.forward_absorb``, vLLM ``MLACommonImpl``): the fused q_a/kv_a down-projection,
+        q_a_layernorm, q_b_proj, kv_a_layernorm and the W_UK batched GEMM before; the W_UV batched GEMM and o_proj
+        after. Without a query LoRA (q_lora_rank 0) the query has one projection and no norm."""
+        return (5 if self._model.q_lora_rank else 3), 2
 
     def _eager_kernels(self, moe: bool) -> int:
         """Kernels one layer launches: its ops' kernels, the attention kernel and the layer's collectives (two
@@ -253,7 +330,9 @@ class LayerCost:
         m, rp = self._model, self._rp
         h, k, e = m.hidden_size, m.experts_per_token, m.num_experts
         expert = m.mlp_parameters(m.moe_ffn_hidden_size, expert=True)
-        touched = expected_experts_touched(tokens, e, k) / rp.expert_parallel
+        # redundant copies (EPLB) split a hot expert's tokens between devices: each copy is read where it is hit
+        copies = (e + rp.num_redundant_experts) / e
+        touched = np.minimum(expected_experts_touched(tokens, e, k) * copies, tokens * k) / rp.expert_parallel
         routed = tokens * k / (rp.tp * rp.attention_dp)
         n_mat = 3 if m.gated_mlp else 2
         flop = 2.0 * routed * expert

@@ -4,6 +4,7 @@ as columns of an int64 array sorted by finish, the prefills in progress, the wai
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -92,7 +93,7 @@ class EngineState:
             pos = int(d[0].searchsorted(end, side="right"))
             new = np.empty((3, self.n + 1), dtype=np.int64)
             new[:, :pos] = d[:, :pos]
-            new[:, pos] = (end, ids[0], off0)
+            new[0, pos], new[1, pos], new[2, pos] = end, ids[0], off0  # scalar stores: no tuple conversion
             new[:, pos + 1 :] = d[:, pos:]
             self.d = new
         else:
@@ -137,3 +138,24 @@ def check_fits(requests: Requests, engines: Sequence[EngineState], *, decode: bo
             f"request {i} needs {int(tokens[i])} KV tokens but a {name} engine holds "
             f"{cap * block} ({cap} blocks of {block}); it could never finish"
         )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DisaggregatedPools:
+    """Prefill/decode disaggregation (DistServe, arXiv 2401.09670): two pools of engines.
+
+    Engines are numbered prefill first (0..num_prefill_engines-1), then decode. The KV hand-off of a request of C
+    cached tokens takes ``prefill_cost.kv_transfer_s(C)`` seconds."""
+
+    num_prefill_engines: int
+    """Engines that only prefill. >= 1."""
+    num_decode_engines: int
+    """Engines that decode (and redo the prefill of a request they preempt). >= 1."""
+    prefill_cost: IterationCost | None = None
+    """Cost of one prefill engine; None: the ``cost`` given to :func:`simulate`."""
+    decode_cost: IterationCost | None = None
+    """Cost of one decode engine; None: the ``cost`` given to :func:`simulate`."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_prefill_engines", "num_decode_engines"):
+            check_count("DisaggregatedPools", name, getattr(self, name), maximum=2**16)

@@ -4,7 +4,10 @@ simulator (:mod:`workbench.serving.simulate`), summarised as TTFT, TPOT, through
 ``serve_estimate`` is what ``workbench serve estimate`` and the serving validation call: it turns a
 ``ServingWorkload`` into ``Requests``, builds one ``ReplicaCost`` per role (one for aggregated engines, a prefill
 and a decode one for a disaggregated plan), runs ``simulate`` with the plan's engine profile's chunking and KV
-admission rules (``ServingPlan.engine``) and keeps its tables.
+admission rules (``ServingPlan.engine``) and keeps its tables. Speculative decoding
+(``ServingPlan.speculative``) runs each request's decode as its verification steps (``speculative_steps``), and the
+tables are read back with the requests' own output lengths; a prefix hit rate (``ServingWorkload.prefix_hit_rate``)
+goes to the simulator; closed-loop clients start over one request's estimated duration (``closed_loop_ramp_s``).
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.serving.cost import ReplicaCost
+from workbench.serving.cost import ReplicaCost, kv_bytes_per_token
+from workbench.serving.results import with_requests
 from workbench.serving.simulate import DisaggregatedPools, Requests, SimResult, simulate
+from workbench.serving.speculative import speculative_steps
+from workbench.serving.steady import closed_loop_ramp_s
 from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
 
 if TYPE_CHECKING:
@@ -36,6 +42,12 @@ class ServingEstimate:
     """Per-request and per-iteration tables (``workbench.serving.simulate.SimResult``)."""
     kv_cache_capacity_tokens: int
     """KV cache tokens one (decode, for a disaggregated plan) engine holds."""
+    kv_transfer_bytes_per_request: float = 0.0
+    """Disaggregated plans: the KV bytes one request of the mean prompt sends from its prefill engine to its decode
+    engine (every layer, every KV head: ``kv_bytes_per_token``); 0.0 when aggregated."""
+    kv_transfer_s: float = 0.0
+    """Disaggregated plans: the exposed seconds of that transfer (``ReplicaCost.kv_transfer_s``); 0.0 when
+    aggregated."""
     kv_bytes_per_token_per_device: dict[str, float]
     """By engine role (``both`` for an aggregated plan, else ``prefill`` and ``decode``): the KV bytes one cached
     token takes on the fullest device of an attention-DP rank (``ReplicaCost.kv_bytes_per_token_per_device``)."""
@@ -54,11 +66,20 @@ class ServingEstimate:
             **stats,
             "output_tokens_per_s_per_device": self.sim.output_tokens_per_s / self.plan.num_devices,
             "kv_cache_capacity_tokens": self.kv_cache_capacity_tokens,
+            "disaggregated": self.plan.disaggregation is not None,
+            "kv_transfer_bytes_per_request": self.kv_transfer_bytes_per_request,
+            "kv_transfer_s": self.kv_transfer_s,
+            "speculative": None if self.plan.speculative is None else self.plan.speculative.describe(),
+            "accepted_length": None
+            if self.plan.speculative is None
+            else self.plan.speculative.mean_accepted_length,
+            "prefix_hit_rate": self.workload.prefix_hit_rate,
         }
 
 
-def requests_of(workload: ServingWorkload) -> Requests:
-    """The simulator's requests for ``workload``: offline (all at 0), closed loop, Poisson or the trace."""
+def requests_of(workload: ServingWorkload, ramp_s: float = 0.0) -> Requests:
+    """The simulator's requests for ``workload``: offline (all at 0), closed loop (its clients starting over
+    ``ramp_s``, ``Requests.closed_loop``), Poisson or the trace."""
     n = workload.request_count
     lengths = {
         "input_tokens": list(workload.input_lengths()),
@@ -67,7 +88,7 @@ def requests_of(workload: ServingWorkload) -> Requests:
     if workload.arrival is Arrival.OFFLINE:
         return Requests.offline(n, **lengths)
     if workload.arrival is Arrival.CLOSED:
-        return Requests.closed_loop(int(workload.concurrency or 1), n, **lengths)
+        return Requests.closed_loop(int(workload.concurrency or 1), n, ramp_s=ramp_s, **lengths)
     if workload.arrival is Arrival.POISSON:
         rate = float(workload.request_rate_per_s or 0.0)
         return Requests.poisson(rate, n, seed=workload.seed, **lengths)
@@ -92,13 +113,14 @@ def serve_estimate(
         raise ValueError(
             f"serving plan {plan.describe()} needs {plan.num_devices} devices; the cluster has {cluster.num_devices}"
         )
-    requests = requests_of(workload)
     policy, seqs = plan.scheduler.value, plan.max_num_seqs
     budget = max(plan.max_num_batched_tokens, plan.max_num_seqs)
+    hit = workload.prefix_hit_rate
     if plan.disaggregation is None:
         cost = ReplicaCost(model, cluster, plan, calibration)
+        requests = requests_of(workload, closed_loop_ramp_s(workload, cost, cost, plan))
         sim = simulate(
-            requests,
+            speculative_steps(requests, plan),
             cost,
             policy=policy,
             max_num_seqs=seqs,
@@ -108,10 +130,15 @@ def serve_estimate(
             chunked_prefill=cost.engine.chunked_prefill,
             kv_admission=cost.engine.kv_admission,
             emit_delay_s=cost.emit_delay_s,
-            pipeline_depth=plan.pp,
+            pipeline_depth=cost.pipeline_depth(
+                min(plan.max_num_seqs, plan.max_num_batched_tokens),
+                round(float(np.mean(requests.input_tokens)) + float(np.mean(requests.output_tokens)) / 2),
+            ),
+            prefix_hit_rate=hit,
         )
         capacity = cost.kv_capacity_tokens
         per_token = {"both": cost.kv_bytes_per_token_per_device()}
+        transfer = {}
     else:
         d = plan.disaggregation
         prefill = ReplicaCost(model, cluster, plan, calibration, role="prefill")
@@ -122,8 +149,9 @@ def serve_estimate(
             prefill_cost=prefill,
             decode_cost=decode,
         )
+        requests = requests_of(workload, closed_loop_ramp_s(workload, prefill, decode, plan))
         sim = simulate(
-            requests,
+            speculative_steps(requests, plan),
             decode,
             policy=policy,
             max_num_seqs=seqs,
@@ -132,12 +160,21 @@ def serve_estimate(
             chunked_prefill=decode.engine.chunked_prefill,
             kv_admission=decode.engine.kv_admission,
             emit_delay_s=decode.emit_delay_s,
+            prefix_hit_rate=hit,
         )
         capacity = decode.kv_capacity_tokens
         per_token = {
             "prefill": prefill.kv_bytes_per_token_per_device(),
             "decode": decode.kv_bytes_per_token_per_device(),
         }
+        mean_prompt = max(1, round(float(requests.input_tokens.mean())))
+        transfer = {
+            "kv_transfer_bytes_per_request": mean_prompt
+            * kv_bytes_per_token(model, prefill.plan.kv_cache_dtype),
+            "kv_transfer_s": prefill.kv_transfer_s(mean_prompt),
+        }
+    if plan.speculative is not None:
+        sim = with_requests(sim, requests)
     return ServingEstimate(
         model=model,
         cluster=cluster,
@@ -146,4 +183,5 @@ def serve_estimate(
         sim=sim,
         kv_cache_capacity_tokens=int(capacity),
         kv_bytes_per_token_per_device=per_token,
+        **transfer,
     )

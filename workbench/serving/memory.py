@@ -58,7 +58,8 @@ def layer_weight_params(model: ModelSpec, rp: ServingPlan, moe: bool) -> tuple[f
     attn = m.attention_parameters() / rp.tp
     if not moe:
         return attn + m.mlp_parameters() / rp.tp, 2.0 * m.hidden_size
-    routed = m.num_experts * m.mlp_parameters(m.moe_ffn_hidden_size, expert=True) / (rp.tp * rp.attention_dp)
+    physical = m.num_experts + rp.num_redundant_experts  # redundant copies (EPLB) are whole experts too
+    routed = physical * m.mlp_parameters(m.moe_ffn_hidden_size, expert=True) / (rp.tp * rp.attention_dp)
     shared = m.num_shared_experts * m.mlp_parameters(m.moe_ffn_hidden_size) / rp.tp
     return attn + routed + shared, m.router_parameters() + 2.0 * m.hidden_size
 

@@ -112,13 +112,26 @@ class Requests:
 
     @classmethod
     def closed_loop(
-        cls, concurrency: int, num_requests: int, *, input_tokens: ArrayLike, output_tokens: ArrayLike
+        cls,
+        concurrency: int,
+        num_requests: int,
+        *,
+        input_tokens: ArrayLike,
+        output_tokens: ArrayLike,
+        ramp_s: float = 0.0,
     ) -> Requests:
-        """Closed loop: ``concurrency`` requests at 0 s, then a new one whenever one finishes (no think time)."""
+        """Closed loop: ``concurrency`` clients send their first request at i x ramp_s / concurrency (i = 0, 1,
+        ...; all at 0 s by default), then each sends a new one whenever its request finishes (no think time). A
+        ramp of about one request's duration desynchronises the clients as benchmark clients that start one after
+        another do, so equal-length requests do not finish in lock-step waves."""
         check_count("Requests.closed_loop", "num_requests", num_requests, maximum=MAX_TOKENS)
-        return cls._of(
-            "Requests.closed_loop", np.zeros(num_requests), input_tokens, output_tokens, concurrency
-        )
+        ramp = check_real("Requests.closed_loop", "ramp_s", ramp_s, minimum=0.0, min_open=False, unit="s")
+        arrival = np.zeros(num_requests)
+        first = min(concurrency, num_requests) if isinstance(concurrency, int) and concurrency > 0 else 0
+        if ramp and first:
+            arrival[:first] = np.arange(first) * (ramp / concurrency)
+            arrival[first:] = arrival[first - 1]
+        return cls._of("Requests.closed_loop", arrival, input_tokens, output_tokens, concurrency)
 
     @classmethod
     def _of(

@@ -210,3 +210,15 @@ def iteration_table(table: np.ndarray, kv_capacity_tokens: np.ndarray) -> pl.Dat
             "waiting": waiting[row],
         }
     )
+
+
+def with_requests(sim: SimResult, requests: Requests) -> SimResult:
+    """``sim`` summarised again over ``requests`` (the same requests in the same order, with other output lengths:
+    the tokens the client gets when the simulation ran a request's decode as fewer, longer steps), times and the
+    iteration table kept. Raises ValueError when the request counts differ."""
+    table = sim.requests
+    if table.height != len(requests):
+        raise ValueError(f"with_requests: {len(requests)} requests for a simulation of {table.height}")
+    col = {c: table[c].to_numpy() for c in ("arrival_s", "first_token_s", "finish_s", "preemptions", "engine",
+                                             "prefill_engine")}  # fmt: skip
+    return sim_result(requests, iterations=sim.iterations, **col)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from workbench.presets.calibration import Calibration
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.engine_defaults import trtllm_bench_settings
+from workbench.serving.phases import PhaseBatch
 from workbench.serving.rows_csv import (
     DEFAULT_SERVING_DATA,
     MEASURED,
@@ -25,11 +26,12 @@ from workbench.serving.rows_csv import (
     read_serving_rows,
     row_measured,
 )
+from workbench.serving.rows_phase import row_phases
 from workbench.serving.rows_specs import DEFAULT_CLUSTER, VLLM_ASYNC_FROM, row_cluster, row_model, row_plan
 from workbench.serving.rows_workload import row_workload
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
-from workbench.specs.serving import ServingPlan, ServingWorkload
+from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
 
 __all__ = [
     "DEFAULT_CLUSTER",
@@ -61,7 +63,13 @@ class ServingCase:
     model: ModelSpec
     cluster: ClusterSpec
     plan: ServingPlan
-    workload: ServingWorkload
+    workload: ServingWorkload | None
+    """The request process of a whole-request (``e2e``) row; None for a phase-only row."""
+    phases: tuple[PhaseBatch, ...] = ()
+    """A phase-only row's phases at their batch (:mod:`workbench.serving.rows_phase`); empty for ``e2e``."""
+    steady_concurrency: int | None = None
+    """A closed loop whose run length is not given: its clients, and the row is scored in steady state
+    (``workbench.serving.steady.steady_window``)."""
     measured: dict[str, float]
     """Keys of ``MEASURED`` (``ttft_mean_s``, ``output_tokens_per_s``, ...): only those the row fills."""
     scope: str
@@ -84,21 +92,31 @@ def row_case(row: dict[str, str]) -> ServingCase | SkippedRow:
     """Specs for one row, or a ``SkippedRow`` with the reason (a ValueError from a spec or the cost model, such
     as weights that do not fit, is a reason too)."""
     assumed: list[str] = []
+    phases: tuple[PhaseBatch, ...] = ()
+    workload = None
     try:
-        if row["phase"].strip() != "e2e":
-            raise Unexpressible(f"phase {row['phase']!r}: only whole-request (e2e) rows are simulated")
+        if not row["phase"].strip():
+            raise Unexpressible("phase is blank")
         model = row_model(row, assumed)
         cluster = row_cluster(row, assumed)
         plan = row_plan(row, model, cluster, assumed)
-        workload = row_workload(row, assumed)
         measured = row_measured(row)
         if not measured:
             raise Unexpressible("no measured value")
-        ReplicaCost(model, cluster, plan, Calibration())  # the layout and memory checks
+        roles = ("both",) if plan.disaggregation is None else ("prefill", "decode")
+        cost_of = {
+            r: ReplicaCost(model, cluster, plan, Calibration(), role=r) for r in roles
+        }  # layout, memory
+        if row["phase"].strip() == "e2e":
+            workload = row_workload(row, assumed)
+        else:
+            phases = row_phases(row, cost_of, assumed)
     except ValueError as exc:
         return SkippedRow(id=row["id"], source_key=row["source_key"], reason=str(exc))
+    steady = workload is not None and workload.arrival is Arrival.CLOSED and not row["num_requests"].strip()
     return ServingCase(
         id=row["id"], source_key=row["source_key"], model=model, cluster=cluster, plan=plan, workload=workload,
+        phases=phases, steady_concurrency=workload.concurrency if steady and workload is not None else None,
         measured=measured, scope=row["measured_scope"].strip() or "system", assumed=tuple(assumed), row=row,
     )  # fmt: skip
 

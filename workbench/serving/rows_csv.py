@@ -35,9 +35,50 @@ SERVING_COLUMNS: tuple[str, ...] = (
     "measured_ttft_ms_p99", "measured_tpot_ms_mean", "measured_tpot_ms_p99", "measured_output_tokens_per_s",
     "measured_total_tokens_per_s", "measured_output_tokens_per_s_per_device",
     "measured_input_tokens_per_s_per_device", "measured_requests_per_s", "measured_kv_cache_capacity_tokens",
-    "statistic_notes",
+    "statistic_notes", "num_redundant_experts", "spec_method", "spec_num_tokens", "spec_accept_len",
+    "prefix_hit_rate",
 )  # fmt: skip
 """The header of a serving validation file, in order (README: 'The header is exactly the column list')."""
+
+LATER_COLUMNS: tuple[str, ...] = SERVING_COLUMNS[-5:]
+"""Columns added at the end of the header on 2026-12-07 (README: a file written before them reads them as
+blank): a header that is ``SERVING_COLUMNS`` without them is read with these cells blank."""
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "attention": ("mha", "gqa", "mla"),
+    "weight_dtype": ("bf16", "fp16", "fp8", "fp4", "int4"),
+    "activation_dtype": ("bf16", "fp16", "fp8", "fp4", "int4"),
+    "kv_cache_dtype": ("bf16", "fp16", "fp8", "fp4", "int4"),
+    "gated_mlp": ("true", "false"),
+    "tie_word_embeddings": ("true", "false"),
+    "disaggregated": ("true", "false"),
+    "ignore_eos": ("true", "false"),
+    "engine": ("vllm", "sglang", "trtllm"),
+    "phase": ("e2e", "prefill", "decode", "prefill_and_decode"),
+    "workload_kind": ("offline", "closed_loop", "open_loop_poisson", "trace", "fixed_batch"),
+    "measured_scope": ("system", "one_replica"),
+    "spec_method": ("mtp", "eagle", "eagle3", "draft", "ngram"),
+}
+"""Code columns and the values the README allows (``engine``: the engines the workbench has profiles for); a
+filled cell outside them fails the read naming the file, row and column."""
+
+COUNT_COLUMNS = frozenset(
+    {"num_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "ffn_hidden_size",
+     "vocab_size", "num_experts", "experts_per_token", "moe_ffn_hidden_size", "kv_lora_rank", "qk_nope_head_dim",
+     "qk_rope_head_dim", "v_head_dim", "devices_per_node", "num_devices_total", "replicas", "tp", "pp", "ep",
+     "attention_dp", "prefill_workers", "prefill_tp", "prefill_ep", "prefill_attention_dp", "decode_workers",
+     "decode_tp", "decode_ep", "decode_attention_dp", "max_batch_size", "max_num_batched_tokens",
+     "prefill_batch_size", "prefill_batch_tokens", "decode_batch_size", "concurrency", "num_requests",
+     "spec_num_tokens"}
+)  # fmt: skip
+"""Columns that, when filled, hold a whole number >= 1 (a layout degree of 0 is a bad value, not a blank)."""
+
+FRACTION_COLUMNS = {
+    "gpu_memory_utilization_frac": (0.0, False),
+    "kv_cache_free_mem_frac": (0.0, False),
+    "prefix_hit_rate": (0.0, True),
+}
+"""Share columns: (lower bound, lower bound allowed); every one is at most 1 (README: '0..1')."""
 
 SERVING_CODE_COLUMNS = (
     "attention",
@@ -54,6 +95,7 @@ SERVING_CODE_COLUMNS = (
     "workload_kind",
     "ignore_eos",
     "measured_scope",
+    "spec_method",
 )
 """Columns of short codes, read case-insensitively (``FP8``, ``TRTLLM``)."""
 
@@ -61,7 +103,7 @@ TEXT_COLUMNS = frozenset(
     {"id", "source_key", "source", "locator", "confidence", "notes", "model_name", "model_preset", "gated_mlp",
      "tie_word_embeddings", "attention", "weight_dtype", "activation_dtype", "kv_cache_dtype", "device", "cluster",
      "disaggregated", "engine", "engine_version", "phase", "workload_kind", "input_tokens_dist",
-     "output_tokens_dist", "ignore_eos", "measured_scope", "statistic_notes"}
+     "output_tokens_dist", "ignore_eos", "measured_scope", "statistic_notes", "spec_method"}
 )  # fmt: skip
 """Columns that are not numbers; every other filled cell must parse as a finite number >= 0."""
 
@@ -87,16 +129,19 @@ class Unexpressible(ValueError):
 
 def read_serving_rows(path: str | Path = DEFAULT_SERVING_DATA) -> list[dict[str, str]]:
     """The CSV rows as dicts (default: the shipped ``serving_public.csv``). ValueError naming the file (and the
-    line, row id, column and value) when: the header is not ``SERVING_COLUMNS``, there are no data rows or more
+    line, row id, column and value) when: the header is not ``SERVING_COLUMNS`` (or it without
+    ``LATER_COLUMNS``, which then read blank), there are no data rows or more
     than ``limits.MAX_VALIDATION_ROWS``, a row has a different number of cells, an id repeats, a cell is not CSV,
-    or a filled numeric cell is not a finite number >= 0. FileNotFoundError when the file does not exist."""
+    a filled numeric cell is not a finite number >= 0,
+    or a value is out of its column's range (``_check_values``: codes, counts, shares). FileNotFoundError when the file does not exist."""
     where = check_input_file(path, "serving validation CSV file")
     rows: list[dict[str, str]] = []
     try:
         with where.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             header = tuple(reader.fieldnames or ())
-            if header != SERVING_COLUMNS:
+            later = header == SERVING_COLUMNS[: -len(LATER_COLUMNS)]
+            if header != SERVING_COLUMNS and not later:
                 missing = [c for c in SERVING_COLUMNS if c not in header]
                 extra = [c for c in header if c not in SERVING_COLUMNS]
                 raise ValueError(
@@ -110,8 +155,13 @@ def read_serving_rows(path: str | Path = DEFAULT_SERVING_DATA) -> list[dict[str,
                     )
                 if None in row or None in row.values():
                     raise ValueError(f"{where}: line {reader.line_num}: {len(header)} cells expected")
-                _check_numbers(row, f"{where}: line {reader.line_num} (row {limits.shown(row['id'])})")
-                rows.append(normalised_cells(row, SERVING_CODE_COLUMNS))
+                if later:
+                    row.update(dict.fromkeys(LATER_COLUMNS, ""))
+                at = f"{where}: line {reader.line_num} (row {limits.shown(row['id'])})"
+                _check_numbers(row, at)
+                row = normalised_cells(row, SERVING_CODE_COLUMNS)
+                _check_values(row, at)
+                rows.append(row)
     except csv.Error as exc:
         raise ValueError(f"{where}: not a readable CSV file ({exc})") from None
     except UnicodeDecodeError as exc:
@@ -135,6 +185,31 @@ def _check_numbers(row: dict[str, str], where: str) -> None:
             number = math.nan
         if not math.isfinite(number) or number < 0:
             raise ValueError(f"{where}: column {col}: {limits.shown(value)} must be a finite number >= 0")
+
+
+def _check_values(row: dict[str, str], where: str) -> None:
+    """ValueError naming ``where`` and the column for a code outside ``CHOICES``, a count that is not a whole
+    number >= 1 or a share outside ``FRACTION_COLUMNS``'s range."""
+    for col, allowed in CHOICES.items():
+        value = row[col].strip()
+        if value and value not in allowed:
+            raise ValueError(
+                f"{where}: column {col}: {limits.shown(value)} is not one of {', '.join(allowed)}"
+            )
+    for col in COUNT_COLUMNS:
+        number = cell_number(row, col)
+        if number is not None and (number != int(number) or number < 1):
+            raise ValueError(f"{where}: column {col}: {number:g} must be a whole number >= 1")
+    for col, (low, closed) in FRACTION_COLUMNS.items():
+        number = cell_number(row, col)
+        if number is not None and not (low <= number <= 1.0 and (closed or number > low)):
+            bound = "[0, 1]" if closed else "(0, 1]"
+            raise ValueError(f"{where}: column {col}: {number:g} must be in {bound}")
+    accept = cell_number(row, "spec_accept_len")
+    if accept is not None and accept < 1.0:
+        raise ValueError(
+            f"{where}: column spec_accept_len: {accept:g} must be >= 1 (the target token counts)"
+        )
 
 
 def cell_number(row: dict[str, str], key: str) -> float | None:

@@ -31,7 +31,8 @@ from workbench.serving.engine_defaults import (
 from workbench.serving.rows_csv import Unexpressible, cell_count, cell_number
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import AttentionKind, ModelSpec
-from workbench.specs.serving import Scheduler, ServingDType, ServingPlan
+from workbench.specs.serving import Disaggregation, Scheduler, ServingDType, ServingPlan
+from workbench.specs.speculative import SpecMethod, SpeculativeDecoding
 
 DEFAULT_CLUSTER = {
     "h100-sxm5-80gb": "dgx-h100",
@@ -97,14 +98,51 @@ def row_cluster(row: dict[str, str], assumed: list[str]) -> ClusterSpec:
     if device_id not in preset_names("device"):
         raise Unexpressible(f"device {device_id!r} has no hardware preset (profiles/hardware/)")
     name = row["cluster"].strip() or DEFAULT_CLUSTER.get(device_id)
+    if name is not None and name.startswith("other-") and name not in preset_names("cluster"):
+        # the schema leaves other-* nodes to the row's notes: price them on the device's own node
+        name = DEFAULT_CLUSTER.get(device_id)
+        if name is not None:
+            assumed.append(f"cluster={name} (the device's node, for {row['cluster'].strip()})")
+    elif not row["cluster"].strip():
+        assumed.append(f"cluster={name} (the device's node)")
     if name is None or name not in preset_names("cluster"):
         raise Unexpressible(f"no cluster preset for device {device_id!r} (cluster column {row['cluster']!r})")
-    if not row["cluster"].strip():
-        assumed.append(f"cluster={name} (the device's node)")
     cluster = load_cluster(name)
-    total = cell_count(row, "num_devices_total")
+    total = row_devices(row, assumed)
     nodes = math.ceil(total / cluster.devices_per_node)
     return replace(cluster.with_nodes(nodes), device=load_device(device_id))
+
+
+def row_role(row: dict[str, str]) -> str:
+    """Which engines the row's layout and measurements describe: ``both`` (aggregated, or one instance measured
+    a phase at a time: ``disaggregated`` not true), ``prefill`` or ``decode`` (that phase measured on its role of a
+    P/D deployment, whose other role may be unstated), or ``pd`` (a whole P/D deployment)."""
+    if row["disaggregated"].strip() != "true":
+        return "both"
+    phase = row["phase"].strip()
+    return phase if phase in ("prefill", "decode") else "pd"
+
+
+def _role_layout(row: dict[str, str], role: str, assumed: list[str]) -> tuple[int, int, int | None, int]:
+    """(workers, tp, ep, attention_dp) of one role's columns (``prefill_*`` or ``decode_*``); a blank attention_dp
+    is 1 and a blank ep None. Raises ``Unexpressible`` naming a blank worker count or tp."""
+    return (
+        cell_count(row, f"{role}_workers"),
+        cell_count(row, f"{role}_tp"),
+        int(cell_number(row, f"{role}_ep") or 0) or None,
+        cell_count(row, f"{role}_attention_dp", 1, assumed),
+    )
+
+
+def row_devices(row: dict[str, str], assumed: list[str]) -> int:
+    """``num_devices_total``, or where it is blank on a row measuring one role of a P/D deployment, that role's
+    devices (workers x tp x attention_dp), noted in ``assumed``."""
+    role = row_role(row)
+    if cell_number(row, "num_devices_total") is not None or role in ("both", "pd"):
+        return cell_count(row, "num_devices_total")
+    workers, tp, _, adp = _role_layout(row, role, [])
+    assumed.append(f"devices={workers * tp * adp}: the {role} role's (num_devices_total blank)")
+    return workers * tp * adp
 
 
 VLLM_ASYNC_FROM = (0, 14)
@@ -176,22 +214,11 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
     device count, ``_row_layout``). TRT-LLM's ``kv_cache_free_mem_frac`` f
     becomes the vLLM-style share (weights + f (HBM - weights)) / HBM; blank on a TRT-LLM row: 0.9, the page's
     fallback."""
-    if row["disaggregated"].strip() == "true":
-        raise Unexpressible("disaggregated row without a prefill:decode worker split" if not row["prefill_workers"]
-                             else "disaggregated rows are not read yet")  # fmt: skip
     engine = _engine_key(row)
     if engine not in ENGINE_BATCHING:
         raise Unexpressible(f"engine {row['engine']!r} has no batching defaults")
-    tp, replicas, pp, adp = _row_layout(row, assumed)
-    ep = None
-    if model.is_moe:
-        if not row["ep"].strip():
-            raise Unexpressible(
-                "the source does not state the expert-parallel degree (ep blank on an MoE row)"
-            )
-        ep = cell_count(row, "ep")
-    if replicas * tp * pp * adp != cell_count(row, "num_devices_total"):
-        raise Unexpressible("replicas * tp * pp * attention_dp differs from num_devices_total")
+    role = row_role(row)
+    replicas, tp, pp, ep, adp, disaggregation = _plan_layout(row, role, model, assumed)
     scheduler, budget, why = ENGINE_BATCHING[engine]
     whole = scheduler is Scheduler.VLLM or load_engine(ENGINE_PROFILES[engine]).chunked_prefill is False
     prompt = cell_number(row, "input_tokens_mean")
@@ -214,14 +241,15 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
             assumed.append(f"max_num_batched_tokens={budget}, scheduler={scheduler.value}: {why}")
         if not row["max_batch_size"].strip():
             assumed.append(f"max_batch_size={seqs}")
-    if row["engine"].strip() == "vllm" and adp > 1:  # vLLM data parallelism: one scheduler per DP rank
+    if row["engine"].strip() == "vllm" and adp > 1 and disaggregation is None:  # one scheduler per DP rank
         seqs, budget = seqs * adp, budget * adp
         assumed.append(
             f"max_num_seqs and max_num_batched_tokens x attention_dp={adp}: each vLLM data-parallel rank runs its "
             "own scheduler with the engine's caps (vLLM docs 'Data Parallel Deployment')"
         )
     plan = ServingPlan(
-        replicas=replicas, tp=tp, pp=pp, ep=ep, attention_dp=adp,
+        replicas=replicas, tp=tp, pp=pp, ep=ep, attention_dp=adp, disaggregation=disaggregation, speculative=row_speculative(row),
+        num_redundant_experts=int(cell_number(row, "num_redundant_experts") or 0),
         weight_dtype=ServingDType(row["weight_dtype"].strip() or "bf16"),
         activation_dtype=ServingDType(row["activation_dtype"].strip() or "bf16"),
         kv_cache_dtype=ServingDType(kv),
@@ -232,6 +260,61 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         engine=ENGINE_PROFILES[engine],
     )  # fmt: skip
     return _with_memory_share(row, plan, model, cluster, assumed)
+
+
+def _plan_layout(
+    row: dict[str, str], role: str, model: ModelSpec, assumed: list[str]
+) -> tuple[int, int, int, int | None, int, Disaggregation | None]:
+    """The ServingPlan layout (replicas, tp, pp, ep, attention_dp) of a row and, for a whole P/D
+    deployment, its Disaggregation (the layout fields then stay at their defaults). A role measured alone is laid
+    out as that role's engines. MoE rows need their ep (the source's, never guessed). Raises ``Unexpressible``
+    naming what is blank or inconsistent."""
+    devices = row_devices(row, [])
+
+    def needs_ep(ep: int | None, column: str) -> None:
+        if model.is_moe and ep is None:
+            raise Unexpressible(
+                f"the source does not state the expert-parallel degree ({column} blank on an MoE row)"
+            )
+
+    if role == "both":
+        tp, replicas, pp, adp = _row_layout(row, assumed)
+        ep = int(cell_number(row, "ep") or 0) or None
+        needs_ep(ep, "ep")
+        if replicas * tp * pp * adp != devices:
+            raise Unexpressible("replicas * tp * pp * attention_dp differs from num_devices_total")
+        return replicas, tp, pp, ep, adp, None
+    if role in ("prefill", "decode"):
+        workers, tp, ep, adp = _role_layout(row, role, assumed)
+        needs_ep(ep, f"{role}_ep")
+        assumed.append(f"the {role} role laid out as {workers} engine(s) of tp{tp} x attention_dp {adp}")
+        return workers, tp, 1, ep, adp, None
+    p, d = _role_layout(row, "prefill", assumed), _role_layout(row, "decode", assumed)
+    needs_ep(p[2], "prefill_ep")
+    needs_ep(d[2], "decode_ep")
+    split = Disaggregation(prefill_workers=p[0], prefill_tp=p[1], prefill_ep=p[2], prefill_attention_dp=p[3],
+                           decode_workers=d[0], decode_tp=d[1], decode_ep=d[2], decode_attention_dp=d[3])  # fmt: skip
+    if split.num_devices != devices:
+        raise Unexpressible(
+            f"the roles' devices ({split.num_devices}) differ from num_devices_total={devices}"
+        )
+    return 1, 1, 1, None, 1, split
+
+
+def row_speculative(row: dict[str, str]) -> SpeculativeDecoding | None:
+    """The row's speculative decoding (``spec_method``, ``spec_num_tokens``, ``spec_accept_len``), or None when
+    ``spec_method`` is blank. Raises ``Unexpressible`` naming a blank count or accepted length (the acceptance is
+    never guessed), or a draft model the row cannot name."""
+    method = row.get("spec_method", "").strip()
+    if not method:
+        return None
+    if method == "draft":
+        raise Unexpressible("spec_method=draft: the row names no draft model")
+    k = cell_count(row, "spec_num_tokens")
+    length = cell_number(row, "spec_accept_len")
+    if length is None:
+        raise Unexpressible("spec_accept_len is blank (the acceptance of a speculative run is not guessed)")
+    return SpeculativeDecoding(method=SpecMethod(method), num_speculative_tokens=k, accepted_length=length)
 
 
 def _trtllm_bench(
@@ -279,6 +362,7 @@ def _with_memory_share(
     if free is None:
         free = 0.9
         assumed.append("kv_cache_free_mem_frac=0.9 (the TRT-LLM page's fallback; 0.95 'in many cases')")
-    weights = ReplicaCost(model, cluster, plan, Calibration()).weight_bytes_per_device()
+    role = "both" if plan.disaggregation is None else "decode"
+    weights = ReplicaCost(model, cluster, plan, Calibration(), role=role).weight_bytes_per_device()
     hbm = cluster.device.hbm_bytes
     return replace(plan, gpu_memory_utilization_frac=min(1.0, (weights + free * (hbm - weights)) / hbm))

@@ -10,6 +10,7 @@ the reason.
 from __future__ import annotations
 
 from workbench.serving.rows_csv import Unexpressible, cell_count, cell_number
+from workbench.serving.steady import steady_state_requests
 from workbench.serving.traces import trace_workload
 from workbench.specs.serving import Arrival, ServingWorkload
 
@@ -28,6 +29,11 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
         ):
             raise Unexpressible(f"no {side} length ({side}_tokens_mean and _total blank)")
     n = cell_number(row, "num_requests")
+    if n is None and kind == "closed_loop":
+        clients = cell_count(row, "concurrency")
+        n = steady_state_requests(clients)
+        assumed.append(f"num_requests={int(n)} (blank): the closed loop priced in steady state, {clients} clients "
+                       "started over one request's duration, warm-up and drain waves excluded")  # fmt: skip
     if n is None:
         raise Unexpressible("num_requests is blank")
     n_req = int(n)
@@ -40,9 +46,14 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
         else:
             lengths[side] = max(1, round(mean or 1))
     n_in, n_out = lengths["input"], lengths["output"]
+    hit = cell_number(row, "prefix_hit_rate") or 0.0
     if kind == "offline":
         return ServingWorkload(
-            arrival=Arrival.OFFLINE, num_requests=n_req, input_tokens=n_in, output_tokens=n_out
+            arrival=Arrival.OFFLINE,
+            num_requests=n_req,
+            input_tokens=n_in,
+            output_tokens=n_out,
+            prefix_hit_rate=hit,
         )
     if kind == "closed_loop":
         concurrency = cell_count(row, "concurrency")
@@ -52,6 +63,7 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
             num_requests=n_req,
             input_tokens=n_in,
             output_tokens=n_out,
+            prefix_hit_rate=hit,
         )
     rate = cell_number(row, "request_rate_per_s")
     if rate is None or rate <= 0:
@@ -69,4 +81,5 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
         num_requests=n_req,
         input_tokens=n_in,
         output_tokens=n_out,
+        prefix_hit_rate=hit,
     )

@@ -22,7 +22,7 @@ prefill engines and decode engines in two pools; the first token comes from the 
 prefill), the prefill engine frees the request's blocks at once (DistServe holds them until the decode side pulls
 the KV: this understates prefill-side KV pressure by the transfer time), and the KV reaches a decode engine after
 ``kv_transfer_s``, where it is admitted without compute (a recompute preemption there redoes the prefill locally).
-Not modelled: vLLM's free-block watermark, swap preemption, prefix caching, and pipeline-parallel engines keeping
+Not modelled: vLLM's free-block watermark, swap preemption, prefix-cache eviction (a hit rate is given), and pipeline-parallel engines keeping
 several batches in flight (an iteration is one whole forward pass, as ``ReplicaCost`` prices it).
 
 Speed: a run of decode-only iterations between two events (an arrival or hand-off that could be admitted, a finish,
@@ -36,14 +36,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from workbench.serving.cost import IterationCost
 from workbench.serving.engine_state import EMPTY as _EMPTY
+from workbench.serving.engine_state import DisaggregatedPools, _sum, check_fits
 from workbench.serving.engine_state import EngineState as _Engine
-from workbench.serving.engine_state import _sum, check_fits
 from workbench.serving.requests import MAX_TOKENS as _MAX_TOKENS
 from workbench.serving.requests import Requests
 from workbench.serving.results import (
@@ -81,27 +80,6 @@ ROUTERS: tuple[str, ...] = ("round_robin", "least_loaded")
 (ties to the lowest index)."""
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DisaggregatedPools:
-    """Prefill/decode disaggregation (DistServe, arXiv 2401.09670): two pools of engines.
-
-    Engines are numbered prefill first (0..num_prefill_engines-1), then decode. The KV hand-off of a request of C
-    cached tokens takes ``prefill_cost.kv_transfer_s(C)`` seconds."""
-
-    num_prefill_engines: int
-    """Engines that only prefill. >= 1."""
-    num_decode_engines: int
-    """Engines that decode (and redo the prefill of a request they preempt). >= 1."""
-    prefill_cost: IterationCost | None = None
-    """Cost of one prefill engine; None: the ``cost`` given to :func:`simulate`."""
-    decode_cost: IterationCost | None = None
-    """Cost of one decode engine; None: the ``cost`` given to :func:`simulate`."""
-
-    def __post_init__(self) -> None:
-        for name in ("num_prefill_engines", "num_decode_engines"):
-            check_count("DisaggregatedPools", name, getattr(self, name), maximum=2**16)
-
-
 class _Sim:
     """The event loop; handlers mutate engine state and push events on ``self.heap``."""
 
@@ -118,6 +96,7 @@ class _Sim:
         router: str,
         max_run_iterations: int,
         kv_admission: str,
+        prefix_hit_rate: float = 0.0,
     ) -> None:
         n = len(requests)
         self.req = requests
@@ -139,6 +118,12 @@ class _Sim:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.engine_of = np.full(n, -1, dtype=np.int64)
         self.prefill_engine_of = np.full(n, -1, dtype=np.int64)
+        # prompt tokens found in the prefix cache: whole blocks, at least one token left to compute
+        self.hit: list[int] | None = None
+        if prefix_hit_rate > 0.0:
+            b = engines[0].block
+            hits = np.floor(requests.input_tokens * prefix_hit_rate / b).astype(np.int64) * b
+            self.hit = np.minimum(hits, requests.input_tokens - 1).tolist()
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.next_closed = n if requests.concurrency is None else requests.concurrency
@@ -440,10 +425,15 @@ class _Sim:
             c = self.prompt[i] + self.generated[i]
             blocks = -(-c // b)
             need = -(-(self.prompt[i] + self.out[i] - 1) // b) if reserve else blocks
+            hit = 0
             if self.kv_ready[i]:  # a hand-off: its KV is here, it decodes at once
                 chunk = 0
             else:
-                chunk = min(c, budget) if self.chunked else c
+                if (
+                    self.hit is not None and not self.generated[i]
+                ):  # a first prefill: the cached prefix is reused
+                    hit = self.hit[i]
+                chunk = min(c - hit, budget) if self.chunked else c - hit
                 if chunk > budget and (new_tokens or ids or (with_decodes and eng.n)):
                     break
             if need > free:
@@ -460,10 +450,10 @@ class _Sim:
             slots -= 1
             if chunk:
                 budget -= chunk
-                eng.prefilling.append([i, c, 0, blocks, chunk])
+                eng.prefilling.append([i, c, hit, blocks, chunk])
                 eng.pf_blocks += blocks
                 new_tokens.append(chunk)
-                context.append(0)
+                context.append(hit)
             else:
                 budget -= 1
                 ids.append(i)
@@ -505,6 +495,7 @@ def simulate(
     kv_admission: str = "prompt",
     emit_delay_s: float = 0.0,
     pipeline_depth: int = 1,
+    prefix_hit_rate: float = 0.0,
 ) -> SimResult:
     """Simulate serving ``requests`` on ``replicas`` engines priced by ``cost`` (module docstring for the rules).
 
@@ -522,7 +513,11 @@ def simulate(
     pipeline stages, ``ServingPlan.pp``; 1 with ``disaggregation``): each replica runs as that many virtual engines,
     each with its own scheduler, ``max_num_seqs`` and 1/depth of the KV blocks, and iterations priced as whole
     forward passes (vLLM V0's per-stage virtual engines, TensorRT-LLM's pipeline micro-batches): in a balanced
-    pipeline every stage then works on one batch while the others are in the other stages.
+    pipeline every stage then works on one batch while the others are in the other stages. prefix_hit_rate: share
+    of each prompt found in the prefix cache, in [0, 1) (vLLM automatic prefix caching, SGLang RadixAttention):
+    a request's first prefill starts on top of floor(rate x prompt / block) whole blocks (at least one prompt
+    token is computed), whose KV it holds from admission like the rest of its prompt (cached blocks no running
+    request holds are evictable, so they take no capacity).
 
     Returns a :class:`SimResult` (per-request and per-iteration tables, latency percentiles, throughputs).
     Raises ValueError for an unknown policy, router or KV admission, counts out of range, a prompt longer than
@@ -552,6 +547,8 @@ def simulate(
     check_count("simulate", "pipeline_depth", pipeline_depth, maximum=1 if disaggregation else 2**10)
     check_count("simulate", "max_run_iterations", max_run_iterations, maximum=1 << 40)
     delay = check_real("simulate", "emit_delay_s", emit_delay_s, minimum=0.0, min_open=False, unit="s")
+    hit_rate = check_real("simulate", "prefix_hit_rate", prefix_hit_rate, minimum=0.0, min_open=False, maximum=1.0,
+                          max_open=True)  # fmt: skip
     if not chunked and len(requests) and int(requests.input_tokens.max()) > max_num_batched_tokens:
         i = int(requests.input_tokens.argmax())
         raise ValueError(
@@ -581,6 +578,7 @@ def simulate(
         router=router,
         max_run_iterations=max_run_iterations,
         kv_admission=kv_admission,
+        prefix_hit_rate=hit_rate,
     )
     sim.run()
     return sim.result(delay)

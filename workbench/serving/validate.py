@@ -14,8 +14,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from workbench.serving.cost import ReplicaCost
 from workbench.serving.estimate import ServingEstimate, serve_estimate
+from workbench.serving.phases import phase_predictions
 from workbench.serving.rows import DEFAULT_SERVING_DATA, ServingCase, read_serving_rows, row_cases
+from workbench.serving.steady import steady_window
 
 METRIC_GROUPS: dict[str, str] = {
     "ttft_mean_s": "ttft",
@@ -53,11 +56,37 @@ def predicted(est: ServingEstimate) -> dict[str, float]:
     }
 
 
-def score_serving_case(case: ServingCase, calibration: Any) -> list[dict[str, Any]]:
-    """One row per measured statistic of ``case``: id, source_key, metric, group, predicted, measured, ape."""
+def case_predictions(case: ServingCase, calibration: Any) -> dict[str, float]:
+    """The predicted value of every statistic ``case`` can be scored on (``METRIC_GROUPS`` keys, SI units): a
+    phase-only row's per-device throughputs (:mod:`workbench.serving.phases`); a whole-request row's simulation
+    (``predicted``), read in steady state for a closed loop without a run length (``steady_window``: latencies
+    and throughputs; the KV capacity from the estimate)."""
+    if case.phases:
+        roles = {ph.role for ph in case.phases}
+        cost_of = {r: ReplicaCost(case.model, case.cluster, case.plan, calibration, role=r) for r in roles}
+        return phase_predictions(cost_of, case.phases)
+    assert case.workload is not None
     est = serve_estimate(case.model, case.cluster, case.plan, case.workload, calibration)
     values = predicted(est)
+    if case.steady_concurrency is not None:
+        steady = steady_window(est.sim, case.steady_concurrency)
+        devices = est.plan.num_devices
+        values |= {k: v for k, v in steady.items() if k in values}
+        values["total_tokens_per_s"] = steady["output_tokens_per_s"] + steady["input_tokens_per_s"]
+        values["output_tokens_per_s_per_device"] = steady["output_tokens_per_s"] / devices
+        values["input_tokens_per_s_per_device"] = steady["input_tokens_per_s"] / devices
+    return values
+
+
+def score_serving_case(case: ServingCase, calibration: Any) -> list[dict[str, Any]]:
+    """One row per measured statistic of ``case``: id, source_key, metric, group, predicted, measured, ape.
+    A measured statistic the row's shape gives no prediction for (a latency of a phase-only row) raises
+    ValueError naming it."""
+    values = case_predictions(case, calibration)
     out = []
+    unpriced = [k for k in case.measured if k in METRIC_GROUPS and k not in values]
+    if unpriced:
+        raise ValueError(f"phase {case.row['phase']!r} gives no prediction of {', '.join(unpriced)}")
     for key, measured in case.measured.items():
         if key not in METRIC_GROUPS or measured <= 0:
             continue

@@ -24,12 +24,16 @@ grows block by block, preempting when the pool runs out (vLLM's PagedAttention s
 reserves the blocks of the prompt and every output token at admission, so a running request is never evicted
 (TensorRT-LLM's default ``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``)."""
 
-MOE_DISPATCHES = ("all_to_all", "allgather_reducescatter")
+MOE_DISPATCHES = ("all_to_all", "allgather_reducescatter", "deepep")
 """How an engine moves tokens to the experts when attention is data-parallel (``attention_dp > 1``): ``all_to_all``
 sends each rank's token copies to the ranks holding their top-k experts and back (DeepSeek-V3's DeepEP,
 TensorRT-LLM and SGLang with attention DP); ``allgather_reducescatter`` gathers every rank's hidden states on every
 rank, which routes them to its own experts, then reduce-scatters the expert outputs back (vLLM's default
-``--all2all-backend``: one copy of each token per rank instead of top-k copies)."""
+``--all2all-backend``: one copy of each token per rank instead of top-k copies); ``deepep`` is DeepEP in its "auto"
+mode (SGLang ``--moe-a2a-backend deepep --deepep-mode auto``): iterations with prefill tokens run the normal
+kernels, which cross the network once per destination node and forward over NVLink
+(``workbench.cost.comm.all_to_all_forwarded_s``), decode-only iterations the low-latency kernels, which send each
+copy (``all_to_all``)."""
 
 MAX_HOST_S = 1.0
 """Largest per-iteration or per-kernel host time a profile may state, seconds (engines spend 10^-5..10^-2)."""
@@ -97,6 +101,13 @@ class EngineProfile:
     backend) instead of separate prefill and decode kernels: with FlashAttention-2 each decode query then fills a
     whole query tile per query head (``workbench.serving.cost_attention.VARLEN_TILE_ROWS``)."""
 
+    kv_transfer_layerwise: bool = False
+    """A disaggregated prefill engine sends each layer's KV as soon as that layer is computed, overlapping the
+    transfer with the rest of the prefill (Splitwise, Patel et al. ISCA 2024, section 4.3; vLLM-Ascend's
+    ``MooncakeLayerwiseConnector``); False: the whole KV leaves after the prefill (SGLang's disaggregation, vLLM's
+    NIXL connector, TensorRT-LLM's cache transceiver; its chunk-pipelined transfer is NVIDIA/TensorRT-LLM PR
+    #15727, open in 2026)."""
+
     def __post_init__(self) -> None:
         where = f"EngineProfile {self.id!r}"
         for name in ("id", "name"):
@@ -106,7 +117,8 @@ class EngineProfile:
         for name in ("step_overhead_s", "eager_kernel_s"):
             check_real(where, name, getattr(self, name), minimum=0.0, min_open=False, maximum=MAX_HOST_S,
                        unit="s")  # fmt: skip
-        for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention"):
+        for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention",
+                     "kv_transfer_layerwise"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{where}: {name} must be true or false, got {shown(getattr(self, name))}")
         if self.chunked_prefill is not None and not isinstance(self.chunked_prefill, bool):

@@ -17,6 +17,7 @@ from enum import StrEnum
 
 from workbench.specs.errors import check_choice, check_int
 from workbench.specs.limits import MAX_DEVICES, MAX_GLOBAL_BATCH_SIZE, MAX_PP, MAX_SEQ_LEN, check_real, shown
+from workbench.specs.speculative import SpeculativeDecoding
 
 MAX_KV_BLOCK_TOKENS = 2**12
 """Tokens per KV block: 4,096. vLLM offers 1-256 (``--block-size``: 8, 16, 32, 64, 128, 256 on CUDA); SGLang's
@@ -99,6 +100,11 @@ class Disaggregation:
     decode_tp: int = 1
     decode_ep: int | None = None
     decode_attention_dp: int = 1
+    prefill_dtypes: tuple[ServingDType | None, ServingDType | None, ServingDType | None] = (None, None, None)
+    """(weight, activation, KV cache) element types of the prefill engines; None: the plan's (``ServingPlan``
+    ``weight_dtype``, ``activation_dtype``, ``kv_cache_dtype``)."""
+    decode_dtypes: tuple[ServingDType | None, ServingDType | None, ServingDType | None] = (None, None, None)
+    """The same for the decode engines."""
 
     def __post_init__(self) -> None:
         for field in (
@@ -114,6 +120,16 @@ class Disaggregation:
         _check_optional_degree(self, "decode_ep")
         _check_ep("Disaggregation", "prefill_ep", self.prefill_ep, self.prefill_tp, self.prefill_attention_dp)
         _check_ep("Disaggregation", "decode_ep", self.decode_ep, self.decode_tp, self.decode_attention_dp)
+        for field in ("prefill_dtypes", "decode_dtypes"):
+            value = getattr(self, field)
+            ok = isinstance(value, tuple) and len(value) == 3
+            ok = ok and all(v is None or v in ServingDType._value2member_map_ for v in value)
+            if not ok:
+                raise ValueError(
+                    f"Disaggregation: {field} must be (weight, activation, kv) dtypes, each one of "
+                    f"{', '.join(d.value for d in ServingDType)} or None; got {shown(value)}"
+                )
+            object.__setattr__(self, field, tuple(None if v is None else ServingDType(v) for v in value))
         if self.num_devices > MAX_DEVICES:
             raise ValueError(
                 f"Disaggregation: {self.num_devices:,} devices in all; at most {MAX_DEVICES:,} (MAX_DEVICES in "
@@ -172,6 +188,12 @@ class ServingPlan:
     ``--gpu-memory-utilization``, default 0.9). In (0, 1]."""
     disaggregation: Disaggregation | None = None
     """Separate prefill and decode engines; None: every engine does both (aggregated)."""
+    speculative: SpeculativeDecoding | None = None
+    """Speculative decoding on every engine (the decode engines of a disaggregated plan); None: off."""
+    num_redundant_experts: int = 0
+    """Extra physical copies of experts per MoE layer for load balancing (DeepSeek's EPLB, SGLang
+    ``--ep-num-redundant-experts``): every MoE layer holds ``num_experts + num_redundant_experts`` experts, which
+    ``ep`` must divide. >= 0."""
     engine: str = "generic"
     """Serving engine profile id (``profiles/engines/<id>.toml``, :mod:`workbench.presets.engines`): the engine's
     host overhead per iteration, CUDA-graph use, kernels per layer and KV admission rule. Checked when the plan is
@@ -190,6 +212,11 @@ class ServingPlan:
         check_int(self, "max_num_seqs", maximum=MAX_GLOBAL_BATCH_SIZE, limit="MAX_GLOBAL_BATCH_SIZE")
         check_int(self, "max_num_batched_tokens", maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
         check_choice(self, "scheduler", Scheduler)
+        check_int(self, "num_redundant_experts", minimum=0, maximum=MAX_DEVICES, limit="MAX_DEVICES")
+        if self.speculative is not None and not isinstance(self.speculative, SpeculativeDecoding):
+            raise ValueError(
+                f"ServingPlan: speculative must be a SpeculativeDecoding or None, got {shown(self.speculative)}"
+            )
         check_real(
             "ServingPlan", "gpu_memory_utilization_frac", self.gpu_memory_utilization_frac, maximum=1.0
         )
@@ -267,10 +294,16 @@ class ServingPlan:
             )
         if role == "prefill":
             layout = (d.prefill_workers, d.prefill_tp, d.prefill_ep, d.prefill_attention_dp)
+            dtypes = d.prefill_dtypes
         else:
             layout = (d.decode_workers, d.decode_tp, d.decode_ep, d.decode_attention_dp)
+            dtypes = d.decode_dtypes
         workers, tp, ep, adp = layout
-        return replace(self, disaggregation=None, replicas=workers, tp=tp, ep=ep, attention_dp=adp)
+        plan_dtypes = (self.weight_dtype, self.activation_dtype, self.kv_cache_dtype)
+        w, a, kv = (mine or theirs for mine, theirs in zip(dtypes, plan_dtypes, strict=True))
+        spec = self.speculative if role == "decode" else None  # prefill engines emit one token per prompt
+        return replace(self, disaggregation=None, replicas=workers, tp=tp, ep=ep, attention_dp=adp, speculative=spec,
+                       weight_dtype=w, activation_dtype=a, kv_cache_dtype=kv)  # fmt: skip
 
     def describe(self) -> str:
         """Short text such as ``2x tp4 fp8/fp8 kv-bf16 sarathi8192``."""
@@ -279,6 +312,9 @@ class ServingPlan:
             layout = f"P{d.prefill_workers}x tp{d.prefill_tp} / D{d.decode_workers}x tp{d.decode_tp}" + (
                 f" adp{d.decode_attention_dp}" if d.decode_attention_dp > 1 else ""
             )
+            for role, dtypes in (("P", d.prefill_dtypes), ("D", d.decode_dtypes)):
+                if any(dtypes):
+                    layout += f" {role}:" + "/".join(str(v) if v else "-" for v in dtypes)
         else:
             layout = f"{self.replicas}x tp{self.tp}" + (f" pp{self.pp}" if self.pp > 1 else "")
             layout += f" ep{self.ep}" if self.ep is not None else ""
@@ -286,6 +322,7 @@ class ServingPlan:
         return (
             f"{layout} {self.weight_dtype}/{self.activation_dtype} kv-{self.kv_cache_dtype} "
             f"{self.scheduler}{self.max_num_batched_tokens}"
+            + ("" if self.speculative is None else f" spec-{self.speculative.describe()}")
             + ("" if self.engine == "generic" else f" {self.engine}")
         )
 
@@ -345,9 +382,15 @@ class ServingWorkload:
     required there)."""
     seed: int = 0
     """Seed of every random draw of the simulation (Poisson gaps), >= 0."""
+    prefix_hit_rate: float = 0.0
+    """Share of every prompt's tokens found in the engine's prefix cache (vLLM automatic prefix caching, SGLang
+    RadixAttention): their KV is reused, so the prefill computes only the rest, on top of the cached part. In
+    [0, 1); whole KV blocks are reused and at least one prompt token is computed."""
 
     def __post_init__(self) -> None:
         check_choice(self, "arrival", Arrival)
+        check_real("ServingWorkload", "prefix_hit_rate", self.prefix_hit_rate, minimum=0.0, min_open=False,
+                   maximum=1.0, max_open=True)  # fmt: skip
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"ServingWorkload: seed must be an integer >= 0, got {shown(self.seed)}")
         if self.arrival is Arrival.TRACE:
