@@ -1,7 +1,8 @@
 """Accuracy of the analytic backend on the public validation set, and its per-estimate time.
 
 Prints: throughput MAPE overall and per source, Korthikanti Table 5 step-time MAPE, peak-memory MAPE
-(overall and per source), skipped rows with reasons, the plan-ranking check on the public set's grids (for
+(overall and per source), the published plans the memory model calls non-fitting (by the planner's fit rule),
+skipped rows with reasons, the plan-ranking check on the public set's grids (for
 each group of rows with the same model, device, device count and sequence length: the measured throughput
 of the predicted-best row over the measured best), and the time of one estimate at pp=64, m=512.
 With ``--cv`` the MAPE figures are leave-one-source-out (the headline) with the in-sample ones beside them.
@@ -89,6 +90,12 @@ def main() -> None:
     print(f"peak memory MAPE: {res['memory_mape']:.1%}")
     for src, v in sorted(res["memory_mape_by_source"].items()):
         print(f"  {src:20s} {v:6.1%}")
+    misses = res.get("not_fitting", [])
+    print(f"published plans the memory model calls non-fitting: {len(misses)} (floor: 0)")
+    for m in misses:
+        print(
+            f"  {m['id']:20s} {m['plan']}: needs {m['predicted_need_GiB']:.1f} of {m['usable_GiB']:.1f} GiB usable"
+        )
     for s in res["skipped"]:
         print(f"skipped {s['id']}: {s['reason']}")
     ranking(res["rows"])

@@ -359,7 +359,9 @@ class ReplicaCost:
             if n_pre:
                 one += max(a.prefill_layer_s(new, ctx, kind, span), MIN_KERNEL_S)
             if n_dec:
-                keys = cached if kind == FULL else cached - float(dec.sum() - held_keys(dec, kind, span).sum())
+                keys = (
+                    cached if kind == FULL else cached - float(dec.sum() - held_keys(dec, kind, span).sum())
+                )
                 if q > 1:  # speculative decoding: the k + 1 positions of every sequence verified in one pass
                     one += max(a.decode_layer_s(n_dec, keys, q), MIN_KERNEL_S)
                 else:
