@@ -1,0 +1,398 @@
+"""``workbench export``: launch files checked by the stacks' own parsers where they install on CPU (torchtitan's
+ConfigManager, DeepSpeed's DeepSpeedConfig) and otherwise against the option names of a pinned release
+(Megatron-LM's pretrain_gpt.py parser, Megatron-Bridge's ConfigContainer fields: tests/fixtures/launch/)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import sys
+import tomllib
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from workbench_backends.analytic import AnalyticBackend
+from workbench_cli import cli
+
+from workbench.launch.export import export_training
+from workbench.launch.stacks import ExportRefused, ModelRef, stack_for_framework
+from workbench.presets.catalog import load_cluster, load_model
+from workbench.presets.frameworks import load_framework
+from workbench.specs.plan import RANK_ORDERS, ParallelPlan, Workload
+
+FIXTURES = Path(__file__).parent / "fixtures" / "launch"
+MCORE = load_framework("megatron-core-2024")
+
+
+def _megatron_parser() -> dict[str, tuple[str, list[str]]]:
+    """Flag -> (flag|value|list, choices) of Megatron-LM core_v0.19.0's pretrain_gpt.py parser."""
+    out = {}
+    for line in (FIXTURES / "megatron_lm_core_r0.19.0_args.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, kind, choices = line.split("\t")
+            out[name] = (kind, choices.split(",") if choices else [])
+    return out
+
+
+def _estimate(
+    model: str,
+    cluster: str,
+    nodes: int,
+    *,
+    seq: int = 4096,
+    gbs: int = 64,
+    dtype: str = "bf16",
+    framework: Any = MCORE,
+    **plan: Any,
+) -> Any:
+    backend = AnalyticBackend(framework=framework.id if framework is not None else None)
+    cl = load_cluster(cluster, num_nodes=nodes)
+    return backend.estimate(
+        load_model(model), cl, Workload(seq_len=seq, global_batch_size=gbs, dtype=dtype), ParallelPlan(**plan)
+    )
+
+
+def _parse_megatron(tokens: list[str], parser: dict[str, tuple[str, list[str]]]) -> dict[str, list[str]]:
+    """Parse ``tokens`` as argparse would with the parser's option kinds; fails on an unknown flag, a value where
+    none is taken, a missing value, or a value outside the choices."""
+    parsed: dict[str, list[str]] = {}
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        assert flag in parser, f"{flag} is not an option of pretrain_gpt.py at core_v0.19.0"
+        kind, choices = parser[flag]
+        values = []
+        i += 1
+        while i < len(tokens) and not tokens[i].startswith("--"):
+            values.append(tokens[i])
+            i += 1
+        expected = {"flag": (0, 0), "value": (1, 1), "list": (1, 99)}[kind]
+        assert expected[0] <= len(values) <= expected[1], f"{flag} ({kind}) got {values}"
+        for v in values:
+            assert not choices or v in choices, f"{flag} {v} not in {choices}"
+        parsed[flag] = values
+    return parsed
+
+
+def _launch_tokens(script: str) -> list[str]:
+    """The pretrain_gpt.py arguments of launch.sh after the torchrun options (bash arrays left out)."""
+    body = script[script.index("torchrun") :].replace("\\\n", " ")
+    words = shlex.split(body)
+    start = words.index("$MEGATRON_LM/pretrain_gpt.py") + 1
+    return [w for w in words[start:] if not w.endswith("[@]}")]
+
+
+MEGATRON_CASES = {
+    "dense-interleaved-usp-hsdp": dict(
+        model="llama-3.1-70b",
+        cluster="dgx-h100",
+        nodes=8,
+        seq=16384,
+        gbs=64,
+        dp=2,
+        tp=4,
+        pp=2,
+        cp=4,
+        ulysses=2,
+        vpp=5,
+        schedule="interleaved-1f1b",
+        zero_stage=1,
+        zero_shard=2,
+        sequence_parallel=True,
+        recompute="full",
+        recompute_num_layers=2,
+        rank_order=RANK_ORDERS["tp-cp-ep-pp-dp"],
+    ),
+    "moe-ep-fp8": dict(
+        model="mixtral-8x7b",
+        cluster="dgx-h100",
+        nodes=2,
+        dtype="fp8",
+        dp=4,
+        tp=2,
+        pp=2,
+        ep=4,
+        etp=1,
+        sequence_parallel=True,
+        zero_stage=1,
+        recompute="selective",
+    ),
+    "uneven-stages": dict(model="llama-3.1-70b", cluster="dgx-h100", nodes=3, dp=1, tp=8, pp=3, gbs=24),
+}
+
+
+@pytest.mark.parametrize("case", MEGATRON_CASES)
+def test_megatron_args_parse_with_the_pinned_parser(case: str) -> None:
+    kw = dict(MEGATRON_CASES[case])
+    est = _estimate(kw.pop("model"), kw.pop("cluster"), kw.pop("nodes"), **kw)
+    folder = export_training(
+        est, "megatron-core", ModelRef(name=est.model.name, hf_id="org/m"), framework=MCORE
+    )
+    parser = _megatron_parser()
+    args = _parse_megatron(folder.files["pretrain_gpt.args"].splitlines(), parser)
+    script = folder.files["launch.sh"]
+    _parse_megatron(_launch_tokens(script), parser)
+    plan, model = est.plan, est.model
+    assert args["--tensor-model-parallel-size"] == [str(plan.tp)]
+    assert args["--pipeline-model-parallel-size"] == [str(plan.pp)]
+    assert args["--global-batch-size"] == [str(est.workload.global_batch_size)]
+    assert args["--num-layers"] == [str(model.num_layers)]
+    if case == "dense-interleaved-usp-hsdp":
+        assert args["--num-virtual-stages-per-pipeline-rank"] == ["5"]
+        assert args["--cp-comm-type"] == ["a2a+p2p"]
+        assert args["--hierarchical-context-parallel-sizes"] == ["2", "2"]
+        assert args["--num-distributed-optimizer-instances"] == ["4"]  # dp*cp / zero_shard = 8 / 2
+        assert args["--recompute-method"] == ["block"] and args["--recompute-num-layers"] == ["2"]
+        assert "--use-tp-pp-dp-mapping" in args and "--overlap-param-gather" in args
+    if case == "moe-ep-fp8":
+        assert args["--expert-model-parallel-size"] == ["4"] and args["--expert-tensor-parallel-size"] == [
+            "1"
+        ]
+        assert args["--fp8-recipe"] == ["tensorwise"]  # the profile's current scaling
+        assert args["--num-experts"] == ["8"] and args["--moe-router-topk"] == ["2"]
+    if case == "uneven-stages":  # 80 layers on 3 stages: 27, 27, 26 (the spare layers off the head's stage)
+        assert args["--decoder-first-pipeline-num-layers"] == ["27"]
+        assert args["--decoder-last-pipeline-num-layers"] == ["26"]
+
+
+def test_megatron_refuses_what_it_cannot_run() -> None:
+    est = _estimate("llama-3.1-8b", "dgx-h100", 1, dp=2, pp=4, gbs=32, schedule="zb-h1", framework=None)
+    with pytest.raises(ExportRefused, match=r"megatron-core cannot run schedule=zb-h1: it runs 1f1b"):
+        export_training(est, "megatron-core", ModelRef(name="m"))
+    est = _estimate("llama-3.1-8b", "dgx-h100", 1, dp=8, loss_chunks=4, framework=None)
+    with pytest.raises(ExportRefused, match="loss_chunks=4"):
+        export_training(est, "megatron-bridge", ModelRef(name="m"))
+    est = _estimate("llama-3.1-8b", "dgx-h100", 3, dp=1, tp=4, pp=6, gbs=24)  # 32 layers: 5/5/6/6/5/5
+    with pytest.raises(
+        ExportRefused, match="cannot run pipeline stages=5/5/6/6/5/5: it sets the first and last"
+    ):
+        export_training(est, "megatron-core", ModelRef(name="m"), framework=MCORE)
+
+
+def test_bridge_overrides_are_config_container_fields() -> None:
+    kw = dict(MEGATRON_CASES["dense-interleaved-usp-hsdp"])
+    est = _estimate(kw.pop("model"), kw.pop("cluster"), kw.pop("nodes"), **kw)
+    folder = export_training(est, "megatron-bridge", ModelRef(name="llama-3.1-70b"), framework=MCORE)
+    known = {
+        line
+        for line in (FIXTURES / "megatron_bridge_v0.6.0_fields.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    values = {}
+    for line in folder.files["overrides.txt"].splitlines():
+        key, value = line.split("=", 1)
+        if key == "mixed_precision":
+            assert f"mixed_precision={value}" in known
+        else:
+            assert key in known, f"{key} is no ConfigContainer field of Megatron-Bridge v0.6.0"
+        values[key] = value
+    assert values["model.virtual_pipeline_model_parallel_size"] == "5"
+    assert values["model.hierarchical_context_parallel_sizes"] == "[2,2]"
+    assert values["ddp.num_distributed_optimizer_instances"] == "4"
+    assert values["dist.use_tp_pp_dp_mapping"] == "true"
+    assert values["train.global_batch_size"] == "64"
+
+
+@pytest.fixture
+def torchtitan_config_manager() -> Any:
+    """torchtitan's ConfigManager, imported without torchtitan/__init__ (which loads Triton MoE kernels)."""
+    spec = importlib.util.find_spec("torchtitan")
+    if spec is None or spec.submodule_search_locations is None:
+        pytest.skip("torchtitan is not installed (pip install '.[launch-check]')")
+    saved = {k: v for k, v in sys.modules.items() if k == "torchtitan" or k.startswith("torchtitan.")}
+    package = types.ModuleType("torchtitan")
+    package.__path__ = list(spec.submodule_search_locations)
+    sys.modules["torchtitan"] = package
+    try:
+        from torchtitan.config import ConfigManager
+
+        yield ConfigManager
+    finally:
+        for k in [k for k in sys.modules if k == "torchtitan" or k.startswith("torchtitan.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        dict(
+            dp=8,
+            tp=4,
+            pp=2,
+            schedule="interleaved-1f1b",
+            vpp=2,
+            zero_stage=3,
+            sequence_parallel=True,
+            recompute="selective",
+            dtype="fp8",
+        ),
+        dict(dp=16, tp=2, pp=1, cp=2, zero_stage=3, zero_shard=8, sequence_parallel=True, recompute="full"),
+        dict(dp=64, zero_stage=0),
+    ],
+)
+def test_torchtitan_job_parses_with_its_config_manager(
+    plan: dict[str, Any], tmp_path: Path, torchtitan_config_manager: Any
+) -> None:
+    config_manager = torchtitan_config_manager
+    plan = dict(plan)
+    dtype = plan.pop("dtype", "bf16")
+    tt = load_framework("torchtitan-2024")
+    est = _estimate("llama-3.1-8b", "dgx-h100", 8, gbs=128, dtype=dtype, framework=tt, **plan)
+    folder = export_training(
+        est, "torchtitan", ModelRef(name="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B"), framework=tt
+    )
+    path = tmp_path / "job.toml"
+    path.write_text(folder.files["job.toml"])
+    job = config_manager().parse_args(["--job.config_file", str(path)])
+    p = est.plan
+    par = job.parallelism
+    assert par.tensor_parallel_degree == p.tp and par.pipeline_parallel_degree == p.pp
+    assert par.context_parallel_degree == p.cp
+    assert par.data_parallel_replicate_degree * par.data_parallel_shard_degree * p.cp == p.dp * p.cp
+    assert job.training.global_batch_size == 128 and job.training.seq_len == 4096
+    if p.pp > 1:  # the model parts cover every layer once, in order, pp*vpp of them
+        parts = par.module_fqns_per_model_part
+        assert len(parts) == p.pp * p.vpp
+        layers = [int(n.split(".")[1]) for part in parts for n in part if n.startswith("layers.")]
+        assert layers == list(range(32))
+        assert par.pipeline_parallel_schedule == "Interleaved1F1B"
+    if dtype == "fp8":
+        assert job.model.converters == ["quantize.linear.float8"]
+        assert job.quantize.linear.float8.recipe_name == "tensorwise"
+    assert job.activation_checkpoint.mode == str(p.recompute)
+    if p.zero_shard:
+        assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (
+            4,
+            4,
+        )  # 32 / 8; 8 / cp
+
+
+def test_torchtitan_refuses_zero1_and_ulysses() -> None:
+    tt = load_framework("torchtitan-2024")
+    est = _estimate("llama-3.1-8b", "dgx-h100", 1, dp=8, zero_stage=1, framework=None)
+    with pytest.raises(ExportRefused, match="torchtitan cannot run zero_stage=1: it replicates"):
+        export_training(est, "torchtitan", ModelRef(name="m"), framework=tt)
+    est = _estimate("llama-3.1-8b", "dgx-h100", 1, dp=4, cp=2, ulysses=2, zero_stage=3, framework=None)
+    with pytest.raises(ExportRefused, match="cp_kind=ulysses"):
+        export_training(est, "torchtitan", ModelRef(name="m"), framework=tt)
+
+
+class _DataParallelOnly:
+    """The ``mpu`` DeepSpeedConfig asks for the data-parallel world size."""
+
+    def __init__(self, dp: int) -> None:
+        self.dp = dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        dict(dp=16, zero_stage=3, zero_shard=8, offload_optimizer=True, micro_batch_size=2),
+        dict(dp=16, zero_stage=1, recompute="full"),
+    ],
+)
+def test_deepspeed_config_parses_with_deepspeed(
+    plan: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("deepspeed", reason="pip install '.[launch-check]'")
+    import deepspeed.comm
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    monkeypatch.setattr(deepspeed.comm, "get_rank", lambda *a, **k: 0)  # no process group: the mpu gives dp
+    est = _estimate("llama-3.1-8b", "dgx-h100", 2, gbs=128, framework=None, **plan)
+    folder = export_training(est, "deepspeed", ModelRef(name="llama-3.1-8b"))
+    config = json.loads(folder.files["ds_config.json"])
+    ds = DeepSpeedConfig(config, mpu=_DataParallelOnly(est.plan.dp))
+    assert ds.train_batch_size == 128
+    assert ds.train_micro_batch_size_per_gpu == est.plan.micro_batch_size
+    assert ds.gradient_accumulation_steps * ds.train_micro_batch_size_per_gpu * est.plan.dp == 128
+    assert ds.zero_optimization_stage == est.plan.zero_stage and ds.bfloat16_config.enabled
+    if est.plan.zero_shard:
+        assert ds.mics_shard_size == 8
+        assert ds.zero_config.offload_optimizer.device == "cpu"
+    with pytest.raises(AssertionError):  # the parser catches a batch that does not add up
+        DeepSpeedConfig({**config, "train_batch_size": 127}, mpu=_DataParallelOnly(est.plan.dp))
+
+
+def test_stack_of_a_profile_id() -> None:
+    assert stack_for_framework("megatron-core-2024") == "megatron-core"
+    assert stack_for_framework("megatron-lm-2021") == "megatron-core"
+    assert stack_for_framework("torchtitan-2025") == "torchtitan"
+    assert stack_for_framework("deepspeed-2025") == "deepspeed"
+    with pytest.raises(ValueError, match="generic.*name one with --to"):
+        stack_for_framework("generic")
+
+
+PLAN = ["--model", "llama-3.1-8b", "--cluster", "dgx-h100", "--seq-len", "4096", "--global-batch", "64"]
+
+
+def test_cli_export_writes_atomically_and_never_over_a_foreign_folder(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "run1"
+    ok = runner.invoke(cli, ["export", "--to", "torchtitan", "--out", str(out), *PLAN, "--zero", "3"])
+    assert ok.exit_code == 0, ok.output
+    assert {p.name for p in out.iterdir()} == {
+        "README.md",
+        "job.toml",
+        "launch.sh",
+        "launch.sbatch",
+        "prediction.json",
+    }
+    assert tomllib.loads((out / "job.toml").read_text())["parallelism"]["data_parallel_shard_degree"] == 8
+    prediction = json.loads((out / "prediction.json").read_text())
+    assert prediction["plan"]["zero_stage"] == 3 and prediction["summary"]["step_time_s"] > 0
+    again = runner.invoke(cli, ["export", "--to", "torchtitan", "--out", str(out), *PLAN, "--zero", "3"])
+    assert again.exit_code == 1 and "--force" in again.output
+    assert (
+        runner.invoke(cli, ["export", "--to", "deepspeed", "--out", str(out), *PLAN, "--force"]).exit_code
+        == 0
+    )
+    assert {p.name for p in out.iterdir()} == {
+        "README.md",
+        "ds_config.json",
+        "launch.sh",
+        "launch.sbatch",
+        "prediction.json",
+    }  # the earlier job.toml is gone
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    refused = runner.invoke(cli, ["export", "--to", "deepspeed", "--out", str(foreign), *PLAN, "--force"])
+    assert refused.exit_code == 1 and "not empty" in refused.output
+    bad = runner.invoke(
+        cli, ["export", "--to", "deepspeed", "--out", str(tmp_path / "new"), *PLAN, "--tp", "2"]
+    )
+    assert bad.exit_code == 1 and "deepspeed cannot run tp=2" in bad.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "run1"]  # no partial folder, no temp folder
+
+
+def test_cli_export_needs_a_stack_for_the_generic_profile(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["export", "--out", str(tmp_path / "x"), *PLAN])
+    assert result.exit_code == 1 and "name one with --to" in result.output
+    result = CliRunner().invoke(
+        cli, ["export", "--out", str(tmp_path / "x"), *PLAN, "--tp", "8", "--framework", "megatron-core-2024"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "--tensor-model-parallel-size\n8\n" in (tmp_path / "x" / "pretrain_gpt.args").read_text()
+
+
+def test_cli_export_from_a_saved_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    saved = tmp_path / "e.workbench.json"
+    runner = CliRunner()
+    command = ["estimate", *PLAN, "--tp", "2", "--framework", "megatron-core-2024", "--save", str(saved)]
+    monkeypatch.setattr(sys, "argv", ["workbench", *command])  # what the saved file records as its command
+    r = runner.invoke(cli, command)
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["export", "--from", str(saved), "--out", str(tmp_path / "x")])
+    assert r.exit_code == 0, r.output  # the framework (hence the stack) comes from the saved command
+    args = (tmp_path / "x" / "pretrain_gpt.args").read_text().splitlines()
+    assert args[args.index("--tensor-model-parallel-size") + 1] == "2"
+    assert "meta-llama/Llama-3.1-8B" in (tmp_path / "x" / "launch.sh").read_text()
