@@ -396,3 +396,82 @@ def test_cli_export_from_a_saved_estimate(tmp_path: Path, monkeypatch: pytest.Mo
     args = (tmp_path / "x" / "pretrain_gpt.args").read_text().splitlines()
     assert args[args.index("--tensor-model-parallel-size") + 1] == "2"
     assert "meta-llama/Llama-3.1-8B" in (tmp_path / "x" / "launch.sh").read_text()
+
+
+SERVE = [
+    "--model",
+    "llama-3.1-70b",
+    "--cluster",
+    "dgx-h100",
+    "--input-tokens",
+    "1000",
+    "--output-tokens",
+    "200",
+    "--num-requests",
+    "16",
+]
+
+
+@pytest.mark.parametrize("engine", ["vllm-v1", "sglang", "trtllm"])
+def test_cli_serve_export_lays_the_plan_on_each_engine(engine: str, tmp_path: Path) -> None:
+    """Not parser-checked (the engines need a GPU build): the degrees and limits in the command are those of the
+    plan, in each engine's terms (SGLang and TensorRT-LLM count attention-dp ranks in their tp size)."""
+    import yaml
+
+    out = tmp_path / engine
+    moe = ["--model", "mixtral-8x7b", *SERVE[2:]]
+    args = [
+        "serve",
+        "export",
+        "--engine",
+        engine,
+        "--out",
+        str(out),
+        *moe,
+        "--tp",
+        "4",
+        "--attention-dp",
+        "2",
+        "--ep",
+        "8",
+        "--kv-dtype",
+        "fp8",
+        "--max-num-seqs",
+        "128",
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    script = (out / "serve.sh").read_text()
+    words = shlex.split(script[script.index("\n", script.index("HERE=")) :].replace("\\\n", " "))
+
+    def value(flag: str) -> str:
+        return words[words.index(flag) + 1]
+
+    if engine == "vllm-v1":
+        assert words[:3] == ["vllm", "serve", "mistralai/Mixtral-8x7B-v0.1"]
+        assert (value("--tensor-parallel-size"), value("--data-parallel-size")) == ("4", "2")
+        assert "--enable-expert-parallel" in words and value("--kv-cache-dtype") == "fp8"
+        assert value("--max-num-seqs") == "128"
+    if engine == "sglang":
+        assert (value("--tp-size"), value("--dp-size"), value("--ep-size")) == ("8", "2", "8")
+        assert "--enable-dp-attention" in words and value("--kv-cache-dtype") == "fp8_e4m3"
+        assert value("--max-running-requests") == "128"
+    if engine == "trtllm":
+        assert (value("--tp_size"), value("--ep_size"), value("--max_batch_size")) == ("8", "8", "128")
+        options = yaml.safe_load((out / "llm_api_options.yaml").read_text())
+        assert options["enable_attention_dp"] is True and options["kv_cache_config"]["dtype"] == "fp8"
+    prediction = json.loads((out / "prediction.json").read_text())
+    assert prediction["kind"] == "serving" and prediction["summary"]["ttft_s"] > 0
+
+
+def test_serve_export_refuses_generic_engines_and_disaggregated_plans(tmp_path: Path) -> None:
+    from workbench.launch.serving import serve_command
+    from workbench.specs.serving import Disaggregation, ServingPlan
+
+    result = CliRunner().invoke(cli, ["serve", "export", "--out", str(tmp_path / "x"), *SERVE])
+    assert result.exit_code == 2 and "name a vLLM, SGLang or TensorRT-LLM profile" in result.output
+    plan = ServingPlan(
+        disaggregation=Disaggregation(prefill_workers=1, prefill_tp=4, decode_workers=1, decode_tp=4)
+    )
+    with pytest.raises(ExportRefused, match="vllm cannot run disaggregation"):
+        serve_command(plan, "vllm", ModelRef(name="m"))
