@@ -475,3 +475,37 @@ def test_serve_export_refuses_generic_engines_and_disaggregated_plans(tmp_path: 
     )
     with pytest.raises(ExportRefused, match="vllm cannot run disaggregation"):
         serve_command(plan, "vllm", ModelRef(name="m"))
+
+
+def test_cli_plan_exports_its_first_plan(tmp_path: Path) -> None:
+    out = tmp_path / "best"
+    args = [
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--cluster",
+        "dgx-h100",
+        "--seq-len",
+        "4096",
+        "--global-batch",
+        "64",
+        "--framework",
+        "torchtitan-2024",
+        "--top",
+        "2",
+        "--json",
+        "--export",
+        "torchtitan",
+        "--export-dir",
+        str(out),
+    ]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.output)["plans"][0]
+    prediction = json.loads((out / "prediction.json").read_text())
+    assert prediction["plan"]["describe"] == best["plan"]
+    assert prediction["summary"]["step_time_s"] == pytest.approx(best["step_time_s"])
+    job = tomllib.loads((out / "job.toml").read_text())
+    assert job["parallelism"]["tensor_parallel_degree"] == best["tp"]
+    refused = CliRunner().invoke(cli, [*args[:-4], "--export", "torchtitan"])
+    assert refused.exit_code == 2 and "--export needs --export-dir" in refused.output
