@@ -173,3 +173,35 @@ def test_cli_compare_refuses_another_model_or_kind(tmp_path: Path) -> None:
     assert r.exit_code == 1 and "the run is of model 'meta-llama/Llama-3.1-70B'" in r.output
     r = CliRunner().invoke(cli, ["compare", str(vllm), "--prediction", str(vllm)])
     assert r.exit_code == 1 and "not a prediction.json written by `workbench export`" in r.output
+
+
+def test_workbench_run_record() -> None:
+    """tests/fixtures/launch/workbench_run.json: `workbench run --json` of the tiny pp=2 model with --nnodes 2 on
+    this machine (2026-12-07), trimmed to its measured summary and losses."""
+    from workbench.launch.compare import compare_run
+
+    data = json.loads(_text("workbench_run.json"))
+    m = read_run_output(_text("workbench_run.json"), "run.json")
+    summary = data["measured"]
+    assert m.source == "workbench-run" and m.step_time_s == summary["step_time_s"]
+    assert m.tokens_per_s_per_device == pytest.approx(summary["tokens_per_s"] / summary["num_devices"])
+    prediction = {
+        "kind": "training",
+        "model_ref": {"name": summary["model"]},
+        "summary": {
+            "model": summary["model"],
+            "num_devices": 2,
+            "step_time_s": 0.25,
+            "tokens_per_s": 400.0,
+            "mfu": 0.004,
+        },
+    }
+    rows = {r.metric: r for r in compare_run(m, prediction)}
+    assert rows["step_time_s"].error_frac == pytest.approx(
+        (0.25 - summary["step_time_s"]) / summary["step_time_s"]
+    )
+    assert rows["tokens_per_s_per_device"].predicted == 200.0
+    with pytest.raises(ValueError, match="the run is of model 'c-L2-H64'"):
+        compare_run(
+            m, {**prediction, "model_ref": {"name": "llama-3.1-8b"}, "summary": {"model": "llama-3.1-8b"}}
+        )

@@ -14,7 +14,8 @@ Formats, each from the line of the stack's source that prints it:
   ``output_throughput``, ``mean_ttft_ms``, ``mean_tpot_ms`` written under the same names, and ``model_id``) and
   of SGLang's ``python -m sglang.bench_serving`` (sgl-project/sglang python/sglang/bench_serving.py: the same key
   names, ``backend`` ``sglang*``, one JSON object per line appended per run);
-- our own ``workbench run --json`` record (``step_time_s`` with ``"measured": true``).
+- our own ``workbench run --json`` record (its ``measured`` summary: ``step_time_s``, ``tokens_per_s``,
+  ``tflops_per_device``, ``mfu``, ``peak_memory_bytes``, with ``"measured": true``).
 """
 
 from __future__ import annotations
@@ -161,15 +162,9 @@ def _read_json(text: str, name: str) -> Measured:
         raise ValueError(f"{name}:{exc.lineno}: not JSON ({exc.msg}): is the file truncated?") from None
     if not isinstance(data, dict):
         raise ValueError(f"{name}: expected a JSON object")
-    if "step_time_s" in data and data.get("measured") is True:
-        return Measured(
-            source="workbench-run",
-            kind="training",
-            num_steps=1,
-            step_time_s=_number(data, "step_time_s", name),
-            peak_memory_bytes=data.get("peak_memory_bytes"),
-            model=data.get("model"),
-        )
+    record = data.get("measured") if isinstance(data.get("measured"), dict) else data  # `run --json` nests it
+    if isinstance(record, dict) and "step_time_s" in record and record.get("measured") is True:
+        return _read_workbench_run(record, name)
     missing = [k for k in _SERVING_KEYS if k not in data]
     if missing:
         raise ValueError(
@@ -185,6 +180,27 @@ def _read_json(text: str, name: str) -> Measured:
         output_tokens_per_s=_number(data, "output_throughput", name),
         requests_per_s=data.get("request_throughput"),
         model=data.get("model_id") or data.get("model"),
+    )
+
+
+def _read_workbench_run(record: dict[str, object], name: str) -> Measured:
+    """A measured ``Estimate.summary()`` (``workbench run --json``'s ``measured``, or ``estimate --json`` of the
+    real-run backend)."""
+
+    def optional(key: str) -> float | None:
+        return _number(record, key, name) if key in record else None
+
+    tokens = optional("tokens_per_s")
+    return Measured(
+        source="workbench-run",
+        kind="training",
+        num_steps=1,
+        step_time_s=_number(record, "step_time_s", name),
+        tokens_per_s_per_device=None if tokens is None else tokens / (optional("num_devices") or 1.0),
+        tflops_per_device=optional("tflops_per_device"),
+        mfu=optional("mfu"),
+        peak_memory_bytes=optional("peak_memory_bytes"),
+        model=str(record["model"]) if record.get("model") else None,
     )
 
 
