@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+import subprocess
 import sys
 import tomllib
 import types
@@ -78,6 +79,16 @@ def _parse_megatron(tokens: list[str], parser: dict[str, tuple[str, list[str]]])
     return parsed
 
 
+def _check_bash(files: dict[str, str], tmp_path: Path) -> None:
+    """bash itself parses the launch scripts (``bash -n``: syntax only, nothing runs)."""
+    for name in ("launch.sh", "launch.sbatch", "serve.sh"):
+        if name in files:
+            path = tmp_path / name
+            path.write_text(files[name])
+            checked = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+            assert checked.returncode == 0, (name, checked.stderr)
+
+
 def _launch_tokens(script: str) -> list[str]:
     """The pretrain_gpt.py arguments of launch.sh after the torchrun options (bash arrays left out)."""
     body = script[script.index("torchrun") :].replace("\\\n", " ")
@@ -126,12 +137,13 @@ MEGATRON_CASES = {
 
 
 @pytest.mark.parametrize("case", MEGATRON_CASES)
-def test_megatron_args_parse_with_the_pinned_parser(case: str) -> None:
+def test_megatron_args_parse_with_the_pinned_parser(case: str, tmp_path: Path) -> None:
     kw = dict(MEGATRON_CASES[case])
     est = _estimate(kw.pop("model"), kw.pop("cluster"), kw.pop("nodes"), **kw)
     folder = export_training(
         est, "megatron-core", ModelRef(name=est.model.name, hf_id="org/m"), framework=MCORE
     )
+    _check_bash(folder.files, tmp_path)
     parser = _megatron_parser()
     args = _parse_megatron(folder.files["pretrain_gpt.args"].splitlines(), parser)
     script = folder.files["launch.sh"]
@@ -173,10 +185,11 @@ def test_megatron_refuses_what_it_cannot_run() -> None:
         export_training(est, "megatron-core", ModelRef(name="m"), framework=MCORE)
 
 
-def test_bridge_overrides_are_config_container_fields() -> None:
+def test_bridge_overrides_are_config_container_fields(tmp_path: Path) -> None:
     kw = dict(MEGATRON_CASES["dense-interleaved-usp-hsdp"])
     est = _estimate(kw.pop("model"), kw.pop("cluster"), kw.pop("nodes"), **kw)
     folder = export_training(est, "megatron-bridge", ModelRef(name="llama-3.1-70b"), framework=MCORE)
+    _check_bash(folder.files, tmp_path)
     known = {
         line
         for line in (FIXTURES / "megatron_bridge_v0.6.0_fields.txt").read_text().splitlines()
@@ -246,6 +259,7 @@ def test_torchtitan_job_parses_with_its_config_manager(
     folder = export_training(
         est, "torchtitan", ModelRef(name="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B"), framework=tt
     )
+    _check_bash(folder.files, tmp_path)
     path = tmp_path / "job.toml"
     path.write_text(folder.files["job.toml"])
     job = config_manager().parse_args(["--job.config_file", str(path)])
@@ -442,6 +456,7 @@ def test_cli_serve_export_lays_the_plan_on_each_engine(engine: str, tmp_path: Pa
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     script = (out / "serve.sh").read_text()
+    _check_bash({"serve.sh": script}, tmp_path)
     words = shlex.split(script[script.index("\n", script.index("HERE=")) :].replace("\\\n", " "))
 
     def value(flag: str) -> str:

@@ -283,7 +283,7 @@ def _overlap_args(plan: ParallelPlan, framework: FrameworkProfile | None) -> lis
     return a
 
 
-def bridge_override(est: Estimate, framework: FrameworkProfile | None) -> dict[str, dict[str, Any]]:
+def bridge_override(est: Estimate, framework: FrameworkProfile | None) -> dict[str, Any]:
     """The plan as a Megatron-Bridge ConfigContainer override (section -> field -> value), from the same
     arguments as ``plan_args`` (so both exports refuse the same plans)."""
     args = plan_args(est, framework, "megatron-bridge")
@@ -333,15 +333,17 @@ def bridge_override(est: Estimate, framework: FrameworkProfile | None) -> dict[s
         optimizer.update(optimizer_cpu_offload=True, optimizer_offload_fraction=1.0)
     recipe = values.get("--fp8-recipe")
     precision_key = {"tensorwise": "current"}.get(recipe, recipe) if recipe else work.dtype
-    return {
+    override: dict[str, Any] = {
         "model": model,
         "train": {"micro_batch_size": plan.micro_batch_size, "global_batch_size": work.global_batch_size},
         "ddp": ddp,
         "optimizer": optimizer,
         "dist": {"use_tp_pp_dp_mapping": "--use-tp-pp-dp-mapping" in args},
         "dataset": {"seq_length": work.seq_len},
-        "mixed_precision": BRIDGE_PRECISION.get(str(precision_key), "bf16_mixed"),  # type: ignore[dict-item]
     }
+    if work.dtype != "fp32":  # fp32 trains without a mixed-precision recipe
+        override["mixed_precision"] = BRIDGE_PRECISION[str(precision_key)]
+    return override
 
 
 def _values(args: list[str]) -> dict[str, str]:
