@@ -524,3 +524,54 @@ def test_cli_plan_exports_its_first_plan(tmp_path: Path) -> None:
     assert job["parallelism"]["tensor_parallel_degree"] == best["tp"]
     refused = CliRunner().invoke(cli, [*args[:-4], "--export", "torchtitan"])
     assert refused.exit_code == 2 and "--export needs --export-dir" in refused.output
+
+
+def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> None:
+    """The DynamoGraphDeployment follows ai-dynamo/dynamo's examples/backends/vllm/deploy/disagg.yaml (7893f268):
+    a Frontend and prefill/decode dynamo.vllm workers; replicas and GPUs per pod are the plan's."""
+    import yaml
+
+    from workbench.launch.serving import export_serving
+    from workbench.specs.serving import Disaggregation, ServingPlan
+
+    plan = ServingPlan(
+        disaggregation=Disaggregation(
+            prefill_workers=3, prefill_tp=2, decode_workers=1, decode_tp=4, decode_attention_dp=2
+        ),
+        max_num_seqs=64,
+    )
+    prediction = {"summary": {"ttft_s": 0.2, "tpot_s": 0.02}}
+    folder = export_serving(
+        plan, "vllm", ModelRef(name="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B"), prediction
+    )
+    assert set(folder.files) == {"dynamo.yaml", "README.md", "prediction.json"}
+    doc = yaml.safe_load(folder.files["dynamo.yaml"])
+    assert (doc["apiVersion"], doc["kind"]) == ("nvidia.com/v1alpha1", "DynamoGraphDeployment")
+    services = doc["spec"]["services"]
+    assert services["Frontend"]["componentType"] == "frontend"
+    prefill, decode = services["VllmPrefillWorker"], services["VllmDecodeWorker"]
+    assert (prefill["subComponentType"], prefill["replicas"], prefill["resources"]["limits"]["gpu"]) == (
+        "prefill",
+        3,
+        "2",
+    )
+    assert (decode["subComponentType"], decode["replicas"], decode["resources"]["limits"]["gpu"]) == (
+        "decode",
+        1,
+        "8",
+    )
+    gpus = sum(s["replicas"] * int(s["resources"]["limits"]["gpu"]) for s in (prefill, decode))
+    assert gpus == plan.num_devices == 3 * 2 + 1 * 4 * 2
+    args = decode["extraPodSpec"]["mainContainer"]["args"]
+    assert args[:2] == ["--model", "meta-llama/Llama-3.1-8B"] and args[-2:] == [
+        "--disaggregation-mode",
+        "decode",
+    ]
+    assert (
+        args[args.index("--tensor-parallel-size") + 1] == "4"
+        and args[args.index("--data-parallel-size") + 1] == "2"
+    )
+    assert args[args.index("--max-num-seqs") + 1] == "64"
+    assert decode["extraPodSpec"]["mainContainer"]["command"] == ["python3", "-m", "dynamo.vllm"]
+    with pytest.raises(ExportRefused, match="dynamo cannot run engine=sglang"):
+        export_serving(plan, "sglang", ModelRef(name="m"), prediction)

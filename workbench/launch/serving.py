@@ -2,13 +2,15 @@
 
 Argument names: vLLM ``vllm serve`` (vllm/engine/arg_utils.py EngineArgs), SGLang ``python -m
 sglang.launch_server`` (python/sglang/srt/server_args.py ServerArgs), TensorRT-LLM ``trtllm-serve`` with
-``--extra_llm_api_options`` (tensorrt_llm/commands/serve.py; the YAML keys are LlmArgs fields). These exports are
-not parser-checked (the engines do not install without a GPU build here); see docs/launch.md.
+``--extra_llm_api_options`` (tensorrt_llm/commands/serve.py; the YAML keys are LlmArgs fields); a disaggregated
+plan becomes a Dynamo DynamoGraphDeployment of ``dynamo.vllm`` prefill and decode workers. These exports are not
+parser-checked (the engines do not install without a GPU build here); see docs/launch.md.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.launch.stacks import SERVING_ENGINES, LaunchFolder, ModelRef, shell_words
@@ -33,8 +35,7 @@ def serve_command(plan: ServingPlan, engine: str, model: ModelRef) -> list[str]:
             engine,
             "disaggregation",
             "prefill/decode",
-            "export each role as its own aggregated plan "
-            "(a Dynamo deployment is not written by this version)",
+            "a disaggregated plan is a Dynamo deployment (export_serving writes dynamo.yaml)",
         )
     world = plan.tp * plan.attention_dp
     ep = plan.ep or 1
@@ -123,6 +124,61 @@ def serve_command(plan: ServingPlan, engine: str, model: ModelRef) -> list[str]:
     raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(SERVING_ENGINES[:3])}")
 
 
+DYNAMO_RELEASE = "ai-dynamo/dynamo examples/backends/vllm/deploy/disagg.yaml at 7893f268"
+"""The DynamoGraphDeployment the export follows: a Frontend, and prefill and decode ``dynamo.vllm`` workers
+(``componentType: worker``, ``subComponentType``, ``--disaggregation-mode prefill|decode``), GPUs per pod in
+``resources.limits.gpu``."""
+
+
+def dynamo_deployment(plan: ServingPlan, engine: str, model: ModelRef, image: str) -> dict[str, Any]:
+    """A Dynamo ``DynamoGraphDeployment`` (nvidia.com/v1alpha1) of a disaggregated plan: one service per role with
+    ``replicas`` = its engines and each worker's vLLM arguments from the role's layout. Raises ``ExportRefused``
+    for an aggregated plan or an engine other than vLLM (the workers are ``dynamo.vllm``)."""
+    d = plan.disaggregation
+    if d is None:
+        raise ExportRefused(
+            "dynamo", "disaggregation", None, "it deploys separate prefill and decode workers"
+        )
+    if engine != "vllm":
+        raise ExportRefused(
+            "dynamo", "engine", engine, "this export writes vLLM workers (python3 -m dynamo.vllm)"
+        )
+    services: dict[str, Any] = {
+        "Frontend": {
+            "componentType": "frontend",
+            "replicas": 1,
+            "extraPodSpec": {"mainContainer": {"image": image}},
+        }
+    }
+    roles = (
+        ("prefill", d.prefill_workers, d.prefill_tp, d.prefill_ep, d.prefill_attention_dp),
+        ("decode", d.decode_workers, d.decode_tp, d.decode_ep, d.decode_attention_dp),
+    )
+    for role, workers, tp, ep, adp in roles:
+        one = replace(plan, disaggregation=None, replicas=1, tp=tp, ep=ep, attention_dp=adp)
+        args = serve_command(one, "vllm", model)[3:]  # less `vllm serve MODEL`
+        services[f"Vllm{role.capitalize()}Worker"] = {
+            "componentType": "worker",
+            "subComponentType": role,
+            "replicas": workers,
+            "resources": {"limits": {"gpu": str(tp * adp)}},
+            "extraPodSpec": {
+                "mainContainer": {
+                    "image": image,
+                    "command": ["python3", "-m", "dynamo.vllm"],
+                    "args": ["--model", model.reference, *args, "--disaggregation-mode", role],
+                }
+            },
+        }
+    name = "".join(c if c.isalnum() else "-" for c in f"wb-{model.name}".lower())[:63].strip("-")
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": name},
+        "spec": {"services": services},
+    }
+
+
 def trtllm_options(plan: ServingPlan) -> dict[str, Any]:
     """TensorRT-LLM's extra LLM-API options (LlmArgs fields) for ``plan``."""
     options: dict[str, Any] = {
@@ -143,6 +199,8 @@ def export_serving(
 ) -> LaunchFolder:
     """The launch folder of a serving plan: ``serve.sh`` (one engine; start ``replicas`` of them behind a
     router), TensorRT-LLM's ``llm_api_options.yaml``, ``prediction.json`` and a README."""
+    if plan.disaggregation is not None:
+        return _dynamo_folder(plan, engine, model, prediction)
     words = serve_command(plan, engine, model)
     script = (
         "#!/usr/bin/env bash\n# Written by `workbench serve export`: one engine of the plan "
@@ -179,10 +237,38 @@ def export_serving(
     return LaunchFolder(stack=engine, files=files, executable=("serve.sh",))
 
 
+def _dynamo_folder(
+    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any]
+) -> LaunchFolder:
+    image = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:CHANGE-TO-YOUR-TAG"
+    deployment = dynamo_deployment(plan, engine, model, image)
+    s = prediction["summary"]
+    readme = "\n".join(
+        [
+            f"# Dynamo deployment: {model.name}, {plan.describe()}",
+            "",
+            f"Prefill and decode workers as a DynamoGraphDeployment ({DYNAMO_RELEASE}). Predicted TTFT "
+            f"{s['ttft_s'] * 1e3:.1f} ms, TPOT {s['tpot_s'] * 1e3:.2f} ms (`prediction.json`).",
+            "",
+            "## Before the first run, check",
+            "- the container image tag in every service (`image:`), and the Hugging Face token secret your cluster needs;",
+            "- then `kubectl apply -f dynamo.yaml` in a namespace with the Dynamo operator.",
+            "",
+        ]
+    )
+    files = {
+        "dynamo.yaml": _yaml(deployment),
+        "README.md": readme,
+        "prediction.json": json.dumps(prediction, indent=1, allow_nan=False, default=str) + "\n",
+    }
+    return LaunchFolder(stack="dynamo", files=files)
+
+
 def _yaml(tree: dict[str, Any], indent: str = "") -> str:
+    """Block-style YAML of nested dicts; lists and scalars as JSON flow values (YAML 1.2 reads JSON)."""
     out = []
     for key, value in tree.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value:
             out.append(f"{indent}{key}:\n{_yaml(value, indent + '  ')}")
         else:
             out.append(f"{indent}{key}: {json.dumps(value)}\n")
