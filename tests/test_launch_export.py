@@ -29,10 +29,11 @@ FIXTURES = Path(__file__).parent / "fixtures" / "launch"
 MCORE = load_framework("megatron-core-2024")
 
 
-def _megatron_parser() -> dict[str, tuple[str, list[str]]]:
-    """Flag -> (flag|value|list, choices) of Megatron-LM core_v0.19.0's pretrain_gpt.py parser."""
+def _megatron_parser(fixture: str = "megatron_lm_core_r0.19.0_args.txt") -> dict[str, tuple[str, list[str]]]:
+    """Flag -> (flag|value|list, choices) of a pinned parser's option list (default: Megatron-LM core_v0.19.0's
+    pretrain_gpt.py; sglang_0.5.23_server_args.txt: SGLang's launch_server)."""
     out = {}
-    for line in (FIXTURES / "megatron_lm_core_r0.19.0_args.txt").read_text().splitlines():
+    for line in (FIXTURES / fixture).read_text().splitlines():
         if line and not line.startswith("#"):
             name, kind, choices = line.split("\t")
             out[name] = (kind, choices.split(",") if choices else [])
@@ -57,14 +58,16 @@ def _estimate(
     )
 
 
-def _parse_megatron(tokens: list[str], parser: dict[str, tuple[str, list[str]]]) -> dict[str, list[str]]:
+def _parse_megatron(
+    tokens: list[str], parser: dict[str, tuple[str, list[str]]], what: str = "pretrain_gpt.py at core_v0.19.0"
+) -> dict[str, list[str]]:
     """Parse ``tokens`` as argparse would with the parser's option kinds; fails on an unknown flag, a value where
     none is taken, a missing value, or a value outside the choices."""
     parsed: dict[str, list[str]] = {}
     i = 0
     while i < len(tokens):
         flag = tokens[i]
-        assert flag in parser, f"{flag} is not an option of pretrain_gpt.py at core_v0.19.0"
+        assert flag in parser, f"{flag} is not an option of {what}"
         kind, choices = parser[flag]
         values = []
         i += 1
@@ -467,7 +470,9 @@ def test_cli_serve_export_lays_the_plan_on_each_engine(engine: str, tmp_path: Pa
         assert (value("--tensor-parallel-size"), value("--data-parallel-size")) == ("4", "2")
         assert "--enable-expert-parallel" in words and value("--kv-cache-dtype") == "fp8"
         assert value("--max-num-seqs") == "128"
-    if engine == "sglang":
+    if engine == "sglang":  # every option, its kind and its choices as SGLang 0.5.23's own parser has them
+        start = words.index("--model-path")
+        _parse_megatron(words[start:-1], _megatron_parser("sglang_0.5.23_server_args.txt"), "sglang 0.5.23")
         assert (value("--tp-size"), value("--dp-size"), value("--ep-size")) == ("8", "2", "8")
         assert "--enable-dp-attention" in words and value("--kv-cache-dtype") == "fp8_e4m3"
         assert value("--max-running-requests") == "128"
