@@ -33,11 +33,24 @@ def model_ref(name_or_path: str) -> ModelRef:
 
 
 def target_stack(to: str | None, framework_id: str | None) -> str:
-    """``--to``, else the stack of the framework profile (``workbench.launch.stacks.stack_for_framework``)."""
+    """``--to``, else the stack of the framework profile (``workbench.launch.stacks.stack_for_framework``).
+    A ``--to`` of another stack than the profile's is refused: the prediction priced that profile's execution."""
     from workbench.launch.stacks import stack_for_framework
     from workbench.presets.frameworks import DEFAULT_FRAMEWORK
 
-    return to if to is not None else stack_for_framework(framework_id or DEFAULT_FRAMEWORK)
+    if to is None:
+        return stack_for_framework(framework_id or DEFAULT_FRAMEWORK)
+    if framework_id is not None:
+        try:
+            profile_stack = stack_for_framework(Path(framework_id).stem)
+        except ValueError:  # a profile of no stack (generic, ...): any --to
+            return to
+        if profile_stack.split("-")[0] != to.split("-")[0]:
+            raise click.UsageError(
+                f"--framework {framework_id} prices {profile_stack}'s execution; export it --to {profile_stack}, "
+                f"or estimate with a {to} profile"
+            )
+    return to
 
 
 def write_launch_folder(folder: LaunchFolder, out: str, force: bool) -> list[Path]:

@@ -485,6 +485,9 @@ def _check_export(kw: dict[str, Any]) -> None:
         )
     if kw["export_dir"] is None or kw["top"] == 0:
         raise click.UsageError("--export needs --export-dir DIR and a refined plan (--top >= 1)")
+    from workbench_cli.launch_cmd import target_stack
+
+    target_stack(kw["export_stack"], kw["framework"])  # the profile's stack, or refused
     check_outputs(
         Output("--export-dir", Path(kw["export_dir"]), folder=True, marker=PREDICTION_FILE), force=kw["force"]
     )

@@ -580,3 +580,23 @@ def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> Non
     assert decode["extraPodSpec"]["mainContainer"]["command"] == ["python3", "-m", "dynamo.vllm"]
     with pytest.raises(ExportRefused, match="dynamo cannot run engine=sglang"):
         export_serving(plan, "sglang", ModelRef(name="m"), prediction)
+
+
+def test_cli_export_refuses_a_stack_other_than_the_profiles(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "export",
+            "--to",
+            "deepspeed",
+            "--out",
+            str(tmp_path / "x"),
+            *PLAN,
+            "--framework",
+            "torchtitan-2024",
+        ],
+    )
+    assert (
+        result.exit_code == 2 and "prices torchtitan's execution; export it --to torchtitan" in result.output
+    )
+    assert not (tmp_path / "x").exists()
