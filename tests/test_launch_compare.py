@@ -58,7 +58,7 @@ def test_serving_benchmark_json() -> None:
     [
         ("hello\nworld\n", r"x.log: no known run output: expected Megatron-LM"),
         (
-            "\n".join(_text("megatron_pretrain_gpt.log").splitlines()[:6]),
+            _text("megatron_pretrain_gpt.log").split(" [2026-12-01 10:00:03")[0],  # cut after iteration 2
             r"x.log: 2 iteration line\(s\); expected more",
         ),
         ('{"mean_ttft_ms": 12.0, "mean_tpot', r"x.log:1: not JSON .*truncated"),
@@ -72,7 +72,7 @@ def test_serving_benchmark_json() -> None:
         ),
         (
             _text("megatron_pretrain_gpt.log").replace("(ms): 2003.0 |", "(ms): n/a |"),
-            r"x.log:8: expected ' iteration N/M \| ... elapsed time per iteration \(ms\)",
+            r"x.log:22: expected ' iteration N/M \| ... elapsed time per iteration \(ms\)",
         ),
     ],
 )
@@ -132,6 +132,61 @@ def test_cli_compare_against_an_export_and_append_a_validation_row(tmp_path: Pat
         "4",
         "8",
         "h100-sxm5-80gb",
+    )
+
+
+def test_a_log_of_another_model_or_plan_is_refused_at_its_line(tmp_path: Path) -> None:
+    """The set-up the run printed (Megatron's argument dump, torchtitan's model line) must be the prediction's."""
+    out = _export(tmp_path, "--pp", "2")  # the fixture run is tp2 pp1: 32 layers, dp 4
+    log = out / "run.log"
+    log.write_text(_text("megatron_pretrain_gpt.log"))
+    r = CliRunner().invoke(cli, ["compare", str(log)])
+    assert r.exit_code == 1, r.output
+    line = (
+        _text("megatron_pretrain_gpt.log")
+        .splitlines()
+        .index(
+            next(
+                x
+                for x in _text("megatron_pretrain_gpt.log").splitlines()
+                if x.startswith("  data_parallel_size")
+            )
+        )
+        + 1
+    )
+    assert f"run.log:{line}: the run has dp = 4; the prediction is for dp = 2" in r.output
+    other = tmp_path / "other"
+    r = CliRunner().invoke(
+        cli,
+        [
+            "export",
+            "--to",
+            "torchtitan",
+            "--out",
+            str(other),
+            "--model",
+            "llama-3.1-70b",
+            "--cluster",
+            "dgx-h100",
+            "--nodes",
+            "8",
+            "--seq-len",
+            "4096",
+            "--global-batch",
+            "64",
+            "--zero",
+            "3",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    titan = other / "train.log"
+    titan.write_text(_text("torchtitan_train.log"))
+    r = CliRunner().invoke(cli, ["compare", str(titan)])
+    line = _text("torchtitan_train.log").splitlines().index('  "dim": 4096,') + 1
+    assert r.exit_code == 1
+    assert (
+        f"train.log:{line}: the run has hidden_size = 4096; the prediction is for hidden_size = 8192"
+        in r.output
     )
 
 

@@ -52,6 +52,14 @@ def compare_run(measured: Measured, prediction: dict[str, Any], name: str = "run
         raise ValueError(
             f"{name}: the run is of model {measured.model!r}; the prediction is of {', '.join(sorted(known))}"
         )
+    for key, (value, line) in measured.setup.items():
+        section, field_name = key.split(".")
+        expected = prediction.get(section, {}).get(field_name)
+        if expected is not None and int(expected) != value:
+            raise ValueError(
+                f"{name}:{line}: the run has {field_name} = {value}; the prediction is for {field_name} = {expected} "
+                "(a run of another model or plan)"
+            )
     s = prediction["summary"]
     pairs: list[tuple[str, float | None, float | None]]
     if measured.kind == "training":

@@ -37,6 +37,26 @@ _TITAN = re.compile(
 )
 _SERVING_KEYS = ("mean_ttft_ms", "mean_tpot_ms", "output_throughput")
 
+MEGATRON_SETUP = {
+    "num_layers": "model.num_layers",
+    "hidden_size": "model.hidden_size",
+    "num_attention_heads": "model.num_attention_heads",
+    "seq_length": "workload.seq_len",
+    "global_batch_size": "workload.global_batch_size",
+    "micro_batch_size": "plan.micro_batch_size",
+    "tensor_model_parallel_size": "plan.tp",
+    "pipeline_model_parallel_size": "plan.pp",
+    "context_parallel_size": "plan.cp",
+    "data_parallel_size": "plan.dp",
+}
+"""Megatron-LM's argument dump (``_print_args``, megatron/training/arguments.py lines 1909-1920 at core_v0.19.0:
+``'  {} {} {}'.format(arg, dots, value)``) -> the prediction's field."""
+_MEGATRON_ARG = re.compile(r"^\s+([a-z_0-9]+) \.+ (\d+)\s*$")
+
+TORCHTITAN_SETUP = {"n_layers": "model.num_layers", "dim": "model.hidden_size"}
+"""torchtitan's ``Building NAME FLAVORwith {model args as JSON}`` (torchtitan/train.py lines 143-146 at v0.2.2)."""
+_TITAN_ARG = re.compile(r'^\s*"(n_layers|dim)": (\d+),?\s*$')
+
 WARMUP_STEPS = 2
 """Steps left out of the means: the first iterations include compilation, allocator growth and NCCL set-up."""
 
@@ -62,6 +82,9 @@ class Measured:
     requests_per_s: float | None = None
     model: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    setup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """What the run printed of its set-up, as the prediction names it (``model.num_layers``, ``plan.tp``,
+    ``workload.seq_len``, ...) -> (value, line number): checked against the prediction by ``compare_run``."""
 
 
 def read_run_output(text: str, name: str) -> Measured:
@@ -112,6 +135,7 @@ def _read_megatron(lines: list[str], name: str) -> Measured:
             peaks.append(float(mem.group(2)) * 2**20)
     step_s, n = _steady(times, name, "iteration")
     return Measured(
+        setup=_setup(lines, _MEGATRON_ARG, MEGATRON_SETUP),
         source="megatron",
         kind="training",
         num_steps=n,
@@ -143,6 +167,7 @@ def _read_torchtitan(lines: list[str], name: str) -> Measured:
             mfu.append(float(m.group(7)) / 100)
     tokens, n = _steady(tps, name, "step")
     return Measured(
+        setup=_setup(lines, _TITAN_ARG, TORCHTITAN_SETUP),
         source="torchtitan",
         kind="training",
         num_steps=n,
@@ -152,6 +177,16 @@ def _read_torchtitan(lines: list[str], name: str) -> Measured:
         peak_memory_bytes=max(mem),
         notes=("memory: max reserved (torchtitan's DeviceMemoryMonitor)",),
     )
+
+
+def _setup(lines: list[str], pattern: re.Pattern[str], names: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """The first value of each set-up field the log prints, with its line number."""
+    found: dict[str, tuple[int, int]] = {}
+    for number, line in enumerate(lines, 1):
+        m = pattern.match(line)
+        if m and m.group(1) in names and names[m.group(1)] not in found:
+            found[names[m.group(1)]] = (int(m.group(2)), number)
+    return found
 
 
 def _read_json(text: str, name: str) -> Measured:
