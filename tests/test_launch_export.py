@@ -476,7 +476,11 @@ def test_cli_serve_export_lays_the_plan_on_each_engine(engine: str, tmp_path: Pa
         assert (value("--tp-size"), value("--dp-size"), value("--ep-size")) == ("8", "2", "8")
         assert "--enable-dp-attention" in words and value("--kv-cache-dtype") == "fp8_e4m3"
         assert value("--max-running-requests") == "128"
-    if engine == "trtllm":
+    if (
+        engine == "trtllm"
+    ):  # the options of trtllm-serve at a pinned commit (transcribed: it needs a GPU build)
+        assert words[:2] == ["trtllm-serve", "mistralai/Mixtral-8x7B-v0.1"]
+        _parse_megatron(words[2:-1], _megatron_parser("trtllm_serve_options.txt"), "trtllm-serve")
         assert (value("--tp_size"), value("--ep_size"), value("--max_batch_size")) == ("8", "8", "128")
         options = yaml.safe_load((out / "llm_api_options.yaml").read_text())
         assert options["enable_attention_dp"] is True and options["kv_cache_config"]["dtype"] == "fp8"

@@ -4,8 +4,9 @@ Argument names: vLLM ``vllm serve`` (vllm/engine/arg_utils.py EngineArgs), SGLan
 sglang.launch_server`` (python/sglang/srt/server_args.py ServerArgs), TensorRT-LLM ``trtllm-serve`` with
 ``--extra_llm_api_options`` (tensorrt_llm/commands/serve.py; the YAML keys are LlmArgs fields); a disaggregated
 plan becomes a Dynamo DynamoGraphDeployment of ``dynamo.vllm`` prefill and decode workers. The SGLang arguments are
-checked in the tests against SGLang 0.5.23's own parser options; vLLM, TensorRT-LLM and Dynamo are not
-parser-checked (they do not install without a GPU build here); see docs/launch.md.
+checked in the tests against SGLang 0.5.23's own parser options, the ``trtllm-serve`` options against those of
+its source at a pinned commit; vLLM and Dynamo are not parser-checked (they do not install without a GPU build
+here); see docs/launch.md.
 """
 
 from __future__ import annotations
