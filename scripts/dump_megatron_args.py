@@ -13,11 +13,10 @@ and put the provenance header (repo, tag, commit, path, date) on top.
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.machinery
 import sys
 import typing
-from unittest import mock
+
+from parser_dump import print_options, stub_packages  # scripts/parser_dump.py
 
 STUBBED = (
     "triton",
@@ -33,23 +32,6 @@ STUBBED = (
 )
 
 
-class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(
-        self, name: str, path: object, target: object = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if name.split(".")[0] in STUBBED:
-            return importlib.machinery.ModuleSpec(name, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> object:
-        module = mock.MagicMock(name=spec.name)
-        module.__path__, module.__spec__, module.__name__, module.__version__ = [], spec, spec.name, "99.0.0"
-        return module
-
-    def exec_module(self, module: object) -> None:
-        return None
-
-
 def main() -> None:
     import torch
     import torch.distributed
@@ -57,20 +39,14 @@ def main() -> None:
 
     torch.compile = lambda f=None, *a, **k: f if callable(f) else (lambda g: g)  # type: ignore[assignment]
     typing.override = lambda f: f  # type: ignore[attr-defined]  (Python 3.12 name used by Megatron-LM)
-    sys.meta_path.insert(0, _Stubs())
+    stub_packages(STUBBED)
     sys.path.insert(0, sys.argv[1])
     sys.argv = ["pretrain_gpt.py"]
     from megatron.training.arguments import add_megatron_arguments
 
     parser = argparse.ArgumentParser(allow_abbrev=False)
     add_megatron_arguments(parser)
-    for action in parser._actions:
-        many = action.nargs in ("+", "*") or isinstance(action.nargs, int)
-        kind = "flag" if action.nargs == 0 else "list" if many else "value"
-        choices = ",".join(map(str, action.choices)) if action.choices else ""
-        for name in action.option_strings:
-            if name.startswith("--"):
-                print(f"{name}\t{kind}\t{choices}")
+    print_options(parser)
 
 
 if __name__ == "__main__":
