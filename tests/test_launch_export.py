@@ -136,6 +136,17 @@ MEGATRON_CASES = {
         recompute="selective",
     ),
     "uneven-stages": dict(model="llama-3.1-70b", cluster="dgx-h100", nodes=3, dp=1, tp=8, pp=3, gbs=24),
+    "mla-moe-mtp": dict(
+        model="deepseek-v3",
+        cluster="dgx-h100",
+        nodes=16,
+        dp=8,
+        pp=16,
+        ep=8,
+        gbs=256,
+        zero_stage=1,
+        recompute="full",
+    ),
 }
 
 
@@ -169,6 +180,12 @@ def test_megatron_args_parse_with_the_pinned_parser(case: str, tmp_path: Path) -
         ]
         assert args["--fp8-recipe"] == ["tensorwise"]  # the profile's current scaling
         assert args["--num-experts"] == ["8"] and args["--moe-router-topk"] == ["2"]
+    if case == "mla-moe-mtp":  # 61 layers + 1 MTP block on 16 stages: 3, 14 x 4, and 3 less the MTP block
+        assert args["--decoder-first-pipeline-num-layers"] == ["3"]
+        assert args["--decoder-last-pipeline-num-layers"] == ["2"]
+        assert args["--mtp-num-layers"] == ["1"] and "--multi-latent-attention" in args
+        assert args["--moe-router-num-groups"] == ["8"] and args["--moe-router-group-topk"] == ["4"]
+        assert args["--moe-layer-freq"] == ["([0]*3+[1]*58)"]
     if case == "uneven-stages":  # 80 layers on 3 stages: 27, 27, 26 (the spare layers off the head's stage)
         assert args["--decoder-first-pipeline-num-layers"] == ["27"]
         assert args["--decoder-last-pipeline-num-layers"] == ["26"]

@@ -175,6 +175,13 @@ def model_args(model: ModelSpec, seq_len: int) -> list[str]:
         dense = model.num_dense_layers
         if dense:
             a += ["--moe-layer-freq", f"([0]*{dense}+[1]*{model.num_layers - dense})"]
+        if model.num_expert_groups:
+            a += ["--moe-router-num-groups", str(model.num_expert_groups)]
+            a += ["--moe-router-group-topk", str(model.routed_groups_per_token)]
+        if model.router_bias:  # DeepSeek-V3's router: sigmoid scores with a per-expert bias
+            a += ["--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"]
+    if model.num_mtp_layers:
+        a += ["--mtp-num-layers", str(model.num_mtp_layers)]
     return a
 
 
