@@ -343,29 +343,70 @@ def run_torchrun(
         ENV_LAUNCHER_PID: str(os.getpid()),
     }
     start = time.perf_counter()
-    proc: subprocess.Popen[bytes] | None = None
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        with (run_dir / "torchrun.log").open("w") as log:
-            proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=full_env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent(os.getpid()),
-            )
-            code = _wait(proc, config.timeout_s)
+        for node in range(agents_here(config)):
+            name = "torchrun.log" if node == 0 else f"torchrun-node{node}.log"
+            with (run_dir / name).open("w") as log:
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=full_env,
+                        start_new_session=True,
+                        preexec_fn=_die_with_parent(os.getpid()),
+                    )
+                )
+        code = _wait_all(procs, config.timeout_s)
     except subprocess.TimeoutExpired:
-        end_job(proc, run_dir)
+        _end_all(procs, run_dir)
         msg = f"the run did not finish within {config.timeout_s:.0f} s and was stopped"
         raise LaunchError(f"{msg} (logs: {run_dir})", summary=msg) from None
     except BaseException:
-        end_job(proc, run_dir)
+        _end_all(procs, run_dir)
         raise
-    end_job(proc, run_dir)
+    _end_all(procs, run_dir)
     if code != 0:
         raise failure_error(run_dir, code)
     return time.perf_counter() - start
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""Rendezvous hosts that mean "this machine": with one of them and ``nnodes > 1`` every node's agent starts here."""
+
+
+def agents_here(config: LaunchConfig) -> int:
+    """torchrun agents ``run_torchrun`` starts on this machine: all ``nnodes`` when the rendezvous endpoint is a
+    loopback address (several "nodes" on one machine, each agent with ``nproc_per_node`` workers; the c10d store
+    is hosted by the first agent that binds the port, the others connect to it), else one (this node's)."""
+    host = (config.rdzv_endpoint or "127.0.0.1").rsplit(":", 1)[0].strip("[]")
+    return config.nnodes if host in LOOPBACK_HOSTS else 1
+
+
+def _wait_all(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> int:
+    """Wait until every agent exited (0) or one failed (its code: the others are ended by the caller)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = next((c for c in codes if c not in (None, 0)), None)
+        if failed is not None:
+            return failed
+        if all(c == 0 for c in codes):
+            return 0
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise subprocess.TimeoutExpired(procs[0].args, timeout_s)
+        running = next(p for p, c in zip(procs, codes, strict=True) if c is None)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            _wait(running, min(STOP_POLL_S, remaining))
+
+
+def _end_all(procs: list[subprocess.Popen[bytes]], run_dir: Path) -> None:
+    for proc in procs:
+        end_job(proc, run_dir)
+    if not procs:
+        kill_job_processes(run_dir)
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int:

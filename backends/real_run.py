@@ -35,6 +35,7 @@ from workbench_backends.launch import (
     LaunchError,
     WorkerLimit,
     check_worker_count,
+    free_port,
     kill_job_processes,
     process_start,
     run_torchrun,
@@ -245,8 +246,13 @@ def real_run(
     run_dir: Path | None = None,
     keep_run_dir: bool = False,
     device: str | None = None,
+    nnodes: int = 1,
 ) -> RunResult:
     """Launch the job and collect its per-rank results.
+
+    ``nnodes`` > 1 runs the job as that many torchrun agents ("nodes") on this machine, each with
+    ``plan.num_devices / nnodes`` workers, meeting at a c10d rendezvous on 127.0.0.1 (the multi-node launch path
+    of a cluster, run here; ``workbench_backends.launch.agents_here``).
 
     ``run_dir`` must be empty or absent and is kept; None: a temporary folder (``make_run_dir``), removed
     before this returns or raises unless ``keep_run_dir`` (``RunResult.run_dir`` then names a folder that is
@@ -260,6 +266,8 @@ def real_run(
             f"executor must be 'auto' (torch's class when torch has one) or 'csv', got {executor!r}"
         )
     schedule = check_plan(plan, model, workload)
+    if not isinstance(nnodes, int) or nnodes < 1 or plan.num_devices % nnodes:
+        raise ValueError(f"nnodes must divide the plan's {plan.num_devices} workers, got {nnodes!r}")
     device = device or device_kind()
     check_workers(model, plan, check_loss=check_loss, device=device)
     temporary = run_dir is None
@@ -285,7 +293,13 @@ def real_run(
             executor=executor,
             device=device,
         )
-        launch = LaunchConfig(nproc_per_node=plan.num_devices, timeout_s=timeout_s)
+        launch = LaunchConfig(
+            nproc_per_node=plan.num_devices // nnodes,
+            nnodes=nnodes,
+            rdzv_endpoint=f"127.0.0.1:{free_port()}" if nnodes > 1 else None,
+            rdzv_id=run_dir.name,
+            timeout_s=timeout_s,
+        )
         wall_s = run_torchrun(
             launch, "workbench_backends.run_worker", ["--run-dir", str(run_dir)], run_dir=run_dir
         )
@@ -363,8 +377,10 @@ class RealRunBackend:
         executor: str = "auto",
         seed: int = 0,
         lr: float = 1e-3,
+        nnodes: int = 1,
     ) -> None:
         self.options: dict[str, Any] = {
+            "nnodes": nnodes,
             "steps": steps,
             "warmup_steps": warmup_steps,
             "timeout_s": timeout_s,

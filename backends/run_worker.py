@@ -124,6 +124,7 @@ def run(config: dict[str, Any], rank: int) -> dict[str, Any]:
     )
     result = {
         "rank": rank,
+        "node_rank": int(os.environ.get("GROUP_RANK", "0")),  # torchrun's agent ("node") of this rank
         "coords": coords,
         "stages": my_stages,
         "device": str(device),

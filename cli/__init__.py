@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "workbench_cli.serve_cmd",
     "workbench_cli.mixed_cmd",
     "workbench_cli.swarm_cmd",
+    "workbench_cli.launch_cmd",
 )
 
 

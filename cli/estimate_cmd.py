@@ -183,6 +183,45 @@ def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
     return model, cluster, workload, plan
 
 
+def estimate_plan(
+    kw: dict[str, Any],
+    *,
+    backend: str = "analytic",
+    framework: str | None = None,
+    kernels: str | None = None,
+    profile_dir: str | None = None,
+) -> Any:
+    """The Estimate of the plan in the plan options ``kw`` (``build_inputs``), checked against the rules first
+    (``click.ClickException`` for an infeasible plan or an unavailable backend)."""
+    from workbench.estimate.registry import get_backend
+
+    model, cluster, workload, plan = build_inputs(kw)
+    uneven = False
+    if backend == "analytic":  # the analytic backend prices uneven stages when its framework runs them
+        from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework
+
+        uneven = load_framework(framework or DEFAULT_FRAMEWORK).uneven_stages
+    problems = plan.validate(model, cluster, workload, uneven_stages=uneven)
+    if problems:
+        raise click.ClickException("infeasible plan: " + " ".join(problems))
+    options: dict[str, Any] = {"profile": profile_dir} if profile_dir else {}
+    if framework or kernels:
+        if backend != "analytic":
+            raise click.BadParameter(
+                "--framework and --kernels apply to the analytic backend", param_hint="--backend"
+            )
+        options.update(framework=framework, kernels=kernels)
+    impl = get_backend(backend, **options)
+    why = impl.unavailable_reason()
+    if why:
+        raise click.ClickException(f"backend {backend!r} is unavailable: {why}")
+    est = impl.estimate(model, cluster, workload, plan)
+    if kw.get("schedule") is None and plan.vpp > 1:
+        note = f"schedule: {plan.schedule} (--vpp {plan.vpp} without --schedule, as Megatron infers it)"
+        est = dataclasses.replace(est, notes=(*est.notes, note))
+    return est
+
+
 def goodput_options(f: Any) -> Any:
     """``--failures``, ``--checkpoint``, ``--spare-nodes`` and ``--on-failure`` (shared with ``plan``)."""
     opts = [
@@ -351,8 +390,6 @@ def estimate_cmd(
     **kw: Any,
 ) -> None:
     """Estimate step time, throughput, MFU and memory of one parallel plan."""
-    from workbench.estimate.registry import get_backend
-
     csv_out = Output("--csv", Path(csv_dir), folder=True, files=CSV_TABLES) if csv_dir else None
     if save_path is not None and not save_path.endswith(".workbench.json"):
         raise click.BadParameter(f"must end in .workbench.json, got {shown(save_path)}", param_hint="--save")
@@ -368,33 +405,8 @@ def estimate_cmd(
             f"must be 0: estimate costs one plan, got {plan_index}", param_hint="--plan-index"
         )
     failures, goodput_opts = load_goodput(kw)
-    model, cluster, workload, plan = build_inputs(kw)
-    uneven = False
-    if backend == "analytic":  # the analytic backend prices uneven stages when its framework runs them
-        from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework
-
-        uneven = load_framework(framework or DEFAULT_FRAMEWORK).uneven_stages
-    problems = plan.validate(model, cluster, workload, uneven_stages=uneven)
-    if problems:
-        raise click.ClickException("infeasible plan: " + " ".join(problems))
-    options: dict[str, Any] = {"profile": profile_dir} if profile_dir else {}
-    if framework or kernels:
-        if backend != "analytic":
-            raise click.BadParameter(
-                "--framework and --kernels apply to the analytic backend", param_hint="--backend"
-            )
-        options.update(framework=framework, kernels=kernels)
-    impl = get_backend(backend, **options)
-    why = impl.unavailable_reason()
-    if why:
-        raise click.ClickException(f"backend {backend!r} is unavailable: {why}")
-    est = impl.estimate(model, cluster, workload, plan)
-    inferred = (
-        (f"schedule: {plan.schedule} (--vpp {plan.vpp} without --schedule, as Megatron infers it)",)
-        if kw["schedule"] is None and plan.vpp > 1
-        else ()
-    )
-    est = dataclasses.replace(est, memory_headroom_frac=headroom, notes=(*est.notes, *inferred))
+    est = estimate_plan(kw, backend=backend, framework=framework, kernels=kernels, profile_dir=profile_dir)
+    est = dataclasses.replace(est, memory_headroom_frac=headroom)
     goodput = None
     if failures is not None:
         from workbench.goodput import estimate_goodput

@@ -372,6 +372,14 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 @click.option("--csv", "csv_path", default=None, help="Write the ranked plans as CSV.")
 @click.option("--report", "report_path", default=None, help="Write a self-contained HTML report.")
 @click.option("--force", is_flag=True, help="Overwrite existing --csv and --report files.")
+@click.option(
+    "--export",
+    "export_stack",
+    default=None,
+    help="Write the #1 plan's launch files for this stack "
+    "(megatron-core, megatron-bridge, torchtitan, deepspeed) into --export-dir; see `workbench export`.",
+)
+@click.option("--export-dir", default=None, help="Folder for --export (new or empty).")
 @goodput_options
 def plan_cmd(as_json: bool, **kw: Any) -> None:
     """Search every parallel plan and rank them (closed-form screen, top plans refined)."""
@@ -390,6 +398,7 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     check_outputs(
         output_file("--csv", kw["csv_path"]), output_file("--report", kw["report_path"]), force=kw["force"]
     )
+    _check_export(kw)
     if kw["report_path"] and kw["top"] == 0:
         raise click.BadParameter(
             "--report needs at least one refined plan; use --top >= 1", param_hint="--top"
@@ -429,6 +438,46 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
             sys.exit(1)
         raise click.ClickException("no feasible plan under these constraints")
     _write_outputs(result, kw)
+    if kw["export_stack"] and result.estimates:
+        from workbench_cli.launch_cmd import export_estimate, model_ref
+        from workbench_widgets.report import cli_command
+
+        export_estimate(
+            result.estimates[0],
+            kw["export_stack"],
+            kw["export_dir"],
+            kw["force"],
+            framework=kw["framework"],
+            ref=model_ref(kw["model"]),
+            command=cli_command(),
+        )
+        if not as_json:
+            click.echo(
+                f"launch files of plan #1 for {kw['export_stack']} written to {shown(kw['export_dir'])}"
+            )
+
+
+def _check_export(kw: dict[str, Any]) -> None:
+    """--export needs --export-dir, a known stack and a refined plan; the folder is checked before the search."""
+    from workbench_cli._common import Output
+
+    from workbench.launch.export import PREDICTION_FILE
+    from workbench.launch.stacks import TRAINING_STACKS
+
+    if kw["export_stack"] is None:
+        return
+    if kw["export_stack"] not in TRAINING_STACKS:
+        raise click.BadParameter(
+            f"{shown(kw['export_stack'])}; allowed: {', '.join(TRAINING_STACKS)}", param_hint="--export"
+        )
+    if kw["export_dir"] is None or kw["top"] == 0:
+        raise click.UsageError("--export needs --export-dir DIR and a refined plan (--top >= 1)")
+    from workbench_cli.launch_cmd import target_stack
+
+    target_stack(kw["export_stack"], kw["framework"])  # the profile's stack, or refused
+    check_outputs(
+        Output("--export-dir", Path(kw["export_dir"]), folder=True, marker=PREDICTION_FILE), force=kw["force"]
+    )
 
 
 def _sizes(

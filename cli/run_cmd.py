@@ -237,6 +237,13 @@ def _asked_workers(kw: dict[str, Any]) -> str:
 )
 @click.option("--no-check-loss", is_flag=True, help="Skip the single-process reference run.")
 @click.option(
+    "--nnodes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run as this many torchrun agents ('nodes') on this machine, meeting at a c10d rendezvous on 127.0.0.1.",
+)
+@click.option(
     "--compare",
     type=click.Choice(["analytic", "torch-profile"]),
     default=None,
@@ -323,6 +330,7 @@ def _run(kw: dict[str, Any]) -> None:
         run_dir=kw["run_dir"],
         executor=kw["executor"],
         check_loss=not kw["no_check_loss"],
+        nnodes=kw["nnodes"],
     )
     reason = backend.unavailable_reason()
     if reason:

@@ -78,36 +78,10 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
     """
     from workbench_cli._common import check_outputs, output_file
 
-    from workbench.presets.calibration import load_calibration
-    from workbench.presets.catalog import load_cluster, load_model
     from workbench.serving.estimate import serve_estimate
-    from workbench.specs.serving import ServingPlan
 
-    if kw["concurrency"] is not None and kw["rate"] is not None:
-        raise click.BadParameter("give --concurrency or --rate, not both", param_hint="--rate")
     check_outputs(output_file("--report", report_path), force=force)
-    model = load_model(kw["model"])
-    cluster = load_cluster(kw["cluster"], num_nodes=kw["nodes"])
-    plan = ServingPlan(
-        replicas=kw["replicas"],
-        tp=kw["tp"],
-        pp=kw["pp"],
-        ep=kw["ep"],
-        attention_dp=kw["attention_dp"],
-        weight_dtype=kw["weight_dtype"],
-        activation_dtype=kw["activation_dtype"],
-        kv_cache_dtype=kw["kv_dtype"],
-        max_num_seqs=kw["max_num_seqs"],
-        max_num_batched_tokens=kw["max_batched_tokens"],
-        scheduler=kw["scheduler"],
-        gpu_memory_utilization_frac=kw["gpu_memory_utilization"],
-        engine=kw["engine"],
-        disaggregation=disaggregation_of(kw),
-        speculative=speculative_of(kw),
-        num_redundant_experts=kw["num_redundant_experts"],
-    )
-    workload = _workload(kw)
-    calibration = load_calibration(kw["calibration"])
+    model, cluster, plan, workload, calibration = serving_inputs(kw)
     est = serve_estimate(model, cluster, plan, workload, calibration)
     summary = est.summary()
     if report_path is not None:
@@ -146,6 +120,37 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         from workbench_cli._common import shown
 
         click.echo(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
+
+
+def serving_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
+    """(model, cluster, ServingPlan, ServingWorkload, Calibration) from the ``serve estimate`` options."""
+    from workbench.presets.calibration import load_calibration
+    from workbench.presets.catalog import load_cluster, load_model
+    from workbench.specs.serving import ServingPlan
+
+    if kw["concurrency"] is not None and kw["rate"] is not None:
+        raise click.BadParameter("give --concurrency or --rate, not both", param_hint="--rate")
+    model = load_model(kw["model"])
+    cluster = load_cluster(kw["cluster"], num_nodes=kw["nodes"])
+    plan = ServingPlan(
+        replicas=kw["replicas"],
+        tp=kw["tp"],
+        pp=kw["pp"],
+        ep=kw["ep"],
+        attention_dp=kw["attention_dp"],
+        weight_dtype=kw["weight_dtype"],
+        activation_dtype=kw["activation_dtype"],
+        kv_cache_dtype=kw["kv_dtype"],
+        max_num_seqs=kw["max_num_seqs"],
+        max_num_batched_tokens=kw["max_batched_tokens"],
+        scheduler=kw["scheduler"],
+        gpu_memory_utilization_frac=kw["gpu_memory_utilization"],
+        engine=kw["engine"],
+        disaggregation=disaggregation_of(kw),
+        speculative=speculative_of(kw),
+        num_redundant_experts=kw["num_redundant_experts"],
+    )
+    return model, cluster, plan, _workload(kw), load_calibration(kw["calibration"])
 
 
 def _write_report(est: Any, calibration: Any, report_path: str, force: bool) -> None:

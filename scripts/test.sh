@@ -12,7 +12,7 @@ fi
 # Every extra the tests need: torch (backends), dev (pytest, linters, browser and notebook drivers), app (Panel),
 # jupyter (notebooks, JupyterLab launcher) and hf (transformers, the oracle of the config readers). torch pinned to the CPU build for tests only
 # (constraints/ci.txt); users install '.[torch]' unpinned.
-.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter,hf]'
+DS_BUILD_OPS=0 .venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter,hf,launch-check]'
 
 # The prebuilt JupyterLab extension and the config enabling its server extension: a wheel installs both as data
 # files, an editable install does not, so link the committed build and copy the config into the venv.

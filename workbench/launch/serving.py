@@ -1,0 +1,277 @@
+"""A serving plan -> the command that starts one engine of it (vLLM, SGLang, TensorRT-LLM).
+
+Argument names: vLLM ``vllm serve`` (vllm/engine/arg_utils.py EngineArgs), SGLang ``python -m
+sglang.launch_server`` (python/sglang/srt/server_args.py ServerArgs), TensorRT-LLM ``trtllm-serve`` with
+``--extra_llm_api_options`` (tensorrt_llm/commands/serve.py; the YAML keys are LlmArgs fields); a disaggregated
+plan becomes a Dynamo DynamoGraphDeployment of ``dynamo.vllm`` prefill and decode workers. The SGLang arguments are
+checked in the tests against SGLang 0.5.23's own parser options, the ``trtllm-serve`` options against those of
+its source at a pinned commit; vLLM and Dynamo are not parser-checked (they do not install without a GPU build
+here); see docs/launch.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from workbench.launch.stacks import SERVING_ENGINES, LaunchFolder, ModelRef, shell_words
+
+if TYPE_CHECKING:
+    from workbench.specs.serving import ServingPlan
+
+from workbench.launch.stacks import ExportRefused
+
+_QUANT = {"fp8": "fp8", "int4": "awq", "fp4": "modelopt_fp4"}
+"""Weight dtype -> the engines' ``--quantization`` name (pre-quantised checkpoints: check README)."""
+
+_KV = {"vllm": {"fp8": "fp8"}, "sglang": {"fp8": "fp8_e4m3"}, "trtllm": {"fp8": "fp8"}}
+"""KV-cache dtype -> each engine's name for it (16-bit caches follow the model: ``auto``)."""
+
+
+def serve_command(plan: ServingPlan, engine: str, model: ModelRef) -> list[str]:
+    """The words of the command that starts one engine (one replica) of ``plan``.
+    Raises ``ExportRefused`` for a disaggregated plan (Dynamo is not exported yet) or an ep the engine cannot set."""
+    if plan.disaggregation is not None:
+        raise ExportRefused(
+            engine,
+            "disaggregation",
+            "prefill/decode",
+            "a disaggregated plan is a Dynamo deployment (export_serving writes dynamo.yaml)",
+        )
+    world = plan.tp * plan.attention_dp
+    ep = plan.ep or 1
+    if ep not in (1, world):
+        raise ExportRefused(
+            engine, "ep", ep, f"its expert parallelism spans the engine's tp*attention_dp = {world} ranks"
+        )
+    kv = _KV[engine].get(str(plan.kv_cache_dtype), "auto")
+    quant = _QUANT.get(str(plan.weight_dtype))
+    if engine == "vllm":
+        words = [
+            "vllm",
+            "serve",
+            model.reference,
+            "--tensor-parallel-size",
+            str(plan.tp),
+            "--pipeline-parallel-size",
+            str(plan.pp),
+            "--data-parallel-size",
+            str(plan.attention_dp),
+        ]
+        words += ["--enable-expert-parallel"] if ep > 1 else []
+        words += [
+            "--max-num-seqs",
+            str(plan.max_num_seqs),
+            "--max-num-batched-tokens",
+            str(plan.max_num_batched_tokens),
+            "--gpu-memory-utilization",
+            str(plan.gpu_memory_utilization_frac),
+            "--kv-cache-dtype",
+            kv,
+            "--block-size",
+            str(plan.kv_block_tokens),
+        ]
+        words += (
+            ["--enable-chunked-prefill"] if plan.scheduler == "sarathi" else ["--no-enable-chunked-prefill"]
+        )
+        return words + (["--quantization", quant] if quant else [])
+    if engine == "sglang":
+        words = [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model.reference,
+            "--tp-size",
+            str(world),
+            "--pp-size",
+            str(plan.pp),
+        ]
+        if plan.attention_dp > 1:
+            words += ["--dp-size", str(plan.attention_dp), "--enable-dp-attention"]
+        words += ["--ep-size", str(ep)] if ep > 1 else []
+        words += [
+            "--max-running-requests",
+            str(plan.max_num_seqs),
+            "--chunked-prefill-size",
+            str(plan.max_num_batched_tokens),
+            "--mem-fraction-static",
+            str(plan.gpu_memory_utilization_frac),
+            "--kv-cache-dtype",
+            kv,
+            "--page-size",
+            str(plan.kv_block_tokens),
+        ]
+        return words + (["--quantization", quant] if quant else [])
+    if engine == "trtllm":
+        return [
+            "trtllm-serve",
+            model.reference,
+            "--tp_size",
+            str(world),
+            "--pp_size",
+            str(plan.pp),
+            "--ep_size",
+            str(ep),
+            "--max_batch_size",
+            str(plan.max_num_seqs),
+            "--max_num_tokens",
+            str(plan.max_num_batched_tokens),
+            "--kv_cache_free_gpu_memory_fraction",
+            str(plan.gpu_memory_utilization_frac),
+            "--extra_llm_api_options",
+            "$HERE/llm_api_options.yaml",
+        ]
+    raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(SERVING_ENGINES[:3])}")
+
+
+DYNAMO_RELEASE = "ai-dynamo/dynamo examples/backends/vllm/deploy/disagg.yaml at 7893f268"
+"""The DynamoGraphDeployment the export follows: a Frontend, and prefill and decode ``dynamo.vllm`` workers
+(``componentType: worker``, ``subComponentType``, ``--disaggregation-mode prefill|decode``), GPUs per pod in
+``resources.limits.gpu``."""
+
+
+def dynamo_deployment(plan: ServingPlan, engine: str, model: ModelRef, image: str) -> dict[str, Any]:
+    """A Dynamo ``DynamoGraphDeployment`` (nvidia.com/v1alpha1) of a disaggregated plan: one service per role with
+    ``replicas`` = its engines and each worker's vLLM arguments from the role's layout. Raises ``ExportRefused``
+    for an aggregated plan or an engine other than vLLM (the workers are ``dynamo.vllm``)."""
+    d = plan.disaggregation
+    if d is None:
+        raise ExportRefused(
+            "dynamo", "disaggregation", None, "it deploys separate prefill and decode workers"
+        )
+    if engine != "vllm":
+        raise ExportRefused(
+            "dynamo", "engine", engine, "this export writes vLLM workers (python3 -m dynamo.vllm)"
+        )
+    services: dict[str, Any] = {
+        "Frontend": {
+            "componentType": "frontend",
+            "replicas": 1,
+            "extraPodSpec": {"mainContainer": {"image": image}},
+        }
+    }
+    roles = (
+        ("prefill", d.prefill_workers, d.prefill_tp, d.prefill_ep, d.prefill_attention_dp),
+        ("decode", d.decode_workers, d.decode_tp, d.decode_ep, d.decode_attention_dp),
+    )
+    for role, workers, tp, ep, adp in roles:
+        one = replace(plan, disaggregation=None, replicas=1, tp=tp, ep=ep, attention_dp=adp)
+        args = serve_command(one, "vllm", model)[3:]  # less `vllm serve MODEL`
+        services[f"Vllm{role.capitalize()}Worker"] = {
+            "componentType": "worker",
+            "subComponentType": role,
+            "replicas": workers,
+            "resources": {"limits": {"gpu": str(tp * adp)}},
+            "extraPodSpec": {
+                "mainContainer": {
+                    "image": image,
+                    "command": ["python3", "-m", "dynamo.vllm"],
+                    "args": ["--model", model.reference, *args, "--disaggregation-mode", role],
+                }
+            },
+        }
+    name = "".join(c if c.isalnum() else "-" for c in f"wb-{model.name}".lower())[:63].strip("-")
+    return {
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": name},
+        "spec": {"services": services},
+    }
+
+
+def trtllm_options(plan: ServingPlan) -> dict[str, Any]:
+    """TensorRT-LLM's extra LLM-API options (LlmArgs fields) for ``plan``."""
+    options: dict[str, Any] = {
+        "enable_attention_dp": plan.attention_dp > 1,
+        "enable_chunked_prefill": plan.scheduler == "sarathi",
+        "kv_cache_config": {
+            "free_gpu_memory_fraction": plan.gpu_memory_utilization_frac,
+            "tokens_per_block": plan.kv_block_tokens,
+        },
+    }
+    if str(plan.kv_cache_dtype) == "fp8":
+        options["kv_cache_config"]["dtype"] = "fp8"
+    return options
+
+
+def export_serving(
+    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any]
+) -> LaunchFolder:
+    """The launch folder of a serving plan: ``serve.sh`` (one engine; start ``replicas`` of them behind a
+    router), TensorRT-LLM's ``llm_api_options.yaml``, ``prediction.json`` and a README."""
+    if plan.disaggregation is not None:
+        return _dynamo_folder(plan, engine, model, prediction)
+    words = serve_command(plan, engine, model)
+    script = (
+        "#!/usr/bin/env bash\n# Written by `workbench serve export`: one engine of the plan "
+        f'{plan.describe()}.\nset -euo pipefail\nHERE=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)\n'
+        + shell_words(words)
+        + ' "$@"\n'
+    )
+    files = {
+        "serve.sh": script,
+        "prediction.json": json.dumps(prediction, indent=1, allow_nan=False, default=str) + "\n",
+    }
+    if engine == "trtllm":  # YAML is a superset of JSON: the block form keeps it readable
+        files["llm_api_options.yaml"] = _yaml(trtllm_options(plan))
+    s = prediction["summary"]
+    files["README.md"] = "\n".join(
+        [
+            f"# Serving launch files: {model.name} on {engine}",
+            "",
+            f"Plan `{plan.describe()}`: {plan.replicas} engine(s) of {plan.num_devices // plan.replicas} device(s). "
+            f"Predicted TTFT {s['ttft_s'] * 1e3:.1f} ms, TPOT {s['tpot_s'] * 1e3:.2f} ms, "
+            f"{s['output_tokens_per_s']:,.0f} output tokens/s (`prediction.json`).",
+            "",
+            "## Before the first run, check",
+            f"- the model: {model.reference} (a pre-quantised checkpoint when the weights are not 16-bit);",
+            f"- start `serve.sh` on each of the {plan.replicas} engine(s) and put a router in front when more than one;",
+            "- the engine version: flags follow the releases named in workbench/launch/serving.py.",
+            "",
+            "## Then compare",
+            "Run the engine's serving benchmark with the same request lengths and rate, save its result JSON, and",
+            "`workbench compare RESULT.json --prediction prediction.json`.",
+            "",
+        ]
+    )
+    return LaunchFolder(stack=engine, files=files, executable=("serve.sh",))
+
+
+def _dynamo_folder(
+    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any]
+) -> LaunchFolder:
+    image = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:CHANGE-TO-YOUR-TAG"
+    deployment = dynamo_deployment(plan, engine, model, image)
+    s = prediction["summary"]
+    readme = "\n".join(
+        [
+            f"# Dynamo deployment: {model.name}, {plan.describe()}",
+            "",
+            f"Prefill and decode workers as a DynamoGraphDeployment ({DYNAMO_RELEASE}). Predicted TTFT "
+            f"{s['ttft_s'] * 1e3:.1f} ms, TPOT {s['tpot_s'] * 1e3:.2f} ms (`prediction.json`).",
+            "",
+            "## Before the first run, check",
+            "- the container image tag in every service (`image:`), and the Hugging Face token secret your cluster needs;",
+            "- then `kubectl apply -f dynamo.yaml` in a namespace with the Dynamo operator.",
+            "",
+        ]
+    )
+    files = {
+        "dynamo.yaml": _yaml(deployment),
+        "README.md": readme,
+        "prediction.json": json.dumps(prediction, indent=1, allow_nan=False, default=str) + "\n",
+    }
+    return LaunchFolder(stack="dynamo", files=files)
+
+
+def _yaml(tree: dict[str, Any], indent: str = "") -> str:
+    """Block-style YAML of nested dicts; lists and scalars as JSON flow values (YAML 1.2 reads JSON)."""
+    out = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.append(f"{indent}{key}:\n{_yaml(value, indent + '  ')}")
+        else:
+            out.append(f"{indent}{key}: {json.dumps(value)}\n")
+    return "".join(out)
