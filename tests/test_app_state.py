@@ -15,7 +15,7 @@ from workbench.specs.plan import ParallelPlan  # noqa: E402
 
 @pytest.fixture
 def store() -> WorkbenchStore:
-    return WorkbenchStore(WorkbenchState())
+    return WorkbenchStore(WorkbenchState(framework="generic"))  # every schedule and feature, to test them all
 
 
 def test_divisors_and_nearest() -> None:

@@ -17,7 +17,7 @@ from workbench_widgets.app.views import summary_markdown  # noqa: E402
 def app() -> WorkbenchApp:
     """An app on the State's parameter defaults (tp 8, pp 8, 1f1b), which these tests start from; a new
     session opens on the planner's best plan instead (tests/test_app_defaults.py)."""
-    wb = WorkbenchApp(WorkbenchState())
+    wb = WorkbenchApp(WorkbenchState(framework="generic"))  # every schedule and feature, to test them all
     wb.panel()
     return wb
 

@@ -118,7 +118,7 @@ def test_schedule_names_are_read_in_any_case() -> None:
         assert opt.type.convert("Interleaved-1F1B", opt, None) == "interleaved-1f1b", module
     est = invoke(
         "estimate", "--model", "llama-3.1-8b", "--cluster", "dgx-h100", "--seq-len", "2048",
-        "--global-batch", "16", "--tp", "4", "--pp", "2", "--schedule", "ZB-H1", "--json",
+        "--global-batch", "16", "--tp", "4", "--pp", "2", "--schedule", "ZB-H1", "--framework", "generic", "--json",
     )  # fmt: skip
     assert est.exit_code == 0, est.stderr
     assert "zb-h1" in json.loads(est.stdout)["plan"]

@@ -33,7 +33,7 @@ from workbench.specs.plan import ParallelPlan, Recompute, Workload
 
 MODEL = load_model("llama-3.1-8b")
 H100 = load_device("h100-sxm5-80gb")
-CAL = load_calibration("default")
+CAL = load_calibration("default", framework="generic")  # non-blocking sends: the one cost path
 FABRIC = load_cluster("dgx-a100").levels[-1]
 WORKLOAD = Workload(seq_len=2048, global_batch_size=16)
 TOKENS = 2048

@@ -17,7 +17,7 @@ from workbench.specs.plan import ParallelPlan, Workload
 
 MODEL, CLUSTER = load_model("llama-3.1-70b"), load_cluster("dgx-h100", 8)
 WORK = Workload(seq_len=8192, global_batch_size=256)
-CAL = load_calibration("default")
+CAL = load_calibration("default", framework="generic")  # a stack that runs vocabulary parallelism
 PLAN = dict(dp=1, tp=8, pp=8, micro_batch_size=1, zero_stage=1, sequence_parallel=True)
 
 
