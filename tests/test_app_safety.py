@@ -78,7 +78,7 @@ def test_a_bad_upload_is_said_in_the_page_and_changes_nothing(app: WorkbenchApp,
     assert alert.visible and alert.alert_type == "danger" and "not used" in alert.object
     assert _snapshot(app) == before  # the previous model, fields and estimate are kept
     app.composer.widgets["num_nodes"].value = 2  # the session goes on: the next input prices
-    assert app.store.estimate is not None and app.state.pp == 2
+    assert app.store.estimate is not None and app.store.estimate.cluster.num_nodes == 2
     assert not app.composer.refused.visible  # an input that was used clears the alert
 
 
@@ -140,7 +140,7 @@ def test_a_failing_pass_puts_the_previous_choices_back(app: WorkbenchApp, monkey
     app.state.num_layers = 7  # from code: the widget follows the State back too
     assert widget.value == 80 and app.state.num_layers == 80
     app.composer.widgets["num_nodes"].value = 2
-    assert store.refused == "" and store.estimate is not None and store.estimate.plan.pp == 2
+    assert store.refused == "" and store.estimate is not None and store.estimate.cluster.num_nodes == 2
 
 
 def test_an_exception_of_a_page_callback_is_said(app: WorkbenchApp) -> None:
