@@ -187,23 +187,23 @@ def goodput_options(f: Any) -> Any:
             "--checkpoint",
             "checkpoint_mode",
             type=click.Choice(["async", "sync"]),
-            default="async",
-            show_default=True,
-            help="Checkpoint save: async stalls for the copy to host memory only; sync for the whole write.",
+            default=None,
+            help="Checkpoint save: async stalls for the copy to host memory only; sync for the whole write "
+            "(default: the failure preset's practice).",
         ),
         click.option(
             "--spare-nodes",
             type=count(L.MAX_NODES, minimum=0),
-            default=0,
-            show_default=True,
-            help="Hot spare nodes (swap in a failed node without waiting; paid for the whole run).",
+            default=None,
+            help="Hot spare nodes (swap in a failed node without waiting; paid for the whole run; default: "
+            "the failure preset's practice).",
         ),
         click.option(
             "--on-failure",
             type=click.Choice(["wait", "shrink"]),
-            default="wait",
-            show_default=True,
-            help="With no free spare: wait for the repair, or shrink dp and run on (elastic).",
+            default=None,
+            help="With no free spare: wait for the repair, or shrink dp and run on (elastic; default: the "
+            "failure preset's practice).",
         ),
     ]
     for opt in reversed(opts):
@@ -212,22 +212,25 @@ def goodput_options(f: Any) -> Any:
 
 
 def load_goodput(kw: dict[str, Any]) -> tuple[Any, Any]:
-    """(FailureModel or None, GoodputOptions) from the goodput options; ValueError for a bad file or value."""
+    """(FailureModel or None, GoodputOptions) from the goodput options: the failure preset's practice with
+    ``--checkpoint``, ``--spare-nodes`` and ``--on-failure`` replacing its fields; ValueError for a bad file or
+    value."""
     from workbench.goodput import GoodputOptions, load_failures
 
-    options = GoodputOptions(
-        checkpoint=kw.pop("checkpoint_mode"),
-        spare_nodes=kw.pop("spare_nodes"),
-        on_failure=kw.pop("on_failure"),
-    )
+    given = {
+        "checkpoint": kw.pop("checkpoint_mode"),
+        "spare_nodes": kw.pop("spare_nodes"),
+        "on_failure": kw.pop("on_failure"),
+    }
     name = kw.pop("failures")
     if name is None:
-        if options.spare_nodes or options.on_failure != "wait":
+        if given["spare_nodes"] is not None or given["on_failure"] is not None:
             raise click.BadParameter(
                 "needs --failures (a preset id or a TOML path)", param_hint="--spare-nodes/--on-failure"
             )
-        return None, options
-    return load_failures(name), options
+        return None, GoodputOptions().with_overrides(**given)
+    failures = load_failures(name)
+    return failures, failures.practice.with_overrides(**given)
 
 
 def _print_goodput(g: Any) -> None:

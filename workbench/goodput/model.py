@@ -35,38 +35,14 @@ import numpy as np
 
 from workbench.goodput import checkpoint as ck
 from workbench.goodput.interval import goodput_frac, optimal_interval_s
-from workbench.specs.limits import MAX_NODES, check_count
+from workbench.goodput.practice import CHECKPOINT_MODES as CHECKPOINT_MODES
+from workbench.goodput.practice import ON_FAILURE as ON_FAILURE
+from workbench.goodput.practice import GoodputOptions
 
 if TYPE_CHECKING:
     from workbench.goodput.failures import FailureModel
     from workbench.specs.estimate import Estimate
     from workbench.specs.hardware import ClusterSpec, StorageSpec
-
-CHECKPOINT_MODES = ("sync", "async")
-ON_FAILURE = ("wait", "shrink")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GoodputOptions:
-    """How the run checkpoints and recovers."""
-
-    checkpoint: str = "async"
-    """``sync`` (training waits for the write) or ``async`` (waits for the copy to host memory only)."""
-    spare_nodes: int = 0
-    """Hot spare nodes kept idle beside the job (paid for the whole run). >= 0."""
-    on_failure: str = "wait"
-    """With no free spare: ``wait`` for the repair, or ``shrink`` dp and run on until it (elastic)."""
-
-    def __post_init__(self) -> None:
-        if self.checkpoint not in CHECKPOINT_MODES:
-            raise ValueError(
-                f"GoodputOptions: checkpoint must be one of {', '.join(CHECKPOINT_MODES)}, got {self.checkpoint!r}"
-            )
-        if self.on_failure not in ON_FAILURE:
-            raise ValueError(
-                f"GoodputOptions: on_failure must be one of {', '.join(ON_FAILURE)}, got {self.on_failure!r}"
-            )
-        check_count("GoodputOptions", "spare_nodes", self.spare_nodes, minimum=0, maximum=MAX_NODES)
 
 
 def poisson_tail(mean: Any, k: int) -> Any:
@@ -200,8 +176,9 @@ def estimate_goodput(
     est: Estimate, failures: FailureModel, options: GoodputOptions | None = None
 ) -> GoodputEstimate:
     """Goodput of ``est``'s plan on its cluster under ``failures`` (checkpoint size from its memory table,
-    ``workbench.goodput.checkpoint.checkpoint_bytes``; storage from ``est.cluster.storage`` or the defaults)."""
-    options = options or GoodputOptions()
+    ``workbench.goodput.checkpoint.checkpoint_bytes``; storage from ``est.cluster.storage`` or the defaults),
+    with ``options`` or else the preset's own practice (``failures.practice``)."""
+    options = options or failures.practice
     p = est.plan
     size = ck.checkpoint_bytes(est).total_bytes
     cols = cluster_goodput_columns(

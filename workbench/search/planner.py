@@ -229,9 +229,7 @@ def search(
     if objective in rank.GOODPUT_OBJECTIVES and failures is None:
         raise ValueError(f"objective {objective!r} needs a failure model (failures=..., --failures PRESET)")
     if failures is not None and goodput_options is None:
-        from workbench.goodput import GoodputOptions as _Options
-
-        goodput_options = _Options()
+        goodput_options = failures.practice
     if top_k < 0 or keep < 1:
         raise ValueError(f"top_k must be >= 0 and keep >= 1, got top_k={top_k}, keep={keep}")
     constraints = constraints or Constraints()
@@ -336,9 +334,7 @@ def _explanation(ordered: list[dict], col: str) -> str:
 
 def _settings(failures: FailureModel, options: GoodputOptions | None) -> dict[str, object]:
     """The failure model and checkpoint/recovery options a goodput search used (plain JSON)."""
-    from workbench.goodput import GoodputOptions as _Options
-
-    opts = options or _Options()
+    opts = options or failures.practice
     return {
         "failures": failures.id,
         "checkpoint": opts.checkpoint,
