@@ -21,6 +21,7 @@ from workbench_cli._common import (
     write_outputs,
 )
 from workbench_cli._types import capacity_factor_option, count, schedule_choice
+from workbench_cli.economics_opts import economics_options, load_economics, print_economics
 
 from workbench.specs import limits as L
 from workbench.specs.plan import DEFAULT_RANK_ORDER, RANK_ORDERS, rank_order_name
@@ -292,6 +293,13 @@ def _print_human(est: Any) -> None:
 @click.command("estimate")
 @_plan_options
 @goodput_options
+@economics_options
+@click.option(
+    "--token-budget",
+    type=float,
+    default=None,
+    help="Tokens of the whole run: adds dollars, energy and CO2e per run (docs/cost.md).",
+)
 @click.option("--backend", default="analytic", show_default=True, help="Registered backend name.")
 @click.option(
     "--profile",
@@ -360,7 +368,14 @@ def estimate_cmd(
             f"must be 0: estimate costs one plan, got {plan_index}", param_hint="--plan-index"
         )
     failures, goodput_opts = load_goodput(kw)
+    econ_kw = {
+        k: kw.pop(k) for k in ("price_per_device_hour", "price_kind", "pue", "grid_intensity", "power_cap")
+    }
+    token_budget = kw.pop("token_budget")
+    if token_budget is not None:
+        L.check_token_budget(token_budget)
     model, cluster, workload, plan = build_inputs(kw)
+    cluster, econ_in = load_economics(econ_kw, cluster)
     uneven = False
     if backend == "analytic":  # the analytic backend prices uneven stages when its framework runs them
         from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework
@@ -386,6 +401,7 @@ def estimate_cmd(
         from workbench.goodput import estimate_goodput
 
         goodput = estimate_goodput(est, failures, goodput_opts)
+    econ = _economics(est, econ_in, token_budget, goodput)
     _write_outputs(
         est,
         trace_path,
@@ -396,11 +412,15 @@ def estimate_cmd(
         save=save_path,
     )
     if as_json:
-        echo_json({**est.summary(), **({"goodput": goodput.summary()} if goodput else {})})
+        out = est.summary()
+        money = econ.summary()
+        out["notes"] = out["notes"] + money.pop("notes")
+        echo_json({**out, **money, **({"goodput": goodput.summary()} if goodput else {})})
     else:
         _print_human(est)
         if goodput is not None:
             _print_goodput(goodput)
+        print_economics(econ, econ_in)
         if trace_path is not None:
             click.echo(f"trace written to {shown(trace_path)}")
         if report_path is not None:
@@ -409,6 +429,23 @@ def estimate_cmd(
             click.echo(f"tables written to {shown(csv_dir)}")
         if save_path is not None:
             click.echo(f"estimate written to {shown(save_path)} (open it in JupyterLab)")
+
+
+def _economics(est: Any, econ_in: dict[str, Any], token_budget: float | None, goodput: Any) -> Any:
+    """Dollars and energy of ``est`` (``workbench.estimate.economics``), the run priced at wall time when
+    ``--failures`` gave a goodput."""
+    from workbench.estimate.economics import economics
+
+    return economics(
+        est,
+        power=econ_in["power"],
+        options=econ_in["options"],
+        node_overhead_w=econ_in["node_overhead_w"],
+        price=econ_in["price"],
+        token_budget=token_budget,
+        goodput_frac=1.0 if goodput is None else goodput.goodput_frac,
+        spare_devices=0 if goodput is None else goodput.spare_devices,
+    )
 
 
 CSV_TABLES = ("plans.csv", "timeline.csv", "memory.csv", "activation.csv")
