@@ -160,26 +160,31 @@ def part_c() -> bool:
         size = _checkpoint_bytes(model, cluster)
         p = failures.practice
         print(
-            f"    {preset}: {failures.name}; step {est.step_time_s:.2f} s on {cluster.num_devices} x {cluster.device.id}"
+            f"    {preset}: {failures.name}; step {est.step_time_s:.2f} s on {cluster.num_devices} x "
+            f"{cluster.device.id}"
         )
         rows = [
             ("its practice", p),
-            ("no spares", replace(p, spare_nodes=0)),
-            ("shrink dp", replace(p, on_failure="shrink", spare_nodes=0)),
+            ("no spares", p.with_overrides(spare_nodes=0)),
+            ("shrink dp", p.with_overrides(spare_nodes=0, on_failure="shrink")),
         ]
-        if p.spare_nodes == 0:
-            rows[1] = ("16 spare nodes", replace(p, spare_nodes=16))
+        if int(p.spares(nodes)) == 0:
+            rows[1] = ("16 spare nodes", p.with_overrides(spare_nodes=16))
         for label, opts in rows:
-            g = _columns(
+            g = cluster_goodput_columns(
                 cluster,
-                size,
-                est.step_time_s,
-                failures,
-                checkpoint=opts.checkpoint,
-                spare_nodes=opts.spare_nodes,
-                on_failure=opts.on_failure,
+                dp=plan.dp,
+                tp=plan.tp,
+                cp=plan.cp,
+                pp=plan.pp,
+                checkpoint_bytes=size,
+                step_time_s=est.step_time_s,
+                failures=failures,
+                options=opts,
             )
-            text = f"{label} ({opts.checkpoint}, {opts.spare_nodes} spares, {opts.on_failure})"
+            g = {k: float(v) for k, v in g.items()}
+            spares = int(opts.spares(nodes))
+            text = f"{label} ({opts.checkpoint}, {spares} spares, {opts.on_failure})"
             print("      " + _row(text, g, est.step_time_s))
             if label == "its practice":
                 verdict = ""

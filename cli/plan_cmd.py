@@ -125,6 +125,7 @@ def _search_args(nodes: tuple[int, ...] | None, kw: dict[str, Any]) -> dict[str,
         backend=kw["backend"],
         failures=kw["_failures"],
         goodput_options=kw["_goodput_options"],
+        price=kw.get("_price"),
     )
 
 
@@ -178,6 +179,7 @@ def _header(result: Any) -> str:
         f"token budget {_budget(result.token_budget)} (days to train and device-hours are for this many)\n"
         f"{result.num_plans:,} plans screened in {result.screen_s:.2f} s ({result.plans_per_s:,.0f} plans/s), "
         f"{result.num_feasible:,} feasible; top {refined} refined in {result.refine_s:.2f} s"
+        + (f"\nprice: {result.price['describe']}" if result.price else "")
     )
 
 
@@ -209,9 +211,14 @@ def _plan_rows(
         cols.append("days to train")
     if objective == "cost":
         cols.append("device-hours")
+    priced = "usd_to_train" in frame.columns
+    if priced:
+        cols.append("dollars")
     goodput = "goodput_frac" in frame.columns
     if goodput:
         cols += ["goodput", "days (failures)", "device-hours (failures)"]
+        if priced:
+            cols.append("dollars (failures)")
     rows = []
     for r in frame.head(limit).iter_rows(named=True):
         mark = ("" if r["refined"] else " *") + (" =" if r.get("tied") and r["rank"] > 1 else "")
@@ -230,12 +237,16 @@ def _plan_rows(
             row.append(f"{r['time_to_train_s'] / 86400:.1f}")
         if objective == "cost":
             row.append(fmt_count(r["device_hours"]))
+        if priced:
+            row.append(f"${fmt_count(r['usd_to_train'])}")
         if goodput:
             row += [
                 f"{r['goodput_frac']:.1%}",
                 f"{r['goodput_time_to_train_s'] / 86400:.1f}",
                 fmt_count(r["goodput_device_hours"]),
             ]
+            if priced:
+                row.append(f"${fmt_count(r['goodput_usd_to_train'])}")
         rows.append(row)
     return cols, rows
 
@@ -386,6 +397,16 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 @click.option("--report", "report_path", default=None, help="Write a self-contained HTML report.")
 @click.option("--force", is_flag=True, help="Overwrite existing --csv and --report files.")
 @goodput_options
+@click.option(
+    "--price-per-device-hour",
+    type=float,
+    default=None,
+    help="US dollars per device-hour: adds dollars to train --token-budget and ranks --objective cost by them "
+    "(default: the cluster file's [price], else the price table's row; docs/cost.md).",
+)
+@click.option(
+    "--price-kind", type=click.Choice(["on-demand", "reserved"]), default="on-demand", show_default=True
+)
 def plan_cmd(as_json: bool, **kw: Any) -> None:
     """Search every parallel plan and rank them (closed-form screen, top plans refined)."""
     from workbench_cli.mixed_cmd import mixed_cluster, run_mixed_plan
@@ -428,6 +449,7 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
         capacity_factor=kw["capacity_factor"],
     )
     cluster.device.peak(workload.dtype)
+    kw["_price"] = _price(cluster, kw)
     constraints = build_constraints(kw)
     result = _run_search(
         model, cluster, workload, constraints, nodes, kw, show_progress=not as_json and sys.stderr.isatty()
@@ -442,6 +464,22 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
             sys.exit(1)
         raise click.ClickException("no feasible plan under these constraints")
     _write_outputs(result, kw)
+
+
+def _price(cluster: Any, kw: dict[str, Any]) -> Any:
+    """The price the search uses (``--price-per-device-hour``, the cluster's [price], the price table), or None
+    when the device has none (then ``cost`` ranks by device-hours, as the header says)."""
+    from workbench.estimate.economics import resolve_price
+
+    override = kw.get("price_per_device_hour")
+    if override is not None and not override > 0:
+        raise click.BadParameter(
+            f"must be > 0 (US dollars per device-hour), got {override!r}",
+            param_hint="--price-per-device-hour",
+        )
+    price, why = resolve_price(cluster, override, kw.get("price_kind", "on-demand").replace("-", "_"))
+    kw["_price_why"] = why
+    return price
 
 
 def _sizes(

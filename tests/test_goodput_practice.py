@@ -30,7 +30,8 @@ def llama3_est():  # type: ignore[no-untyped-def]
 
 def test_presets_carry_their_practice() -> None:
     llama, opt = load_failures("llama3"), load_failures("opt-175b")
-    assert llama.practice == GoodputOptions(checkpoint="async", spare_nodes=16, on_failure="wait")
+    assert llama.practice == GoodputOptions(checkpoint="async", spare_frac=16 / 2048, on_failure="wait")
+    assert int(llama.practice.spares(2048)) == 16 and int(llama.practice.spares(8)) == 1
     assert opt.practice == GoodputOptions(checkpoint="sync", spare_nodes=0, on_failure="wait")
 
 
@@ -74,8 +75,9 @@ def test_young_daly_interval_where_it_applies(llama3_est) -> None:  # type: igno
 def test_override_keeps_unset_fields() -> None:
     p = load_failures("llama3").practice
     assert p.with_overrides(checkpoint=None, spare_nodes=None, on_failure="shrink") == GoodputOptions(
-        checkpoint="async", spare_nodes=16, on_failure="shrink"
+        checkpoint="async", spare_frac=16 / 2048, on_failure="shrink"
     )
+    assert p.with_overrides(spare_nodes=3) == GoodputOptions(checkpoint="async", spare_nodes=3)
     with pytest.raises(ValueError, match="unknown field"):
         p.with_overrides(colour="red")
 
@@ -105,7 +107,8 @@ def test_cli_uses_the_practice_and_the_flags_change_it(workbench_cli) -> None:  
     from tests.test_cli_estimate import ARGS
 
     out = json.loads(workbench_cli(*ARGS, "--failures", "llama3", "--json", check=True).stdout)["goodput"]
-    assert (out["spare_nodes"], out["checkpoint_mode"], out["on_failure"]) == (16, "async", "wait")
+    # one node: ceil(1 x 16/2048) = 1 spare
+    assert (out["spare_nodes"], out["checkpoint_mode"], out["on_failure"]) == (1, "async", "wait")
     out = json.loads(
         workbench_cli(
             *ARGS, "--failures", "llama3", "--spare-nodes", "0", "--on-failure", "shrink", "--json"

@@ -177,16 +177,20 @@ def _cause(data: Any, origin: str, window: tuple[float, float] | None) -> Failur
 
 
 def _practice(top: _Table, origin: str) -> GoodputOptions:
-    """The ``[practice]`` table (``checkpoint``, ``spare_nodes``, ``on_failure``, ``source``), or the defaults."""
+    """The ``[practice]`` table (``checkpoint``, ``spare_nodes``, ``spare_frac``, ``on_failure``, ``source``), or
+    the defaults."""
     if "practice" not in top.data:
         return GoodputOptions()
     where = f"{origin} [practice]"
-    t = _Table(top.get("practice", dict), where, {"checkpoint", "spare_nodes", "on_failure", "source"})
+    t = _Table(
+        top.get("practice", dict), where, {"checkpoint", "spare_nodes", "spare_frac", "on_failure", "source"}
+    )
     default = GoodputOptions()
     try:
         return GoodputOptions(
             checkpoint=t.get("checkpoint", str, default.checkpoint),
             spare_nodes=t.get("spare_nodes", int, default.spare_nodes),
+            spare_frac=float(t.number("spare_frac", default.spare_frac)),
             on_failure=t.get("on_failure", str, default.on_failure),
         )
     except ValueError as exc:

@@ -45,13 +45,14 @@ if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec, StorageSpec
 
 
-def poisson_tail(mean: Any, k: int) -> Any:
-    """``P(N >= k)`` for ``N ~ Poisson(mean)`` (arrays broadcast); 1 for ``k = 0``."""
+def poisson_tail(mean: Any, k: Any) -> Any:
+    """``P(N >= k)`` for ``N ~ Poisson(mean)`` (``mean`` and integer ``k`` broadcast); 1 for ``k = 0``."""
     mean = np.asarray(mean, dtype=np.float64)
+    k = np.asarray(k)
     term = np.exp(-mean)
-    below = np.zeros_like(mean)
-    for i in range(k):
-        below = below + term
+    below = np.zeros(np.broadcast(mean, k).shape)
+    for i in range(int(np.max(k, initial=0))):
+        below = below + np.where(i < k, term, 0.0)
         term = term * mean / (i + 1)
     return np.clip(1.0 - below, 0.0, 1.0)
 
@@ -93,7 +94,8 @@ def goodput_columns(
     tau = steps * step
     restart = failures.restart_s + restore + lag
     replace_frac = failures.rate_per_s(num_devices, num_nodes, replace_only=True) * mtbf
-    busy = poisson_tail(replace_frac / mtbf * failures.repair_s, options.spare_nodes)
+    spares = options.spares(num_nodes)
+    busy = poisson_tail(replace_frac / mtbf * failures.repair_s, spares)
     if options.on_failure == "wait":
         waited = failures.repair_s + 0.0 * lost_frac
     else:
@@ -110,7 +112,7 @@ def goodput_columns(
         "restore_s": restore,
         "downtime_s": downtime,
         "goodput_frac": goodput_frac(tau, stall, mtbf, restart, downtime),
-        "spare_devices": options.spare_nodes * devices_per_node + 0.0 * mtbf,
+        "spare_devices": spares * devices_per_node + 0.0 * mtbf,
     }
 
 
@@ -196,7 +198,7 @@ def estimate_goodput(
     return GoodputEstimate(
         failures_id=failures.id,
         checkpoint_mode=options.checkpoint,
-        spare_nodes=options.spare_nodes,
+        spare_nodes=int(options.spares(est.cluster.num_nodes)),
         on_failure=options.on_failure,
         checkpoint_bytes=size,
         **{k: v for k, v in values.items() if k not in ("checkpoint_interval_steps", "spare_devices")},
