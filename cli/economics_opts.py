@@ -119,3 +119,31 @@ def print_economics(econ: Any, econ_in: dict[str, Any]) -> None:
     from rich.markup import escape
 
     print_table("Dollars and energy (docs/cost.md)", ["figure", "value"], [[a, escape(b)] for a, b in rows])
+
+
+def price_options(f: Any) -> Any:
+    """``--price-per-device-hour`` and ``--price-kind`` alone (``plan``, ``serve``)."""
+    f = click.option(
+        "--price-kind", type=click.Choice(["on-demand", "reserved"]), default="on-demand", show_default=True,
+        help="Which price-table row to use.",
+    )(f)  # fmt: skip
+    return click.option(
+        "--price-per-device-hour",
+        type=float,
+        default=None,
+        help="US dollars per device-hour (default: the cluster file's [price], else the price table's row for "
+        "the device; docs/cost.md).",
+    )(f)
+
+
+def cli_price(kw: dict[str, Any], cluster: Any) -> tuple[Any, str]:
+    """(PriceSpec or None, why) from ``--price-per-device-hour``/``--price-kind`` (popped from ``kw``)."""
+    from workbench.estimate.economics import resolve_price
+
+    override = kw.pop("price_per_device_hour", None)
+    if override is not None and not override > 0:
+        raise click.BadParameter(
+            f"must be > 0 (US dollars per device-hour), got {override!r}",
+            param_hint="--price-per-device-hour",
+        )
+    return resolve_price(cluster, override, kw.pop("price_kind", "on-demand").replace("-", "_"))

@@ -7,6 +7,7 @@ from typing import Any
 import click
 from workbench_cli._common import echo_json, print_table
 from workbench_cli._types import count
+from workbench_cli.economics_opts import cli_price, price_options
 from workbench_cli.serve_plan_cmd import engine_option, serve_plan_cmd
 
 from workbench.specs import limits as L
@@ -66,6 +67,7 @@ serve_group.add_command(serve_plan_cmd)
     "--report", "report_path", default=None, help="Write a self-contained HTML report (opens offline)."
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing --report file.")
+@price_options
 def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw: Any) -> None:
     """Simulate the requests on the plan: TTFT, TPOT (mean and percentiles), tokens/s and KV capacity.
 
@@ -83,6 +85,7 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
     check_outputs(output_file("--report", report_path), force=force)
     model = load_model(kw["model"])
     cluster = load_cluster(kw["cluster"], num_nodes=kw["nodes"])
+    price, why = cli_price(kw, cluster)
     plan = ServingPlan(
         replicas=kw["replicas"],
         tp=kw["tp"],
@@ -101,7 +104,7 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
     workload = _workload(kw)
     calibration = load_calibration(kw["calibration"])
     est = serve_estimate(model, cluster, plan, workload, calibration)
-    summary = est.summary()
+    summary = {**est.summary(), **serving_dollars(price, why, plan.num_devices, est.summary())}
     if report_path is not None:
         _write_report(est, calibration, report_path, force)
     if as_json:
@@ -125,10 +128,33 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         f"({summary['output_tokens_per_s_per_device']:,.0f} per device), requests/s {summary['requests_per_s']:.2f}, "
         f"preemptions {summary['num_preemptions']}, KV cache {summary['kv_cache_capacity_tokens']:,} tokens per engine"
     )
+    if summary["usd_per_million_output_tokens"] is not None:
+        click.echo(
+            f"dollars per million output tokens ${summary['usd_per_million_output_tokens']:,.3f}; {summary['price']}"
+        )
+    else:
+        click.echo(f"dollars: {summary['price']}")
     if report_path is not None:
         from workbench_cli._common import shown
 
         click.echo(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
+
+
+def serving_dollars(price: Any, why: str, num_devices: int, summary: dict[str, Any]) -> dict[str, Any]:
+    """``usd_per_device_hour``, ``usd_per_million_output_tokens`` (the deployment's devices over its output
+    tokens/s) and the ``price`` line (or why there is none)."""
+    from workbench.cost.dollars import usd_per_million_tokens
+
+    if price is None:
+        return {"usd_per_device_hour": None, "usd_per_million_output_tokens": None, "price": why}
+    per_s = price.usd_per_device_hour * num_devices / 3600.0
+    tokens = summary["output_tokens_per_s"]
+    usd = float(usd_per_million_tokens(per_s, tokens)) if tokens > 0 else None
+    return {
+        "usd_per_device_hour": price.usd_per_device_hour,
+        "usd_per_million_output_tokens": usd,
+        "price": price.describe(),
+    }
 
 
 def _write_report(est: Any, calibration: Any, report_path: str, force: bool) -> None:

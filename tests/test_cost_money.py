@@ -138,3 +138,31 @@ def test_estimate_json_carries_dollars_and_energy(workbench_cli) -> None:  # typ
     assert capped["step_time_s"] > out["step_time_s"] and capped["power_cap_w"] == 400
     bad = workbench_cli(*ARGS, "--power-cap", "900")
     assert bad.returncode != 0 and "[200, 700] W" in bad.stderr
+
+
+def test_plan_cost_ranks_by_dollars_with_the_price_named() -> None:
+    from workbench.search import Constraints, search
+
+    cons = Constraints(fixed={"tp": 8, "pp": 1, "cp": 1}, zero_stages=(1,), recompute=("none",))
+    price = PriceSpec(device="h100-sxm5-80gb", usd_per_device_hour=3.0, kind="override")
+    kw = dict(nodes=[1, 2], top_k=0, keep=10, token_budget=1e10, constraints=cons)
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
+    work = Workload(seq_len=4096, global_batch_size=64)
+    priced = search(model, cluster, work, objective="cost", price=price, **kw)
+    plain = search(model, cluster, work, objective="cost", **kw)
+    rows = priced.plans.to_dicts()
+    assert all(r["usd_to_train"] == pytest.approx(3.0 * r["device_hours"]) for r in rows)
+    assert [r["plan"] for r in rows] == plain.plans["plan"].to_list()  # one price: the device-hours' order
+    assert (
+        priced.summary()["price"]["usd_per_device_hour"] == 3.0 and "usd_to_train" not in plain.plans.columns
+    )
+
+
+def test_serving_dollars_per_million_output_tokens() -> None:
+    import polars as pl
+
+    from workbench.serving.search import with_dollars
+
+    table = pl.DataFrame({"num_devices": [2, 8], "goodput_output_tokens_per_s": [1000.0, 2000.0]})
+    out = with_dollars(table, 3.6)["usd_per_million_output_tokens"].to_list()
+    assert out == pytest.approx([3.6 * 2 / 3600 / 1000 * 1e6, 3.6 * 8 / 3600 / 2000 * 1e6])
