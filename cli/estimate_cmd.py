@@ -410,6 +410,7 @@ def estimate_cmd(
         force,
         goodput=(goodput, failures, goodput_opts),
         save=save_path,
+        notes=econ.lines(),
     )
     if as_json:
         out = est.summary()
@@ -461,6 +462,7 @@ def _write_outputs(
     *,
     goodput: tuple[Any, Any, Any] = (None, None, None),
     save: str | None = None,
+    notes: list[str] | None = None,
 ) -> None:
     """Render every requested output, then write them all at once (nothing is written if one fails).
     ``goodput``: (GoodputEstimate, FailureModel, GoodputOptions) when ``--failures`` was given; the report then
@@ -493,7 +495,7 @@ def _write_outputs(
             from workbench_widgets.plots.goodput import goodput_scaling
 
             section = (goodput[0], goodput_scaling(est, goodput[1], goodput[2]))
-        html = render_report(estimates=[est], command=cli_command(), goodput=section)
+        html = render_report(estimates=[est], command=cli_command(), goodput=section, notes=notes or ())
         writers[Path(report_path)] = text_writer(html)
     if csv_dir is None:
         write_outputs(writers, force=force)

@@ -310,7 +310,8 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
             command=cli_command(),
             search=result,
             title=f"Plans for {result.model.name}",
-            notes=[result.explanation] if result.explanation else [],
+            notes=([result.explanation] if result.explanation else [])
+            + ([f"price: {result.price['describe']}"] if result.price else []),
         )
         writers[Path(kw["report_path"])] = text_writer(html)
     for path in write_outputs(writers, force=kw["force"]):

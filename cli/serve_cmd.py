@@ -143,13 +143,16 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
 def serving_dollars(price: Any, why: str, num_devices: int, summary: dict[str, Any]) -> dict[str, Any]:
     """``usd_per_device_hour``, ``usd_per_million_output_tokens`` (the deployment's devices over its output
     tokens/s) and the ``price`` line (or why there is none)."""
-    from workbench.cost.dollars import usd_per_million_tokens
+    from workbench.estimate.economics import serving_usd_per_million_output_tokens
 
     if price is None:
         return {"usd_per_device_hour": None, "usd_per_million_output_tokens": None, "price": why}
-    per_s = price.usd_per_device_hour * num_devices / 3600.0
     tokens = summary["output_tokens_per_s"]
-    usd = float(usd_per_million_tokens(per_s, tokens)) if tokens > 0 else None
+    usd = (
+        serving_usd_per_million_output_tokens(price.usd_per_device_hour, num_devices, tokens)
+        if tokens > 0
+        else None
+    )
     return {
         "usd_per_device_hour": price.usd_per_device_hour,
         "usd_per_million_output_tokens": usd,

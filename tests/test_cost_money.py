@@ -166,3 +166,25 @@ def test_serving_dollars_per_million_output_tokens() -> None:
     table = pl.DataFrame({"num_devices": [2, 8], "goodput_output_tokens_per_s": [1000.0, 2000.0]})
     out = with_dollars(table, 3.6)["usd_per_million_output_tokens"].to_list()
     assert out == pytest.approx([3.6 * 2 / 3600 / 1000 * 1e6, 3.6 * 8 / 3600 / 2000 * 1e6])
+
+
+def test_app_plan_and_serving_tabs_show_dollars_and_energy() -> None:
+    from types import SimpleNamespace
+
+    from workbench_widgets.app.serving_view import _dollars_line
+    from workbench_widgets.app.views import summary_markdown
+
+    from workbench.estimate.analytic import estimate_plan
+
+    cluster = load_cluster("dgx-h100")
+    est = estimate_plan(
+        load_model("llama-3.1-8b"), cluster, Workload(seq_len=4096, global_batch_size=64), ParallelPlan(dp=8)
+    )
+    text = summary_markdown(est)
+    assert "| Cost | $" in text and "per million tokens" in text and "| Energy |" in text
+    fake = SimpleNamespace(cluster=cluster, plan=SimpleNamespace(num_devices=2))
+    price = load_price_table().price("h100-sxm5-80gb").usd_per_device_hour
+    line = _dollars_line(fake, 1000.0)
+    assert f"${price * 2 / 3600 / 1000 * 1e6:,.3f} per million output tokens" in line
+    unpriced = SimpleNamespace(cluster=load_cluster("hgx-h800"), plan=SimpleNamespace(num_devices=2))
+    assert "no public price" in _dollars_line(unpriced, 1000.0)

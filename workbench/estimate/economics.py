@@ -44,6 +44,27 @@ class Economics:
     pue: float
     notes: tuple[str, ...]
 
+    def lines(self) -> list[str]:
+        """Two or three lines for a report or an app tab: dollars, energy, and what they rest on."""
+        out = []
+        if self.usd_per_step is not None:
+            run = (
+                f", ${self.usd_per_run:,.0f} per run of {self.token_budget:,.3g} tokens"
+                if self.usd_per_run
+                else ""
+            )
+            out.append(
+                f"dollars: ${self.usd_per_step:,.4f} per step, ${self.usd_per_million_tokens:,.4f} per million "
+                f"tokens{run} (at ${self.usd_per_device_hour:,.3f} per device-hour)"
+            )
+        kwh = f", {self.energy_kwh_per_run / 1e3:,.1f} MWh per run" if self.energy_kwh_per_run else ""
+        co2 = f", {self.co2e_kg_per_run / 1e3:,.1f} t CO2e" if self.co2e_kg_per_run is not None else ""
+        out.append(
+            f"energy: {self.energy_j_per_step / 1e6:,.3f} MJ per step, {self.tokens_per_joule:,.3f} tokens per "
+            f"joule, {self.device_avg_w:,.0f} W per device on average{kwh}{co2} (PUE {self.pue:g})"
+        )
+        return out + list(self.notes)
+
     def summary(self) -> dict[str, Any]:
         """Plain JSON (merged into ``workbench estimate --json``)."""
         return {k: (list(v) if k == "notes" else v) for k in self.__slots__ for v in (getattr(self, k),)}
@@ -155,3 +176,24 @@ def power_inputs(cluster: Any, options: EnergyOptions) -> tuple[DevicePower, flo
     if overhead is None:
         overhead = table.node_overhead(cluster.id, cluster.devices_per_node)
     return power, overhead, energy.compute_clock_frac(power, options.power_cap_w)
+
+
+def default_economics(est: Estimate, token_budget: float | None = None) -> tuple[Economics, str]:
+    """``economics`` of ``est`` with the defaults the CLI uses without options: the cluster's or the price
+    table's on-demand price, the power table, PUE 1, no cap. Returns (economics, why the price is what it is)."""
+    from workbench.specs.power import EnergyOptions as _Options
+
+    options = _Options()
+    price, why = resolve_price(est.cluster)
+    power, overhead, _ = power_inputs(est.cluster, options)
+    econ = economics(
+        est, power=power, options=options, node_overhead_w=overhead, price=price, token_budget=token_budget
+    )
+    return econ, why
+
+
+def serving_usd_per_million_output_tokens(
+    usd_per_device_hour: float, num_devices: int, tokens_per_s: float
+) -> float:
+    """Dollars per 10^6 output tokens of a deployment of ``num_devices`` devices making ``tokens_per_s``."""
+    return float(dollars.usd_per_million_tokens(usd_per_device_hour * num_devices / 3600.0, tokens_per_s))
