@@ -104,7 +104,13 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
     workload = _workload(kw)
     calibration = load_calibration(kw["calibration"])
     est = serve_estimate(model, cluster, plan, workload, calibration)
-    summary = {**est.summary(), **serving_dollars(price, why, plan.num_devices, est.summary())}
+    from workbench.estimate.economics import serving_energy
+
+    summary = {
+        **est.summary(),
+        **serving_dollars(price, why, plan.num_devices, est.summary()),
+        **serving_energy(est),
+    }
     if report_path is not None:
         _write_report(est, calibration, report_path, force)
     if as_json:
@@ -127,6 +133,10 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         f"output tokens/s {summary['output_tokens_per_s']:,.0f} "
         f"({summary['output_tokens_per_s_per_device']:,.0f} per device), requests/s {summary['requests_per_s']:.2f}, "
         f"preemptions {summary['num_preemptions']}, KV cache {summary['kv_cache_capacity_tokens']:,} tokens per engine"
+    )
+    click.echo(
+        f"energy {summary['energy_j_per_output_token']:,.3f} J per output token "
+        f"({summary['output_tokens_per_joule']:,.2f} output tokens per joule; PUE 1, docs/cost.md)"
     )
     if summary["usd_per_million_output_tokens"] is not None:
         click.echo(

@@ -188,3 +188,19 @@ def test_app_plan_and_serving_tabs_show_dollars_and_energy() -> None:
     assert f"${price * 2 / 3600 / 1000 * 1e6:,.3f} per million output tokens" in line
     unpriced = SimpleNamespace(cluster=load_cluster("hgx-h800"), plan=SimpleNamespace(num_devices=2))
     assert "no public price" in _dollars_line(unpriced, 1000.0)
+
+
+def test_serving_energy_closed_form() -> None:
+    # 2 devices for 10 s: 4 device-seconds of prefill at 700 W, 10 of decode at 420 W, 6 idle at 70 W,
+    # a quarter of a 2 kW node overhead, PUE 1.1
+    j = energy.serving_energy_j(
+        prefill_device_s=4.0,
+        decode_device_s=10.0,
+        duration_s=10.0,
+        num_devices=2,
+        num_nodes=0.25,
+        power=H100,
+        node_overhead_w=2000.0,
+        pue=1.1,
+    )
+    assert j == pytest.approx(1.1 * (4 * 700 + 10 * 420 + 6 * 70 + 0.25 * 2000 * 10))

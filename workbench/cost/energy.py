@@ -102,3 +102,26 @@ def run_energy(
     if grid_kg_per_kwh is not None:
         out["co2e_kg"] = kwh * grid_kg_per_kwh
     return out
+
+
+def serving_energy_j(
+    *,
+    prefill_device_s: Any,
+    decode_device_s: Any,
+    duration_s: Any,
+    num_devices: Any,
+    num_nodes: Any,
+    power: DevicePower,
+    node_overhead_w: float,
+    pue: float = 1.0,
+) -> Any:
+    """Facility energy of a serving run, J: device-seconds of iterations that compute prompt tokens at the
+    tensor-core power (prefill is compute bound), of decode-only iterations at the HBM-bound power (Splitwise,
+    arXiv:2311.18677: the token phase is memory bound), the rest of every device's ``duration_s`` idle; node
+    overhead for the whole run; times the PUE. ``*_device_s``: iteration seconds times the devices of the engine
+    that ran them."""
+    p_c, p_m, _ = phase_power_w(power)
+    busy = np.asarray(prefill_device_s, dtype=np.float64) + decode_device_s
+    idle = np.maximum(np.asarray(num_devices, dtype=np.float64) * duration_s - busy, 0.0)
+    devices = p_c * np.asarray(prefill_device_s) + p_m * np.asarray(decode_device_s) + power.idle_w * idle
+    return (devices + node_overhead_w * np.asarray(num_nodes) * duration_s) * pue

@@ -197,3 +197,34 @@ def serving_usd_per_million_output_tokens(
 ) -> float:
     """Dollars per 10^6 output tokens of a deployment of ``num_devices`` devices making ``tokens_per_s``."""
     return float(dollars.usd_per_million_tokens(usd_per_device_hour * num_devices / 3600.0, tokens_per_s))
+
+
+def serving_energy(est: Any) -> dict[str, float]:
+    """``energy_j_per_output_token`` and ``output_tokens_per_joule`` of a ``ServingEstimate`` at the power table's
+    defaults (PUE 1, no cap): ``workbench.cost.energy.serving_energy_j`` over its iteration table, each engine
+    holding ``devices / engines`` devices, the node overhead prorated to the devices the plan uses."""
+    import math
+
+    from workbench.specs.power import EnergyOptions as _Options
+
+    power, overhead, _ = power_inputs(est.cluster, _Options())
+    it = est.sim.iterations
+    if not it.height:
+        return {"energy_j_per_output_token": math.nan, "output_tokens_per_joule": math.nan}
+    per_engine = est.plan.num_devices / max(int(it["engine"].n_unique()), 1)
+    seconds = (it["end_s"] - it["start_s"]).to_numpy()
+    prefill = (it["num_prefill_tokens"] > 0).to_numpy()
+    nodes = est.plan.num_devices / est.cluster.devices_per_node  # the node overhead prorated to the devices used
+    joules = float(
+        energy.serving_energy_j(
+            prefill_device_s=float(seconds[prefill].sum()) * per_engine,
+            decode_device_s=float(seconds[~prefill].sum()) * per_engine,
+            duration_s=est.sim.duration_s,
+            num_devices=est.plan.num_devices,
+            num_nodes=nodes,
+            power=power,
+            node_overhead_w=overhead,
+        )
+    )
+    tokens = float(est.sim.requests["output_tokens"].sum())
+    return {"energy_j_per_output_token": joules / tokens, "output_tokens_per_joule": tokens / joules}
