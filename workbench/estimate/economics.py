@@ -214,7 +214,9 @@ def serving_energy(est: Any) -> dict[str, float]:
     per_engine = est.plan.num_devices / max(int(it["engine"].n_unique()), 1)
     seconds = (it["end_s"] - it["start_s"]).to_numpy()
     prefill = (it["num_prefill_tokens"] > 0).to_numpy()
-    nodes = est.plan.num_devices / est.cluster.devices_per_node  # the node overhead prorated to the devices used
+    nodes = (
+        est.plan.num_devices / est.cluster.devices_per_node
+    )  # the node overhead prorated to the devices used
     joules = float(
         energy.serving_energy_j(
             prefill_device_s=float(seconds[prefill].sum()) * per_engine,
