@@ -1,6 +1,8 @@
 """Predicted vs published nccl-tests bus bandwidth at 1 GiB on the dgx-h100 preset (8 GPUs and 8x 400 Gb/s
 ConnectX-7 per node), all-reduce and all-to-all on 1, 8 and 16 nodes, plus the speed of the vectorised model.
 Floor (issue 14): within 10% of the published bus bandwidth on 8 and 16 nodes.
+Part 2 (issue 50): NVLS all-reduce inside one NVLink domain against published nccl-tests points (GPU counts 2-8
+on 8x H100 SXM, 8x H200, 8x H800); floors: 8 H100 at 1 GiB >= 430 GB/s and every point within 10%.
 
 No constant is fitted to these numbers: the model uses NCCL's own constants (workbench/cost/comm.py) and the
 preset's datasheet link rates. The published references are what NVIDIA's NCCL maintainers state a healthy
@@ -51,6 +53,68 @@ PUBLISHED: list[tuple[str, int, float, str]] = [
 ]
 
 
+NVLS_FLOOR_GBPS = 430.0
+NVLS_PUBLISHED: list[tuple[str, int, int, float, str]] = [
+    # (cluster preset, GPUs, payload bytes, published busbw GB/s, source)
+    (
+        "dgx-h100",
+        8,
+        GIB,
+        480.0,
+        "sjeaugey (NVIDIA), NVIDIA/nccl-tests#212 (2024-05-06): 'peak busBw of ~480GB/s'",
+    ),
+    (
+        "dgx-h100",
+        2,
+        2 * GIB,
+        367.5,
+        "NVIDIA/nccl#1455 (2024-09-19), 8x H100 SXM, -b 2G: 365-370 for 2-4 GPUs",
+    ),
+    ("dgx-h100", 3, 2 * GIB, 367.5, "NVIDIA/nccl#1455: 365-370 GB/s for 2-4 GPUs"),
+    ("dgx-h100", 4, 2 * GIB, 367.5, "NVIDIA/nccl#1455: 365-370 GB/s for 2-4 GPUs"),
+    ("dgx-h100", 5, 2 * GIB, 420.0, "NVIDIA/nccl#1455: NCCL_ALGO=NVLS, 5 GPUs"),
+    ("dgx-h100", 6, 2 * GIB, 440.0, "NVIDIA/nccl#1455: 6 GPUs"),
+    ("dgx-h100", 7, 2 * GIB, 460.0, "NVIDIA/nccl#1455: 7 GPUs"),
+    ("dgx-h100", 8, 2 * GIB, 480.0, "NVIDIA/nccl#1455: 8 GPUs (algbw ~273)"),
+    ("dgx-h200", 8, 4 * GIB, 475.0, "NVIDIA/nccl-tests#272 (2024-11-27): 8x H200, -e 4G, peak 475 GB/s"),
+    ("hgx-h800+nvls", 8, 4 * GIB, 215.0, "NVIDIA/nccl#1374 (2024-07-24): 8x H800, NVLS on, 215 GB/s"),
+]
+"""Published single-node all-reduce bus bandwidths. The H800 row uses the hgx-h800 preset with NVLS switched on
+(the preset leaves it off: the datasheet does not state it; that run had it, as its 215 GB/s > the ring's 165)."""
+
+
+def _nvls_cluster(name: str):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    if not name.endswith("+nvls"):
+        return load_cluster(name, num_nodes=1)
+    cluster = load_cluster(name.removesuffix("+nvls"), num_nodes=1)
+    return replace(cluster, levels=(replace(cluster.levels[0], nvls=True), *cluster.levels[1:]))
+
+
+def nvls_part() -> bool:
+    """Print model vs published NVLS points; True when every floor holds."""
+    print(
+        f"\n{'cluster':<15}{'GPUs':>5}{'size':>7}{'algorithm':>11}{'pred GB/s':>11}{'pub GB/s':>10}{'err':>8}  source"
+    )
+    ok = True
+    for name, n, size, published, source in NVLS_PUBLISHED:
+        r = collective(_nvls_cluster(name), "all_reduce", size, n)
+        pred = r.busbw_bytes_per_s / 1e9
+        err = pred / published - 1
+        ok = ok and abs(err) <= FLOOR_REL_ERR
+        print(
+            f"{name:<15}{n:>5}{size // GIB:>5}Gi{r.algorithm:>11}{pred:>11.1f}{published:>10.1f}{err:>+8.1%}  {source}"
+        )
+    one = collective(load_cluster("dgx-h100", num_nodes=1), "all_reduce", GIB, 8).busbw_bytes_per_s / 1e9
+    ok = ok and one >= NVLS_FLOOR_GBPS
+    print(
+        f"8x H100 NVLS all-reduce at 1 GiB: {one:.1f} GB/s (floor {NVLS_FLOOR_GBPS:.0f}); every point within "
+        f"{FLOOR_REL_ERR:.0%}: {'PASS' if ok else 'FAIL'}"
+    )
+    return ok
+
+
 def main() -> None:
     worst = 0.0
     print(
@@ -75,6 +139,7 @@ def main() -> None:
     stride = rng.choice([1, 2, 8], size)
     best = min(_timed(lambda: all_reduce_s(cluster, payload, n, stride, 0.8)) for _ in range(3))
     print(f"all_reduce_s on {size:,} plans: {best:.3f} s (best of 3)")
+    nvls_part()
 
 
 def _timed(fn) -> float:  # type: ignore[no-untyped-def]

@@ -15,6 +15,13 @@ Run: ``.venv/bin/python benchmarks/bench_goodput.py`` (a few seconds; no GPU).
     (Meta, "How Meta trains large language models at scale", 2024-06-12). The restart time is not published:
     10 minutes ASSUMED (``profiles/failures/llama3.toml``), with 5 and 15 minutes shown as the band. Done when the
     central figure is within 5 points of 90%.
+(c) Each failure preset with its own practice (``[practice]``: Llama 3 kept spare capacity and checkpointed
+    asynchronously; OPT-175B waited for nodes) on its own run, beside the published figure, and the same run with
+    the practice changed on purpose (``--spare-nodes``/``--on-failure``). Issue 50's bar: Llama 3 88-97%.
+    OPT-175B's published figure is derived, not stated: the chronicles give ~33 days of compute "assuming no
+    hardware issues, no numerical instabilities" (final_update.md, 2022-01-07) for a lineage that ran from
+    2021-11-11 (10_percent_update.md) to 2022-01-06 12:46 PST, 56 days: ~59%, a floor for a model of hardware
+    interruptions only (the wall time also holds the loss-explosion rollbacks of 27_percent_update.md).
 """
 
 from __future__ import annotations
@@ -119,6 +126,77 @@ def part_b() -> float:
     return central
 
 
+PRESET_RUNS = {
+    # preset: (model id, cluster id, nodes, plan, workload, published goodput text, (low, high) bar or None)
+    "llama3": (
+        "llama-3.1-405b",
+        "dgx-h100",
+        2048,
+        PLAN,
+        WORKLOAD,
+        "> 90% effective training time (arXiv:2407.21783 sec. 3.3.4)",
+        (0.88, 0.97),
+    ),
+    "opt-175b": (
+        "gpt3-175b",  # OPT-175B has GPT-3 175B's shapes (arXiv:2205.01068 Table 1: 96 layers, 12288 wide)
+        "dgx-a100",
+        124,
+        ParallelPlan(dp=124, tp=8, pp=1, micro_batch_size=8, zero_stage=3, sequence_parallel=False),
+        Workload(seq_len=2048, global_batch_size=992),  # ~2M tokens per step (arXiv:2205.01068 Table 1)
+        "~59% derived: 33 days of compute in 56 days of wall time (metaseq OPT chronicles)",
+        None,
+    ),
+}
+
+
+def part_c() -> bool:
+    print("\n(c) each failure preset with its run's own practice, beside the published figure")
+    ok = True
+    for preset, (model_id, cluster_id, nodes, plan, work, published, bar) in PRESET_RUNS.items():
+        failures = load_failures(preset)
+        model = load_model(model_id)
+        cluster = load_cluster(cluster_id, num_nodes=nodes)
+        est = estimate_plan(model, cluster, work, plan)
+        size = _checkpoint_bytes(model, cluster)
+        p = failures.practice
+        print(
+            f"    {preset}: {failures.name}; step {est.step_time_s:.2f} s on {cluster.num_devices} x "
+            f"{cluster.device.id}"
+        )
+        rows = [
+            ("its practice", p),
+            ("no spares", p.with_overrides(spare_nodes=0)),
+            ("shrink dp", p.with_overrides(spare_nodes=0, on_failure="shrink")),
+        ]
+        if int(p.spares(nodes)) == 0:
+            rows[1] = ("16 spare nodes", p.with_overrides(spare_nodes=16))
+        for label, opts in rows:
+            g = cluster_goodput_columns(
+                cluster,
+                dp=plan.dp,
+                tp=plan.tp,
+                cp=plan.cp,
+                pp=plan.pp,
+                checkpoint_bytes=size,
+                step_time_s=est.step_time_s,
+                failures=failures,
+                options=opts,
+            )
+            g = {k: float(v) for k, v in g.items()}
+            spares = int(opts.spares(nodes))
+            text = f"{label} ({opts.checkpoint}, {spares} spares, {opts.on_failure})"
+            print("      " + _row(text, g, est.step_time_s))
+            if label == "its practice":
+                verdict = ""
+                if bar is not None:
+                    inside = bar[0] <= g["goodput_frac"] <= bar[1]
+                    ok = ok and inside
+                    verdict = f"  bar {bar[0]:.0%}-{bar[1]:.0%}: {'PASS' if inside else 'FAIL'}"
+                print(f"      -> model {g['goodput_frac']:.1%} vs published {published}{verdict}")
+    return ok
+
+
 if __name__ == "__main__":
     part_a()
     part_b()
+    print("\n(c) " + ("PASS" if part_c() else "FAIL"))

@@ -22,6 +22,7 @@ from workbench_cli._common import (
     write_outputs,
 )
 from workbench_cli._types import capacity_factor_option, count, headroom_option, schedule_choice
+from workbench_cli.economics_opts import economics_options, load_economics, print_economics
 
 from workbench.specs import limits as L
 from workbench.specs.plan import DEFAULT_RANK_ORDER, RANK_ORDERS, rank_order_name
@@ -190,12 +191,16 @@ def estimate_plan(
     framework: str | None = None,
     kernels: str | None = None,
     profile_dir: str | None = None,
+    adjust_cluster: Any = None,
 ) -> Any:
     """The Estimate of the plan in the plan options ``kw`` (``build_inputs``), checked against the rules first
-    (``click.ClickException`` for an infeasible plan or an unavailable backend)."""
+    (``click.ClickException`` for an infeasible plan or an unavailable backend). ``adjust_cluster``: a function
+    of the cluster giving the one to price on (``estimate``'s price and power-cap options)."""
     from workbench.estimate.registry import get_backend
 
     model, cluster, workload, plan = build_inputs(kw)
+    if adjust_cluster is not None:
+        cluster = adjust_cluster(cluster)
     uneven = False
     if backend == "analytic":  # the analytic backend prices uneven stages when its framework runs them
         from workbench.presets.frameworks import DEFAULT_FRAMEWORK, load_framework
@@ -234,23 +239,23 @@ def goodput_options(f: Any) -> Any:
             "--checkpoint",
             "checkpoint_mode",
             type=click.Choice(["async", "sync"]),
-            default="async",
-            show_default=True,
-            help="Checkpoint save: async stalls for the copy to host memory only; sync for the whole write.",
+            default=None,
+            help="Checkpoint save: async stalls for the copy to host memory only; sync for the whole write "
+            "(default: the failure preset's practice).",
         ),
         click.option(
             "--spare-nodes",
             type=count(L.MAX_NODES, minimum=0),
-            default=0,
-            show_default=True,
-            help="Hot spare nodes (swap in a failed node without waiting; paid for the whole run).",
+            default=None,
+            help="Hot spare nodes (swap in a failed node without waiting; paid for the whole run; default: "
+            "the failure preset's practice).",
         ),
         click.option(
             "--on-failure",
             type=click.Choice(["wait", "shrink"]),
-            default="wait",
-            show_default=True,
-            help="With no free spare: wait for the repair, or shrink dp and run on (elastic).",
+            default=None,
+            help="With no free spare: wait for the repair, or shrink dp and run on (elastic; default: the "
+            "failure preset's practice).",
         ),
     ]
     for opt in reversed(opts):
@@ -259,22 +264,25 @@ def goodput_options(f: Any) -> Any:
 
 
 def load_goodput(kw: dict[str, Any]) -> tuple[Any, Any]:
-    """(FailureModel or None, GoodputOptions) from the goodput options; ValueError for a bad file or value."""
+    """(FailureModel or None, GoodputOptions) from the goodput options: the failure preset's practice with
+    ``--checkpoint``, ``--spare-nodes`` and ``--on-failure`` replacing its fields; ValueError for a bad file or
+    value."""
     from workbench.goodput import GoodputOptions, load_failures
 
-    options = GoodputOptions(
-        checkpoint=kw.pop("checkpoint_mode"),
-        spare_nodes=kw.pop("spare_nodes"),
-        on_failure=kw.pop("on_failure"),
-    )
+    given = {
+        "checkpoint": kw.pop("checkpoint_mode"),
+        "spare_nodes": kw.pop("spare_nodes"),
+        "on_failure": kw.pop("on_failure"),
+    }
     name = kw.pop("failures")
     if name is None:
-        if options.spare_nodes or options.on_failure != "wait":
+        if given["spare_nodes"] is not None or given["on_failure"] is not None:
             raise click.BadParameter(
                 "needs --failures (a preset id or a TOML path)", param_hint="--spare-nodes/--on-failure"
             )
-        return None, options
-    return load_failures(name), options
+        return None, GoodputOptions().with_overrides(**given)
+    failures = load_failures(name)
+    return failures, failures.practice.with_overrides(**given)
 
 
 def _print_goodput(g: Any) -> None:
@@ -337,6 +345,13 @@ def _print_human(est: Any) -> None:
 @click.command("estimate")
 @_plan_options
 @goodput_options
+@economics_options
+@click.option(
+    "--token-budget",
+    type=float,
+    default=None,
+    help="Tokens of the whole run: adds dollars, energy and CO2e per run (docs/cost.md).",
+)
 @click.option("--backend", default="analytic", show_default=True, help="Registered backend name.")
 @click.option(
     "--profile",
@@ -405,13 +420,34 @@ def estimate_cmd(
             f"must be 0: estimate costs one plan, got {plan_index}", param_hint="--plan-index"
         )
     failures, goodput_opts = load_goodput(kw)
-    est = estimate_plan(kw, backend=backend, framework=framework, kernels=kernels, profile_dir=profile_dir)
+    econ_kw = {
+        k: kw.pop(k) for k in ("price_per_device_hour", "price_kind", "pue", "grid_intensity", "power_cap")
+    }
+    token_budget = kw.pop("token_budget")
+    if token_budget is not None:
+        L.check_token_budget(token_budget)
+    priced: dict[str, Any] = {}
+
+    def with_prices(cluster: Any) -> Any:  # the price and power settings (a power cap slows the device)
+        cluster, priced["econ"] = load_economics(econ_kw, cluster)
+        return cluster
+
+    est = estimate_plan(
+        kw,
+        backend=backend,
+        framework=framework,
+        kernels=kernels,
+        profile_dir=profile_dir,
+        adjust_cluster=with_prices,
+    )
+    econ_in = priced["econ"]
     est = dataclasses.replace(est, memory_headroom_frac=headroom)
     goodput = None
     if failures is not None:
         from workbench.goodput import estimate_goodput
 
         goodput = estimate_goodput(est, failures, goodput_opts)
+    econ = _economics(est, econ_in, token_budget, goodput)
     _write_outputs(
         est,
         trace_path,
@@ -420,13 +456,18 @@ def estimate_cmd(
         force,
         goodput=(goodput, failures, goodput_opts),
         save=save_path,
+        notes=econ.lines(),
     )
     if as_json:
-        echo_json({**est.summary(), **({"goodput": goodput.summary()} if goodput else {})})
+        out = est.summary()
+        money = econ.summary()
+        out["notes"] = out["notes"] + money.pop("notes")
+        echo_json({**out, **money, **({"goodput": goodput.summary()} if goodput else {})})
     else:
         _print_human(est)
         if goodput is not None:
             _print_goodput(goodput)
+        print_economics(econ, econ_in)
         if trace_path is not None:
             click.echo(f"trace written to {shown(trace_path)}")
         if report_path is not None:
@@ -435,6 +476,23 @@ def estimate_cmd(
             click.echo(f"tables written to {shown(csv_dir)}")
         if save_path is not None:
             click.echo(f"estimate written to {shown(save_path)} (open it in JupyterLab)")
+
+
+def _economics(est: Any, econ_in: dict[str, Any], token_budget: float | None, goodput: Any) -> Any:
+    """Dollars and energy of ``est`` (``workbench.estimate.economics``), the run priced at wall time when
+    ``--failures`` gave a goodput."""
+    from workbench.estimate.economics import economics
+
+    return economics(
+        est,
+        power=econ_in["power"],
+        options=econ_in["options"],
+        node_overhead_w=econ_in["node_overhead_w"],
+        price=econ_in["price"],
+        token_budget=token_budget,
+        goodput_frac=1.0 if goodput is None else goodput.goodput_frac,
+        spare_devices=0 if goodput is None else goodput.spare_devices,
+    )
 
 
 CSV_TABLES = ("plans.csv", "timeline.csv", "memory.csv", "activation.csv")
@@ -450,6 +508,7 @@ def _write_outputs(
     *,
     goodput: tuple[Any, Any, Any] = (None, None, None),
     save: str | None = None,
+    notes: list[str] | None = None,
 ) -> None:
     """Render every requested output, then write them all at once (nothing is written if one fails).
     ``goodput``: (GoodputEstimate, FailureModel, GoodputOptions) when ``--failures`` was given; the report then
@@ -482,7 +541,7 @@ def _write_outputs(
             from workbench_widgets.plots.goodput import goodput_scaling
 
             section = (goodput[0], goodput_scaling(est, goodput[1], goodput[2]))
-        html = render_report(estimates=[est], command=cli_command(), goodput=section)
+        html = render_report(estimates=[est], command=cli_command(), goodput=section, notes=notes or ())
         writers[Path(report_path)] = text_writer(html)
     if csv_dir is None:
         write_outputs(writers, force=force)

@@ -117,6 +117,7 @@ def _search_args(nodes: tuple[int, ...] | None, kw: dict[str, Any]) -> dict[str,
         backend=kw["backend"],
         failures=kw["_failures"],
         goodput_options=kw["_goodput_options"],
+        price=kw.get("_price"),
     )
 
 
@@ -171,6 +172,7 @@ def _header(result: Any) -> str:
         f"token budget {_budget(result.token_budget)} (days to train and device-hours are for this many)\n"
         f"{result.num_plans:,} plans screened in {result.screen_s:.2f} s ({result.plans_per_s:,.0f} plans/s), "
         f"{result.num_feasible:,} feasible; top {refined} refined in {result.refine_s:.2f} s"
+        + (f"\nprice: {result.price['describe']}" if result.price else "")
     )
 
 
@@ -202,9 +204,14 @@ def _plan_rows(
         cols.append("days to train")
     if objective == "cost":
         cols.append("device-hours")
+    priced = "usd_to_train" in frame.columns
+    if priced:
+        cols.append("dollars")
     goodput = "goodput_frac" in frame.columns
     if goodput:
         cols += ["goodput", "days (failures)", "device-hours (failures)"]
+        if priced:
+            cols.append("dollars (failures)")
     rows = []
     for r in frame.head(limit).iter_rows(named=True):
         mark = ("" if r["refined"] else " *") + (" =" if r.get("tied") and r["rank"] > 1 else "")
@@ -223,12 +230,16 @@ def _plan_rows(
             row.append(f"{r['time_to_train_s'] / 86400:.1f}")
         if objective == "cost":
             row.append(fmt_count(r["device_hours"]))
+        if priced:
+            row.append(f"${fmt_count(r['usd_to_train'])}")
         if goodput:
             row += [
                 f"{r['goodput_frac']:.1%}",
                 f"{r['goodput_time_to_train_s'] / 86400:.1f}",
                 fmt_count(r["goodput_device_hours"]),
             ]
+            if priced:
+                row.append(f"${fmt_count(r['goodput_usd_to_train'])}")
         rows.append(row)
     return cols, rows
 
@@ -292,7 +303,8 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
             command=cli_command(),
             search=result,
             title=f"Plans for {result.model.name}",
-            notes=[result.explanation] if result.explanation else [],
+            notes=([result.explanation] if result.explanation else [])
+            + ([f"price: {result.price['describe']}"] if result.price else []),
         )
         writers[Path(kw["report_path"])] = text_writer(html)
     for path in write_outputs(writers, force=kw["force"]):
@@ -381,6 +393,16 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
 )
 @click.option("--export-dir", default=None, help="Folder for --export (new or empty).")
 @goodput_options
+@click.option(
+    "--price-per-device-hour",
+    type=float,
+    default=None,
+    help="US dollars per device-hour: adds dollars to train --token-budget and ranks --objective cost by them "
+    "(default: the cluster file's [price], else the price table's row; docs/cost.md).",
+)
+@click.option(
+    "--price-kind", type=click.Choice(["on-demand", "reserved"]), default="on-demand", show_default=True
+)
 def plan_cmd(as_json: bool, **kw: Any) -> None:
     """Search every parallel plan and rank them (closed-form screen, top plans refined)."""
     from workbench_cli.mixed_cmd import mixed_cluster, run_mixed_plan
@@ -424,6 +446,7 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
         capacity_factor=kw["capacity_factor"],
     )
     cluster.device.peak(workload.dtype)
+    kw["_price"] = _price(cluster, kw)
     constraints = build_constraints(kw)
     result = _run_search(
         model, cluster, workload, constraints, nodes, kw, show_progress=not as_json and sys.stderr.isatty()
@@ -478,6 +501,22 @@ def _check_export(kw: dict[str, Any]) -> None:
     check_outputs(
         Output("--export-dir", Path(kw["export_dir"]), folder=True, marker=PREDICTION_FILE), force=kw["force"]
     )
+
+
+def _price(cluster: Any, kw: dict[str, Any]) -> Any:
+    """The price the search uses (``--price-per-device-hour``, the cluster's [price], the price table), or None
+    when the device has none (then ``cost`` ranks by device-hours, as the header says)."""
+    from workbench.estimate.economics import resolve_price
+
+    override = kw.get("price_per_device_hour")
+    if override is not None and not override > 0:
+        raise click.BadParameter(
+            f"must be > 0 (US dollars per device-hour), got {override!r}",
+            param_hint="--price-per-device-hour",
+        )
+    price, why = resolve_price(cluster, override, kw.get("price_kind", "on-demand").replace("-", "_"))
+    kw["_price_why"] = why
+    return price
 
 
 def _sizes(

@@ -7,6 +7,7 @@ from typing import Any
 import click
 from workbench_cli._common import echo_json, print_table
 from workbench_cli._types import count
+from workbench_cli.economics_opts import cli_price, price_options
 from workbench_cli.serve_options import deployment_options, disaggregation_of, speculative_of
 from workbench_cli.serve_plan_cmd import engine_option, serve_plan_cmd
 
@@ -68,6 +69,7 @@ serve_group.add_command(serve_plan_cmd)
     "--report", "report_path", default=None, help="Write a self-contained HTML report (opens offline)."
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing --report file.")
+@price_options
 def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw: Any) -> None:
     """Simulate the requests on the plan: TTFT, TPOT (mean and percentiles), tokens/s and KV capacity.
 
@@ -82,8 +84,15 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
 
     check_outputs(output_file("--report", report_path), force=force)
     model, cluster, plan, workload, calibration = serving_inputs(kw)
+    price, why = cli_price(kw, cluster)
     est = serve_estimate(model, cluster, plan, workload, calibration)
-    summary = est.summary()
+    from workbench.estimate.economics import serving_energy
+
+    summary = {
+        **est.summary(),
+        **serving_dollars(price, why, plan.num_devices, est.summary()),
+        **serving_energy(est),
+    }
     if report_path is not None:
         _write_report(est, calibration, report_path, force)
     if as_json:
@@ -116,6 +125,16 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         click.echo(
             f"speculative decoding {summary['speculative']}: {summary['accepted_length']:.2f} tokens per step"
         )
+    click.echo(
+        f"energy {summary['energy_j_per_output_token']:,.3f} J per output token "
+        f"({summary['output_tokens_per_joule']:,.2f} output tokens per joule; PUE 1, docs/cost.md)"
+    )
+    if summary["usd_per_million_output_tokens"] is not None:
+        click.echo(
+            f"dollars per million output tokens ${summary['usd_per_million_output_tokens']:,.3f}; {summary['price']}"
+        )
+    else:
+        click.echo(f"dollars: {summary['price']}")
     if report_path is not None:
         from workbench_cli._common import shown
 
@@ -151,6 +170,26 @@ def serving_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
         num_redundant_experts=kw["num_redundant_experts"],
     )
     return model, cluster, plan, _workload(kw), load_calibration(kw["calibration"])
+
+
+def serving_dollars(price: Any, why: str, num_devices: int, summary: dict[str, Any]) -> dict[str, Any]:
+    """``usd_per_device_hour``, ``usd_per_million_output_tokens`` (the deployment's devices over its output
+    tokens/s) and the ``price`` line (or why there is none)."""
+    from workbench.estimate.economics import serving_usd_per_million_output_tokens
+
+    if price is None:
+        return {"usd_per_device_hour": None, "usd_per_million_output_tokens": None, "price": why}
+    tokens = summary["output_tokens_per_s"]
+    usd = (
+        serving_usd_per_million_output_tokens(price.usd_per_device_hour, num_devices, tokens)
+        if tokens > 0
+        else None
+    )
+    return {
+        "usd_per_device_hour": price.usd_per_device_hour,
+        "usd_per_million_output_tokens": usd,
+        "price": price.describe(),
+    }
 
 
 def _write_report(est: Any, calibration: Any, report_path: str, force: bool) -> None:

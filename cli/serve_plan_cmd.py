@@ -7,6 +7,7 @@ from typing import Any
 import click
 from workbench_cli._common import echo_json, print_table
 from workbench_cli._types import count
+from workbench_cli.economics_opts import cli_price, price_options
 
 from workbench.specs import limits as L
 
@@ -110,6 +111,7 @@ engine_option = click.option(
     "Pareto sets and the rejections (opens offline).",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing --report file.")
+@price_options
 def serve_plan_cmd(as_json: bool, top: int, report_path: str | None, force: bool, **kw: Any) -> None:
     """Search replicas, tp/pp/ep, dtypes, batching and prefill:decode splits for the highest SLO-goodput.
 
@@ -127,8 +129,9 @@ def serve_plan_cmd(as_json: bool, top: int, report_path: str | None, force: bool
     workload = _workload(kw)
     model = load_model(kw["model"])
     cluster = load_cluster(kw["cluster"], num_nodes=kw["nodes"])
+    price, _ = cli_price(kw, cluster)
     result = serve_search(model, cluster, workload, slo, load_calibration(kw["calibration"]),
-                          constraints=_constraints(kw))  # fmt: skip
+                          constraints=_constraints(kw), price=price)  # fmt: skip
     if report_path is not None:
         _write_report(result, report_path, force)
     if as_json:
@@ -229,15 +232,18 @@ def _print(result: Any, top: int) -> None:
         f"{result.num_simulations} simulations"
     )
     table = result.table.head(top)
+    priced = "usd_per_million_output_tokens" in table.columns
     if table.height:
         print_table(
-            "Top plans by goodput per device",
+            "Top plans by goodput per device" + (" (= by dollars per output token)" if priced else ""),
             ["#", "plan", "seqs", "devices", "goodput req/s", "req/s/device", "out tok/s/device",
-             f"TTFT {q} ms", f"TPOT {q} ms", "KV tokens/engine", "pareto"],  # fmt: skip
+             f"TTFT {q} ms", f"TPOT {q} ms", "KV tokens/engine", "pareto"]
+            + (["$/M out tok"] if priced else []),  # fmt: skip
             [[r["rank"], r["plan"], r["max_num_seqs"], r["num_devices"], round(r["goodput_requests_per_s"], 2),
               round(r["goodput_requests_per_s_per_device"], 3), round(r["goodput_output_tokens_per_s_per_device"]),
               _ms(r["ttft_s_at_goodput"]), _ms(r["tpot_s_at_goodput"]), r["kv_cache_capacity_tokens"],
-              _frontier(r)] for r in table.iter_rows(named=True)],
+              _frontier(r)] + ([f"${r['usd_per_million_output_tokens']:,.3f}"] if priced else [])
+             for r in table.iter_rows(named=True)],
         )  # fmt: skip
         print_table(
             "Pareto set: goodput per device against the latency at the goodput point",

@@ -59,7 +59,7 @@ def test_group_shares_its_nodes_nics() -> None:
 
 
 def test_nvls_tree_closed_form_across_nodes() -> None:
-    # 16 nodes x 8: NVLS-Tree bus = min(NVLS 2 x 0.85 x 15/16 x 370.8, NICs 8 x 48, 16 ch x 45.5) = 384 GB/s;
+    # 16 nodes x 8: NVLS-Tree bus = min(NVLS 2 x 0.85 x 370.8 x 7/9, NICs 8 x 48, 16 ch x 45.5) = 384 GB/s;
     # latency 25 us (NVLink NVLS) + 2 log2(16) x 20.9 us (network NVLS-Tree)
     bus = min(2 * 0.85 * 15 / 16 * NVLINK_BW, 8 * NIC_BW, 16 * 45.5e9)
     expected = (25 + 8 * 20.9) * 1e-6 + GIB / (bus * 128 / 254)

@@ -223,6 +223,7 @@ def summary_markdown(store: ServingStore) -> str:
         f"{s['requests_per_s']:,.2f} requests/s, {s['num_preemptions']:,} preemptions",
         f"- KV cache {s['kv_cache_capacity_tokens']:,} tokens per engine",
         *deployment_lines(s),
+        _dollars_line(est, s["output_tokens_per_s"]),
     ]
     if store.slo is not None:
         lines.append(f"- {slo_text(est, store.slo)}")
@@ -242,6 +243,20 @@ def deployment_lines(summary: dict[str, Any]) -> list[str]:
     if summary["prefix_hit_rate"]:
         lines.append(f"- prefix cache hit rate {summary['prefix_hit_rate']:.0%} of prompt tokens")
     return lines
+
+
+def _dollars_line(est: Any, tokens_per_s: float) -> str:
+    """Dollars per million output tokens at the cluster's or the price table's price (docs/cost.md)."""
+    from workbench.estimate.economics import resolve_price, serving_usd_per_million_output_tokens
+
+    price, _ = resolve_price(est.cluster)
+    if price is None or tokens_per_s <= 0:
+        return "- dollars: no public price for this device (CLI: --price-per-device-hour)"
+    usd = serving_usd_per_million_output_tokens(price.usd_per_device_hour, est.plan.num_devices, tokens_per_s)
+    return (
+        f"- ${usd:,.3f} per million output tokens at ${price.usd_per_device_hour:,.2f} per device-hour "
+        f"({price.provider}, read {price.date_read})"
+    )
 
 
 def patch_figure(old: Any, new: Any) -> bool:

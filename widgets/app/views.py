@@ -263,10 +263,29 @@ def summary_markdown(estimate: Any) -> str:
         ("Bubble", f"{e.bubble_fraction * 100:.1f} % of the step (critical rank)"),
         ("Backend", f"{e.backend}{' (measured)' if e.measured else ''}"),
         *([("Stack", f"{e.framework} ({e.framework_version})")] if e.framework_version else []),
+        *_money_rows(e),
     ]
     table = "| Measure | Value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
     notes = "".join(f"\n- {n}" for n in e.notes)
     return f"**{e.model.name}** on **{e.cluster.name}** · `{e.plan.describe()}`\n\n{table}\n{notes}"
+
+
+def _money_rows(e: Any) -> list[tuple[str, str]]:
+    """Dollars and energy of the plan at the default price and power (docs/cost.md); [] when not priced."""
+    from workbench.estimate.economics import default_economics
+
+    try:
+        econ, why = default_economics(e)
+    except ValueError:  # a device without a power row (a custom device): no money rows
+        return []
+    cost = (
+        f"${econ.usd_per_step:,.4f} per step, ${econ.usd_per_million_tokens:,.4f} per million tokens "
+        f"(${econ.usd_per_device_hour:,.2f} per device-hour)"
+        if econ.usd_per_step is not None
+        else "no public price for this device (CLI: --price-per-device-hour)"
+    )
+    energy = f"{econ.energy_j_per_step / 1e6:,.3f} MJ per step, {econ.tokens_per_joule:,.2f} tokens per joule"
+    return [("Cost", cost), ("Energy", energy)]
 
 
 class PlanView(param.Parameterized):

@@ -28,9 +28,10 @@ aggregate NICs for all-to-all: S. Jeaugey, NVIDIA/nccl-tests#267, #130), with on
 ``p2p_s`` stays the alpha-beta send over the level that joins the two ranks (the preset's latency and rate).
 
 Known error: NCCL's latencies are for ranking algorithms, not for prediction: medium sizes are off by up to 2x
-(the tree correction factors show it); NCCL's model puts single-node NVLS all-reduce at the ring's ~370 GB/s
-bus bandwidth where nccl-tests measures ~480 GB/s (NVIDIA/nccl-tests#212). CollNet-Direct is not modelled; CPU
-vendor is taken as Intel/Arm (``llMaxBws`` row 0) across nodes.
+(the tree correction factors show it). NVLS takes the NVLS graph's channels and per-channel bandwidth without
+the search's rounding (``_nvls``): 8 H100 reach ~487 GB/s all-reduce bus bandwidth at 1 GiB where nccl-tests
+measures ~480 (NVIDIA/nccl-tests#212, NVIDIA/nccl#1455). CollNet-Direct is not modelled; CPU vendor is taken as
+Intel/Arm (``llMaxBws`` row 0) across nodes.
 
 ``efficiency_frac`` scales every bandwidth (default 1.0). Payloads, group sizes and strides may be scalars or
 numpy arrays (broadcast elementwise); loops run only over levels and (algorithm, protocol) pairs.
@@ -85,7 +86,10 @@ PER_CH_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (7
 PER_CH_NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
 NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)
 NVLS_CHANNELS = ((0, 0), (0, 0), (16, 16), (24, 32))
-"""nvls.cc: NVLS_NCHANNELS_SM90 16; SM100 24 inside one NVLink domain, 32 across (single, multi)."""
+"""nvls.cc: NVLS_NCHANNELS_SM90 16; SM100 24 inside one NVLink domain, 32 across (single, multi): the kernel's
+channels, used here only for the NVLS-Tree per-channel cap."""
+NVLS_MAX_ARITY = 32
+"""device.h ``NCCL_MAX_NVLS_ARITY``: the NVLS graph has at most this many channels (one head GPU each)."""
 NVLINK_LINK_FRAC = {3: 20.0 / 25.0, 4: 20.6 / 25.0, 5: 40.1 / 50.0}
 """topo.h SM80/SM90/SM100_NVLINK_BW over the NVLink3/4/5 line rate per link (25, 25, 50 GB/s)."""
 SPEED_ARRAY_INTER = (
@@ -242,11 +246,24 @@ def _tree(g: _Group, p: int, graph: Array, nch: Array, payload: Array) -> tuple[
 
 
 def _nvls(op: Op, g: _Group, tree: bool) -> tuple[Array, Array]:
-    """NVLS (NVLink SHARP; across domains with IB SHARP) or NVLS-Tree, Simple: (latency us, algbw bytes/s)."""
+    """NVLS (NVLink SHARP; across domains with IB SHARP) or NVLS-Tree, Simple: (latency us, algbw bytes/s).
+
+    tuning.cc prices NVLS as ``nChannels x min(bwIntra x nvlsEfficiency x (nChannels-1)/nChannels x 2, bwInter)``
+    with the NVLS *graph's* channels and per-channel bandwidth (search.cc): one channel per member of the domain
+    (``maxChannels = min(NCCL_MAX_NVLS_ARITY, ngpus)``), each channel's head GPU carrying its traffic twice
+    (``ncclTopoSearchTryNvls``, ``d0 == g ? 2 : 1``), so a GPU's NVLink carries ``(ppn + 1) x bwIntra``:
+    ``bwIntra = B / (ppn + 1)``. On one domain the search raises ``bwInter`` to twice ``bwIntra`` (pass 2), so it
+    does not bind. Together: all-reduce bus bandwidth ``2 x eff x B x (ppn - 1) / (ppn + 1)``, i.e. algbw
+    ``eff x B / (1 + 1/ppn)``: every GPU moves ``(1 + 1/ppn)`` times the payload each way (the switch reduces
+    and multicasts). NCCL's search rounds ``bwIntra`` down to its speed array (40 GB/s for 8 H100); we keep
+    the unrounded value (the rounding is a ranking artefact: it gives 476 GB/s for 8 H100, and 300-408 GB/s for
+    5-7 GPUs where nccl-tests measures 420-460, NVIDIA/nccl#1455)."""
     nch: Array = np.maximum(np.where(g.nodes > 1, NVLS_CHANNELS[g.arch][1], NVLS_CHANNELS[g.arch][0]), 1)
-    intra = g.intra_bytes_per_s * NVLS_EFFICIENCY[g.arch] * (nch - 1) / nch
+    heads = np.minimum(g.ppn, NVLS_MAX_ARITY)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        intra = g.intra_bytes_per_s / (heads + 1) * NVLS_EFFICIENCY[g.arch] * (heads - 1)
     intra = intra * 2.0 if op is Op.ALL_REDUCE else intra * (g.ppn - 1) / g.ppn
-    inter: Array = np.where(g.nodes > 1, g.inter_bytes_per_s, g.intra_bytes_per_s)
+    inter: Array = np.where(g.nodes > 1, g.inter_bytes_per_s, np.inf)
     if tree:
         inter = np.where(g.nodes <= 2, inter * 2, inter)
         inter = np.minimum(inter, nch * _by_nodes(PER_CH_NVLS_TREE_BW, g) * 1e9)

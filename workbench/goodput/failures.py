@@ -16,10 +16,11 @@ process start, NCCL init, data loader; the checkpoint read is priced from the st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.goodput.practice import GoodputOptions
 from workbench.presets.catalog import _Table, profiles_dir, read_toml
 from workbench.specs.files import check_input_file
 from workbench.specs.limits import MAX_DEVICES, check_count, check_real, shown
@@ -74,14 +75,17 @@ class FailureModel:
     repair_s: float
     """Time to repair or replace a node when no spare is free, seconds. >= 0."""
     source: str = ""
+    practice: GoodputOptions = field(default_factory=GoodputOptions)
+    """How the run checkpointed and recovered (the preset's ``[practice]``; defaults without one: async
+    checkpoints, no spares, wait for the repair)."""
 
     def __post_init__(self) -> None:
         where = f"FailureModel {shown(self.id)}"
         if not self.causes:
             raise ValueError(f"{where}: needs at least one cause")
         object.__setattr__(self, "causes", tuple(self.causes))
-        for field in ("restart_s", "repair_s"):
-            check_real(where, field, getattr(self, field), min_open=False, maximum=MAX_RECOVERY_S, unit="s")
+        for name in ("restart_s", "repair_s"):
+            check_real(where, name, getattr(self, name), min_open=False, maximum=MAX_RECOVERY_S, unit="s")
 
     def rate_per_s(self, num_devices: Any, num_nodes: Any, *, replace_only: bool = False) -> Any:
         """Job interruption rate, 1/s, for ``num_devices`` devices on ``num_nodes`` nodes (ints or numpy
@@ -172,19 +176,43 @@ def _cause(data: Any, origin: str, window: tuple[float, float] | None) -> Failur
         raise ValueError(f"{origin}: {exc}") from None
 
 
+def _practice(top: _Table, origin: str) -> GoodputOptions:
+    """The ``[practice]`` table (``checkpoint``, ``spare_nodes``, ``spare_frac``, ``on_failure``, ``source``), or
+    the defaults."""
+    if "practice" not in top.data:
+        return GoodputOptions()
+    where = f"{origin} [practice]"
+    t = _Table(
+        top.get("practice", dict), where, {"checkpoint", "spare_nodes", "spare_frac", "on_failure", "source"}
+    )
+    default = GoodputOptions()
+    try:
+        return GoodputOptions(
+            checkpoint=t.get("checkpoint", str, default.checkpoint),
+            spare_nodes=t.get("spare_nodes", int, default.spare_nodes),
+            spare_frac=float(t.number("spare_frac", default.spare_frac)),
+            on_failure=t.get("on_failure", str, default.on_failure),
+        )
+    except ValueError as exc:
+        raise ValueError(f"{where}: {str(exc).removeprefix('GoodputOptions: ')}") from None
+
+
 def load_failures(name_or_path: str | Path) -> FailureModel:
     """A failure preset id (``llama3``) or the path of a TOML file with the same schema (see the module
     docstring and ``profiles/failures/llama3.toml``). ValueError naming the file, the key and the value."""
     path = _resolve(name_or_path)
     origin = str(path)
     top = _Table(
-        read_toml(path, "failure file"), origin, {"id", "name", "source", "observed", "recovery", "causes"}
+        read_toml(path, "failure file"),
+        origin,
+        {"id", "name", "source", "observed", "recovery", "practice", "causes"},
     )
     window = _observed_hours(top, origin)
     causes = top.get("causes", list)
     if not causes:
         raise ValueError(f"{origin}: [[causes]] needs at least one entry")
     rec = _Table(top.get("recovery", dict), f"{origin} [recovery]", {"restart_s", "repair_s", "source"})
+    practice = _practice(top, origin)
     try:
         return FailureModel(
             id=top.get("id", str),
@@ -193,6 +221,7 @@ def load_failures(name_or_path: str | Path) -> FailureModel:
             causes=tuple(_cause(c, f"{origin} causes[{i}]", window) for i, c in enumerate(causes)),
             restart_s=float(rec.number("restart_s")),
             repair_s=float(rec.number("repair_s")),
+            practice=practice,
         )
     except ValueError as exc:
         text = str(exc)

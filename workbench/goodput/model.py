@@ -35,47 +35,24 @@ import numpy as np
 
 from workbench.goodput import checkpoint as ck
 from workbench.goodput.interval import goodput_frac, optimal_interval_s
-from workbench.specs.limits import MAX_NODES, check_count
+from workbench.goodput.practice import CHECKPOINT_MODES as CHECKPOINT_MODES
+from workbench.goodput.practice import ON_FAILURE as ON_FAILURE
+from workbench.goodput.practice import GoodputOptions
 
 if TYPE_CHECKING:
     from workbench.goodput.failures import FailureModel
     from workbench.specs.estimate import Estimate
     from workbench.specs.hardware import ClusterSpec, StorageSpec
 
-CHECKPOINT_MODES = ("sync", "async")
-ON_FAILURE = ("wait", "shrink")
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class GoodputOptions:
-    """How the run checkpoints and recovers."""
-
-    checkpoint: str = "async"
-    """``sync`` (training waits for the write) or ``async`` (waits for the copy to host memory only)."""
-    spare_nodes: int = 0
-    """Hot spare nodes kept idle beside the job (paid for the whole run). >= 0."""
-    on_failure: str = "wait"
-    """With no free spare: ``wait`` for the repair, or ``shrink`` dp and run on until it (elastic)."""
-
-    def __post_init__(self) -> None:
-        if self.checkpoint not in CHECKPOINT_MODES:
-            raise ValueError(
-                f"GoodputOptions: checkpoint must be one of {', '.join(CHECKPOINT_MODES)}, got {self.checkpoint!r}"
-            )
-        if self.on_failure not in ON_FAILURE:
-            raise ValueError(
-                f"GoodputOptions: on_failure must be one of {', '.join(ON_FAILURE)}, got {self.on_failure!r}"
-            )
-        check_count("GoodputOptions", "spare_nodes", self.spare_nodes, minimum=0, maximum=MAX_NODES)
-
-
-def poisson_tail(mean: Any, k: int) -> Any:
-    """``P(N >= k)`` for ``N ~ Poisson(mean)`` (arrays broadcast); 1 for ``k = 0``."""
+def poisson_tail(mean: Any, k: Any) -> Any:
+    """``P(N >= k)`` for ``N ~ Poisson(mean)`` (``mean`` and integer ``k`` broadcast); 1 for ``k = 0``."""
     mean = np.asarray(mean, dtype=np.float64)
+    k = np.asarray(k)
     term = np.exp(-mean)
-    below = np.zeros_like(mean)
-    for i in range(k):
-        below = below + term
+    below = np.zeros(np.broadcast(mean, k).shape)
+    for i in range(int(np.max(k, initial=0))):
+        below = below + np.where(i < k, term, 0.0)
         term = term * mean / (i + 1)
     return np.clip(1.0 - below, 0.0, 1.0)
 
@@ -117,7 +94,8 @@ def goodput_columns(
     tau = steps * step
     restart = failures.restart_s + restore + lag
     replace_frac = failures.rate_per_s(num_devices, num_nodes, replace_only=True) * mtbf
-    busy = poisson_tail(replace_frac / mtbf * failures.repair_s, options.spare_nodes)
+    spares = options.spares(num_nodes)
+    busy = poisson_tail(replace_frac / mtbf * failures.repair_s, spares)
     if options.on_failure == "wait":
         waited = failures.repair_s + 0.0 * lost_frac
     else:
@@ -134,7 +112,7 @@ def goodput_columns(
         "restore_s": restore,
         "downtime_s": downtime,
         "goodput_frac": goodput_frac(tau, stall, mtbf, restart, downtime),
-        "spare_devices": options.spare_nodes * devices_per_node + 0.0 * mtbf,
+        "spare_devices": spares * devices_per_node + 0.0 * mtbf,
     }
 
 
@@ -200,8 +178,9 @@ def estimate_goodput(
     est: Estimate, failures: FailureModel, options: GoodputOptions | None = None
 ) -> GoodputEstimate:
     """Goodput of ``est``'s plan on its cluster under ``failures`` (checkpoint size from its memory table,
-    ``workbench.goodput.checkpoint.checkpoint_bytes``; storage from ``est.cluster.storage`` or the defaults)."""
-    options = options or GoodputOptions()
+    ``workbench.goodput.checkpoint.checkpoint_bytes``; storage from ``est.cluster.storage`` or the defaults),
+    with ``options`` or else the preset's own practice (``failures.practice``)."""
+    options = options or failures.practice
     p = est.plan
     size = ck.checkpoint_bytes(est).total_bytes
     cols = cluster_goodput_columns(
@@ -219,7 +198,7 @@ def estimate_goodput(
     return GoodputEstimate(
         failures_id=failures.id,
         checkpoint_mode=options.checkpoint,
-        spare_nodes=options.spare_nodes,
+        spare_nodes=int(options.spares(est.cluster.num_nodes)),
         on_failure=options.on_failure,
         checkpoint_bytes=size,
         **{k: v for k, v in values.items() if k not in ("checkpoint_interval_steps", "spare_devices")},

@@ -30,6 +30,7 @@ from workbench.specs.hardware import (
 )
 from workbench.specs.limits import check_real, shown
 from workbench.specs.model import ModelSpec
+from workbench.specs.price import PRICE_KINDS, PriceSpec, check_iso_date
 
 KINDS = {"model": ("models", ".json"), "device": ("hardware", ".toml"), "cluster": ("clusters", ".toml")}
 
@@ -290,20 +291,83 @@ def load_cluster(name_or_path: str | Path, num_nodes: int | None = None) -> Clus
     top = _Table(
         data,
         origin,
-        {"id", "name", "device", "devices_per_node", "default_num_nodes", "source", "levels", "storage"},
+        {
+            "id",
+            "name",
+            "device",
+            "devices_per_node",
+            "default_num_nodes",
+            "source",
+            "levels",
+            "storage",
+            "price",
+        },
     )
     levels = top.get("levels", list)
     storage = top.data.get("storage")
+    device = load_device(_device_ref(top.get("device", str), path))
+    price = None
+    if "price" in top.data:
+        price = price_row_from_toml(top.data["price"], f"{origin} [price]", device=device.id)
     try:
         return ClusterSpec(
             id=top.get("id", str),
             name=top.get("name", str),
-            device=load_device(_device_ref(top.get("device", str), path)),
+            device=device,
             devices_per_node=top.get("devices_per_node", int),
             num_nodes=num_nodes if num_nodes is not None else top.get("default_num_nodes", int, 1),
             levels=tuple(_level_from_toml(lv, f"{origin} levels[{i}]") for i, lv in enumerate(levels)),
             source=top.get("source", str, ""),
             storage=None if storage is None else _storage_from_toml(storage, f"{origin} [storage]"),
+            price=price,
+        )
+    except ValueError as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith(origin) else f"{origin}: {text}") from None
+
+
+PRICE_ROW_KEYS = {
+    "device",
+    "kind",
+    "usd_per_device_hour",
+    "provider",
+    "region",
+    "date_read",
+    "page_date",
+    "source",
+    "note",
+}
+
+
+def price_row_from_toml(data: Any, origin: str, device: str | None = None) -> PriceSpec:
+    """One price row (``profiles/prices/*.toml`` ``[[prices]]``, or a cluster file's ``[price]`` for its
+    ``device``, without the ``device`` key) as a ``PriceSpec``; ValueError naming ``origin``, the key and what is
+    allowed (a price <= 0, no ``date_read``, no ``source``, an unknown key or kind)."""
+
+    if not isinstance(data, dict):
+        raise ValueError(f"{origin}: must be a table, got {type(data).__name__}")
+    keys = PRICE_ROW_KEYS - {"device"} if device is not None else PRICE_ROW_KEYS
+    t = _Table(data, origin, keys)
+    if "date_read" not in t.data:
+        raise ValueError(f"{origin}: missing key 'date_read' (YYYY-MM-DD: when the price was read)")
+    kind = t.get("kind", str, "on_demand")
+    if kind not in PRICE_KINDS[:2]:
+        raise ValueError(f"{origin}: key 'kind' must be one of {', '.join(PRICE_KINDS[:2])}, got {kind!r}")
+    price = t.number("usd_per_device_hour")
+    if price <= 0:
+        raise ValueError(
+            f"{origin}: key 'usd_per_device_hour' must be > 0 (US dollars per device-hour), got {price!r}"
+        )
+    try:
+        return PriceSpec(
+            device=device if device is not None else t.get("device", str),
+            usd_per_device_hour=float(price),
+            kind=kind,
+            provider=t.get("provider", str, ""),
+            region=t.get("region", str, ""),
+            date_read=check_iso_date(origin, "key 'date_read'", t.data["date_read"]),
+            source=t.get("source", str),
+            note=t.get("note", str, ""),
         )
     except ValueError as exc:
         text = str(exc)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import Workload
+    from workbench.specs.price import PriceSpec
 
 COLUMNS = ("rank", *PLAN_COLUMNS, *METRIC_COLUMNS)
 
@@ -163,7 +164,7 @@ def _order(rows: list[dict], objective: str) -> list[dict]:
     each tier distinct layouts come in objective order with the variants of a layout folded under it (its best
     plan, then the others: ``layout_rank``, ``variant``). ``tied`` marks the plans within ``TIE_FRAC`` of the
     best one."""
-    col, higher = rank.OBJECTIVES[objective]
+    col, higher = _rank_column(objective, rows), rank.OBJECTIVES[objective][1]
     sign = -1.0 if higher else 1.0
     ranked = sorted(rows, key=lambda r: (not r["refined"], not r["fits"], sign * r[col]))
     tiers: dict[tuple[bool, bool], dict[str, list[dict]]] = {}
@@ -205,6 +206,7 @@ def search(
     refine_progress: Callable[[int], None] | None = None,
     failures: FailureModel | None = None,
     goodput_options: GoodputOptions | None = None,
+    price: PriceSpec | None = None,
 ) -> SearchResult:
     """Rank every parallel plan of ``model`` on ``cluster`` (or on each of ``nodes`` node counts).
 
@@ -215,7 +217,8 @@ def search(
     ``workbench.search.rank``). With ``failures`` (a ``workbench.goodput.FailureModel``; required by the goodput
     objectives) every plan also gets ``rank.GOODPUT_COLUMNS`` (checkpointing and recovery as
     ``goodput_options`` say), and for a goodput objective each cluster size is screened on its own so that
-    every size keeps its best plans. Raises ValueError for an unknown objective, a goodput objective without
+    every size keeps its best plans. With ``price`` (a ``workbench.specs.price.PriceSpec``) every plan also gets
+    ``rank.PRICE_COLUMNS`` and ``cost``/``goodput-cost`` rank by dollars. Raises ValueError for an unknown objective, a goodput objective without
     failures, bad node counts or an unavailable backend. No feasible plan is not an error:
     ``plans`` is empty and ``closest_misses`` lists the plans that failed only on memory. A token budget
     outside ``workbench.specs.limits`` raises ValueError.
@@ -229,9 +232,7 @@ def search(
     if objective in rank.GOODPUT_OBJECTIVES and failures is None:
         raise ValueError(f"objective {objective!r} needs a failure model (failures=..., --failures PRESET)")
     if failures is not None and goodput_options is None:
-        from workbench.goodput import GoodputOptions as _Options
-
-        goodput_options = _Options()
+        goodput_options = failures.practice
     if top_k < 0 or keep < 1:
         raise ValueError(f"top_k must be >= 0 and keep >= 1, got top_k={top_k}, keep={keep}")
     constraints = constraints or Constraints()
@@ -283,6 +284,8 @@ def search(
         if failures is not None:
             add_goodput(best[:top_k], **goodput_kw)  # type: ignore[arg-type]
     refine_s = time.perf_counter() - start
+    if price is not None:
+        _add_dollars(best, price.usd_per_device_hour)
     pareto_keys = {
         r["plan"] + str(r["num_devices"]) for r in rows_from_pool(out.frontier, out.schedule_names, capacity)
     }
@@ -299,6 +302,8 @@ def search(
         r["pareto"] = True
     misses = sorted(rows_from_pool(out.misses, out.schedule_names, capacity), key=lambda r: r["memory_frac"])
     columns = COLUMNS + (rank.GOODPUT_COLUMNS if failures is not None else ())
+    if price is not None:
+        columns += rank.PRICE_COLUMNS + (("goodput_usd_to_train",) if failures is not None else ())
     return SearchResult(
         model=model,
         clusters=out.clusters,
@@ -315,11 +320,41 @@ def search(
         screen_s=out.screen_s,
         refine_s=refine_s,
         estimates=tuple(est_by_key[id(r)] for r in ordered if id(r) in est_by_key),
-        explanation=_explanation(ordered, col),
+        explanation=_explanation(ordered, _rank_column(objective, ordered)),
         goodput=None if failures is None else _settings(failures, goodput_options),
         framework=cal.framework.id,
         framework_version=cal.framework.version,
+        price=None if price is None else _price_settings(price),
     )
+
+
+def _add_dollars(rows: list[dict], usd_per_device_hour: float) -> None:
+    """``rank.PRICE_COLUMNS`` on ``rows`` (in place): device-hours (and failure-priced ones) times the price."""
+    for r in rows:
+        r["usd_to_train"] = r["device_hours"] * usd_per_device_hour
+        if "goodput_device_hours" in r:
+            r["goodput_usd_to_train"] = r["goodput_device_hours"] * usd_per_device_hour
+
+
+def _rank_column(objective: str, rows: list[dict]) -> str:
+    """The column ``objective`` ranks by: dollars when the rows have them, else ``rank.OBJECTIVES``'."""
+    priced = rank.PRICED_OBJECTIVES.get(objective)
+    if priced is not None and rows and priced in rows[0]:
+        return priced
+    return rank.OBJECTIVES[objective][0]
+
+
+def _price_settings(price: PriceSpec) -> dict[str, object]:
+    """The price a search used (plain JSON)."""
+    return {
+        "usd_per_device_hour": price.usd_per_device_hour,
+        "kind": price.kind,
+        "provider": price.provider,
+        "region": price.region,
+        "date_read": price.date_read,
+        "source": price.source,
+        "describe": price.describe(),
+    }
 
 
 def _explanation(ordered: list[dict], col: str) -> str:
@@ -338,13 +373,12 @@ def _explanation(ordered: list[dict], col: str) -> str:
 
 def _settings(failures: FailureModel, options: GoodputOptions | None) -> dict[str, object]:
     """The failure model and checkpoint/recovery options a goodput search used (plain JSON)."""
-    from workbench.goodput import GoodputOptions as _Options
-
-    opts = options or _Options()
+    opts = options or failures.practice
     return {
         "failures": failures.id,
         "checkpoint": opts.checkpoint,
         "spare_nodes": opts.spare_nodes,
+        "spare_frac": opts.spare_frac,
         "on_failure": opts.on_failure,
         "restart_overhead_s": failures.restart_s,
         "repair_s": failures.repair_s,

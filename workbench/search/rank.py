@@ -5,7 +5,8 @@ Objectives (all computed from the screened step time):
 - ``throughput``: tokens per second over the cluster (higher is better);
 - ``time``: seconds to train a token budget, ``budget / tokens_per_s`` (lower is better);
 - ``cost``: device-hours to train the budget, ``time * num_devices / 3600`` (lower is better): on one
-  cluster size it ranks like throughput, across node counts it favours the most efficient size;
+  cluster size it ranks like throughput, across node counts it favours the most efficient size; with a price
+  (``search(..., price=...)``) its dollars, ``usd_to_train`` (``PRICED_OBJECTIVES``);
 - ``goodput-time`` and ``goodput-cost``: the same once failures count (:mod:`workbench.goodput`): wall time
   ``time / goodput_frac`` and its device-hours, hot spares included. Larger clusters fail more often, so the
   size that minimises these can be smaller than the one that minimises ``time``/``cost``. They need a failure
@@ -42,6 +43,14 @@ GOODPUT_COLUMNS = (
     "goodput_device_hours",
 )
 """Result columns added when the search has a failure model (seconds, bytes, 0..1, hours)."""
+
+PRICE_COLUMNS = ("usd_to_train",)
+"""Result column added when the search has a price: ``device_hours x usd_per_device_hour`` (and, with a failure
+model, ``goodput_usd_to_train``: the wall time's device-hours, spares in, priced: the lost time has a price)."""
+
+PRICED_OBJECTIVES: dict[str, str] = {"cost": "usd_to_train", "goodput-cost": "goodput_usd_to_train"}
+"""With a price, ``cost`` and ``goodput-cost`` rank by dollars. One device kind at one price per device-hour,
+so the order is the device-hours' order (the screen ranks by device-hours); the dollars are what is shown."""
 
 DEFAULT_TOKEN_BUDGET = 1e12
 """Tokens of the training run the ``time`` and ``cost`` objectives price (1 T tokens; Llama 2 trained on 2 T,

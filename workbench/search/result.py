@@ -177,6 +177,8 @@ class SearchResult:
     goodput: dict[str, Any] | None = None
     """With a failure model: its id and the checkpoint/recovery options (``plans`` then has
     ``workbench.search.rank.GOODPUT_COLUMNS``); None otherwise."""
+    price: dict[str, Any] | None = None
+    """With a price: the ``PriceSpec`` used (``plans`` then has ``workbench.search.rank.PRICE_COLUMNS``)."""
 
     @property
     def feasible(self) -> bool:
@@ -223,6 +225,7 @@ class SearchResult:
             "rejections": dict(self.rejections),
             "explanation": self.explanation,
             **({"goodput": dict(self.goodput)} if self.goodput is not None else {}),
+            **({"price": dict(self.price)} if self.price is not None else {}),
             "plans": _finite(self.plans.to_dicts()),
             "pareto": _finite(self.pareto.to_dicts()),
             "closest_misses": _finite(self.closest_misses.to_dicts()),

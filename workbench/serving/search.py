@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
+    from workbench.specs.price import PriceSpec
 
 __all__ = [
     "NO_TARGET_RATE_PER_S",
@@ -205,12 +206,17 @@ def serve_search(
     calibration: Calibration,
     *,
     constraints: ServingSearchConstraints | None = None,
+    price: PriceSpec | None = None,
 ) -> ServingSearchResult:
     """Search the serving plans on ``cluster`` (or ``constraints.num_devices`` of it) for the highest SLO-goodput
     per device (module docstring). ``workload`` gives the lengths and the judged request count of each
     simulation; with ``arrival='poisson'`` its ``request_rate_per_s`` is the target: a plan that misses the SLO at
     that rate is counted under ``slo`` (pass ``NO_TARGET_RATE_PER_S`` for no target), and each kept plan's
     goodput is the highest rate at which it meets the SLO, to ``constraints.rate_rel_tol``.
+
+    With ``price`` (a ``workbench.specs.price.PriceSpec``) the table gets ``usd_per_million_output_tokens`` at
+    each plan's goodput point (``price x devices / 3600 / goodput output tokens/s x 10^6``): on one device kind
+    the order by goodput per device is the order by dollars per output token.
 
     Returns a ``ServingSearchResult``. Raises ValueError for a device budget above the cluster's devices, and
     what ``simulate`` raises for requests it refuses.
@@ -246,18 +252,36 @@ def serve_search(
         else:
             kept.append(found)
     kept.sort(key=KeptPlan.order)
-    notes = ["per dollar: DeviceSpec has no price field, so goodput is given per device only"]
+    table = results_table(kept)
+    if price is None:
+        notes = [
+            "per dollar: no price for this device (give a price per device-hour), goodput per device only"
+        ]
+    else:
+        notes = [f"price: {price.describe()}"]
+        table = with_dollars(table, price.usd_per_device_hour)
     if DType.FP8 not in cluster.device.peak_flop_per_s:
         notes.append(f"no fp8 plans: {cluster.device.id} has no fp8 peak")
     return ServingSearchResult(
         model=model, cluster=cluster, workload=workload, slo=slo, calibration=calibration, constraints=c,
-        table=results_table(kept), plans=tuple(k.screened.plan for k in kept),
+        table=table, plans=tuple(k.screened.plan for k in kept),
         screened=screened_table(passed, {id(s) for s in chosen}),
         rejections=pl.DataFrame({"reason": [k for k, _ in REASONS], "description": [t for _, t in REASONS],
                                  "num_plans": [counts[k] for k, _ in REASONS]}),
         num_candidates=num_candidates, num_simulations=evaluator.runs,
         goodput_workloads=tuple(k.point.workload for k in kept), notes=tuple(notes),
     )  # fmt: skip
+
+
+def with_dollars(table: pl.DataFrame, usd_per_device_hour: float) -> pl.DataFrame:
+    """``table`` with ``usd_per_million_output_tokens`` at the goodput point (``workbench.cost.dollars``)."""
+    from workbench.cost.dollars import usd_per_million_tokens
+
+    if not table.height:
+        return table.with_columns(pl.lit(None, dtype=pl.Float64).alias("usd_per_million_output_tokens"))
+    per_s = usd_per_device_hour * table["num_devices"].to_numpy() / 3600.0
+    usd = usd_per_million_tokens(per_s, table["goodput_output_tokens_per_s"].to_numpy())
+    return table.with_columns(pl.Series("usd_per_million_output_tokens", usd, dtype=pl.Float64))
 
 
 def _layout_key(plan: ServingPlan) -> tuple[object, ...]:

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from workbench.specs.errors import check_int, check_positive
 from workbench.specs.limits import MAX_DEVICES, MAX_NODES, check_real, shown
+from workbench.specs.price import PriceSpec
 
 
 class DType(StrEnum):
@@ -239,6 +240,8 @@ class ClusterSpec:
     source: str = ""
     storage: StorageSpec | None = None
     """The checkpoint storage path (``[storage]`` of the preset); None: the goodput model's stated defaults."""
+    price: PriceSpec | None = None
+    """What a device-hour of this cluster costs (``[price]`` of the file); None: the price table's."""
 
     def __post_init__(self) -> None:
         check_int(self, "devices_per_node", maximum=MAX_DEVICES, limit="MAX_DEVICES")
