@@ -66,6 +66,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
         "plan",
         "backend",
         "step (ms)",
+        "80% band (ms)",
         "tokens/s",
         "MFU",
         "TFLOP/s per device",
@@ -73,7 +74,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
         "fits",
         "bubble (critical rank)",
     ]
-    numeric = [True, False, False, True, True, True, True, True, False, True]
+    numeric = [True, False, False, True, False, True, True, True, True, False, True]
     rows, classes = [], []
     for i, e in enumerate(estimates):
         rows.append(
@@ -82,6 +83,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
                 e.plan.describe(),
                 e.backend + (" (measured)" if e.measured else ""),
                 f"{e.step_time_s * MS_PER_S:,.1f}",
+                _band_text(e),
                 f"{e.tokens_per_s:,.0f}",
                 f"{e.mfu * 100:.1f} %",
                 f"{e.model_flop_per_s_per_device / 1e12:,.0f}",
@@ -92,6 +94,15 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
         )
         classes.append(" ".join(c for c, on in (("chosen", i == chosen), ("nofit", not e.fits)) if on))
     return {"header": header, "rows": rows, "numeric": numeric, "classes": classes}
+
+
+def _band_text(e: Estimate) -> str:
+    """The step time's error band in ms ('-' without one), marked when widened (the notes say why)."""
+    if e.band is None:
+        return "-"
+    low, high = e.band.time_range(e.step_time_s)
+    text = f"{low * MS_PER_S:,.1f}-{high * MS_PER_S:,.1f}"
+    return text + (" (widened: " + "; ".join(e.band.notes) + ")" if e.band.widened else "")
 
 
 def comparison_table(predicted: Estimate, measured: Estimate) -> dict[str, Any]:

@@ -8,6 +8,7 @@ the schedule and builds the ``Estimate``; ``estimate_plan`` is the entry point (
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from workbench.cost import step
 from workbench.estimate.assemble import COMM_KINDS, PlanCosts, assemble
+from workbench.estimate.band import cached_band, regime_of
 from workbench.pipeline import bubble
 from workbench.pipeline.schedules import num_directions
 from workbench.pipeline.simulate import StageCosts
@@ -145,9 +147,11 @@ def estimate_plan(
     unsupported = cal.framework.unsupported(plan, dtype=workload.dtype)
     if unsupported:
         raise ValueError(f"framework {cal.framework.id} does not run: {'; '.join(unsupported)}")
-    return assemble(
+    est = assemble(
         model, cluster, workload, plan, analytic_costs(model, cluster, workload, plan, cal), backend=backend
     )
+    band = cached_band(regime_of(model, workload, plan, stack=cal.framework.group))
+    return est if band is None else replace(est, band=band)
 
 
 def _notes(cal: Calibration, plan: ParallelPlan, model: ModelSpec, device_id: str) -> tuple[str, ...]:
