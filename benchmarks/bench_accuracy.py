@@ -113,6 +113,7 @@ def main() -> None:
             print(
                 f"  {c['group']:20s} {c['constant']:28s} {c['value']:.3g} "
                 f"[{c['fold_min']:.3g}, {c['fold_max']:.3g}] std {c['fold_std']:.2g} over {c['num_folds']} folds"
+                f" (applied {c['applied_min']:.3g}-{c['applied_max']:.3g})"
             )
     first, best = per_estimate_time_s()
     print(f"estimate at pp=64, m=512: first call {first:.3f} s, repeated (cached schedule) {best:.3f} s")

@@ -157,7 +157,17 @@ def _print_cv_extras(result: dict[str, Any]) -> None:
     """Fitted constants' spread over the folds, mean signed error and the error band's coverage."""
     print_table(
         "Fitted constants over the leave-one-source-out folds",
-        ["fit group", "constant", "in-sample", "fold min", "fold max", "fold std", "folds", "spread"],
+        [
+            "fit group",
+            "constant",
+            "in-sample",
+            "fold min",
+            "fold max",
+            "fold std",
+            "folds",
+            "spread",
+            "applied",
+        ],
         [
             [
                 c["group"],
@@ -168,6 +178,7 @@ def _print_cv_extras(result: dict[str, Any]) -> None:
                 _fmt(c["fold_std"]),
                 str(c["num_folds"]),
                 _pct(c["spread_frac"]),
+                f"{_fmt(c['applied_min'])}-{_fmt(c['applied_max'])}",
             ]
             for c in result["constant_spread"]
         ],

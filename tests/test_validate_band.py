@@ -50,6 +50,8 @@ def test_constant_spread_is_the_range_over_the_folds() -> None:
     assert spread["k"]["fold_min"] == 0.7 and spread["k"]["fold_max"] == 0.9 and spread["k"]["num_folds"] == 2
     assert spread["k"]["spread_frac"] == pytest.approx(0.25) and spread["k"]["fold_std"] == pytest.approx(0.1)
     assert spread["h"]["num_folds"] == 1 and spread["h"]["fold_std"] == 0.0
+    # fold C left the group's source out: it applies the pooled 0.5
+    assert (spread["k"]["applied_min"], spread["k"]["applied_max"]) == (0.5, 0.9)
 
 
 def test_cross_validation_writes_a_band_table_that_reads_back(tmp_path: Path) -> None:

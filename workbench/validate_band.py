@@ -67,15 +67,22 @@ def write_band_table(path: str | Path, table: BandTable) -> Path:
 
 
 def constant_spread(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One entry per (fit group, constant) of the in-sample fit: ``value`` (in sample), ``fold_min``,
-    ``fold_max``, ``fold_std`` (population) and ``num_folds`` over the folds that fitted it, and
-    ``spread_frac`` = (max - min) / value (None when value is 0)."""
+    """One entry per (fit group, constant) of the in-sample fit: ``value`` (in sample), and over the folds
+    that fitted it ``fold_min``, ``fold_max``, ``fold_std`` (population), ``num_folds`` and ``spread_frac`` =
+    (max - min) / value (None when value is 0); ``applied_min`` / ``applied_max``: the range of what every fold
+    applies to the group, the pooled value where the fold left the group's only source out (what a stack
+    without published runs would get)."""
     out = []
     for group, consts in sorted(result["fits"].items()):
         for name, value in sorted(consts.items()):
             vals = [f[group][name] for f in result["folds"].values() if name in f.get(group, {})]
             if not vals:
                 continue
+            applied = [
+                f[group][name] if name in f.get(group, {}) else f.get("pooled", {}).get(name)
+                for f in result["folds"].values()
+            ]
+            applied_known = [a for a in applied if a is not None]
             lo, hi = min(vals), max(vals)
             out.append(
                 {
@@ -87,6 +94,8 @@ def constant_spread(result: dict[str, Any]) -> list[dict[str, Any]]:
                     "fold_std": statistics.pstdev(vals),
                     "num_folds": len(vals),
                     "spread_frac": (hi - lo) / value if value else None,
+                    "applied_min": min(applied_known),
+                    "applied_max": max(applied_known),
                 }
             )
     return out
@@ -160,7 +169,8 @@ def alternative_readings(
         other = "full" if current == "none" else "none"
         try:
             alt = score_case(
-                dataclasses.replace(case, plan=dataclasses.replace(case.plan, recompute=Recompute(other))), cal
+                dataclasses.replace(case, plan=dataclasses.replace(case.plan, recompute=Recompute(other))),
+                cal,
             )["predicted"]
         except (ValueError, LookupError):
             continue

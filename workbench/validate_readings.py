@@ -121,9 +121,10 @@ def read_arithmetic(
     )
 
 
-RECIPE_COLUMNS = ("fp8_recipe", "async_tp")
+RECIPE_COLUMNS = ("fp8_recipe", "async_tp", "torch_compile")
 """Optional columns of the project's validation schema (profiles/validation/README.md): how an FP8 run scaled
-its tensors and whether tensor parallelism ran asynchronously (its collectives overlapped with its GEMMs)."""
+its tensors, whether tensor parallelism ran asynchronously (its collectives overlapped with its GEMMs) and
+whether a PyTorch-native stack compiled its model (fused element-wise kernels)."""
 
 
 def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> FrameworkProfile:
@@ -131,8 +132,10 @@ def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> Framework
     weights and activations: torchao's float8 all-gathers are tensorwise only); ``async_tp`` true or false sets
     ``tp_comm_overlap`` (torchtitan ``enable_async_tensor_parallel``: torch's symmetric-memory
     ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter`` split each TP collective into per-rank chunks
-    overlapped with the partial GEMMs, as Transformer Engine's userbuffers overlap does). Blank: the profile's.
-    ValueError naming the column and the allowed values."""
+    overlapped with the partial GEMMs, as Transformer Engine's userbuffers overlap does); ``torch_compile`` true
+    or false sets ``fused_elementwise`` (torch.compile's Inductor fuses the norms, rotary embedding and SwiGLU
+    into few kernels; eager PyTorch runs each op as its own kernel, torchtitan ``compile.enable``). Blank: the
+    profile's. ValueError naming the column and the allowed values."""
     from workbench.specs.framework import FP8_RECIPES
 
     recipe = row.get("fp8_recipe", "").strip().lower()
@@ -143,9 +146,11 @@ def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> Framework
         if recipe == "rowwise":
             changes.update(fp8_tp_all_gather=False, fp8_param_gather=False)
         fw = replace(fw, **changes)  # type: ignore[arg-type]
-    async_tp = row.get("async_tp", "").strip().lower()
-    if async_tp not in ("", "true", "false"):
-        raise ValueError(f"column async_tp: {async_tp!r} is not true or false")
-    if async_tp:
-        fw = replace(fw, tp_comm_overlap=async_tp == "true")
+    flags = {"async_tp": "tp_comm_overlap", "torch_compile": "fused_elementwise"}
+    for column, field in flags.items():
+        value = row.get(column, "").strip().lower()
+        if value not in ("", "true", "false"):
+            raise ValueError(f"column {column}: {value!r} is not true or false")
+        if value:
+            fw = replace(fw, **{field: value == "true"})  # type: ignore[arg-type]
     return fw

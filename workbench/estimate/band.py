@@ -7,12 +7,13 @@ written by ``workbench validate --cv source --write-band``) holds every residual
 
 The band of a plan is read from the residuals of its regime (:class:`Regime`: the stack's fit group, the
 number of devices, and the features ZeRO-3, MoE, FP8, long context). The pool is the first of ``LEVELS``
-that holds at least ``MIN_POOL`` residuals from at least two sources: same stack and features within
+that holds at least ``MIN_POOL`` residuals: same stack and features within
 ``SCALE_FACTOR`` x the plan's device count, then any stack, then any scale, and so on. Its 10th and 90th
 percentiles, stretched about the median by the calibrated ``inflation`` (so that 80 % of out-of-sample
 residuals fall inside, :func:`coverage`), give the band. When no run of the stack, or none within
-``SCALE_FACTOR`` x of the scale with the plan's features, was validated, the band is widened by the calibrated
-``widening`` and says why.
+``SCALE_FACTOR`` x of the scale with the plan's features, was validated, the band is widened: at least the
+10-90 % spread of every residual stretched by its own calibrated ``widening`` (never narrower than the
+validated formula), and it says why.
 
 Pure Python (numpy): no I/O but :func:`load_band_table` (read once, cached).
 """
@@ -110,7 +111,8 @@ class BandTable:
     """Stretch of the pool's 10-90 % spread about its median so that ``COVERAGE_FRAC`` of out-of-sample
     residuals of validated regimes fall inside (:func:`calibrate`)."""
     widening: float = 1.0
-    """Further stretch for plans outside anything validated (calibrated the same way on those residuals)."""
+    """Stretch of a widened band (plans outside anything validated: the pool's spread joined with every
+    residual's) about the pool's median, calibrated the same way on the residuals read so."""
     generated: str = ""
     """Date and commit of the ``workbench validate --cv source`` run that wrote the table."""
     source: str = ""
@@ -131,7 +133,7 @@ LEVELS: tuple[tuple[str, Callable[[Regime, Regime], bool]], ...] = (
     ("same stack", lambda r, p: r.stack == p.stack),
     ("every run", lambda r, p: True),
 )  # fmt: skip
-"""Pools from the closest regime to the widest; the first with ``MIN_POOL`` residuals of >= 2 sources wins."""
+"""Pools from the closest regime to the widest; the first with ``MIN_POOL`` residuals wins."""
 
 
 def unvalidated(regime: Regime, residuals: Iterable[Residual]) -> tuple[str, ...]:
@@ -154,24 +156,34 @@ def unvalidated(regime: Regime, residuals: Iterable[Residual]) -> tuple[str, ...
 def _pool(regime: Regime, residuals: tuple[Residual, ...]) -> tuple[str, list[Residual]]:
     for name, match in LEVELS:
         members = [r for r in residuals if match(r.regime, regime)]
-        if len(members) >= MIN_POOL and len({r.source_key for r in members}) >= 2:
+        if len(members) >= MIN_POOL:
             return name, members
     return LEVELS[-1][0], list(residuals)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Spread:
-    """A pool's median and 10/90 % percentiles of ln(measured / predicted), before any stretch."""
+    """A pool's median and 10/90 % percentiles of ln(measured / predicted), before any stretch; widened: the
+    percentiles joined with every residual's (``wide_lo``, ``wide_hi``)."""
 
     mid: float
     q_lo: float
     q_hi: float
+    wide_lo: float
+    wide_hi: float
     num: int
     level: str
     notes: tuple[str, ...]
 
-    def bounds(self, stretch: float) -> tuple[float, float]:
-        return self.mid + stretch * (self.q_lo - self.mid), self.mid + stretch * (self.q_hi - self.mid)
+    def bounds(self, inflation: float, widening: float) -> tuple[float, float]:
+        """ln bounds: the pool's spread stretched by ``inflation`` about its median; widened, also at least
+        the joined spread stretched by ``widening``."""
+        lo, hi = self.mid + inflation * (self.q_lo - self.mid), self.mid + inflation * (self.q_hi - self.mid)
+        if not self.notes:
+            return lo, hi
+        wide_lo = self.mid + widening * (self.wide_lo - self.mid)
+        wide_hi = self.mid + widening * (self.wide_hi - self.mid)
+        return min(lo, wide_lo), max(hi, wide_hi)
 
 
 def _spread(regime: Regime, residuals: tuple[Residual, ...]) -> _Spread:
@@ -182,10 +194,13 @@ def _spread(regime: Regime, residuals: tuple[Residual, ...]) -> _Spread:
     level, members = _pool(regime, residuals)
     x = np.array([r.log_ratio for r in members])
     q_lo, q_hi = (float(q) for q in np.quantile(x, QUANTILES))
+    every_lo, every_hi = (float(q) for q in np.quantile([r.log_ratio for r in residuals], QUANTILES))
     return _Spread(
         mid=float(np.median(x)),
         q_lo=q_lo,
         q_hi=q_hi,
+        wide_lo=min(q_lo, every_lo),
+        wide_hi=max(q_hi, every_hi),
         num=len(members),
         level=level,
         notes=unvalidated(regime, residuals),
@@ -196,7 +211,7 @@ def band_for(regime: Regime, table: BandTable, *, exclude_source: str | None = N
     """The ``COVERAGE_FRAC`` band of ``regime`` from ``table`` (without the residuals of ``exclude_source``:
     how coverage is scored out of sample). ValueError when no residual is left."""
     s = _spread(regime, tuple(r for r in table.residuals if r.source_key != exclude_source))
-    lo, hi = s.bounds(table.inflation * (table.widening if s.notes else 1.0))
+    lo, hi = s.bounds(table.inflation, table.widening)
     return ErrorBand(
         low_frac=math.exp(lo),
         high_frac=math.exp(hi),
@@ -219,7 +234,7 @@ def _loso_spreads(table: BandTable) -> list[tuple[Residual, _Spread]]:
 def _coverage(spreads: list[tuple[Residual, _Spread]], inflation: float, widening: float) -> dict[str, Any]:
     inside: list[tuple[Residual, bool, bool]] = []
     for r, s in spreads:
-        lo, hi = s.bounds(inflation * (widening if s.notes else 1.0))
+        lo, hi = s.bounds(inflation, widening)
         inside.append((r, lo <= r.log_ratio <= hi, bool(s.notes)))
 
     def share(items: list[tuple[Residual, bool, bool]]) -> float | None:
@@ -249,7 +264,7 @@ STRETCH_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(71))
 
 def calibrate(table: BandTable, target: float = COVERAGE_FRAC) -> BandTable:
     """``table`` with ``inflation`` set so that the validated residuals' out-of-sample coverage is nearest
-    ``target``, then ``widening`` (>= 1) so that the widened ones' is (1 when there are fewer than
+    ``target``, and ``widening`` so that the widened ones' is (``inflation`` when there are fewer than
     ``MIN_POOL`` of them). A calibration of the band's width to its residuals, never of the model."""
     spreads = _loso_spreads(table)
 
@@ -258,10 +273,10 @@ def calibrate(table: BandTable, target: float = COVERAGE_FRAC) -> BandTable:
         scored = [(k, c) for k, c in scored if c is not None]
         return min(scored, key=lambda kc: (abs(kc[1] - target), kc[0]))[0] if scored else 1.0
 
-    inflation = best("validated", lambda k: _coverage(spreads, k, 1.0), 0.0)
-    if _coverage(spreads, inflation, 1.0)["num_widened"] < MIN_POOL:
-        return replace(table, inflation=inflation, widening=1.0)
-    widening = best("widened", lambda k: _coverage(spreads, inflation, k), 1.0)
+    inflation = best("validated", lambda k: _coverage(spreads, k, k), 0.0)
+    if _coverage(spreads, inflation, inflation)["num_widened"] < MIN_POOL:
+        return replace(table, inflation=inflation, widening=inflation)
+    widening = best("widened", lambda k: _coverage(spreads, inflation, k), 0.0)
     return replace(table, inflation=inflation, widening=widening)
 
 
