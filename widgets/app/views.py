@@ -268,8 +268,8 @@ def summary_markdown(estimate: Any) -> str:
     fits = "fits" if e.fits else "**does not fit**"
     rows = [
         ("Step time", f"{e.step_time_s * MS_PER_S:,.1f} ms"),
-        *_band_rows(e),
         ("Throughput", f"{e.tokens_per_s:,.0f} tokens/s"),
+        *_band_rows(e),
         ("MFU", f"{e.mfu * 100:.1f} %"),
         ("Model TFLOP/s per device", f"{e.model_flop_per_s_per_device / 1e12:,.1f} TFLOP/s"),
         (
