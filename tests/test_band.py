@@ -129,3 +129,15 @@ def test_estimates_carry_the_committed_band() -> None:
     assert est.band is not None and est.band.low_frac < 1.5 and est.band.high_frac > 0.6
     summary = est.summary()["band"]
     assert summary["step_time_low_s"] == pytest.approx(est.step_time_s / est.band.high_frac)
+
+
+def test_committed_band_covers_75_to_85_percent_of_residuals_out_of_sample() -> None:
+    """Issue 48's calibration target: each residual scored against the band read without its own source."""
+    from workbench.estimate.band import load_band_table
+
+    table = load_band_table()
+    if table is None:
+        pytest.skip("no committed band table")
+    cov = coverage(table)
+    assert cov["num_residuals"] > 200 and 0.75 <= cov["overall"] <= 0.85
+    assert table.widening >= 1.0

@@ -264,8 +264,9 @@ STRETCH_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(71))
 
 def calibrate(table: BandTable, target: float = COVERAGE_FRAC) -> BandTable:
     """``table`` with ``inflation`` set so that the validated residuals' out-of-sample coverage is nearest
-    ``target``, and ``widening`` so that the widened ones' is (``inflation`` when there are fewer than
-    ``MIN_POOL`` of them). A calibration of the band's width to its residuals, never of the model."""
+    ``target``, and ``widening`` (>= 1: a widened band spans at least every run's 10-90 % spread) so that the
+    widened ones' is (``inflation`` when there are fewer than ``MIN_POOL`` of them). A calibration of the
+    band's width to its residuals, never of the model."""
     spreads = _loso_spreads(table)
 
     def best(key: str, cover: Callable[[float], dict[str, Any]], floor: float) -> float:
@@ -276,7 +277,7 @@ def calibrate(table: BandTable, target: float = COVERAGE_FRAC) -> BandTable:
     inflation = best("validated", lambda k: _coverage(spreads, k, k), 0.0)
     if _coverage(spreads, inflation, inflation)["num_widened"] < MIN_POOL:
         return replace(table, inflation=inflation, widening=inflation)
-    widening = best("widened", lambda k: _coverage(spreads, inflation, k), 0.0)
+    widening = best("widened", lambda k: _coverage(spreads, inflation, k), 1.0)
     return replace(table, inflation=inflation, widening=widening)
 
 
