@@ -6,6 +6,8 @@ skipped rows with reasons, the plan-ranking check on the public set's grids (for
 each group of rows with the same model, device, device count and sequence length: the measured throughput
 of the predicted-best row over the measured best), and the time of one estimate at pp=64, m=512.
 With ``--cv`` the MAPE figures are leave-one-source-out (the headline) with the in-sample ones beside them.
+With ``--cv`` it also prints the mean signed error, the error band's out-of-sample coverage and every fitted
+constant's spread over the folds (:mod:`workbench.validate_band`).
 Usage: python benchmarks/bench_accuracy.py [--data CSV] [--calibration NAME] [--cv]
 """
 
@@ -74,7 +76,12 @@ def main() -> None:
     ap.add_argument("--calibration", default="default")
     ap.add_argument("--cv", action="store_true", help="leave one source out (refits; a few minutes)")
     args = ap.parse_args()
-    res = run_validation(args.data, calibration=args.calibration, cv="source" if args.cv else None)
+    if args.cv:
+        from workbench.validate_band import cross_validate_with_band
+
+        res, _ = cross_validate_with_band(args.data, calibration=args.calibration)
+    else:
+        res = run_validation(args.data, calibration=args.calibration)
     if args.cv:
         ins = res["in_sample"]
         print(f"in-sample throughput MAPE: {ins['mape']:.1%}; memory {ins['memory_mape']:.1%}")
@@ -99,6 +106,22 @@ def main() -> None:
     for s in res["skipped"]:
         print(f"skipped {s['id']}: {s['reason']}")
     ranking(res["rows"])
+    if args.cv:
+        signed = res["signed_error"]
+        print(f"mean signed error (predicted / measured throughput - 1): {signed['overall']:+.1%}")
+        for src, v in signed["by_source"].items():
+            print(f"  {src:20s} {v:+6.1%}")
+        cov = res["band"]["coverage"]
+        print(
+            f"80% band coverage out of sample: {cov['overall']:.1%} of {cov['num_residuals']} runs "
+            f"(validated {cov['validated']:.1%}, widened {cov['widened'] or 0:.1%} of {cov['num_widened']})"
+        )
+        for c in res["constant_spread"]:
+            print(
+                f"  {c['group']:20s} {c['constant']:28s} {c['value']:.3g} "
+                f"[{c['fold_min']:.3g}, {c['fold_max']:.3g}] std {c['fold_std']:.2g} over {c['num_folds']} folds"
+                f" (applied {c['applied_min']:.3g}-{c['applied_max']:.3g})"
+            )
     first, best = per_estimate_time_s()
     print(f"estimate at pp=64, m=512: first call {first:.3f} s, repeated (cached schedule) {best:.3f} s")
 

@@ -318,6 +318,15 @@ def _print_human(est: Any) -> None:
         f"MFU {s['mfu']:.1%}   HFU {s['hfu']:.1%}   {s['tflops_per_device']:.0f} TFLOP/s per device   "
         f"bubble {s['bubble_fraction']:.1%} (critical rank)"
     )
+    band = s.get("band")
+    if band:
+        click.echo(
+            f"{band['coverage_frac']:.0%} error band: step time {band['step_time_low_s']:.3f}-"
+            f"{band['step_time_high_s']:.3f} s, tokens/s {band['tokens_per_s_low']:,.0f}-"
+            f"{band['tokens_per_s_high']:,.0f} ({band['num_residuals']} published runs, {band['pool']})"
+        )
+        for note in band["notes"]:
+            click.echo(f"band widened: {note}")
     fits = "fits" if s["fits"] else "DOES NOT FIT"
     click.echo(
         f"peak memory {s['peak_memory_bytes'] / GIB:.1f} GiB of {s['memory_usable_bytes'] / GIB:.1f} GiB usable"

@@ -192,13 +192,21 @@ def memory_header(result: Any) -> str:
     return f"memory (of {usable_bytes(result) / GIB:.1f} GiB usable)"
 
 
+def _band_cell(r: dict[str, Any]) -> str:
+    """The step time's 80% error band (``workbench.search.planner.BAND_COLUMNS``), '+' when widened."""
+    low, high = r.get("step_time_low_s"), r.get("step_time_high_s")
+    if low is None or high is None:
+        return "-"
+    return f"{low:.3f}-{high:.3f}" + (" +" if r.get("band_note") else "")
+
+
 def _plan_rows(
     frame: Any, objective: str, multi: bool, limit: int, *, memory_col: str, usable: float
 ) -> tuple[list[str], list[list[Any]]]:
     cols = (
         ["#"]
         + (["nodes"] if multi else [])
-        + ["plan", "tokens/s", "MFU", "step s", memory_col, "bubble", "bottleneck"]
+        + ["plan", "tokens/s", "MFU", "step s", "80% band s", memory_col, "bubble", "bottleneck"]
     )
     if objective == "time":
         cols.append("days to train")
@@ -221,6 +229,7 @@ def _plan_rows(
             f"{r['tokens_per_s']:,.0f}",
             f"{r['mfu']:.1%}",
             f"{r['step_time_s']:.3f}",
+            _band_cell(r),
             f"{r['peak_memory_bytes'] / GIB:.1f} GiB"
             + ("" if r["fits"] and r["peak_memory_bytes"] <= usable else " !"),
             f"{r['bubble_fraction']:.1%}",
@@ -570,6 +579,13 @@ def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
     )
     if result.explanation:
         click.echo(f"why: {result.explanation}")
+    notes = (
+        sorted({n for n in result.plans.head(len(shown)).get_column("band_note").to_list() if n})
+        if ("band_note" in result.plans.columns)
+        else []
+    )
+    for note in notes:
+        click.echo(f"80% band widened (+): {note}")
     if sizes:
         print_sizes(sizes, result.token_budget, result.objective)
     if result.goodput is not None:

@@ -37,7 +37,13 @@ def _fmt(v: Any) -> str:
 @click.option(
     "--write-fit", "fit_path", default=None, help="With --cv: write the in-sample fit as a TOML file."
 )
-@click.option("--force", is_flag=True, help="Overwrite an existing --write-fit file.")
+@click.option(
+    "--write-band",
+    "band_path",
+    default=None,
+    help="With --cv: write the error-band table (out-of-sample residuals, calibrated) as a TOML file.",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing --write-fit or --write-band file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def validate_cmd(
     data: str | None,
@@ -46,6 +52,7 @@ def validate_cmd(
     kernels: str | None,
     cv: str | None,
     fit_path: str | None,
+    band_path: str | None,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -56,11 +63,10 @@ def validate_cmd(
     from workbench.specs.files import check_input_file
     from workbench.validate import DEFAULT_DATA, run_validation, write_fits
 
-    if fit_path and not cv:
-        raise click.BadParameter(
-            "needs --cv source (the in-sample fit is made there)", param_hint="--write-fit"
-        )
-    check_outputs(output_file("--write-fit", fit_path), force=force)
+    for flag, given in (("--write-fit", fit_path), ("--write-band", band_path)):
+        if given and not cv:
+            raise click.BadParameter("needs --cv source (made from its folds)", param_hint=flag)
+    check_outputs(output_file("--write-fit", fit_path), output_file("--write-band", band_path), force=force)
     path = check_input_file(data or DEFAULT_DATA, "file")  # a directory or a FIFO is named as such
     from workbench.serving.validate import is_serving_file
 
@@ -71,9 +77,23 @@ def validate_cmd(
             )
         _serving(path, calibration, as_json)
         return
-    result = run_validation(path, calibration=calibration, framework=framework, cv=cv, kernels=kernels)
+    source = f"workbench validate --cv source --data {path}"
+    if cv:
+        from workbench.validate_band import cross_validate_with_band, write_band_table
+
+        result, table = cross_validate_with_band(
+            path,
+            calibration=calibration,
+            framework=framework,
+            kernels=kernels,
+            generated=_generated_stamp(),
+            source=source,
+        )
+        if band_path:
+            write_outputs({band_path: lambda tmp: write_band_table(tmp, table)}, force=force)
+    else:
+        result = run_validation(path, calibration=calibration, framework=framework, kernels=kernels)
     if fit_path:
-        source = f"workbench validate --cv source --data {path}"
         write_outputs({fit_path: lambda tmp: write_fits(tmp, result["fits"], source=source)}, force=force)
     if as_json:
         echo_json(result)
@@ -128,6 +148,83 @@ def validate_cmd(
     _print_mape(result, "out-of-sample (leave one source out)" if cv else "")
     if cv:
         _print_mape(result["in_sample"], "in-sample (fit on all rows)")
+        _print_cv_extras(result)
+
+
+def _generated_stamp() -> str:
+    """Today's date and the checkout's commit (``git rev-parse --short HEAD``; 'unknown' outside git)."""
+    import datetime
+    import subprocess
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return f"{datetime.date.today().isoformat()} at commit {commit}"
+
+
+def _print_cv_extras(result: dict[str, Any]) -> None:
+    """Fitted constants' spread over the folds, mean signed error and the error band's coverage."""
+    print_table(
+        "Fitted constants over the leave-one-source-out folds",
+        [
+            "fit group",
+            "constant",
+            "in-sample",
+            "fold min",
+            "fold max",
+            "fold std",
+            "folds",
+            "spread",
+            "applied",
+        ],
+        [
+            [
+                c["group"],
+                c["constant"],
+                _fmt(c["value"]),
+                _fmt(c["fold_min"]),
+                _fmt(c["fold_max"]),
+                _fmt(c["fold_std"]),
+                str(c["num_folds"]),
+                _pct(c["spread_frac"]),
+                f"{_fmt(c['applied_min'])}-{_fmt(c['applied_max'])}",
+            ]
+            for c in result["constant_spread"]
+        ],
+    )
+    signed = result["signed_error"]
+    print_table(
+        "Mean signed error, out-of-sample (predicted / measured throughput - 1; > 0: predicted faster)",
+        ["source", "mean signed error"],
+        [[k, _pct(v)] for k, v in signed["by_source"].items()],
+    )
+    click.echo(f"out-of-sample mean signed error: {_pct(signed['overall'])}")
+    readings = result.get("readings", [])
+    if readings:
+        print_table(
+            "Rows read two ways (recompute blank, not settled by the row's arithmetic; out-of-sample predictions)",
+            ["id", "metric", "measured", "readings", "nearer the measured"],
+            [
+                [
+                    r["id"],
+                    (r["metric"] or "-").removeprefix("measured_"),
+                    _fmt(r["measured"]),
+                    ", ".join(f"{k}: {_fmt(v)}" for k, v in r["readings"].items()),
+                    r["supported"],
+                ]
+                for r in readings
+            ],
+        )
+    band = result["band"]
+    cov = band["coverage"]
+    click.echo(
+        f"80% error band, out-of-sample coverage: {_pct(cov['overall'])} of {cov['num_residuals']} runs"
+        f" (validated regimes {_pct(cov['validated'])}, widened {_pct(cov['widened'])} of"
+        f" {cov['num_widened']}); stretch {band['inflation']:g}, widening {band['widening']:g}"
+    )
 
 
 def _serving(path: Any, calibration: str, as_json: bool) -> None:

@@ -66,6 +66,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
         "plan",
         "backend",
         "step (ms)",
+        "80% band (ms)",
         "tokens/s",
         "MFU",
         "TFLOP/s per device",
@@ -73,7 +74,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
         "fits",
         "bubble (critical rank)",
     ]
-    numeric = [True, False, False, True, True, True, True, True, False, True]
+    numeric = [True, False, False, True, False, True, True, True, True, False, True]
     rows, classes = [], []
     for i, e in enumerate(estimates):
         rows.append(
@@ -82,6 +83,7 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
                 e.plan.describe(),
                 e.backend + (" (measured)" if e.measured else ""),
                 f"{e.step_time_s * MS_PER_S:,.1f}",
+                _band_text(e),
                 f"{e.tokens_per_s:,.0f}",
                 f"{e.mfu * 100:.1f} %",
                 f"{e.model_flop_per_s_per_device / 1e12:,.0f}",
@@ -92,6 +94,15 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
         )
         classes.append(" ".join(c for c, on in (("chosen", i == chosen), ("nofit", not e.fits)) if on))
     return {"header": header, "rows": rows, "numeric": numeric, "classes": classes}
+
+
+def _band_text(e: Estimate) -> str:
+    """The step time's error band in ms ('-' without one), marked when widened (the notes say why)."""
+    if e.band is None:
+        return "-"
+    low, high = e.band.time_range(e.step_time_s)
+    text = f"{low * MS_PER_S:,.1f}-{high * MS_PER_S:,.1f}"
+    return text + (" (widened: " + "; ".join(e.band.notes) + ")" if e.band.widened else "")
 
 
 def comparison_table(predicted: Estimate, measured: Estimate) -> dict[str, Any]:
@@ -179,6 +190,15 @@ def _table(header: list[str], rows: list[list[str]], numeric: list[bool]) -> dic
     return {"header": header, "rows": rows, "numeric": numeric, "classes": [""] * len(rows)}
 
 
+def _row_band(row: dict[str, Any]) -> str:
+    """A ranked plan's tokens/s band (``workbench.search.planner.BAND_COLUMNS``), '' without one."""
+    low, high = row.get("tokens_per_s_low"), row.get("tokens_per_s_high")
+    if low is None or high is None:
+        return ""
+    note = row.get("band_note") or ""
+    return f"{low:,.0f}-{high:,.0f}" + (f" (widened: {note})" if note else "")
+
+
 def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
     """The first ``max_rows`` plans of a search frame with its display columns, numbered from 1; a plan tied
     with #1 (within the model's ranking error, the planner's ``tied``) reads ``2 =``, and a variant of the
@@ -187,8 +207,8 @@ def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
     ok = feasible_mask(head)
     plan_cols = [c for c in ("plan", *PLAN_FIELDS) if c in head.columns]
     plan_cols = ["plan"] if "plan" in plan_cols else plan_cols
-    header = ["#", *plan_cols, "tokens/s", "MFU", "peak memory (GiB)", "fits", "rejected"]
-    numeric = [True, *(False for _ in plan_cols), True, True, True, False, False]
+    header = ["#", *plan_cols, "tokens/s", "80% band", "MFU", "peak memory (GiB)", "fits", "rejected"]
+    numeric = [True, *(False for _ in plan_cols), True, False, True, True, False, False]
     rows = []
     for i, row in enumerate(head.iter_rows(named=True)):
         mfu = row.get("mfu")
@@ -197,6 +217,7 @@ def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
                 str(i + 1) + (" =" if row.get("tied") and i > 0 else ""),
                 *(("└ " if c == "plan" and row.get("variant") else "") + str(row[c]) for c in plan_cols),
                 f"{row['tokens_per_s']:,.0f}",
+                _row_band(row),
                 f"{mfu * 100:.1f} %" if mfu is not None else "",
                 f"{row['peak_memory_bytes'] / GIB:,.1f}",
                 "yes" if row["fits"] else "no",

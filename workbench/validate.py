@@ -53,6 +53,7 @@ from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import AttentionKind, ModelSpec, NormKind
 from workbench.specs.plan import ParallelPlan, Recompute, Workload
+from workbench.validate_readings import apply_recipe_columns, read_arithmetic
 
 GIB = 2**30
 DEFAULT_DATA = profiles_dir() / "validation" / "training_public.csv"
@@ -588,7 +589,7 @@ def row_case(
     for col in BOOLEAN_COLUMNS:
         if row.get(col, "") not in ("", "true", "false"):
             raise Unexpressible(f"column {col}: {limits.shown(row[col])} is not true or false")
-    fw = row_framework(row, assumed, framework)
+    fw = apply_recipe_columns(row, row_framework(row, assumed, framework))
     model = row_model(row, assumed)
     cluster = row_cluster(row, assumed, data_dir)
     n = _required(row, "num_devices")
@@ -601,7 +602,11 @@ def row_case(
         if pp > 1:
             assumed.append("schedule")
     mbs = _int(row, "micro_batch_size", _default_mbs(row, fw, dp=dp, stages=pp * vpp), assumed)
-    recompute = row["recompute"] or ("full" if row["flops_definition"] == "hardware" else "none")
+    reading = read_arithmetic(row, model, cluster.device, seq_len=_required(row, "seq_len"), num_devices=n)
+    assumed.extend(reading.notes)
+    recompute = (
+        row["recompute"] or reading.recompute or ("full" if row["flops_definition"] == "hardware" else "none")
+    )
     if not row["recompute"]:
         assumed.append("recompute")
     if row["sequence_parallel"]:
@@ -612,7 +617,7 @@ def row_case(
     per_rank = (pp * vpp if fw.default_microbatches == "stages" else 2 * pp) if pp > 1 else 1
     gbs = _int(row, "global_batch_size", dp * mbs * per_rank, assumed)
     gbs = _whole_micro_batches(row, gbs, dp * mbs, assumed)
-    dtype = row["dtype"] or "bf16"
+    dtype = row["dtype"] or reading.dtype or "bf16"
     if not row["dtype"]:
         assumed.append("dtype")
     if model.num_layers % (pp * vpp):

@@ -243,6 +243,22 @@ def _others(names: dict[str, str], current: str) -> list[str]:
     return [n for n in names if n != current]
 
 
+def _band_rows(e: Any) -> list[tuple[str, str]]:
+    """The step time's error band (``workbench.estimate.band``) as summary rows; none without a band."""
+    if e.band is None:
+        return []
+    low, high = e.band.time_range(e.step_time_s)
+    rows = [
+        (
+            f"Step time, {e.band.coverage_frac:.0%} band",
+            f"{low * MS_PER_S:,.1f}-{high * MS_PER_S:,.1f} ms ({e.band.num_residuals} published runs)",
+        )
+    ]
+    if e.band.widened:
+        rows.append(("Band widened", "; ".join(e.band.notes)))
+    return rows
+
+
 def summary_markdown(estimate: Any) -> str:
     """The headline numbers of an Estimate as a Markdown table (header ``Measure | Value``), each with its
     unit."""
@@ -253,6 +269,7 @@ def summary_markdown(estimate: Any) -> str:
     rows = [
         ("Step time", f"{e.step_time_s * MS_PER_S:,.1f} ms"),
         ("Throughput", f"{e.tokens_per_s:,.0f} tokens/s"),
+        *_band_rows(e),
         ("MFU", f"{e.mfu * 100:.1f} %"),
         ("Model TFLOP/s per device", f"{e.model_flop_per_s_per_device / 1e12:,.1f} TFLOP/s"),
         (

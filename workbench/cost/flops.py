@@ -368,18 +368,38 @@ def unfused_model_ops(
     return ops
 
 
-FP8_CAST_BYTES: dict[str, float] = {"delayed": 4.0, "current": 6.0, "mxfp8": 3.25, "blockwise": 4.25}
+FP8_CAST_BYTES: dict[str, float] = {
+    "delayed": 4.0,
+    "current": 6.0,
+    "mxfp8": 3.25,
+    "blockwise": 4.25,
+    "tensorwise": 6.0,
+    "rowwise": 8.0,
+}
 """HBM bytes per value to quantise one 16-bit GEMM input to FP8, by Transformer Engine recipe: read 2, write 1,
 and on Hopper-style recipes a transposed copy for the weight-gradient GEMM (+1); ``current`` scaling reads the
 tensor once more for its amax (+2); MXFP8 needs no transposed copy on Blackwell but writes the rowwise and the
 columnwise quantisation with an E8M0 scale per 32 values (+0.25); blockwise (1x128 activations) a transposed
 copy and fp32 scales per 128 values (+0.25). Transformer Engine docs, "FP8 recipes"; DeepSeek-V3
-(arXiv:2412.19437) section 3.3. The names match ``workbench.specs.framework.FP8_RECIPES``."""
+(arXiv:2412.19437) section 3.3. torchao float8 (``torchao/float8/float8_scaling_utils.py``, compiled):
+``tensorwise`` is current scaling (an amax pass, then a cast that writes both layouts: 6); ``rowwise`` scales
+each row in the pass that casts it (read 2, write 1) and, for the weight-gradient GEMM, the other axis in a
+second amax pass and cast (read 2, read 2, write 1): 8. The names match
+``workbench.specs.framework.FP8_RECIPES``."""
+
+FP8_WEIGHT_CAST_PER_USE = frozenset({"rowwise"})
+"""Recipes whose linear layers cast their 16-bit weights to FP8 on every use (forward and backward of every
+micro-batch), ``FP8_CAST_BYTES`` per weight value: torchao's rowwise recipe all-gathers 16-bit weights (no
+float8 all-gather, torchao README "rowwise with bfloat16 all-gather") and caches no cast; the per-tensor
+recipes cast before the float8 all-gather (torchao ``enable_fsdp_float8_all_gather``) or cache the cast weight
+(Transformer Engine), which ``fp8_cast_op`` does not count."""
 
 
 FP8_VALUE_BYTES: dict[str, float] = {
     "delayed": 1.0,
     "current": 1.0,
+    "tensorwise": 1.0,
+    "rowwise": 1.0,
     "mxfp8": 1.0 + 1.0 / 32,
     "blockwise": FP8_TILE_BYTES,
 }
@@ -410,7 +430,21 @@ def fp8_cast_op(
         mlp = routed * (h + f) + (model.num_shared_experts * f / tp + h if model.num_shared_experts else 0.0)
     else:
         mlp = h + model.ffn_hidden_size / tp
-    return Op("fp8_casts", "memory", 0.0, FP8_CAST_BYTES[recipe] * tokens * (attn + mlp))
+    values = tokens * (attn + mlp)
+    if recipe in FP8_WEIGHT_CAST_PER_USE:
+        values = (
+            values + (model.attention_parameters() + _mlp_weights(model, moe_layer, capacity_factor)) / tp
+        )
+    return Op("fp8_casts", "memory", 0.0, FP8_CAST_BYTES[recipe] * values)
+
+
+def _mlp_weights(model: ModelSpec, moe_layer: bool, capacity_factor: float) -> float:
+    """Weights of one layer's MLP a token passes through (an MoE layer: the routed experts a rank runs are
+    at most all its experts; counted as top-k x capacity plus shared ones, the rows a cast reads per token)."""
+    if not moe_layer:
+        return float(model.mlp_parameters())
+    routed = model.experts_per_token * capacity_factor + model.num_shared_experts
+    return routed * model.mlp_parameters(model.moe_ffn_hidden_size, expert=True)
 
 
 def layer_ops(

@@ -82,7 +82,14 @@ MOE_LAYER_KERNELS = sum(MOE_LAYER_KERNEL_PARTS.values())
 BACKWARD_KERNELS = 2.0
 """Kernels launched backward per kernel forward (input and weight gradients) in the eager parts of the layer."""
 
-EXPERT_QUANTIZE_LAUNCHES: dict[str, float] = {"delayed": 0.0, "current": 3.0, "mxfp8": 1.0, "blockwise": 1.0}
+EXPERT_QUANTIZE_LAUNCHES: dict[str, float] = {
+    "delayed": 0.0,
+    "current": 3.0,
+    "mxfp8": 1.0,
+    "blockwise": 1.0,
+    "tensorwise": 3.0,
+    "rowwise": 3.0,
+}
 """Kernels Transformer Engine launches per expert to quantise one input of a grouped expert GEMM to FP8, by
 ``FrameworkProfile.fp8_recipe`` (Transformer Engine 2.9, the release Megatron-Bridge 25.11 pins:
 ``GroupedLinear`` quantises its input forward and its output gradient backward with ``tex.split_quantize``,
@@ -92,9 +99,17 @@ the MXFP8 and blockwise quantizers one cast kernel that also writes the block sc
 every split in one fused ``nvte_multi_cast_transpose`` launch: ``GROUPED_QUANTIZE_LAUNCHES``. The weights are
 quantised on the first micro-batch of a step and cached (``is_first_microbatch``): not counted."""
 
-GROUPED_QUANTIZE_LAUNCHES: dict[str, float] = {"delayed": 1.0, "current": 0.0, "mxfp8": 0.0, "blockwise": 0.0}
+GROUPED_QUANTIZE_LAUNCHES: dict[str, float] = {
+    "delayed": 1.0,
+    "current": 0.0,
+    "mxfp8": 0.0,
+    "blockwise": 0.0,
+    "tensorwise": 0.0,
+    "rowwise": 0.0,
+}
 """Launches per grouped GEMM input that do not scale with the experts (delayed scaling's fused multi-tensor
-cast, see ``EXPERT_QUANTIZE_LAUNCHES``)."""
+cast, see ``EXPERT_QUANTIZE_LAUNCHES``). torchao's recipes (no grouped GEMMs in torchao float8 of 2024-25)
+count as current scaling: an amax, a scale and a cast per input."""
 
 
 def routed_load(fw: FrameworkProfile, capacity_factor: float | None) -> float:

@@ -16,6 +16,7 @@ import numpy as np
 
 from workbench.cost import step
 from workbench.estimate.assemble import COMM_KINDS, PlanCosts, assemble
+from workbench.estimate.band import cached_band, regime_of
 from workbench.pipeline import bubble
 from workbench.pipeline.schedules import num_directions
 from workbench.pipeline.simulate import StageCosts
@@ -149,7 +150,9 @@ def estimate_plan(
     est = assemble(
         model, cluster, workload, plan, analytic_costs(model, cluster, workload, plan, cal), backend=backend
     )
-    return dataclasses.replace(est, framework=cal.framework.id, framework_version=cal.framework.version)
+    est = dataclasses.replace(est, framework=cal.framework.id, framework_version=cal.framework.version)
+    band = cached_band(regime_of(model, workload, plan, stack=cal.framework.group))
+    return est if band is None else dataclasses.replace(est, band=band)
 
 
 def _notes(cal: Calibration, plan: ParallelPlan, model: ModelSpec, device_id: str) -> tuple[str, ...]:

@@ -29,6 +29,24 @@ if TYPE_CHECKING:
 
 COLUMNS = ("rank", *PLAN_COLUMNS, *METRIC_COLUMNS)
 
+BAND_COLUMNS = ("step_time_low_s", "step_time_high_s", "tokens_per_s_low", "tokens_per_s_high", "band_note")
+"""The ranked plans' 80 % error band (:mod:`workbench.estimate.band`): step time and whole-cluster tokens/s
+at its ends, and why it is widened ('' when the plan's regime was validated)."""
+
+
+def add_bands(rows: list[dict], model: ModelSpec, workload: Workload, stack: str) -> None:
+    """Set ``BAND_COLUMNS`` on ``rows`` (in place) from the committed band table; nothing without one."""
+    from workbench.estimate.band import cached_band, regime_of
+    from workbench.search.refine import plan_from_row
+
+    for r in rows:
+        band = cached_band(regime_of(model, workload, plan_from_row(r), stack=stack))
+        if band is None:
+            continue
+        r["step_time_low_s"], r["step_time_high_s"] = band.time_range(float(r["step_time_s"]))
+        r["tokens_per_s_low"], r["tokens_per_s_high"] = band.throughput_range(float(r["tokens_per_s"]))
+        r["band_note"] = "; ".join(band.notes)
+
 
 def _clusters(cluster: ClusterSpec, nodes: Sequence[int] | None) -> list[ClusterSpec]:
     if not nodes:
@@ -295,13 +313,14 @@ def search(
     ordered = _order(best, objective)
     for i, r in enumerate(ordered):
         r["rank"] = i + 1
+    add_bands(ordered, model, workload, cal.framework.group)
     frontier = sorted(
         rows_from_pool(out.frontier, out.schedule_names, capacity), key=lambda r: r["peak_memory_bytes"]
     )
     for r in frontier:
         r["pareto"] = True
     misses = sorted(rows_from_pool(out.misses, out.schedule_names, capacity), key=lambda r: r["memory_frac"])
-    columns = COLUMNS + (rank.GOODPUT_COLUMNS if failures is not None else ())
+    columns = COLUMNS + BAND_COLUMNS + (rank.GOODPUT_COLUMNS if failures is not None else ())
     if price is not None:
         columns += rank.PRICE_COLUMNS + (("goodput_usd_to_train",) if failures is not None else ())
     return SearchResult(

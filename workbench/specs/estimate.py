@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import polars as pl
 
+    from workbench.specs.band import ErrorBand
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import ParallelPlan, Workload
@@ -130,6 +131,10 @@ class Estimate:
     """The framework profile (stack) the plan was priced for, by id; empty when the backend names none."""
     framework_version: str = ""
     """The release(s) of that stack (``FrameworkProfile.version``)."""
+    band: ErrorBand | None = None
+    """The 80 % error band of the throughput (and, inverted, the step time) from the out-of-sample residuals
+    of published runs of the plan's regime (:mod:`workbench.estimate.band`); None for measured estimates or
+    without a band table."""
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -178,6 +183,21 @@ class Estimate:
             "memory": {k: float(peak[k]) for k in (*MEMORY_COLUMNS, "total_bytes")},
             "measured": self.measured,
             "notes": list(self.notes),
+            "band": None if self.band is None else self.band_summary(),
+        }
+
+    def band_summary(self) -> dict[str, Any]:
+        """The band (``ErrorBand.as_dict``) with the step-time and tokens/s ranges it gives; {} without one."""
+        if self.band is None:
+            return {}
+        low_s, high_s = self.band.time_range(self.step_time_s)
+        low_tps, high_tps = self.band.throughput_range(self.tokens_per_s)
+        return {
+            **self.band.as_dict(),
+            "step_time_low_s": low_s,
+            "step_time_high_s": high_s,
+            "tokens_per_s_low": low_tps,
+            "tokens_per_s_high": high_tps,
         }
 
 

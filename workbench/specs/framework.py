@@ -28,8 +28,12 @@ CP_KINDS = ("ring", "ulysses", "usp")
 DEFAULT_MICROBATCHES = ("mbs1", "stages")
 """Values of ``FrameworkProfile.default_microbatches``."""
 
-FP8_RECIPES = ("delayed", "current", "mxfp8", "blockwise")
-"""Values of ``FrameworkProfile.fp8_recipe`` (the bytes each moves: ``workbench.cost.flops.FP8_CAST_BYTES``)."""
+FP8_RECIPES = ("delayed", "current", "mxfp8", "blockwise", "tensorwise", "rowwise")
+"""Values of ``FrameworkProfile.fp8_recipe`` (the bytes each moves: ``workbench.cost.flops.FP8_CAST_BYTES``):
+Transformer Engine's delayed and current per-tensor scaling, MXFP8, DeepSeek's blockwise tiles, and torchao
+float8's ``tensorwise`` (dynamic per-tensor scaling: current scaling by another stack) and ``rowwise`` (a scale
+per row of each GEMM operand; the weight-gradient GEMM needs the other axis scaled, and its all-gathers stay
+16-bit: torchao ``Float8LinearRecipeName.ROWWISE``, README "rowwise with bfloat16 all-gather")."""
 
 MOE_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 """Values of ``FrameworkProfile.moe_dispatcher``: ``alltoall`` sends every routed copy of a token to its
