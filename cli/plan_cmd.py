@@ -19,6 +19,7 @@ from workbench_cli._common import (
     fmt_count,
     output_file,
     print_table,
+    say,
     shown,
     text_writer,
     write_outputs,
@@ -249,14 +250,10 @@ def _print_rejections(result: Any) -> None:
 def _print_misses(result: Any) -> None:
     frame = result.closest_misses
     if result.num_plans == 0:
-        click.echo(
-            "the constraints leave no plan to screen (check --fix, --max, --schedules and --micro-batches)"
-        )
+        say("the constraints leave no plan to screen (check --fix, --max, --schedules and --micro-batches)")
         return
     if not frame.height:
-        click.echo(
-            "no plan got as far as the memory check: every plan breaks a divisibility or schedule rule"
-        )
+        say("no plan got as far as the memory check: every plan breaks a divisibility or schedule rule")
         return
     usable = usable_bytes(result)
     rows = [
@@ -303,7 +300,7 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
         )
         writers[Path(kw["report_path"])] = text_writer(html)
     for path in write_outputs(writers, force=kw["force"]):
-        click.echo(f"wrote {shown(path)}", err=True)
+        say(f"wrote {shown(path)}", err=True)
 
 
 @click.command("plan")
@@ -394,6 +391,10 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     from workbench.specs.plan import Workload
 
     # several pools (dgx-h100:4+dgx-a100:4) go to the mixed planner; None: a plain cluster, as before
+    if kw["report_path"] and kw["top"] == 0:  # the mixed planner refuses it alike
+        raise click.BadParameter(
+            "--report needs at least one refined plan; use --top >= 1", param_hint="--top"
+        )
     mixed = mixed_cluster(kw)
     if mixed is not None and mixed.num_pools > 1:
         run_mixed_plan(mixed, kw, as_json)
@@ -403,10 +404,6 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     check_outputs(
         output_file("--csv", kw["csv_path"]), output_file("--report", kw["report_path"]), force=kw["force"]
     )
-    if kw["report_path"] and kw["top"] == 0:
-        raise click.BadParameter(
-            "--report needs at least one refined plan; use --top >= 1", param_hint="--top"
-        )
     kw["_failures"], kw["_goodput_options"] = load_goodput(kw)
     if kw["objective"].startswith("goodput-") and kw["_failures"] is None:
         raise click.BadParameter(
@@ -470,10 +467,10 @@ def _summary(result: Any, sizes: list[SizeBest]) -> dict[str, Any]:
 
 
 def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
-    click.echo(_header(result))
+    say(_header(result))
     if not result.feasible:
         if result.num_plans:
-            click.echo("no feasible plan: nothing fits the device memory under these constraints")
+            say("no feasible plan: nothing fits the device memory under these constraints")
         _print_misses(result)
         _print_rejections(result)
         return
@@ -494,7 +491,7 @@ def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
         shown,
     )
     if result.explanation:
-        click.echo(f"why: {result.explanation}")
+        say(f"why: {result.explanation}")
     if sizes:
         print_sizes(sizes, result.token_budget, result.objective)
     if result.goodput is not None:

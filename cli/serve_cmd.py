@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from workbench_cli._common import echo_json, print_table
+from workbench_cli._common import fmt_or_na, json_text, print_table, say
 from workbench_cli._types import count
 from workbench_cli.serve_plan_cmd import engine_option, serve_plan_cmd
 
@@ -102,12 +102,13 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
     calibration = load_calibration(kw["calibration"])
     est = serve_estimate(model, cluster, plan, workload, calibration)
     summary = est.summary()
+    text = json_text(summary) if as_json else None  # ready before the report: a failure leaves no file
     if report_path is not None:
         _write_report(est, calibration, report_path, force)
-    if as_json:
-        echo_json(summary)
+    if text is not None:
+        click.echo(text)
         return
-    click.echo(
+    say(
         f"{model.name} on {plan.num_devices} x {cluster.device.id} ({cluster.id}), {plan.describe()}, "
         f"{workload.request_count} requests ({workload.arrival.value})"
     )
@@ -116,11 +117,11 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         "Latency (ms)",
         ["", "mean", "p50", "p90", "p99"],
         [
-            [name, *(f"{summary[f'{key}_s_{q}'] * ms:.1f}" for q in ("mean", "p50", "p90", "p99"))]
+            [name, *(fmt_or_na(summary[f"{key}_s_{q}"] * ms, ".1f") for q in ("mean", "p50", "p90", "p99"))]
             for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("end to end", "e2e"))
         ],
     )
-    click.echo(
+    say(
         f"output tokens/s {summary['output_tokens_per_s']:,.0f} "
         f"({summary['output_tokens_per_s_per_device']:,.0f} per device), requests/s {summary['requests_per_s']:.2f}, "
         f"preemptions {summary['num_preemptions']}, KV cache {summary['kv_cache_capacity_tokens']:,} tokens per engine"
@@ -128,7 +129,7 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
     if report_path is not None:
         from workbench_cli._common import shown
 
-        click.echo(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
+        say(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
 
 
 def _write_report(est: Any, calibration: Any, report_path: str, force: bool) -> None:

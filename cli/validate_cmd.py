@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from workbench_cli._common import echo_json, print_table
+from workbench_cli._common import echo_json, print_table, say
 
 
 def _fmt(v: Any) -> str:
@@ -161,11 +161,9 @@ def _print_mape(result: dict[str, Any], label: str) -> None:
     )
     prefix = f"{label}: " if label else ""
     overall = result["mape"]
-    click.echo(
-        f"{prefix}overall throughput MAPE: {_pct(overall)}" if overall is not None else "no throughput rows"
-    )
+    say(f"{prefix}overall throughput MAPE: {_pct(overall)}" if overall is not None else "no throughput rows")
     if result["memory_mape"] is not None:
-        click.echo(f"{prefix}peak memory MAPE: {_pct(result['memory_mape'])}")
+        say(f"{prefix}peak memory MAPE: {_pct(result['memory_mape'])}")
 
 
 def register(group: click.Group) -> None:
