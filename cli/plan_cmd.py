@@ -177,7 +177,8 @@ def _header(result: Any) -> str:
         f"{result.model.name} on {device} ({c.id if c else '?'}: {sizes}), seq {w.seq_len}, global batch "
         f"{w.global_batch_size}, {w.dtype}, objective {result.objective}, "
         f"token budget {_budget(result.token_budget)} (days to train and device-hours are for this many)\n"
-        f"{result.num_plans:,} plans screened in {result.screen_s:.2f} s ({result.plans_per_s:,.0f} plans/s), "
+        f"{result.num_plans:,} plans screened in {result.screen_cpu_s:.2f} CPU-s ({result.plans_per_s:,.0f} "
+        f"plans per CPU-s; wall {result.screen_s:.2f} s), "
         f"{result.num_feasible:,} feasible; top {refined} refined in {result.refine_s:.2f} s"
     )
 

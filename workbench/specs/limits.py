@@ -105,6 +105,14 @@ MAX_ACTION_TIME = 1e12
 """Duration of one schedule action given in ``workbench schedule`` (any one unit; seconds by convention: 30,000
 years). Sums over the ~10^6 actions the pair bound allows stay finite."""
 
+MAX_MIXED_LAYOUTS = 40_000
+"""Pipeline layouts one mixed-pool search prices (``workbench plan --cluster A:1+B:1+...``): pool order, tp per
+pool, dp, micro-batch, ZeRO, recompute and schedule. Each costs about 1.5 ms of CPU to split and screen
+(measured here 2026-12: six identical DGX H100 pools, 3,252 layouts, 6.9 CPU-s end to end with start-up), so
+40,000 stay within a minute. Identical pools are enumerated once up to their symmetry (six copies: 84 tp choices,
+not 4^6 = 4,096; before that, six identical pools ran past 300 s and 900 MB, issue 52); beyond the bound the
+search is refused with the size of the work, after enumerating at most this many layouts."""
+
 # ---- measuring on this host ----------------------------------------------------------------------------
 MAX_THREADS = 2**12
 """CPU threads a measurement may ask torch for: 4,096. The largest two-socket servers expose 768 hardware
