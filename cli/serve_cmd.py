@@ -41,7 +41,13 @@ serve_group.add_command(serve_plan_cmd)
 @click.option(
     "--output-tokens", type=count(L.MAX_SEQ_LEN), required=True, help="Generated tokens per request."
 )
-@click.option("--num-requests", type=count(2**24), default=256, show_default=True)
+@click.option(
+    "--num-requests",
+    type=count(L.MAX_SIMULATED_REQUESTS),
+    default=256,
+    show_default=True,
+    help="Requests simulated (MAX_SIMULATED_REQUESTS in workbench/specs/limits.py bounds it: within a minute).",
+)
 @click.option("--concurrency", type=count(2**24), default=None, help="Closed loop: requests kept in flight.")
 @click.option("--rate", type=float, default=None, help="Open loop: Poisson arrivals, requests per second.")
 @click.option(

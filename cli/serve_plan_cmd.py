@@ -61,7 +61,7 @@ engine_option = click.option(
 )
 @click.option(
     "--num-requests",
-    type=count(2**20),
+    type=count(L.MAX_SERVE_PLAN_REQUESTS),
     default=200,
     show_default=True,
     help="Requests judged per simulation (Poisson runs add warm-up requests).",

@@ -116,3 +116,52 @@ def test_plan_header_reports_cpu_time(capsys: pytest.CaptureFixture[str]) -> Non
     assert doc["screen_cpu_s"] > 0
     assert doc["plans_per_s"] == pytest.approx(doc["num_plans"] / doc["screen_cpu_s"])
     assert doc["plans_per_wall_s"] == pytest.approx(doc["num_plans"] / doc["screen_s"])
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from workbench_cli import main
+
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("command", "limit"),
+    [(["serve", "estimate"], 2**20), (["serve", "plan", "--ttft-slo-ms", "500"], 2**15)],
+)
+def test_serving_request_counts_are_bounded_to_a_minute(
+    command: list[str], limit: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from workbench.specs import limits
+
+    assert (limits.MAX_SIMULATED_REQUESTS, limits.MAX_SERVE_PLAN_REQUESTS) == (2**20, 2**15)
+    args = [
+        *command,
+        "--model",
+        MODEL,
+        "--cluster",
+        "dgx-h100",
+        "--input-tokens",
+        "128",
+        "--output-tokens",
+        "16",
+    ]
+    code, err = _cli([*args, "--num-requests", str(limit + 1)], capsys)
+    assert code == 2 and "--num-requests" in err and f"1<=x<={limit}" in err
+
+
+def test_a_trace_longer_than_the_bound_stops_reading(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.serving import requests as requests_mod
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{i},8,4\n" for i in range(5)))
+    assert len(requests_mod.Requests.from_trace_csv(trace).arrival_s) == 5
+    monkeypatch.setattr(requests_mod, "MAX_SIMULATED_REQUESTS", 3)
+    with pytest.raises(
+        ValueError, match=r"trace.csv:5: more than 3 requests; at most 3 \(MAX_SIMULATED_REQUESTS"
+    ):
+        requests_mod.Requests.from_trace_csv(trace)
