@@ -13,7 +13,8 @@ Memory: a space of tens of millions of plans screened in chunks; the traced peak
 stays near one chunk's columns, far below what the whole space would take.
 
 Run: python benchmarks/bench_search.py [--repeat N] [--json]. Reports the best of N runs, wall and CPU time
-(CPU time is what this process used: on a shared machine wall time includes waiting for a core).
+(CPU time is what this process used: on a shared machine wall time includes waiting for a core); the floors
+are checked on CPU time.
 """
 
 from __future__ import annotations
@@ -128,12 +129,14 @@ def main() -> None:
         )
     total_plans = sum(r["plans"] for r in rows)
     total_wall = sum(r["screen_wall_s"] for r in rows)
+    total_cpu = sum(r["screen_cpu_s"] for r in rows)
     b = next(r for r in rows if r["case"] == "b")
-    print(
-        f"floor plans/s >= {FLOOR_PLANS_PER_S:,}: {total_plans / total_wall:,.0f} over a+b+c "
-        f"({'ok' if total_plans / total_wall >= FLOOR_PLANS_PER_S else 'BELOW'}); "
-        f"floor b end to end < {FLOOR_B_END_TO_END_S} s: {b['end_to_end_wall_s']:.2f} s "
-        f"({'ok' if b['end_to_end_wall_s'] < FLOOR_B_END_TO_END_S else 'ABOVE'})"
+    per_cpu_s = total_plans / max(total_cpu, 1e-9)
+    print(  # floors on CPU time: a loaded machine's wall time counts the waits for a core (issue 52)
+        f"floor plans/s >= {FLOOR_PLANS_PER_S:,}: {per_cpu_s:,.0f} per CPU-s over a+b+c "
+        f"({'ok' if per_cpu_s >= FLOOR_PLANS_PER_S else 'BELOW'}; wall {total_plans / total_wall:,.0f}/s); "
+        f"floor b end to end < {FLOOR_B_END_TO_END_S} s: {b['end_to_end_cpu_s']:.2f} CPU-s "
+        f"({'ok' if b['end_to_end_cpu_s'] < FLOOR_B_END_TO_END_S else 'ABOVE'}; wall {b['end_to_end_wall_s']:.2f} s)"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -18,22 +19,53 @@ import click
 GIB = 2**30
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every float that is not finite (an undefined figure, e.g. the TPOT of requests that
+    generate one token) replaced by None, through dicts, lists and tuples: JSON has no NaN or infinity."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def json_text(obj: Any) -> str:
+    """The JSON text ``echo_json`` prints: indented, undefined figures as null (``json_safe``)."""
+    return json.dumps(json_safe(obj), indent=2, allow_nan=False, default=str)
+
+
 def echo_json(obj: Any) -> None:
-    """Print one JSON object on stdout (NaN/inf refused: they are not JSON)."""
-    click.echo(json.dumps(obj, indent=2, allow_nan=False, default=str))
+    """Print one JSON object on stdout; undefined figures (NaN, infinity) are null (``json_safe``)."""
+    click.echo(json_text(obj))
+
+
+def fmt_or_na(value: float, spec: str) -> str:
+    """``format(value, spec)``, or ``n/a`` when ``value`` is not finite (a figure that is undefined)."""
+    return format(value, spec) if math.isfinite(value) else "n/a"
+
+
+def say(text: object = "", *, err: bool = False) -> None:
+    """``click.echo`` of normal output, every line terminal-safe (``shown``): a name read from a file or an
+    argument that holds ESC, BEL or a bidi override cannot set the terminal's title, colours or cursor."""
+    click.echo("\n".join(shown(line) for line in str(text).split("\n")), err=err)
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A rich table on stdout; numbers right-aligned."""
+    """A rich table on stdout; numbers right-aligned. Every cell, header and the title are plain text
+    (``rich.text.Text`` of ``shown``): neither rich markup (``[bold]``, ``[link=...]``) nor control characters
+    in a name reach the terminal."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(shown(title)), title_justify="left")
     for i, col in enumerate(columns):
         numeric = bool(rows) and isinstance(rows[0][i], int | float)
-        table.add_column(col, justify="right" if numeric else "left")
+        table.add_column(Text(shown(col)), justify="right" if numeric else "left")
     for row in rows:
-        table.add_row(*(str(v) for v in row))
+        table.add_row(*(Text(shown(v)) for v in row))
     Console(width=160).print(table)
 
 
@@ -120,6 +152,11 @@ def output_path(path: str | Path, *, force: bool) -> Path:
     out = Path(path)
     if out.is_dir():
         raise click.ClickException(f"{out} is a folder; an output file needs a file name")
+    if out.is_symlink() and not out.exists() and not force:
+        raise click.ClickException(
+            f"{out} is a symbolic link to {os.readlink(out)}, which does not exist; pass --force to replace "
+            "the link, or give another path"
+        )
     if out.exists() and not force:
         raise click.ClickException(f"{out} exists; pass --force to overwrite it")
     if out.parent and not out.parent.is_dir():
@@ -131,8 +168,9 @@ def check_output_folder(path: str | Path, *, marker: str, force: bool, option: s
     """A folder output may be written if it is missing or empty, or holds ``marker`` from an earlier run and
     ``force`` is given; a non-empty folder without ``marker`` (someone's files) is refused even with force."""
     out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise click.ClickException(f"{option} {out} is not a folder")
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        what = "a symbolic link to a missing path" if not out.exists() else "not a folder"
+        raise click.ClickException(f"{option} {out} is {what}")
     if not out.is_dir() or not any(out.iterdir()):
         return out
     if (out / marker).is_file():

@@ -10,6 +10,7 @@ import importlib
 from typing import Any
 
 import click
+from workbench_cli._common import say
 
 APP_EXTRA_HINT = "pip install 'parallelism-workbench[app]'"
 """How to install what ``workbench app`` needs beyond the core (Panel): the ``[app]`` extra."""
@@ -65,7 +66,7 @@ def app_cmd(port: int, address: str, show: bool, prefix: str, origins: tuple[str
         raise click.BadParameter("must be a host name or an IP address", param_hint="--address")
     wild = [o for o in origins if "*" in o]
     if wild:
-        click.echo(
+        say(
             f"workbench app: warning: --allow-websocket-origin {' '.join(wild)} lets pages of other web sites "
             "open in your browser drive this app; use it only on a machine and network you trust",
             err=True,
@@ -77,5 +78,5 @@ def app_cmd(port: int, address: str, show: bool, prefix: str, origins: tuple[str
         show=show,
         prefix=prefix,
         extra_origins=list(origins),
-        announce=lambda url: click.echo(f"Parallelism Workbench at {url} (Ctrl-C stops it)"),
+        announce=lambda url: say(f"Parallelism Workbench at {url} (Ctrl-C stops it)"),
     )

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from workbench_cli._common import GIB, echo_json, fmt_count, print_table
+from workbench_cli._common import GIB, echo_json, fmt_count, print_table, say
+from workbench_cli._types import count
 
 from workbench.presets import catalog
 from workbench.specs.hardware import BYTES_PER_ELEMENT, DType
+from workbench.specs.limits import MAX_SEQ_LEN
 
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 
@@ -53,10 +55,8 @@ def models_cmd(as_json: bool) -> None:
             for r in rows
         ],
     )
-    click.echo("Config readers: " + supported_list_markdown().replace("`", "") + "; any other architecture")
-    click.echo(
-        "transformers knows is derived from its meta-device model with the [hf] extra (docs/models.md)."
-    )
+    say("Config readers: " + supported_list_markdown().replace("`", "") + "; any other architecture")
+    say("transformers knows is derived from its meta-device model with the [hf] extra (docs/models.md).")
 
 
 def _kernels_cell(table: dict[str, Any] | None) -> str:
@@ -188,7 +188,7 @@ def show_group() -> None:
 @click.argument("name_or_path")
 @click.option(
     "--seq-len",
-    type=click.IntRange(min=1),
+    type=count(MAX_SEQ_LEN),
     default=4096,
     show_default=True,
     help="Sequence length for the attention part of the FLOPs per token.",
@@ -260,7 +260,7 @@ def frameworks_cmd(framework_id: str | None, as_json: bool) -> None:
     if as_json:
         echo_json({"profile": asdict(prof), "in_use": asdict(used)})
         return
-    click.echo(f"{prof.name}: {prof.description}")
+    say(f"{prof.name}: {prof.description}")
     print_table(
         f"Framework profile {prof.id}",
         ["field", "value", "in use (fitted)", "source"],

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import replace
 
 import click
-from workbench_cli._common import echo_json
+from workbench_cli._common import echo_json, say
 from workbench_cli._types import count
 
 from workbench.specs import limits as L
@@ -105,6 +107,8 @@ def collective_cmd(
             param_hint="'--group'",
         )
     r = collective(spec, op, payload, n, step)
+    if n == 1:  # nothing to exchange: the time is 0 and a bandwidth is undefined (JSON null, n/a here)
+        r = replace(r, seconds=0.0, algbw_bytes_per_s=math.nan, busbw_bytes_per_s=math.nan)
     if as_json:
         echo_json(
             {
@@ -121,8 +125,11 @@ def collective_cmd(
             }
         )
         return
-    click.echo(f"{op} of {payload:,} B over {n} ranks (stride {step}) on {spec.num_nodes} x {spec.id}")
-    click.echo(
+    say(f"{op} of {payload:,} B over {n} ranks (stride {step}) on {spec.num_nodes} x {spec.id}")
+    if n == 1:
+        say("one rank: no data moves, time 0 us; algbw and busbw are undefined (n/a)")
+        return
+    say(
         f"time {r.seconds * 1e6:,.1f} us   algorithm {r.algorithm}   protocol {r.protocol}   "
         f"algbw {r.algbw_bytes_per_s / 1e9:,.1f} GB/s   busbw {r.busbw_bytes_per_s / 1e9:,.1f} GB/s"
     )

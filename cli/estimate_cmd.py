@@ -16,6 +16,7 @@ from workbench_cli._common import (
     echo_json,
     output_file,
     print_table,
+    say,
     shown,
     staged_files,
     text_writer,
@@ -288,7 +289,7 @@ def load_goodput(kw: dict[str, Any]) -> tuple[Any, Any]:
 def _print_goodput(g: Any) -> None:
     """The goodput block of the text output."""
     spares = f", {g.spare_nodes} spare node(s)" if g.spare_nodes else ""
-    click.echo(
+    say(
         f"goodput {g.goodput_frac:.1%} with failures {g.failures_id!r}: job MTBF {g.mtbf_s / 3600:.2f} h, "
         f"{g.checkpoint_mode} checkpoints{spares}, on failure {g.on_failure}"
     )
@@ -309,26 +310,26 @@ def _print_goodput(g: Any) -> None:
 def _print_human(est: Any) -> None:
     s = est.summary()
     stack = f", for {est.framework} ({est.framework_version})" if est.framework_version else ""
-    click.echo(
+    say(
         f"{s['model']} on {s['num_devices']} x {est.cluster.device.id} ({s['cluster']}), {s['plan']}, "
         f"backend {s['backend']}{stack}"
     )
-    click.echo(
+    say(
         f"step time {s['step_time_s']:.3f} s   tokens/s {s['tokens_per_s']:,.0f}   "
         f"MFU {s['mfu']:.1%}   HFU {s['hfu']:.1%}   {s['tflops_per_device']:.0f} TFLOP/s per device   "
         f"bubble {s['bubble_fraction']:.1%} (critical rank)"
     )
     band = s.get("band")
     if band:
-        click.echo(
+        say(
             f"{band['coverage_frac']:.0%} error band: step time {band['step_time_low_s']:.3f}-"
             f"{band['step_time_high_s']:.3f} s, tokens/s {band['tokens_per_s_low']:,.0f}-"
             f"{band['tokens_per_s_high']:,.0f} ({band['num_residuals']} published runs, {band['pool']})"
         )
         for note in band["notes"]:
-            click.echo(f"band widened: {note}")
+            say(f"band widened: {note}")
     fits = "fits" if s["fits"] else "DOES NOT FIT"
-    click.echo(
+    say(
         f"peak memory {s['peak_memory_bytes'] / GIB:.1f} GiB of {s['memory_usable_bytes'] / GIB:.1f} GiB usable"
         f" ({s['memory_capacity_bytes'] / GIB:.1f} GiB less {s['memory_headroom_frac']:.0%} headroom: {fits})"
     )
@@ -348,7 +349,7 @@ def _print_human(est: Any) -> None:
         mem,
     )
     for note in est.notes:
-        click.echo(f"note: {note}")
+        say(f"note: {note}")
 
 
 @click.command("estimate")
@@ -478,13 +479,13 @@ def estimate_cmd(
             _print_goodput(goodput)
         print_economics(econ, econ_in)
         if trace_path is not None:
-            click.echo(f"trace written to {shown(trace_path)}")
+            say(f"trace written to {shown(trace_path)}")
         if report_path is not None:
-            click.echo(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
+            say(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
         if csv_dir is not None:
-            click.echo(f"tables written to {shown(csv_dir)}")
+            say(f"tables written to {shown(csv_dir)}")
         if save_path is not None:
-            click.echo(f"estimate written to {shown(save_path)} (open it in JupyterLab)")
+            say(f"estimate written to {shown(save_path)} (open it in JupyterLab)")
 
 
 def _economics(est: Any, econ_in: dict[str, Any], token_budget: float | None, goodput: Any) -> Any:

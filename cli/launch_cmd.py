@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
-from workbench_cli._common import Output, check_outputs, shown, write_folder
+from workbench_cli._common import Output, check_outputs, say, shown, write_folder
 from workbench_cli.estimate_cmd import _plan_options, estimate_plan
 
 from workbench.launch.export import EXPORT_FILES, PREDICTION_FILE
@@ -131,9 +131,7 @@ def export_cmd(
         ref = model_ref(kw["model"])
     stack = target_stack(to, framework)
     export_estimate(est, stack, out, force, framework=framework, ref=ref, command=cli_command())
-    click.echo(
-        f"{stack} launch files for {est.plan.describe()} written to {shown(out)} (read its README.md first)"
-    )
+    say(f"{stack} launch files for {est.plan.describe()} written to {shown(out)} (read its README.md first)")
 
 
 for _param in export_cmd.params:  # the plan options are required only without --from
@@ -170,9 +168,7 @@ def _serve_export(out: str, force: bool, **kw: Any) -> None:
         "serving", est.summary(), stack=engine, model=ref, specs=specs, command=cli_command()
     )
     write_launch_folder(export_serving(plan, engine, ref, record), out, force)
-    click.echo(
-        f"{engine} launch files for {plan.describe()} written to {shown(out)} (read its README.md first)"
-    )
+    say(f"{engine} launch files for {plan.describe()} written to {shown(out)} (read its README.md first)")
 
 
 def _serve_export_command() -> click.Command:
@@ -246,9 +242,7 @@ def compare_cmd(
             }
         )
         return
-    click.echo(
-        f"{measured.source} output {shown(run_output)} ({measured.num_steps} steady steps) vs {shown(path)}"
-    )
+    say(f"{measured.source} output {shown(run_output)} ({measured.num_steps} steady steps) vs {shown(path)}")
     print_table(
         "Measured vs predicted",
         ["metric", "measured", "predicted", "error"],

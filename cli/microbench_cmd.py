@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from workbench_cli._common import Output, check_outputs, echo_json, print_table, shown, write_folder
+from workbench_cli._common import Output, check_outputs, echo_json, print_table, say, shown, write_folder
 from workbench_cli._types import count
 
 from workbench.specs import limits as L
@@ -124,7 +124,7 @@ def microbench_cmd(
         echo_json({**kernel_table_to_dict(result.table), "paths": [str(p) for p in paths]})
         return
     _print(result)
-    click.echo(f"wrote {', '.join(shown(p) for p in paths)}")
+    say(f"wrote {', '.join(shown(p) for p in paths)}")
 
 
 def _print(result: MicrobenchResult) -> None:
@@ -150,7 +150,7 @@ def _print(result: MicrobenchResult) -> None:
         ).iter_rows()
     ]
     print_table("Memory-bound ops (nominal bytes)", ["op", "dtype", "aten ops", "GB/s", "of HBM"], rows)
-    click.echo(
+    say(
         f"copy {result.hbm_bytes_per_s / 1e9:.1f} GB/s = {table.hbm_frac:.2f} of "
         f"{float(table.provenance['memory_reference_bytes_per_s']) / 1e9:.1f} GB/s"
     )

@@ -20,6 +20,7 @@ from workbench_cli._common import (
     echo_json,
     output_file,
     print_table,
+    say,
     text_writer,
     write_outputs,
 )
@@ -112,17 +113,17 @@ def run_mixed_plan(mixed: Any, kw: dict[str, Any], as_json: bool) -> None:
 
         html = render_mixed_report(result, command=cli_command())
         for path in write_outputs({Path(kw["report_path"]): text_writer(html)}, force=kw["force"]):
-            click.echo(f"wrote {path}", err=True)
+            say(f"wrote {path}", err=True)
 
 
 def print_mixed(result: Any) -> None:
     """The human output of a mixed search: header, ranked plans, each pool alone, the best plan's stages."""
     w = result.workload
-    click.echo(
+    say(
         f"{result.model.name} on {result.cluster.describe()}, seq {w.seq_len}, global batch "
         f"{w.global_batch_size}, {w.dtype}"
     )
-    click.echo(
+    say(
         f"{result.num_layouts:,} pipeline layouts screened, {len(result.plans)} plans priced in "
         f"{result.search_s:.1f} s"
     )
@@ -146,7 +147,7 @@ def print_mixed(result: Any) -> None:
         return
     fastest = max((a.tokens_per_s for a in result.alone if a is not None), default=0.0)
     if fastest:
-        click.echo(f"best plan: {best.tokens_per_s / fastest - 1:+.1%} tokens/s over the fastest pool alone")
+        say(f"best plan: {best.tokens_per_s / fastest - 1:+.1%} tokens/s over the fastest pool alone")
     st = best.stages
     print_table(
         "Stages of the best plan (which pool runs what)",
@@ -159,7 +160,7 @@ def print_mixed(result: Any) -> None:
         ],
     )  # fmt: skip
     for note in (*result.notes, *best.notes):
-        click.echo(f"note: {note}")
+        say(f"note: {note}")
 
 
 @click.command("diloco")
@@ -275,7 +276,7 @@ def _print_diloco(est: Any, inner: Any, as_json: bool) -> None:
     if as_json:
         echo_json(data)
         return
-    click.echo(f"inner plan (each worker): {data['inner_plan']}, {est.inner_step_s:.3f} s per inner step")
+    say(f"inner plan (each worker): {data['inner_plan']}, {est.inner_step_s:.3f} s per inner step")
     rows = [
         ["DiLoCo", f"{est.outer_step_s / s.inner_steps:.3f}", f"{est.tokens_per_s:,.0f}",
          f"{est.time_per_token_s * 1e6:.3f}", f"{est.exposed_sync_s:.2f} per {s.inner_steps} steps"],
@@ -287,12 +288,12 @@ def _print_diloco(est: Any, inner: Any, as_json: bool) -> None:
         ["", "s per step", "tokens/s", "us per token", "exposed sync s"],
         rows,
     )
-    click.echo(
+    say(
         f"traffic: {est.payload_bytes / 1e9:.2f} GB all-reduced per outer step; "
         f"{est.communication_reduction:,.0f}x less than synchronous DP; "
         f"{est.speedup_vs_sync_dp:.2f}x its tokens/s"
     )
-    click.echo(f"caveat: {est.caveat}")
+    say(f"caveat: {est.caveat}")
 
 
 def register(group: click.Group) -> None:

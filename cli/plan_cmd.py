@@ -19,6 +19,7 @@ from workbench_cli._common import (
     fmt_count,
     output_file,
     print_table,
+    say,
     shown,
     text_writer,
     write_outputs,
@@ -170,7 +171,8 @@ def _header(result: Any) -> str:
         f"{result.model.name} on {device} ({c.id if c else '?'}: {sizes}), seq {w.seq_len}, global batch "
         f"{w.global_batch_size}, {w.dtype}, objective {result.objective}, "
         f"token budget {_budget(result.token_budget)} (days to train and device-hours are for this many)\n"
-        f"{result.num_plans:,} plans screened in {result.screen_s:.2f} s ({result.plans_per_s:,.0f} plans/s), "
+        f"{result.num_plans:,} plans screened in {result.screen_cpu_s:.2f} CPU-s ({result.plans_per_s:,.0f} "
+        f"plans per CPU-s; wall {result.screen_s:.2f} s), "
         f"{result.num_feasible:,} feasible; top {refined} refined in {result.refine_s:.2f} s"
         + (f"\nprice: {result.price['describe']}" if result.price else "")
     )
@@ -262,14 +264,10 @@ def _print_rejections(result: Any) -> None:
 def _print_misses(result: Any) -> None:
     frame = result.closest_misses
     if result.num_plans == 0:
-        click.echo(
-            "the constraints leave no plan to screen (check --fix, --max, --schedules and --micro-batches)"
-        )
+        say("the constraints leave no plan to screen (check --fix, --max, --schedules and --micro-batches)")
         return
     if not frame.height:
-        click.echo(
-            "no plan got as far as the memory check: every plan breaks a divisibility or schedule rule"
-        )
+        say("no plan got as far as the memory check: every plan breaks a divisibility or schedule rule")
         return
     usable = usable_bytes(result)
     rows = [
@@ -317,7 +315,7 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
         )
         writers[Path(kw["report_path"])] = text_writer(html)
     for path in write_outputs(writers, force=kw["force"]):
-        click.echo(f"wrote {shown(path)}", err=True)
+        say(f"wrote {shown(path)}", err=True)
 
 
 @click.command("plan")
@@ -420,6 +418,10 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     from workbench.specs.plan import Workload
 
     # several pools (dgx-h100:4+dgx-a100:4) go to the mixed planner; None: a plain cluster, as before
+    if kw["report_path"] and kw["top"] == 0:  # the mixed planner refuses it alike
+        raise click.BadParameter(
+            "--report needs at least one refined plan; use --top >= 1", param_hint="--top"
+        )
     mixed = mixed_cluster(kw)
     if mixed is not None and mixed.num_pools > 1:
         run_mixed_plan(mixed, kw, as_json)
@@ -484,9 +486,7 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
             command=cli_command(),
         )
         if not as_json:
-            click.echo(
-                f"launch files of plan #1 for {kw['export_stack']} written to {shown(kw['export_dir'])}"
-            )
+            say(f"launch files of plan #1 for {kw['export_stack']} written to {shown(kw['export_dir'])}")
 
 
 def _check_export(kw: dict[str, Any]) -> None:
@@ -554,10 +554,10 @@ def _summary(result: Any, sizes: list[SizeBest]) -> dict[str, Any]:
 
 
 def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
-    click.echo(_header(result))
+    say(_header(result))
     if not result.feasible:
         if result.num_plans:
-            click.echo("no feasible plan: nothing fits the device memory under these constraints")
+            say("no feasible plan: nothing fits the device memory under these constraints")
         _print_misses(result)
         _print_rejections(result)
         return
@@ -578,14 +578,14 @@ def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
         shown,
     )
     if result.explanation:
-        click.echo(f"why: {result.explanation}")
+        say(f"why: {result.explanation}")
     notes = (
         sorted({n for n in result.plans.head(len(shown)).get_column("band_note").to_list() if n})
         if ("band_note" in result.plans.columns)
         else []
     )
     for note in notes:
-        click.echo(f"80% band widened (+): {note}")
+        say(f"80% band widened (+): {note}")
     if sizes:
         print_sizes(sizes, result.token_budget, result.objective)
     if result.goodput is not None:

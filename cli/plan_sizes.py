@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import click
-from workbench_cli._common import fmt_count, print_table
+from workbench_cli._common import fmt_count, print_table, say
 
 TIME_COST_COLUMNS = {
     "goodput-time": ("goodput_time_to_train_s", "goodput_device_hours"),
@@ -116,7 +115,7 @@ def print_sizes(sizes: Sequence[SizeBest], token_budget: float, objective: str) 
     if len(done) > 1:
         fastest = min(done, key=lambda s: s.time_to_train_s or 0.0)
         cheapest = min(done, key=lambda s: s.device_hours or 0.0)
-        click.echo(
+        say(
             f"sizes: {fastest.num_nodes} nodes train fastest, {cheapest.num_nodes} nodes cost the fewest "
             "device-hours (best plan of each size, each size searched on its own)"
         )
@@ -152,7 +151,7 @@ def print_goodput_sizes(result: Any) -> None:
     if len(best) > 1:
         fastest = min(best.values(), key=lambda r: r["goodput_time_to_train_s"])
         cheapest = min(best.values(), key=lambda r: r["goodput_device_hours"])
-        click.echo(
+        say(
             f"with failures: {fastest['num_nodes']} nodes train fastest, {cheapest['num_nodes']} nodes cost the "
             "fewest device-hours (best plan of each size)"
         )

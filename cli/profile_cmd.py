@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from workbench_cli._common import say
 from workbench_cli._types import count
 
 from workbench.specs import limits as L
@@ -149,10 +150,10 @@ def profile_cmd(
 
     write_folder(out, fill, force=force, marker=MANIFEST_NAME, owned=PROFILE_FILES)
     rows, device_name, has_config = done[0]
-    click.echo(f"wrote {shown(out)} ({rows} rows, {shown(device_name)}, {dtype})")
+    say(f"wrote {shown(out)} ({rows} rows, {shown(device_name)}, {dtype})")
     model_hint = out / "config.json" if has_config else model_name
     cluster_hint = out / "cluster.toml" if device == "cpu" else "<cluster>"
-    click.echo(
+    say(
         f"use it: workbench estimate --backend torch-profile --profile {shown(out)} --model {shown(model_hint)} "
         f"--cluster {shown(cluster_hint)} --dtype {dtype} ..."
     )
@@ -219,7 +220,7 @@ def calibrate_cmd(
         ["op", "shape", "measured ms", "before ms", "after ms"],
         rows,
     )
-    click.echo(
+    say(
         f"mean |error| before {fit.error_before_frac:.1%}, after {fit.error_after_frac:.1%}; "
         f"wrote {shown(target)}"
     )

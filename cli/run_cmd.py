@@ -37,6 +37,7 @@ from workbench_cli._common import (
     echo_json,
     output_file,
     print_table,
+    say,
     text_writer,
     write_outputs,
 )
@@ -92,18 +93,18 @@ def print_comparison(cmp: dict[str, Any]) -> None:
 
 def _print_summary(est: Estimate, losses: list[float], reference: list[float] | None) -> None:
     s = est.summary()
-    click.echo(f"{s['model']}: {s['plan']} on {s['num_devices']} x {est.cluster.device.name}")
-    click.echo(
+    say(f"{s['model']}: {s['plan']} on {s['num_devices']} x {est.cluster.device.name}")
+    say(
         f"  step time {est.step_time_s * 1e3:.2f} ms (measured), {est.tokens_per_s:,.0f} tokens/s, "
         f"bubble {est.bubble_fraction:.3f}, peak memory {est.peak_memory_bytes / 2**20:.1f} MiB per rank"
     )
-    click.echo(
+    say(
         "  loss per step: "
         + ", ".join(f"{x:.6f}" for x in losses)
         + ("" if reference is None else "  (reference: " + ", ".join(f"{x:.6f}" for x in reference) + ")")
     )
     for note in est.notes:
-        click.echo(f"  note: {note}")
+        say(f"  note: {note}")
 
 
 @contextlib.contextmanager
@@ -382,7 +383,7 @@ def _run(kw: dict[str, Any]) -> None:
     if cmp is not None:
         print_comparison(cmp)
     for path in written:
-        click.echo(f"wrote {path}")
+        say(f"wrote {path}")
 
 
 def _write_report(path: Any, measured: Estimate, predicted: Estimate | None, kw: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from workbench_cli._common import (
     echo_json,
     output_file,
     print_table,
+    say,
     shown,
     write_outputs,
 )
@@ -148,9 +149,9 @@ def schedule_cmd(
         writers[Path(csv_path)] = lambda tmp: write_schedule_csv(schedule, tmp, force=True)
     written = dict(zip(writers, write_outputs(writers, force=force), strict=True))
     if trace_path:
-        click.echo(f"wrote trace to {shown(written[Path(trace_path)])}", err=True)
+        say(f"wrote trace to {shown(written[Path(trace_path)])}", err=True)
     if csv_path:
-        click.echo(f"wrote schedule CSV to {shown(written[Path(csv_path)])}", err=True)
+        say(f"wrote schedule CSV to {shown(written[Path(csv_path)])}", err=True)
     summary = summary_dict(result)
     summary["time_unit"] = time_unit
     if as_json:
@@ -219,11 +220,11 @@ def _print(result: SimResult, summary: dict[str, Any], unit: str) -> None:
         ],
         rows,
     )
-    click.echo(f"makespan: {result.makespan_s:.6g} {units}")
-    click.echo(f"mean idle (bubble), share of pp x makespan: {result.bubble_fraction_of_step:.1%}")
-    click.echo(f"idle over busy: {result.bubble_over_ideal:.1%}")
-    click.echo("per-rank idle in its own span: " + ", ".join(f"{x:.1%}" for x in result.idle_frac_per_rank))
-    click.echo(
+    say(f"makespan: {result.makespan_s:.6g} {units}")
+    say(f"mean idle (bubble), share of pp x makespan: {result.bubble_fraction_of_step:.1%}")
+    say(f"idle over busy: {result.bubble_over_ideal:.1%}")
+    say("per-rank idle in its own span: " + ", ".join(f"{x:.1%}" for x in result.idle_frac_per_rank))
+    say(
         "peak in-flight micro-batches per rank (full-stage units): "
         + ", ".join(f"{x:g}" for x in result.peak_inflight_per_rank)
     )

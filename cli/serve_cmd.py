@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from workbench_cli._common import echo_json, print_table
+from workbench_cli._common import fmt_or_na, json_text, print_table, say
 from workbench_cli._types import count
 from workbench_cli.economics_opts import cli_price, price_options
 from workbench_cli.serve_options import deployment_options, disaggregation_of, speculative_of
@@ -43,7 +43,13 @@ serve_group.add_command(serve_plan_cmd)
 @click.option(
     "--output-tokens", type=count(L.MAX_SEQ_LEN), required=True, help="Generated tokens per request."
 )
-@click.option("--num-requests", type=count(2**24), default=256, show_default=True)
+@click.option(
+    "--num-requests",
+    type=count(L.MAX_SIMULATED_REQUESTS),
+    default=256,
+    show_default=True,
+    help="Requests simulated (MAX_SIMULATED_REQUESTS in workbench/specs/limits.py bounds it: within a minute).",
+)
 @click.option("--concurrency", type=count(2**24), default=None, help="Closed loop: requests kept in flight.")
 @click.option("--rate", type=float, default=None, help="Open loop: Poisson arrivals, requests per second.")
 @click.option(
@@ -93,12 +99,13 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         **serving_dollars(price, why, plan.num_devices, est.summary()),
         **serving_energy(est),
     }
+    text = json_text(summary) if as_json else None  # ready before the report: a failure leaves no file
     if report_path is not None:
         _write_report(est, calibration, report_path, force)
-    if as_json:
-        echo_json(summary)
+    if text is not None:
+        click.echo(text)
         return
-    click.echo(
+    say(
         f"{model.name} on {plan.num_devices} x {cluster.device.id} ({cluster.id}), {plan.describe()}, "
         f"{workload.request_count} requests ({workload.arrival.value})"
     )
@@ -107,38 +114,38 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
         "Latency (ms)",
         ["", "mean", "p50", "p90", "p99"],
         [
-            [name, *(f"{summary[f'{key}_s_{q}'] * ms:.1f}" for q in ("mean", "p50", "p90", "p99"))]
+            [name, *(fmt_or_na(summary[f"{key}_s_{q}"] * ms, ".1f") for q in ("mean", "p50", "p90", "p99"))]
             for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("end to end", "e2e"))
         ],
     )
-    click.echo(
+    say(
         f"output tokens/s {summary['output_tokens_per_s']:,.0f} "
         f"({summary['output_tokens_per_s_per_device']:,.0f} per device), requests/s {summary['requests_per_s']:.2f}, "
         f"preemptions {summary['num_preemptions']}, KV cache {summary['kv_cache_capacity_tokens']:,} tokens per engine"
     )
     if summary["disaggregated"]:
-        click.echo(
+        say(
             f"KV transfer per request (mean prompt): {summary['kv_transfer_bytes_per_request'] / 2**20:,.1f} MiB, "
             f"{summary['kv_transfer_s'] * ms:.2f} ms exposed"
         )
     if summary["speculative"] is not None:
-        click.echo(
+        say(
             f"speculative decoding {summary['speculative']}: {summary['accepted_length']:.2f} tokens per step"
         )
-    click.echo(
+    say(
         f"energy {summary['energy_j_per_output_token']:,.3f} J per output token "
         f"({summary['output_tokens_per_joule']:,.2f} output tokens per joule; PUE 1, docs/cost.md)"
     )
     if summary["usd_per_million_output_tokens"] is not None:
-        click.echo(
+        say(
             f"dollars per million output tokens ${summary['usd_per_million_output_tokens']:,.3f}; {summary['price']}"
         )
     else:
-        click.echo(f"dollars: {summary['price']}")
+        say(f"dollars: {summary['price']}")
     if report_path is not None:
         from workbench_cli._common import shown
 
-        click.echo(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
+        say(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
 
 
 def serving_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from workbench_cli._common import echo_json, print_table
+from workbench_cli._common import echo_json, print_table, say
 from workbench_cli._types import count
 from workbench_cli.economics_opts import cli_price, price_options
 
@@ -62,7 +62,7 @@ engine_option = click.option(
 )
 @click.option(
     "--num-requests",
-    type=count(2**20),
+    type=count(L.MAX_SERVE_PLAN_REQUESTS),
     default=200,
     show_default=True,
     help="Requests judged per simulation (Poisson runs add warm-up requests).",
@@ -141,7 +141,7 @@ def serve_plan_cmd(as_json: bool, top: int, report_path: str | None, force: bool
     if report_path is not None:
         from workbench_cli._common import shown
 
-        click.echo(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
+        say(f"report written to {shown(report_path)} (open it in a browser; it works offline)")
 
 
 def _write_report(result: Any, report_path: str, force: bool) -> None:
@@ -223,11 +223,11 @@ def _print(result: Any, top: int) -> None:
         if value
     )
     budget = result.constraints.num_devices or result.cluster.num_devices
-    click.echo(
+    say(
         f"{result.model.name} on {budget} x {result.cluster.device.id} ({result.cluster.id}); {w.arrival.value} "
         f"arrivals, {w.input_lengths()[0]}/{w.output_lengths()[0]} tokens; SLO {targets}"
     )
-    click.echo(
+    say(
         f"{result.num_candidates:,} plans, {result.screened.height:,} passed the screen, "
         f"{result.num_simulations} simulations"
     )
@@ -252,16 +252,16 @@ def _print(result: Any, top: int) -> None:
               _ms(r["tpot_s_at_goodput"]), _frontier(r)] for r in result.pareto.iter_rows(named=True)],
         )  # fmt: skip
     else:
-        click.echo("no plan meets the SLO on this cluster (see the rejections)")
+        say("no plan meets the SLO on this cluster (see the rejections)")
     print_table(
         "Rejected plans",
         ["reason", "plans", "why"],
         [[r["reason"], r["num_plans"], r["description"]] for r in result.rejections.iter_rows(named=True)],
     )
     if result.best is not None:
-        click.echo(f"best: {result.best.describe()} (max_num_seqs {result.best.max_num_seqs})")
+        say(f"best: {result.best.describe()} (max_num_seqs {result.best.max_num_seqs})")
     for note in result.notes:
-        click.echo(f"note: {note}")
+        say(f"note: {note}")
 
 
 def _frontier(row: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from workbench_cli._common import GIB, echo_json, print_table
+from workbench_cli._common import GIB, echo_json, print_table, say
 from workbench_cli._types import amount, count
 
 from workbench.specs import limits as L
@@ -127,7 +127,7 @@ def swarm_cmd(as_json: bool, **kw: Any) -> None:
 
 def _print(est: Any, model_name: str, kw: dict[str, Any], fabric_name: str) -> None:
     s = est.settings
-    click.echo(
+    say(
         f"{model_name}: {s.num_stages} stages over {kw['peers']}, {kw['link_mbps']:g} Mb/s and "
         f"{kw['link_latency_ms']:g} ms per peer, {s.failure_rate_per_hour:g} failures per peer-hour, "
         f"{s.compression} activations, {'rebalanced' if s.rebalance else 'peers dealt in turn'}"
@@ -144,23 +144,23 @@ def _print(est: Any, model_name: str, kw: dict[str, Any], fabric_name: str) -> N
         ["stage", "layers", "peers", "compute", "links", "goodput", "bound", "comm", "lost calls", "GiB", ""],
         rows,
     )
-    click.echo(
+    say(
         f"pipeline: {est.microbatches_per_s:.2f} micro-batches/s ({est.microbatches_per_s_no_failures:.2f} "
         f"without failures), {est.tokens_per_s:,.0f} tokens/s; step of {est.microbatches_per_step} micro-batches "
         f"{est.step_time_s:.1f} s, of which gradient averaging exposed {est.exposed_average_s:.1f} s"
     )
-    click.echo(
+    say(
         f"failures: {est.redone_calls_per_microbatch:.4f} stage calls re-done per micro-batch, "
         f"{est.lost_time_frac:.2%} of peer time lost (interrupted calls, rejoining peers loading their stage)"
     )
     fits = "" if est.sync_fits else " (some stages do not fit their peers)"
-    click.echo(
+    say(
         f"synchronous pipeline of the same peers on {fabric_name}: {est.sync_tokens_per_s:,.0f} tokens/s{fits}; "
         f"SWARM is {est.speedup_vs_sync:.2f}x of it"
     )
     for note in est.notes:
-        click.echo(f"note: {note}")
-    click.echo(f"caveat: {est.caveat}")
+        say(f"note: {note}")
+    say(f"caveat: {est.caveat}")
 
 
 def register(group: click.Group) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from workbench_cli._common import echo_json, print_table
+from workbench_cli._common import echo_json, print_table, say
 
 
 def _fmt(v: Any) -> str:
@@ -129,7 +129,7 @@ def validate_cmd(
             ],
         )
     else:
-        click.echo("every published plan fits by the planner's rule (need within the usable memory)")
+        say("every published plan fits by the planner's rule (need within the usable memory)")
     print_table(
         "Fitted framework-profile constants" + (" (in-sample fit)" if cv else ""),
         ["framework", "fit group", "constant", "value", "prior", "fitted"],
@@ -201,7 +201,7 @@ def _print_cv_extras(result: dict[str, Any]) -> None:
         ["source", "mean signed error"],
         [[k, _pct(v)] for k, v in signed["by_source"].items()],
     )
-    click.echo(f"out-of-sample mean signed error: {_pct(signed['overall'])}")
+    say(f"out-of-sample mean signed error: {_pct(signed['overall'])}")
     readings = result.get("readings", [])
     if readings:
         print_table(
@@ -220,7 +220,7 @@ def _print_cv_extras(result: dict[str, Any]) -> None:
         )
     band = result["band"]
     cov = band["coverage"]
-    click.echo(
+    say(
         f"80% error band, out-of-sample coverage: {_pct(cov['overall'])} of {cov['num_residuals']} runs"
         f" (validated regimes {_pct(cov['validated'])}, widened {_pct(cov['widened'])} of"
         f" {cov['num_widened']}); stretch {band['inflation']:g}, widening {band['widening']:g}"
@@ -270,11 +270,9 @@ def _print_mape(result: dict[str, Any], label: str) -> None:
     )
     prefix = f"{label}: " if label else ""
     overall = result["mape"]
-    click.echo(
-        f"{prefix}overall throughput MAPE: {_pct(overall)}" if overall is not None else "no throughput rows"
-    )
+    say(f"{prefix}overall throughput MAPE: {_pct(overall)}" if overall is not None else "no throughput rows")
     if result["memory_mape"] is not None:
-        click.echo(f"{prefix}peak memory MAPE: {_pct(result['memory_mape'])}")
+        say(f"{prefix}peak memory MAPE: {_pct(result['memory_mape'])}")
 
 
 def register(group: click.Group) -> None:

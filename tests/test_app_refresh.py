@@ -209,7 +209,6 @@ def test_served_session_gets_the_new_timeline_data_in_place() -> None:
     import threading
     import time
 
-    import panel as pn
     from workbench_widgets.app.server import ThreadedApp, wait_for_http
 
     def wait_for(predicate: Any, timeout_s: float = 30.0) -> bool:
@@ -228,7 +227,7 @@ def test_served_session_gets_the_new_timeline_data_in_place() -> None:
 
     with ThreadedApp(address="127.0.0.1") as served:
         wait_for_http(served.url, 30)
-        server = pn.state._servers[served.thread.server_id][0]
+        server = served.server
         session = server.get_sessions("/")[0]
         doc = session.document
         (fig,) = [m for m in doc.models if getattr(m, "name", None) == "plan-timeline"]

@@ -60,7 +60,7 @@ def test_served_app_answers_on_localhost_with_separate_sessions() -> None:
         page = wait_for_http(app.url, 30)
         assert "<title>Parallelism Workbench</title>" in page
         wait_for_http(app.url, 30)
-        server = pn.state._servers[app.thread.server_id][0]
+        server = app.server
         sessions = server.get_sessions("/")
         assert len(sessions) >= 2
         first, others = sessions[0], sessions[1:]

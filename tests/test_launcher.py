@@ -61,7 +61,10 @@ def test_entry_point_resolves_to_the_documented_server() -> None:
     assert entry["timeout"] >= 60  # a cold start of Python + Panel; the proxy's default (5 s) is too short
     cmd = entry["command"]
     assert "--allow-websocket-origin" not in cmd and not any("*" in part for part in cmd)
-    assert entry["request_headers_override"] == {"Origin": "http://127.0.0.1:{port}"}
+    assert entry["request_headers_override"] == {
+        "Origin": "http://127.0.0.1:{port}",
+        "Host": "127.0.0.1:{port}",
+    }
     assert cmd[cmd.index("--port") + 1] == "{port}"
     assert cmd[cmd.index("--prefix") + 1] == "{base_url}parallelism-workbench"
     assert cmd[cmd.index("--address") + 1] == "127.0.0.1"

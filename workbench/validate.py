@@ -32,6 +32,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,6 +227,14 @@ def _check_cell(value: str, integer: bool, low: float, high: float, low_ok: bool
     return None
 
 
+def _check_unique_header(where: Path, header: Sequence[str]) -> None:
+    """ValueError naming the columns that appear twice in ``header`` (csv.DictReader would keep the last)."""
+    repeated = sorted(c for c, n in Counter(header).items() if n > 1)
+    if repeated:
+        names = ", ".join(limits.shown(c) for c in repeated[:5])
+        raise ValueError(f"{where}: the header names a column more than once ({names}); each column once")
+
+
 def read_rows(path: str | Path) -> list[dict[str, str]]:
     """The CSV rows as dicts. ValueError naming the file (and the line, row id, column and value) for: no data
     rows, more rows or columns than ``limits.MAX_VALIDATION_ROWS`` / ``MAX_CSV_COLUMNS`` (reading stops there), a
@@ -232,7 +242,9 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     cell that is not CSV (e.g. longer than ``limits.MAX_CSV_FIELD_CHARS``), and a filled numeric cell outside
     its range (``NUMERIC_COLUMNS``: counts >= 1, measured values finite and > 0)."""
     where = check_input_file(path, "validation CSV file")
-    with where.open(newline="", encoding="utf-8") as fh:
+    with where.open(
+        newline="", encoding="utf-8-sig"
+    ) as fh:  # -sig: a byte-order mark (an Excel export) is read
         reader = csv.DictReader(fh)
         rows: list[dict[str, str]] = []
         lines: list[int] = []
@@ -242,6 +254,7 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
                     f"{where}: {len(reader.fieldnames or ()):,} columns; at most {limits.MAX_CSV_COLUMNS} "
                     "(MAX_CSV_COLUMNS in workbench/specs/limits.py)"
                 )
+            _check_unique_header(where, reader.fieldnames or ())
             for row in reader:
                 if len(rows) >= limits.MAX_VALIDATION_ROWS:
                     raise ValueError(

@@ -10,7 +10,9 @@ from __future__ import annotations
 import io
 import shlex
 import threading
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 import panel as pn
 from panel.io.document import hold
@@ -175,6 +177,37 @@ def warm_up() -> None:
     WorkbenchStore(WorkbenchState()).load_best_plan()
 
 
+class SessionErrorHandler:
+    """``pn.config.exception_handler`` of one session: it passes an exception to the session's app
+    (``WorkbenchApp.on_page_error``) until the session ends; ``release``, the session's ``on_session_destroyed``
+    hook, then lets go of everything that kept the session alive (issue 52: about 4 MB per page load before).
+
+    - Panel keeps a session's config in a weak-key dictionary keyed by the session's Document; a handler that
+      held the app for ever (a bound method: method -> app -> widgets -> Document) would keep its own key alive.
+    - Panel 1.9 registers the session's notification area (``notifications=True``) in its process-wide view
+      table (``pn.state._views``: ref -> (viewable, model, Document, comm)) and does not remove it when a
+      served session ends (only ``panel serve``'s own clean-up does); ``release`` removes this Document's views,
+      as Panel's ``_cleanup_doc`` would. The Document is held weakly here.
+    """
+
+    def __init__(self, app: WorkbenchApp, document: Any = None) -> None:
+        self.app: WorkbenchApp | None = app
+        self._document = weakref.ref(document) if document is not None else None
+
+    def __call__(self, exc: BaseException) -> None:
+        if self.app is not None:
+            self.app.on_page_error(exc)
+
+    def release(self, session_context: object) -> None:  # bokeh checks the parameter name
+        self.app = None
+        doc = self._document() if self._document is not None else None
+        if doc is None:
+            return
+        views = pn.state._views
+        for ref in [ref for ref, view in list(views.items()) if view[2] is doc]:
+            views.pop(ref, None)
+
+
 DISCONNECTED = "Connection to the workbench server lost: reload the page (your choices are not kept)."
 
 
@@ -186,5 +219,10 @@ def build_app() -> pn.viewable.Viewable:
     """
     pn.extension("tabulator", notifications=True, disconnect_notification=DISCONNECTED)
     app = WorkbenchApp()
-    pn.config.exception_handler = app.on_page_error  # set inside the session: this session's only
+    doc = pn.state.curdoc
+    served = doc is not None and doc.session_context is not None
+    handler = SessionErrorHandler(app, doc if served else None)
+    pn.config.exception_handler = handler  # set inside the session: this session's only
+    if served:
+        pn.state.on_session_destroyed(handler.release)
     return app.panel()

@@ -11,7 +11,6 @@ by the same builders as the Plan tab, with their x and y ranges made equal so th
 from __future__ import annotations
 
 import asyncio
-import html
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ import panel as pn
 import param
 from bokeh.models import DataRange1d, Range1d
 from bokeh.models.widgets.tables import NumberFormatter
+from workbench_widgets.app.page_text import page_text
 from workbench_widgets.app.store import WorkbenchStore
 from workbench_widgets.app.views import GIB, summary_markdown
 from workbench_widgets.plots import (
@@ -304,4 +304,4 @@ def _reason(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     if not isinstance(exc, ValueError | RuntimeError):
         text = f"{text} ({type(exc).__name__})"
-    return html.escape(text)
+    return page_text(text)

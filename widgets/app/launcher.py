@@ -17,6 +17,10 @@ the Host; older versions ask bokeh's list for every Origin). That is sound becau
 what the Jupyter server accepted: an authenticated request, whose Origin Jupyter checked unless it carried the
 Lab's token (which a page of another site does not have). A page of another site that connects to the app's
 port directly keeps its own Origin and gets 403 from the app, which listens on 127.0.0.1 only.
+
+Host: the app answers only requests whose Host names its own address (``server``: no DNS rebinding), while
+the proxy forwards the Host the browser sent to the Lab (``hub.example.org`` behind JupyterHub). So the proxy
+also sets ``Host: 127.0.0.1:{port}`` (``request_headers``), for pages and websockets alike.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ START_TIMEOUT_S = 60
 ICON = Path(__file__).with_name("icon.svg")
 APP_ORIGIN = "http://127.0.0.1:{port}"
 """The Origin the proxy presents to the app (``{port}`` is filled in by jupyter-server-proxy)."""
+APP_HOST = "127.0.0.1:{port}"
+"""The Host the proxy presents to the app: the address it listens on."""
 
 
 def command() -> list[str]:
@@ -52,8 +58,8 @@ def command() -> list[str]:
 
 
 def request_headers() -> dict[str, str]:
-    """Headers the proxy sets on every request it forwards to the app: the app's own origin."""
-    return {"Origin": APP_ORIGIN}
+    """Headers the proxy sets on every request it forwards to the app: the app's own origin and host."""
+    return {"Origin": APP_ORIGIN, "Host": APP_HOST}
 
 
 def lab_extension_installed() -> bool:

@@ -12,7 +12,6 @@ choices, apart from the training composer.
 from __future__ import annotations
 
 import asyncio
-import html
 import io
 from typing import Any
 
@@ -20,6 +19,7 @@ import panel as pn
 import param
 from bokeh.models.widgets.tables import NumberFormatter
 from workbench_widgets.app.mixed_store import MixedStore, pools_text
+from workbench_widgets.app.page_text import page_text
 from workbench_widgets.plots._style import GIB, MS_PER_S
 from workbench_widgets.plots.mixed import mixed_placement_figure, mixed_stage_time_figure
 from workbench_widgets.plots.timeline import timeline_figure
@@ -80,10 +80,10 @@ def summary_markdown(store: MixedStore) -> str:
     or why there is no result (HTML-escaped)."""
     r = store.result
     if r is None:
-        return f"**No plan:** {html.escape(store.error, quote=False)}" if store.error else PROMPT
+        return f"**No plan:** {page_text(store.error)}" if store.error else PROMPT
     w = r.workload
     lines = [
-        f"**{html.escape(r.model.name)}** on {html.escape(r.cluster.describe())}; sequence {w.seq_len:,}, "
+        f"**{page_text(r.model.name)}** on {page_text(r.cluster.describe())}; sequence {w.seq_len:,}, "
         f"global batch {w.global_batch_size:,}, {w.dtype}",
         f"- {r.num_layouts:,} pipeline layouts screened, {len(r.plans)} plans priced in {r.search_s:.1f} s",
     ]
@@ -94,7 +94,7 @@ def summary_markdown(store: MixedStore) -> str:
         lines.append(
             f"- best plan: {r.best.tokens_per_s / fastest - 1:+.1%} tokens/s over the fastest pool alone"
         )
-    lines += [f"- note: {html.escape(n)}" for n in r.notes]
+    lines += [f"- note: {page_text(n)}" for n in r.notes]
     return "\n".join(lines)
 
 
@@ -240,7 +240,7 @@ class MixedView(param.Parameterized):
             for i, row in enumerate(rows):
                 self.store.pool_spec(i, row)
         except ValueError as exc:
-            self.message.object = f"**Pools not changed:** {html.escape(str(exc), quote=False)}"
+            self.message.object = f"**Pools not changed:** {page_text(exc)}"
             return
         self.store.state.pools = rows
 
@@ -250,7 +250,7 @@ class MixedView(param.Parameterized):
         try:
             self.store.load_preset(event.new)
         except ValueError as exc:
-            self.message.object = f"**Preset not loaded:** {html.escape(str(exc), quote=False)}"
+            self.message.object = f"**Preset not loaded:** {page_text(exc)}"
         else:
             self.message.object = f"Loaded the pools and the shared level of the mixed preset `{event.new}`."
         self.preset.value = ""  # the rows are the composition now; the preset can be picked again

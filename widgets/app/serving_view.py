@@ -20,6 +20,7 @@ import panel as pn
 import param
 from bokeh.models import FixedTicker, Span
 from panel.io.document import hold
+from workbench_widgets.app.page_text import page_text
 from workbench_widgets.plots.serving import serving_figures, slo_text
 
 from workbench.presets import catalog
@@ -207,7 +208,9 @@ def summary_markdown(store: ServingStore) -> str:
     est = store.estimate
     if est is None:
         return (
-            f"**No estimate:** {store.error}" if store.error else "Open the tab to simulate the deployment."
+            f"**No estimate:** {page_text(store.error)}"
+            if store.error
+            else "Open the tab to simulate the deployment."
         )
     s = est.summary()
 
@@ -215,7 +218,7 @@ def summary_markdown(store: ServingStore) -> str:
         return f"{s[key] * MS_PER_S:,.1f} ms"
 
     lines = [
-        f"**{est.model.name}** on {est.plan.num_devices} x {est.cluster.device.id}, `{est.plan.describe()}`, "
+        f"**{page_text(est.model.name)}** on {est.plan.num_devices} x {page_text(est.cluster.device.id)}, `{est.plan.describe()}`, "
         f"{est.workload.request_count:,} requests",
         f"- TTFT mean {ms('ttft_s_mean')}, p50 {ms('ttft_s_p50')}, p99 {ms('ttft_s_p99')}",
         f"- TPOT mean {ms('tpot_s_mean')}, p50 {ms('tpot_s_p50')}, p99 {ms('tpot_s_p99')}",

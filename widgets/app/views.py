@@ -20,6 +20,7 @@ from panel.io.notebook import push
 from panel.io.state import set_curdoc
 from panel.io.state import state as pn_state
 from workbench_widgets.app.choices import violations_by_control
+from workbench_widgets.app.page_text import page_text
 from workbench_widgets.app.state import APP_PLAN_FIELDS, WorkbenchState
 from workbench_widgets.app.store import MAX_UPLOAD_BYTES, WorkbenchStore, too_big_message
 from workbench_widgets.app.upload import ConfigUpload
@@ -183,7 +184,7 @@ class Composer(param.Parameterized):
         """The Store's ``refused`` in the danger alert atop the composer, and in a served page also as a toast
         (seen wherever the page is scrolled). Both are HTML: the text, which may quote a file name, is escaped."""
         text = self.store.refused
-        self.refused.param.update(object=html.escape(text), visible=bool(text))
+        self.refused.param.update(object=page_text(text), visible=bool(text))
         doc = pn_state.curdoc
         if (
             text
@@ -196,11 +197,11 @@ class Composer(param.Parameterized):
     def _show_problems(self, *_: Any) -> None:
         grouped = violations_by_control(self.store.violations)
         for name in CONTROLS:  # every rule's control has a note; a fixed plan clears it
-            text = " ".join(grouped.get(name, []))
+            text = " ".join(page_text(t) for t in grouped.get(name, []))
             self.notes[NOTE_OF_CONTROL.get(name, name)].param.update(object=text, visible=bool(text))
         reasons = self.store.backend_reasons
         self.widgets["backend"].disabled_options = _others(reasons, self.store.state.backend)
-        backend_text = " ".join(f"{n}: {r}." for n, r in reasons.items())
+        backend_text = " ".join(f"{page_text(n)}: {page_text(r)}." for n, r in reasons.items())
         self.notes["backend"].param.update(
             object=f"Unavailable here — {backend_text}", visible=bool(reasons), alert_type="secondary"
         )
@@ -208,7 +209,7 @@ class Composer(param.Parameterized):
         self.widgets["schedule"].disabled_options = _others(
             self.store.disabled_schedules, self.store.state.schedule
         )
-        self.error.param.update(object=html.escape(self.store.error), visible=bool(self.store.error))
+        self.error.param.update(object=page_text(self.store.error), visible=bool(self.store.error))
 
     def _section(self, title: str, names: tuple[str, ...], extra: tuple = ()) -> pn.Card:
         rows: list[Any] = []
@@ -278,13 +279,14 @@ def summary_markdown(estimate: Any) -> str:
             f"({e.memory_capacity_bytes / GIB:,.1f} GiB less {e.memory_headroom_frac:.0%} headroom; {fits})",
         ),
         ("Bubble", f"{e.bubble_fraction * 100:.1f} % of the step (critical rank)"),
-        ("Backend", f"{e.backend}{' (measured)' if e.measured else ''}"),
-        *([("Stack", f"{e.framework} ({e.framework_version})")] if e.framework_version else []),
+        ("Backend", f"{page_text(e.backend)}{' (measured)' if e.measured else ''}"),
+        *([("Stack", page_text(f"{e.framework} ({e.framework_version})"))] if e.framework_version else []),
         *_money_rows(e),
     ]
     table = "| Measure | Value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
-    notes = "".join(f"\n- {n}" for n in e.notes)
-    return f"**{e.model.name}** on **{e.cluster.name}** · `{e.plan.describe()}`\n\n{table}\n{notes}"
+    notes = "".join(f"\n- {page_text(n)}" for n in e.notes)
+    name, cluster = page_text(e.model.name), page_text(e.cluster.name)
+    return f"**{name}** on **{cluster}** · `{e.plan.describe()}`\n\n{table}\n{notes}"
 
 
 def _money_rows(e: Any) -> list[tuple[str, str]]:

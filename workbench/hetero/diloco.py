@@ -77,7 +77,7 @@ class DiLoCoSettings:
     fragments: int = 1
     """``streaming``: the model is synchronised in this many fragments, in turn. >= 1."""
     overlap_steps: int = 1
-    """``streaming``: inner steps each fragment's all-reduce may overlap (Streaming DiLoCo's tau). >= 1."""
+    """``streaming``: inner steps each fragment's all-reduce may overlap (Streaming DiLoCo's tau). 1..H."""
     dp_grad_bytes_per_param: float = 4.0
     """Gradient bytes per parameter of the synchronous data-parallel baseline (fp32 gradients, the baseline
     INTELLECT-1's 400x is against)."""
@@ -96,6 +96,11 @@ class DiLoCoSettings:
         if self.overlap == "streaming" and self.fragments > self.inner_steps:
             raise ValueError(
                 f"DiLoCoSettings: {self.fragments} fragments need at least as many inner steps (H = {self.inner_steps})"
+            )
+        if self.overlap == "streaming" and self.overlap_steps > self.inner_steps:
+            raise ValueError(
+                f"DiLoCoSettings: overlap_steps (tau = {self.overlap_steps}) must be <= inner_steps (H = "
+                f"{self.inner_steps}): a fragment's all-reduce must land before the fragment is synchronised again"
             )
         check_real("DiLoCoSettings", "dp_grad_bytes_per_param", self.dp_grad_bytes_per_param, maximum=16.0)
 

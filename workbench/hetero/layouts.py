@@ -62,14 +62,58 @@ def tp_choices(model: ModelSpec, pool: ClusterSpec, wanted: tuple[int, ...]) -> 
     ]
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def identical_groups(pools: tuple[ClusterSpec, ...]) -> list[list[int]]:
+    """Indices of the pools grouped by equality (same device, nodes and levels: interchangeable in a layout),
+    in order of first appearance."""
+    groups: list[list[int]] = []
+    for k, p in enumerate(pools):
+        group = next((g for g in groups if pools[g[0]] == p), None)
+        if group is None:
+            groups.append([k])
+        else:
+            group.append(k)
+    return groups
+
+
+def tp_assignments(groups: list[list[int]], tps: list[list[int]]) -> Iterator[tuple[int, ...]]:
+    """Each pool's tp, up to the symmetry between identical pools: within a group the tps are non-decreasing
+    in pool order (a multiset per group), since swapping the tps of two identical pools gives the same layouts
+    once the pools are ordered along the pipeline. ``tps[k]``: pool k's choices."""
+    num_pools = sum(len(g) for g in groups)
+    per_group = [itertools.combinations_with_replacement(tps[g[0]], len(g)) for g in groups]
+    for combo in itertools.product(*per_group):
+        out = [0] * num_pools
+        for g, values in zip(groups, combo, strict=True):
+            for k, t in zip(g, values, strict=True):
+                out[k] = t
+        yield tuple(out)
+
+
+def num_tp_assignments(groups: list[list[int]], tps: list[list[int]]) -> int:
+    """How many ``tp_assignments`` there are: the product over groups of C(choices + size - 1, size)."""
+    return math.prod(math.comb(len(tps[g[0]]) + len(g) - 1, len(g)) for g in groups)
+
+
+def layout_work(mixed: MixedCluster, model: ModelSpec, workload: Workload, opts: Any) -> int:
+    """An upper bound on the layouts ``layouts`` yields (dp divisors x tp assignments x orders x micro-batch,
+    ZeRO, recompute and schedule variants), counted without enumerating them."""
+    pools = mixed.pools
+    groups = identical_groups(pools)
+    tps = [tp_choices(model, p, opts.tp) for p in pools]
+    num_orders = math.factorial(len(pools)) if len(pools) <= MAX_ORDERED_POOLS else 2
+    variants = len(opts.micro_batch_sizes) * len(opts.zero_stages) * len(opts.recompute) * len(opts.schedules)
+    num_dp = len(_divisors(math.gcd(*(p.num_devices for p in pools))))
+    return num_dp * num_tp_assignments(groups, tps) * num_orders * variants
 
 
 def layouts(mixed: MixedCluster, model: ModelSpec, workload: Workload, opts: Any) -> Iterator[Layout]:
     """Every layout of ``opts`` (a ``MixedOptions``) on ``mixed`` that uses all devices of every pool and keeps
-    at least one layer per stage; schedules that break their micro-batch rules are skipped."""
+    at least one layer per stage, up to the symmetry between identical pools (``tp_assignments``; orders that
+    only swap identical pools of the same tp are yielded once); schedules that break their micro-batch rules
+    are skipped. ``layout_work`` bounds the count (``workbench.specs.limits.MAX_MIXED_LAYOUTS``)."""
     pools = mixed.pools
+    groups = identical_groups(pools)
+    kind = {k: i for i, g in enumerate(groups) for k in g}
     if len(pools) <= MAX_ORDERED_POOLS:
         orders = list(itertools.permutations(range(len(pools))))
     else:
@@ -77,14 +121,25 @@ def layouts(mixed: MixedCluster, model: ModelSpec, workload: Workload, opts: Any
         orders = [tuple(fast), tuple(reversed(fast))]
     tps = [tp_choices(model, p, opts.tp) for p in pools]
     for dp in _divisors(math.gcd(*(p.num_devices for p in pools))):
-        for tp_set in itertools.product(*tps):
+        for tp_set in tp_assignments(groups, tps):
             stages = [p.num_devices // (dp * t) for p, t in zip(pools, tp_set, strict=True)]
             if any(p.num_devices % (dp * t) for p, t in zip(pools, tp_set, strict=True)):
                 continue
             pp = sum(stages)
             if pp > min(model.num_layers, opts.max_pp):
                 continue
-            yield from _variants(orders, tp_set, stages, dp, pp, workload, opts)
+            seen: set[tuple[tuple[int, int], ...]] = set()
+            distinct = []
+            for order in orders:  # two orders that only swap identical pools of equal tp are one layout
+                key = tuple((kind[k], tp_set[k]) for k in order)
+                if key not in seen:
+                    seen.add(key)
+                    distinct.append(order)
+            yield from _variants(distinct, tp_set, stages, dp, pp, workload, opts)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _variants(

@@ -14,6 +14,7 @@ batch (the homogeneous planner's #1) so a caller can say what mixing the pools b
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -160,7 +161,7 @@ def plan_mixed(
     if "pipeline" in opts.families and model.is_moe:
         notes.append("pipelines across pools are planned for dense models only; MoE: whole replicas per pool")
     elif "pipeline" in opts.families:
-        candidates = list(layouts(cluster, model, workload, opts))
+        candidates = _bounded_layouts(cluster, model, workload, opts)
         num_layouts = len(candidates)
         found += _pipelines(model, cluster, workload, cal, opts, candidates)
     if "split" in opts.families:
@@ -178,6 +179,27 @@ def plan_mixed(
         search_s=time.perf_counter() - start,
         notes=tuple(notes),
     )
+
+
+def _bounded_layouts(
+    cluster: MixedCluster, model: ModelSpec, workload: Workload, opts: MixedOptions
+) -> list[Any]:
+    """The pipeline layouts (``layouts``); ValueError, with the size of the work, when there are more than
+    ``limits.MAX_MIXED_LAYOUTS`` (enumeration stops there, so the refusal itself is quick)."""
+    from workbench.hetero.layouts import layout_work
+    from workbench.specs.limits import MAX_MIXED_LAYOUTS
+
+    candidates = list(itertools.islice(layouts(cluster, model, workload, opts), MAX_MIXED_LAYOUTS + 1))
+    if len(candidates) > MAX_MIXED_LAYOUTS:
+        work = layout_work(cluster, model, workload, opts)
+        raise ValueError(
+            f"plan_mixed: more than {MAX_MIXED_LAYOUTS:,} pipeline layouts to price over {cluster.num_pools} pools "
+            f"(up to {work:,}: pool orders x tp per pool x dp x micro-batch, ZeRO, recompute and schedule "
+            f"choices); at most {MAX_MIXED_LAYOUTS:,} (MAX_MIXED_LAYOUTS in workbench/specs/limits.py): give fewer "
+            "distinct pools (identical pools cost little), or fewer micro-batch sizes, ZeRO stages, recompute "
+            "modes or schedules"
+        )
+    return candidates
 
 
 def _pipelines(

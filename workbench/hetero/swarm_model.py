@@ -129,7 +129,8 @@ def lost_call_frac(failures_per_s: Any, exposure_s: Any) -> Any:
 def useful_frac(failures_per_s: Any, exposure_s: Any) -> Any:
     """Useful share of a peer's time when interrupted calls restart: lambda t / (e^{lambda t} - 1) (1 at 0)."""
     x = np.asarray(failures_per_s, dtype=float) * np.asarray(exposure_s, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # e^x overflows to inf beyond x ~ 709: x / inf = 0 is the limit, so the overflow is no error
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(x > 0, x / np.expm1(x), 1.0)
 
 

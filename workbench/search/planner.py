@@ -81,6 +81,7 @@ def _merge(outcomes: list[ScreenOutcome], objective: str, keep: int) -> ScreenOu
         num_feasible=sum(o.num_feasible for o in outcomes),
         num_skipped=sum(o.num_skipped for o in outcomes),
         screen_s=sum(o.screen_s for o in outcomes),
+        screen_cpu_s=sum(o.screen_cpu_s for o in outcomes),
         clusters=tuple(c for o in outcomes for c in o.clusters),
         schedule_names=next((o.schedule_names for o in outcomes if o.schedule_names), ()),
     )
@@ -337,6 +338,7 @@ def search(
         num_plans=out.num_plans,
         num_feasible=out.num_feasible,
         screen_s=out.screen_s,
+        screen_cpu_s=out.screen_cpu_s,
         refine_s=refine_s,
         estimates=tuple(est_by_key[id(r)] for r in ordered if id(r) in est_by_key),
         explanation=_explanation(ordered, _rank_column(objective, ordered)),

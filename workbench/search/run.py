@@ -222,6 +222,9 @@ class ScreenOutcome:
     num_costed: int
     num_feasible: int
     screen_s: float
+    """Wall time of the screen, s."""
+    screen_cpu_s: float = 0.0
+    """CPU time this process spent on the screen (``time.process_time``: all its threads), s."""
     num_skipped: int = 0
     """Feasible plans whose step time was not priced: they could beat neither the best plans nor the frontier
     found before them (``_hopeless``)."""
@@ -249,7 +252,7 @@ def screen_all(
     ``chunk_plans`` plans of numpy columns plus the pools.
     """
     rank.check_objective(objective)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     pools = _Pools()
     spaces = [
         (c, build_space(model, c, constraints))
@@ -281,6 +284,7 @@ def screen_all(
         num_skipped=pools.num_skipped,
         num_feasible=pools.num_feasible,
         screen_s=time.perf_counter() - start,
+        screen_cpu_s=time.process_time() - cpu_start,
         clusters=tuple(c for c, _ in spaces),
         schedule_names=names,
     )

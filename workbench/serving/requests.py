@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from workbench.specs.files import check_input_file
-from workbench.specs.limits import MAX_CSV_FIELD_CHARS, check_count, check_real, shown
+from workbench.specs.limits import MAX_CSV_FIELD_CHARS, MAX_SIMULATED_REQUESTS, check_count, check_real, shown
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -190,6 +190,13 @@ def _read_trace(p: Path, rows: Any, values: list[list[Any]]) -> None:
         )
     where = [names.index(c) for c in _TRACE_COLUMNS]
     for row in rows:
+        if (
+            row and len(values[0]) >= MAX_SIMULATED_REQUESTS
+        ):  # stop reading: a huge trace costs time and memory
+            raise ValueError(
+                f"{p}:{rows.line_num}: more than {MAX_SIMULATED_REQUESTS:,} requests; at most "
+                f"{MAX_SIMULATED_REQUESTS:,} (MAX_SIMULATED_REQUESTS in workbench/specs/limits.py)"
+            )
         if row:
             for k, (col, at) in enumerate(zip(_TRACE_COLUMNS, where, strict=True)):
                 values[k].append(_trace_field(p, rows.line_num, col, row, at))

@@ -137,7 +137,7 @@ def read_serving_rows(path: str | Path = DEFAULT_SERVING_DATA) -> list[dict[str,
     where = check_input_file(path, "serving validation CSV file")
     rows: list[dict[str, str]] = []
     try:
-        with where.open(newline="", encoding="utf-8") as fh:
+        with where.open(newline="", encoding="utf-8-sig") as fh:  # a byte-order mark (Excel) is read
             reader = csv.DictReader(fh)
             header = tuple(reader.fieldnames or ())
             later = header == SERVING_COLUMNS[: -len(LATER_COLUMNS)]

@@ -105,6 +105,28 @@ MAX_ACTION_TIME = 1e12
 """Duration of one schedule action given in ``workbench schedule`` (any one unit; seconds by convention: 30,000
 years). Sums over the ~10^6 actions the pair bound allows stay finite."""
 
+MAX_MIXED_LAYOUTS = 40_000
+"""Pipeline layouts one mixed-pool search prices (``workbench plan --cluster A:1+B:1+...``): pool order, tp per
+pool, dp, micro-batch, ZeRO, recompute and schedule. Each costs about 1.5 ms of CPU to split and screen
+(measured here 2026-12: six identical DGX H100 pools, 3,252 layouts, 6.9 CPU-s end to end with start-up), so
+40,000 stay within a minute. Identical pools are enumerated once up to their symmetry (six copies: 84 tp choices,
+not 4^6 = 4,096; before that, six identical pools ran past 300 s and 900 MB, issue 52); beyond the bound the
+search is refused with the size of the work, after enumerating at most this many layouts."""
+
+# ---- serving --------------------------------------------------------------------------------------------
+MAX_SIMULATED_REQUESTS = 2**20
+"""Requests of one simulated serving workload (``serve estimate --num-requests``, a trace's rows, the app):
+1,048,576. Measured here (2026-12, one CPU core busy): ``serve estimate`` of Llama-3.1-8B with 2^20 offline
+requests takes 7.7 CPU-s and 380 MB, and ``--report`` adds a rate sweep of a few such runs, so the answer comes
+within about a minute; 2^24 (the bound before issue 52) took 80 s and 3.2 GB without a report. Percentiles
+settle long before: published benchmarks replay 10^2-10^5 requests (MLPerf llama2-70b: 24,576 samples)."""
+
+MAX_SERVE_PLAN_REQUESTS = 2**15
+"""Requests each candidate of ``serve plan`` is simulated with: 32,768. The planner simulates every candidate
+deployment (engine, tp, dtypes, batch limits), about 1 ms of CPU per request over all of them (measured here:
+Llama-3.1-8B on a DGX H100, 4,096 requests 6.5 CPU-s, 32,768 requests 32 CPU-s and 140 MB), so 2^15 answers
+within a minute; 2^20 (the bound before issue 52) ran past 300 s."""
+
 # ---- measuring on this host ----------------------------------------------------------------------------
 MAX_THREADS = 2**12
 """CPU threads a measurement may ask torch for: 4,096. The largest two-socket servers expose 768 hardware

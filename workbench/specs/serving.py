@@ -16,16 +16,23 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from workbench.specs.errors import check_choice, check_int
-from workbench.specs.limits import MAX_DEVICES, MAX_GLOBAL_BATCH_SIZE, MAX_PP, MAX_SEQ_LEN, check_real, shown
+from workbench.specs.limits import (
+    MAX_DEVICES,
+    MAX_GLOBAL_BATCH_SIZE,
+    MAX_PP,
+    MAX_SEQ_LEN,
+    MAX_SIMULATED_REQUESTS,
+    check_real,
+    shown,
+)
 from workbench.specs.speculative import SpeculativeDecoding
 
 MAX_KV_BLOCK_TOKENS = 2**12
 """Tokens per KV block: 4,096. vLLM offers 1-256 (``--block-size``: 8, 16, 32, 64, 128, 256 on CUDA); SGLang's
 token-granular pool is a block of 1; TRT-LLM's ``tokens_per_block`` defaults to 32 (64 in some recipes)."""
 
-MAX_REQUESTS = 2**24
-"""Requests of one simulated workload: 16,777,216. Published serving benchmarks replay 10^2-10^5 requests (MLPerf
-llama2-70b: 24,576 samples); the simulator keeps a few numbers per request, so 2^24 stays within a few GB."""
+MAX_REQUESTS = MAX_SIMULATED_REQUESTS
+"""Requests of one simulated workload (``limits.MAX_SIMULATED_REQUESTS``, with the reason)."""
 
 MAX_REQUEST_RATE_PER_S = 1e9
 """Mean arrival rate, requests/s. The busiest public deployments serve 10^4-10^5 requests/s in aggregate."""
