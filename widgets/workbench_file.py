@@ -191,9 +191,26 @@ def _estimate_from_record(record: Mapping[str, Any]) -> Estimate:
             kwargs[f.name] = _typed(spec_types[f.name], value)
         elif f.name == "notes":
             kwargs[f.name] = tuple(str(n) for n in value)
+        elif f.name == "band":
+            kwargs[f.name] = None if value is None else _band(value)
         else:
             kwargs[f.name] = value
     return Estimate(**kwargs)
+
+
+def _band(value: Any) -> Any:
+    """The saved ``ErrorBand`` (its ``as_dict`` fields); ValueError for another shape."""
+    from workbench.specs.band import ErrorBand
+
+    if not isinstance(value, Mapping):
+        raise ValueError(f"band must be an object, got {type(value).__name__}")
+    fields = {f.name for f in dataclasses.fields(ErrorBand)}
+    kept = {k: v for k, v in value.items() if k in fields}
+    kept["notes"] = tuple(str(n) for n in kept.get("notes", ()))
+    try:
+        return ErrorBand(**kept)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"band: {exc}") from None
 
 
 def _table(pl: Any, columns: Mapping[str, list[Any]]) -> pl.DataFrame:

@@ -38,8 +38,9 @@ TORCHTITAN_MODELS = {
 }
 """Our model presets -> torchtitan v0.2.2's (model.name, model.flavor) (torchtitan/models/*/__init__.py)."""
 
-TORCHTITAN_FP8 = {"current": "tensorwise"}
-"""Our FP8 recipe -> torchao's Float8Linear recipe_name (tensorwise = per-tensor current scaling)."""
+TORCHTITAN_FP8 = {"current": "tensorwise", "tensorwise": "tensorwise", "rowwise": "rowwise"}
+"""Our FP8 recipe -> torchao's Float8Linear recipe_name (tensorwise = per-tensor current scaling; rowwise =
+one scale per row, torchao ``Float8LinearRecipeName.ROWWISE``)."""
 
 
 def torchtitan_job(est: Estimate, framework: FrameworkProfile | None, hf_assets: str) -> dict[str, Any]:
@@ -84,7 +85,8 @@ def torchtitan_job(est: Estimate, framework: FrameworkProfile | None, hf_assets:
         job["activation_checkpoint"]["selective_ac_option"] = "op"
     if work.dtype == "fp8":
         job["model"]["converters"] = ["quantize.linear.float8"]
-        job["quantize"] = {"linear": {"float8": {"recipe_name": "tensorwise"}}}
+        recipe = framework.fp8_recipe if framework is not None else "current"
+        job["quantize"] = {"linear": {"float8": {"recipe_name": TORCHTITAN_FP8.get(recipe, "tensorwise")}}}
     return job
 
 
