@@ -14,12 +14,8 @@ fi
 # (constraints/ci.txt); users install '.[torch]' unpinned.
 .venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter]'
 
-# The prebuilt JupyterLab extension and the config enabling its server extension: a wheel installs both as data
-# files, an editable install does not, so link the committed build and copy the config into the venv.
-ext=.venv/share/jupyter/labextensions/parallelism-workbench
-mkdir -p "$(dirname "$ext")" .venv/etc/jupyter/jupyter_server_config.d
-rm -rf "$ext" && ln -s "$PWD/share/jupyter/labextensions/parallelism-workbench" "$ext"
-cp labextension/jupyter-config/jupyter_server_config.d/parallelism-workbench.json .venv/etc/jupyter/jupyter_server_config.d/
+# The prebuilt JupyterLab extension and its server config come with the install (the project's build backend,
+# build_support/workbench_build.py, puts the data files in the editable wheel too): nothing to link by hand.
 
 # Browser tests drive Debian's chromium (never a downloaded browser).
 if [ ! -x /usr/bin/chromium ]; then

@@ -60,10 +60,16 @@ def _run(args: list[str | Path], cwd: Path, timeout_s: float = 120) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("wheel")
-    src = work / "src"
+def source_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("source") / "src"
     shutil.copytree(ROOT, src, ignore=_ignore)
+    return src
+
+
+@pytest.fixture(scope="module")
+def wheel(source_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
+    src = source_tree
     out = work / "dist"
     _run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, src],
@@ -179,3 +185,96 @@ def test_core_install_plans_and_writes_a_report_without_the_extras(venv: Path, t
         text=True,
     )
     assert proc.returncode == 1 and "pip install 'parallelism-workbench[app]'" in proc.stderr, proc.stderr
+
+
+# --- JupyterLab from pip: the wheel and the editable install both register the extensions ------------------
+
+LAB_NAME = "parallelism-workbench"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _data_files(wheel: Path) -> dict[str, bytes]:
+    """The files a wheel installs under ``sys.prefix`` (its ``.data/data/`` folder), by install path."""
+    with zipfile.ZipFile(wheel) as z:
+        return {
+            n.split(".data/data/", 1)[1]: z.read(n)
+            for n in z.namelist()
+            if ".data/data/" in n and not n.endswith("/")
+        }
+
+
+def test_installed_wheel_registers_the_lab_and_server_extensions(venv: Path, tmp_path: Path) -> None:
+    """``jupyter labextension list`` and ``jupyter server extension list`` of the fresh venv (their modules,
+    run by the venv's python, so its ``sys.prefix`` is where Jupyter looks) show both extensions enabled and
+    OK, from the venv's own data folder."""
+    python = venv / "bin" / "python"
+    lab_out = subprocess.run(
+        [str(python), "-m", "jupyterlab.labextensions", "list"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    labs = _ANSI.sub("", lab_out.stdout + lab_out.stderr)
+    assert re.search(rf"{LAB_NAME} v0\.1\.0 enabled\s+OK \(python, {LAB_NAME}\)", labs), labs
+    folder = labs.split(f"{LAB_NAME} v0.1.0", 1)[0].rsplit("\n", 3)[-3:]
+    assert any(str(venv.resolve()) in line or str(venv) in line for line in folder), labs
+    srv_out = subprocess.run(
+        [str(python), "-m", "jupyter_server.extension.serverextension", "list"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    servers = _ANSI.sub("", srv_out.stdout + srv_out.stderr)
+    assert re.search(r"workbench_widgets\.lab_server\s+enabled", servers), servers
+    assert re.search(r"workbench_widgets\.lab_server\s+OK", servers), servers
+
+
+def test_editable_wheel_carries_the_same_data_files_as_the_wheel(
+    source_tree: Path, wheel: Path, tmp_path: Path
+) -> None:
+    """``pip install -e .`` builds an editable wheel with the project's backend (build_support/); it must hold
+    the prebuilt lab extension and the server config like the wheel does, with RECORD lines whose hashes and
+    sizes are those of the files (pip installs them under ``sys.prefix``)."""
+    import base64
+    import hashlib
+
+    out = tmp_path / "dist"
+    out.mkdir()
+    code = (
+        "import sys; sys.path.insert(0, 'build_support'); import workbench_build as b;"
+        f"print(b.build_editable({str(out)!r}))"
+    )
+    name = _run([sys.executable, "-c", code], source_tree, 180).strip().splitlines()[-1]
+    editable = out / name
+    assert "editable" in editable.name
+    shipped = _data_files(wheel)
+    assert f"share/jupyter/labextensions/{LAB_NAME}/package.json" in shipped
+    assert f"etc/jupyter/jupyter_server_config.d/{LAB_NAME}.json" in shipped
+    assert _data_files(editable) == shipped
+    with zipfile.ZipFile(editable) as z:
+        (record,) = [n for n in z.namelist() if n.endswith(".dist-info/RECORD")]
+        lines = {row.split(",")[0]: row.split(",")[1:] for row in z.read(record).decode().splitlines()}
+        for n in z.namelist():
+            if ".data/data/" in n:
+                payload = z.read(n)
+                digest = base64.urlsafe_b64encode(hashlib.sha256(payload).digest()).rstrip(b"=").decode()
+                assert lines[n] == [f"sha256={digest}", str(len(payload))], n
+
+
+def test_editable_install_here_has_the_extension_files() -> None:
+    """This checkout's own ``pip install -e`` (scripts/test.sh) put the committed build under ``sys.prefix``,
+    byte for byte (no step by hand links it any more)."""
+    installed = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / LAB_NAME
+    built = ROOT / "share" / "jupyter" / "labextensions" / LAB_NAME
+    files = [p.relative_to(built) for p in built.rglob("*") if p.is_file()]
+    assert files
+    for rel in files:
+        assert (installed / rel).read_bytes() == (built / rel).read_bytes(), rel
+    config = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / f"{LAB_NAME}.json"
+    assert json.loads(config.read_text()) == {
+        "ServerApp": {"jpserver_extensions": {"workbench_widgets.lab_server": True}}
+    }
