@@ -203,32 +203,30 @@ def _data_files(wheel: Path) -> dict[str, bytes]:
         }
 
 
+def _jupyter_list(python: Path, module: str, cwd: Path) -> str:
+    """``python -m module list`` (Jupyter prints its listing on stderr), colours removed."""
+    proc = subprocess.run(
+        [str(python), "-m", module, "list"],
+        cwd=cwd,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return _ANSI.sub("", proc.stdout + proc.stderr)
+
+
 def test_installed_wheel_registers_the_lab_and_server_extensions(venv: Path, tmp_path: Path) -> None:
     """``jupyter labextension list`` and ``jupyter server extension list`` of the fresh venv (their modules,
     run by the venv's python, so its ``sys.prefix`` is where Jupyter looks) show both extensions enabled and
     OK, from the venv's own data folder."""
     python = venv / "bin" / "python"
-    lab_out = subprocess.run(
-        [str(python), "-m", "jupyterlab.labextensions", "list"],
-        cwd=tmp_path,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    labs = _ANSI.sub("", lab_out.stdout + lab_out.stderr)
+    labs = _jupyter_list(python, "jupyterlab.labextensions", tmp_path)
     assert re.search(rf"{LAB_NAME} v0\.1\.0 enabled\s+OK \(python, {LAB_NAME}\)", labs), labs
     folder = labs.split(f"{LAB_NAME} v0.1.0", 1)[0].rsplit("\n", 3)[-3:]
     assert any(str(venv.resolve()) in line or str(venv) in line for line in folder), labs
-    srv_out = subprocess.run(
-        [str(python), "-m", "jupyter_server.extension.serverextension", "list"],
-        cwd=tmp_path,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    servers = _ANSI.sub("", srv_out.stdout + srv_out.stderr)
+    servers = _jupyter_list(python, "jupyter_server.extension.serverextension", tmp_path)
     assert re.search(r"workbench_widgets\.lab_server\s+enabled", servers), servers
     assert re.search(r"workbench_widgets\.lab_server\s+OK", servers), servers
 
