@@ -11,6 +11,18 @@ REPORT_TEMPLATE = """{% macro table(t) %}
 {% endfor %}
 </table>
 {% endmacro %}
+{% macro folded(t, id) %}
+{% set num = t.get("num_variants", 0) %}
+{% if num %}
+<div class="folds"><input type="checkbox" class="fold-toggle" id="variants-{{ id }}">
+<label for="variants-{{ id }}">show the {{ num }} variant(s) folded under their layout (└: same degrees and
+schedule as the plan above, other vpp, micro-batch, ZeRO, recompute or rank order)</label>
+{{ table(t) }}
+</div>
+{% else %}
+{{ table(t) }}
+{% endif %}
+{% endmacro %}
 <!DOCTYPE html>
 <html lang="en">
 <head>
@@ -28,6 +40,11 @@ th, td { border: 1px solid #d0d0d0; padding: 0.2rem 0.5rem; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 th.num { white-space: nowrap; }
 tr.chosen { background: #fff3d6; } tr.nofit td { color: #a33; }
+.folds > .fold-toggle:not(:checked) ~ table tr.variant { display: none; }
+.folds > label { font-size: 0.86rem; color: #444; cursor: pointer; }
+.answer { background: #f3f8fc; border: 1px solid #bcd6ea; border-radius: 6px; padding: 0.4rem 1rem 0.8rem; }
+.answer h2 { border: none; margin-top: 0.6rem; } .answer table { background: #fff; }
+.why li { margin: 0.25rem 0; }
 .inputs { display: flex; flex-wrap: wrap; gap: 1.2rem; }
 pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-wrap; }
 .note { color: #555; font-size: 0.9rem; } .figure { margin: 0.8rem 0 1.4rem; }
@@ -41,6 +58,19 @@ pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-w
 Times in ms, memory in GiB (2<sup>30</sup> bytes), throughput in tokens/s over the whole cluster.
 Open offline: everything is inside this file.</p>
 
+<section class="answer" id="summary">
+<h2>Answer: {{ summary.plan }}</h2>
+<p class="note">The best plan (priced by {{ summary.backend }}) and what it gives.</p>
+<table>
+{% for key, value in summary.rows %}<tr><th>{{ key }}</th><td class="num">{{ value }}</td></tr>
+{% endfor %}</table>
+{% if summary.why %}
+<h3>Why it wins: against the best plan of each other layout</h3>
+<ul class="why">{% for line in summary.why %}<li>{{ line }}</li>{% endfor %}</ul>
+{% endif %}
+{% if summary.tie_band %}<p class="note">{{ summary.tie_band }}</p>{% endif %}
+</section>
+
 <h2>Inputs</h2>
 <div class="inputs">
 {% for block in inputs %}
@@ -51,7 +81,7 @@ Open offline: everything is inside this file.</p>
 </div>
 
 <h2>Ranked plans</h2>
-{{ table(plans) }}
+{{ folded(plans, "plans") }}
 {% if search_totals %}
 <h2 id="search">Search</h2>
 <p class="note">Every plan of the space is screened in closed form; a plan is rejected under the first rule it
@@ -69,7 +99,7 @@ breaks; the best feasible plans are refined with the full backend.</p>
 {% else %}
 <h3>Search results: the first {{ search_table.rows | length }} of {{ search_total }} listed plans</h3>
 {% endif %}
-{{ table(search_table) }}
+{{ folded(search_table, "search") }}
 {% endif %}
 
 {% if validation %}

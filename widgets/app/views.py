@@ -29,7 +29,7 @@ from workbench_widgets.plots import (
     placement_figure,
 )
 from workbench_widgets.plots.breakdown import refresh_breakdown_figure, same_bars
-from workbench_widgets.plots.memory import refresh_memory_figure
+from workbench_widgets.plots.memory import refresh_memory_figure, usable_memory_bytes
 from workbench_widgets.plots.placement import placement_figure_tags, refresh_placement_figure
 from workbench_widgets.plots.timeline import (
     TimelineContent,
@@ -331,9 +331,12 @@ class PlanView(param.Parameterized):
             if self.breakdown not in figures:
                 in_session(self.breakdown, lambda: refresh_breakdown_figure(breakdown, [e]))
             if self.memory not in figures and memory_changed:
-                capacity = e.memory_capacity_bytes
+                capacity, usable = e.memory_capacity_bytes, usable_memory_bytes(e)
                 in_session(
-                    self.memory, lambda: refresh_memory_figure(memory, e.memory, capacity_bytes=capacity)
+                    self.memory,
+                    lambda: refresh_memory_figure(
+                        memory, e.memory, capacity_bytes=capacity, usable_bytes=usable
+                    ),
                 )
             if self.placement not in figures and placement_changed:
                 in_session(self.placement, lambda: refresh_placement_figure(placement, e.plan, e.cluster))

@@ -31,8 +31,12 @@ STABLE_FRAME_PX = 30 * LANE_PX
 vpp moves nothing on the page below it (no relayout); up to 30 lanes share it, more pan in y (the figure's
 tools pan in y always, so a lane count that starts or stops overflowing needs no new figure). Fewer lanes
 get taller bands."""
-COMM_MIN_PX = 3
-"""Screen width of the mark drawn on every communication block, so a send stays visible at full zoom-out."""
+COMM_MIN_PX = 1
+"""Screen width of the mark drawn on every communication block, so a send stays visible at full zoom-out. One
+pixel, drawn pale (``COMM_MARK_ALPHA``): at 3 px the ~1,000 sends of an interleaved schedule's rank joined into a
+solid bar that read as "communicating all step" while they took 1 % of it."""
+COMM_MARK_ALPHA = 0.35
+"""Opacity of those marks: where sends crowd, the lane is pale, not solid."""
 COMM_FLOOR_ALPHA = 0.5
 """Least opacity of a communication bin in the aggregated view (a thin send is a small busy share)."""
 

@@ -39,6 +39,10 @@ OVERLAPPED_PARTS: tuple[tuple[str, str, str], ...] = tuple(
 """(StepBreakdown field, label, colour) of the hidden communication, drawn hatched under each bar."""
 
 
+HIDDEN_LABEL = "hatched: communication hidden behind compute (not in the step)"
+"""Legend entry of the thin hatched bars under each plan."""
+
+
 def breakdown_figure(
     breakdowns: Sequence[StepBreakdown],
     labels: Sequence[str],
@@ -90,6 +94,7 @@ def breakdown_figure(
         hatch_color="color",
         line_color=None,
         name="overlapped",
+        legend_label=HIDDEN_LABEL,
     )
     fig.add_tools(
         HoverTool(

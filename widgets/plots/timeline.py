@@ -54,6 +54,7 @@ from workbench_widgets.plots._style import (
 from workbench_widgets.plots._timeline_content import (
     BLOCK_COLUMNS,
     COMM_COLUMNS,
+    COMM_MARK_ALPHA,
     COMM_MIN_PX,
     LABEL_COLUMNS,
     LANE_PX,
@@ -319,6 +320,7 @@ def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False)
                 source=ColumnDataSource(comm),
                 name="comm_marks",
                 fill_color="color",
+                fill_alpha=COMM_MARK_ALPHA,
                 line_color=None,
             )
         )
@@ -359,7 +361,9 @@ def _no_rows(columns: tuple[str, ...]) -> dict[str, list]:
 
 LegendEntry = tuple[str, str, float]
 """(label, colour, alpha) of one legend entry."""
-_COMM_ENTRY: LegendEntry = ("communication / wait", COMM_COLOR, 1.0)
+COMM_LABEL = "communication: sends (a pale mark >= 1 px each)"
+"""Legend label of the communication blocks: what they are (the sends between stages, not a wait)."""
+_COMM_ENTRY: LegendEntry = (COMM_LABEL, COMM_COLOR, 1.0)
 _BLENDED_ENTRY: LegendEntry = (BLENDED_LABEL, GREY, 0.45)
 _STABLE_ENTRIES: tuple[LegendEntry, ...] = (
     *((f"{op}: {OP_NAMES[op]}", OP_COLORS[op], 1.0) for op in sorted(OP_COLORS)),
