@@ -29,6 +29,9 @@ from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload, rank_order_name
 
 ESTIMATE_CACHE_SIZE = 32
+PLAN_CHOICES = frozenset({*APP_PLAN_FIELDS, "dp", "backend", "name"})
+"""State fields that are the plan itself (or who prices it): changing one makes the plan the user's own;
+changing any other field (model, cluster, workload, stack) can make the planner's best another plan."""
 MAX_UPLOAD_BYTES = 2**20
 """Largest file the app reads (1 MiB): a Hugging Face ``config.json`` is a few KB. The upload control refuses a
 bigger file in the browser, before any byte is sent (``views.ConfigUpload``), and ``upload_file`` again here."""
@@ -65,6 +68,16 @@ class WorkbenchStore(param.Parameterized):
         default="",
         doc="Why the last input was not used ('' once one is): the choices before it were put back.",
     )
+    stale = param.String(
+        default="",
+        doc="Why the plan shown may no longer be the best: it was the planner's best for other inputs ('' when "
+        "it is the planner's best for these, or a plan the user chose).",
+    )
+    adjusted = param.String(
+        default="",
+        doc="Which plan values the inputs forced off the ones chosen, and to what ('' when none): the chosen "
+        "ones come back once they are valid again.",
+    )
 
     def __init__(
         self,
@@ -84,6 +97,12 @@ class WorkbenchStore(param.Parameterized):
         self._busy = False
         self._refusal: BaseException | None = None
         self._uploading = False
+        self._loading = False
+        self._planned_for: tuple | None = None
+        """The inputs (``_inputs``) the plan was the planner's best for; None: a plan the user chose."""
+        self._wanted: dict[str, int] = {f: getattr(self.state, f) for f in DEGREE_FIELDS}
+        """The degrees last chosen (by a control or a loaded plan), which normalising moves off only while
+        they are invalid."""
         self._fill_options()
         self._fill_cluster(self.state.cluster_preset)
         self._fill_model(self.state.model_preset)
@@ -220,6 +239,10 @@ class WorkbenchStore(param.Parameterized):
             self.refused = ""
 
     def _pass(self, changed: set[str]) -> None:
+        for field in changed & set(DEGREE_FIELDS):
+            self._wanted[field] = getattr(self.state, field)
+        if changed & PLAN_CHOICES and not self._loading:
+            self._planned_for = None  # the user's own plan now: nothing to call stale
         self._busy = True
         try:
             if "cluster_preset" in changed:
@@ -231,6 +254,27 @@ class WorkbenchStore(param.Parameterized):
         finally:
             self._busy = False
         self.refresh()
+        self._say_if_stale()
+
+    def _inputs(self) -> tuple:
+        """What the planner's best plan depends on: every choice but the plan's own, the backend's."""
+        return tuple((k, v) for k, v in self._choices().items() if k not in PLAN_CHOICES)
+
+    def _say_if_stale(self) -> None:
+        if self._planned_for is None or self._planned_for == self._inputs():
+            self.stale = ""
+            return
+        old = dict(self._planned_for)
+        now = dict(self._inputs())
+        what = ", ".join(
+            f"{name.replace('_', ' ')} {short(old[name])} -> {short(now[name])}"
+            for name in now
+            if old.get(name) != now[name] and name != "uploaded_config"
+        )
+        self.stale = (
+            f"This plan was the planner's best before you changed {what or 'the inputs'}: it may not be the "
+            "best now, or may not fit. Find the best plan for these inputs."
+        )
 
     def _choices(self) -> dict[str, Any]:
         return {k: v for k, v in self.state.param.values().items() if k != "name"}
@@ -239,6 +283,7 @@ class WorkbenchStore(param.Parameterized):
         """Restore the choices of the last pass that worked, recompute, and say in ``refused`` what was not used."""
         self._refusal = exc
         s, good = self.state, self._last_good
+        self._wanted.update({f: good[f] for f in DEGREE_FIELDS if f in good})
         self._busy = True
         try:
             for name, value in good.items():  # a half-done pass may have narrowed a selector's options
@@ -265,7 +310,7 @@ class WorkbenchStore(param.Parameterized):
         patch for the browser.
         """
         s = self.state
-        current = {f: getattr(s, f) for f in DEGREE_FIELDS}
+        current = dict(self._wanted)  # the chosen values, back as soon as they are valid again
         options, picks = choices.plan_choices(
             model, cluster.num_devices, workload, current, s.schedule, uneven_stages=self._uneven_stages()
         )
@@ -275,6 +320,13 @@ class WorkbenchStore(param.Parameterized):
             with param.edit_constant(s):
                 s.param.update(dp=dp, sequence_parallel=s.sequence_parallel and picks["tp"] > 1, **picks)
             self._set_options(options, widen=False)  # ...then only the new ones, which the values are in
+        moved = [f"{f} {self._wanted[f]} -> {picks[f]}" for f in DEGREE_FIELDS if picks[f] != self._wanted[f]]
+        self.adjusted = (
+            f"Not valid on {cluster.num_devices:,} device(s) with this model and batch: {', '.join(moved)}. "
+            "Your values come back when they are valid again."
+            if moved
+            else ""
+        )
 
     def _set_options(self, options: dict[str, list[int]], *, widen: bool) -> None:
         for field, valid in options.items():
@@ -378,6 +430,7 @@ class WorkbenchStore(param.Parameterized):
         for field in DEGREE_FIELDS:  # the values become valid once the controls are re-narrowed
             if field in update and update[field] not in s.param[field].objects:
                 s.param[field].objects = [*s.param[field].objects, update[field]]
+        self._wanted.update({f: update[f] for f in DEGREE_FIELDS if f in update})
         s.param.update(**update)
 
     def load_best_plan(self) -> ParallelPlan | None:
@@ -391,7 +444,13 @@ class WorkbenchStore(param.Parameterized):
         except ValueError:
             return None
         if plan is not None:
-            self.load_plan(plan)
+            self._loading = True
+            try:
+                self.load_plan(plan)
+            finally:
+                self._loading = False
+            self._planned_for = self._inputs()
+            self.stale = ""
         return plan
 
     def search(self, progress: Callable[[float], None] | None = None, **options: Any) -> pl.DataFrame:

@@ -1,0 +1,73 @@
+"""The app never shows a plan nobody asked for without saying so (issue 51 item 3), in process.
+
+- inputs changed under the planner's best plan: the Store says the plan may no longer be the best, and the
+  search it offers loads the planner's best for the new inputs (the same plan ``best_plan`` finds);
+- a plan that does not fit shows its memory against the usable line and no step time, throughput or MFU;
+- the inputs move a degree off its chosen value only while it is invalid, say so, and put it back after.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("panel")
+
+from workbench_widgets.app.planner import best_plan  # noqa: E402
+from workbench_widgets.app.state import WorkbenchState  # noqa: E402
+from workbench_widgets.app.store import WorkbenchStore  # noqa: E402
+from workbench_widgets.app.views import PlanView, summary_markdown  # noqa: E402
+
+DEGREES = ("tp", "pp", "cp", "vpp", "micro_batch_size")
+
+
+def test_a_new_model_under_the_planners_plan_is_said_and_the_search_fixes_it() -> None:
+    store = WorkbenchStore(WorkbenchState())
+    store.load_best_plan()
+    assert store.stale == ""
+    view = PlanView(store=store)
+    assert not view.stale.visible and not view.search_again.visible
+    store.state.model_preset = "llama-3.1-8b"
+    assert "model preset 'llama-3.1-70b' -> 'llama-3.1-8b'" in store.stale and "best" in store.stale
+    assert view.stale.visible and view.search_again.visible
+    view.search_again.clicks += 1  # the button the notice offers
+    s = store
+    want = best_plan(s.model_spec(), s.cluster_spec(), s.workload(), s.state.framework)
+    assert store.estimate is not None and store.estimate.plan == want
+    assert store.stale == "" and not view.stale.visible
+
+
+def test_choosing_a_plan_yourself_is_not_stale() -> None:
+    store = WorkbenchStore(WorkbenchState())
+    store.load_best_plan()
+    store.state.seq_len = 4096
+    assert "seq len 8192 -> 4096" in store.stale
+    store.state.tp = 8 if store.state.tp != 8 else 4  # the user's own plan now
+    assert store.stale == ""
+
+
+def test_a_plan_that_does_not_fit_shows_no_throughput_or_mfu() -> None:
+    store = WorkbenchStore(WorkbenchState())
+    store.state.model_preset = "llama-3.1-405b"
+    e = store.estimate
+    assert e is not None and not e.fits
+    text = summary_markdown(e)
+    assert "does not fit" in text and "GiB over" in text
+    assert f"{e.mfu * 100:.1f} %" not in text and "tokens/s" not in text and " ms" not in text
+    usable = e.memory_capacity_bytes * 0.95 / 2**30  # 80 GiB less the 5 % headroom
+    assert f"of {usable:,.1f} GiB usable" in text
+
+
+def test_nodes_8_1_8_puts_the_chosen_plan_back_and_says_what_moved() -> None:
+    store = WorkbenchStore(WorkbenchState())
+    store.load_best_plan()
+    before = {f: getattr(store.state, f) for f in DEGREES}
+    assert store.adjusted == ""
+    store.state.num_nodes = 1
+    moved = [f for f in DEGREES if getattr(store.state, f) != before[f]]
+    assert moved and store.estimate is not None
+    for f in moved:
+        assert f"{f} {before[f]} -> {getattr(store.state, f)}" in store.adjusted
+    assert "come back" in store.adjusted
+    store.state.num_nodes = 8
+    assert {f: getattr(store.state, f) for f in DEGREES} == before
+    assert store.adjusted == ""
