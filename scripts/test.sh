@@ -9,10 +9,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# Every extra the tests need: torch (backends), dev (pytest, linters, browser and notebook drivers), app (Panel)
-# and jupyter (notebooks, JupyterLab launcher). torch pinned to the CPU build for tests only
+# Every extra the tests need: torch (backends), dev (pytest, linters, browser and notebook drivers), app (Panel),
+# jupyter (notebooks, JupyterLab launcher) and docs (the documentation site). torch pinned to the CPU build for tests only
 # (constraints/ci.txt); users install '.[torch]' unpinned.
-.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter]'
+.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter,docs]'
 
 # The prebuilt JupyterLab extension and its server config come with the install (the project's build backend,
 # build_support/workbench_build.py, puts the data files in the editable wheel too): nothing to link by hand.
@@ -30,6 +30,8 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# The documentation site: every page, the CLI reference and the API pages build with no warning.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
