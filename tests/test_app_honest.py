@@ -71,3 +71,41 @@ def test_nodes_8_1_8_puts_the_chosen_plan_back_and_says_what_moved() -> None:
     store.state.num_nodes = 8
     assert {f: getattr(store.state, f) for f in DEGREES} == before
     assert store.adjusted == ""
+
+
+def test_the_planners_plan_says_why_it_wins() -> None:
+    """The Plan tab says why #1 wins (the planner's own explanation), and stops saying it once the plan is
+    the user's own."""
+    from workbench_widgets.app.planner import best_search
+
+    store = WorkbenchStore(WorkbenchState())
+    store.load_best_plan()
+    s = store
+    expected = best_search(s.model_spec(), s.cluster_spec(), s.workload(), s.state.framework).explanation
+    assert expected.startswith("#1 beats #") and store.why == expected
+    view = PlanView(store=store)
+    assert view.why.visible and expected.split(":")[0] in view.why.object
+    store.state.micro_batch_size = 2 if store.state.micro_batch_size != 2 else 1
+    assert store.why == "" and not view.why.visible
+
+
+def test_download_is_a_button_and_the_report_holds_the_search() -> None:
+    """The report the button writes: after a search of these inputs, the search's ranked plans with the answer on
+    top and the current plan as the chosen one; without one, the current plan alone."""
+    from workbench_widgets.app.app import WorkbenchApp, report_html
+
+    store = WorkbenchStore(WorkbenchState())
+    store.load_best_plan()
+    app = WorkbenchApp(store=store)
+    assert app.download.variant == "solid" and app.download.icon == "download"
+    alone = report_html(store)
+    assert "Plans kept by the search" not in alone and f"Answer: {store.estimate.plan.describe()}" in alone
+    result = store.search(top_k=3)
+    assert result.height
+    store.state.micro_batch_size = 2 if store.state.micro_batch_size != 2 else 1  # a plan of the user's own
+    text = report_html(store)
+    best = store.search_result.estimates[0]
+    assert f"Answer: {best.plan.describe()}" in text and "Plans kept by the search" in text
+    assert f"(chosen plan): {store.estimate.plan.describe()}" in text
+    store.state.seq_len = 4096  # other inputs: that search is not theirs
+    assert "Plans kept by the search" not in report_html(store)

@@ -11,6 +11,7 @@ import io
 import shlex
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import panel as pn
 from panel.io.document import hold
@@ -80,17 +81,41 @@ def cli_command(state: WorkbenchState) -> str:
 
 
 def report_html(store: WorkbenchStore) -> str:
-    """The HTML of ``workbench_widgets.report`` (the CLI's report) for the current estimate and search results."""
+    """The HTML of ``workbench_widgets.report`` (the CLI's report) for the current plan and, when the Search tab
+    searched these inputs, its results: the ranked plans with the answer on top, the current plan as the
+    chosen one (its figures beside the best's), the search table and totals."""
     from workbench_widgets.report import render_report
 
     if store.estimate is None:
         raise ValueError("no valid plan to report: fix the plan first")
+    current = store.estimate
+    search = _search_of_these_inputs(store)
+    estimates, index = [current], 0
+    if search is not None and search.estimates:
+        estimates = list(search.estimates)
+        index = next((i for i, e in enumerate(estimates) if e.plan == current.plan), len(estimates))
+        if index == len(estimates):
+            estimates.append(current)
     return render_report(
-        estimates=[store.estimate],
+        estimates=estimates,
+        plan_index=index,
         command=cli_command(store.state),
-        search_results=store.search_results,
-        goodput=store.goodput[1:] if store.goodput and store.goodput[0] is store.estimate else None,
+        search=search,
+        search_results=None if search is not None else store.search_results,
+        goodput=store.goodput[1:] if store.goodput and store.goodput[0] is current else None,
     )
+
+
+def _search_of_these_inputs(store: WorkbenchStore) -> Any:
+    """The Store's last ``SearchResult`` if it searched the current model, workload and cluster, else None."""
+    result = store.search_result
+    if result is None:
+        return None
+    try:
+        same = result.model == store.model_spec() and result.workload == store.workload()
+        return result if same and store.cluster_spec() in result.clusters else None
+    except ValueError:
+        return None
 
 
 def _in_thread(work: Callable[[], None]) -> None:
@@ -137,8 +162,10 @@ class WorkbenchApp:
         self.download = pn.widgets.FileDownload(
             callback=self._report_file,
             filename="workbench-report.html",
-            label="Download report",
+            label="Download report (HTML)",
             color="success",
+            variant="solid",
+            icon="download",
             embed=False,
             css_classes=["wb-download"],
         )

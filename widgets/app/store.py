@@ -73,6 +73,10 @@ class WorkbenchStore(param.Parameterized):
         doc="Why the plan shown may no longer be the best: it was the planner's best for other inputs ('' when "
         "it is the planner's best for these, or a plan the user chose).",
     )
+    why = param.String(
+        default="",
+        doc="Why the planner ranks the plan shown first ('' when the plan is not the planner's best for these inputs).",
+    )
     adjusted = param.String(
         default="",
         doc="Which plan values the inputs forced off the ones chosen, and to what ('' when none): the chosen "
@@ -243,6 +247,7 @@ class WorkbenchStore(param.Parameterized):
             self._wanted[field] = getattr(self.state, field)
         if changed & PLAN_CHOICES and not self._loading:
             self._planned_for = None  # the user's own plan now: nothing to call stale
+            self.why = ""
         self._busy = True
         try:
             if "cluster_preset" in changed:
@@ -264,6 +269,7 @@ class WorkbenchStore(param.Parameterized):
         if self._planned_for is None or self._planned_for == self._inputs():
             self.stale = ""
             return
+        self.why = ""
         old = dict(self._planned_for)
         now = dict(self._inputs())
         what = ", ".join(
@@ -437,10 +443,11 @@ class WorkbenchStore(param.Parameterized):
         """Load the planner's best plan for the current model, cluster, workload and framework profile
         (``planner.best_plan``: the plan ``workbench plan`` ranks first for them) and return it; None, with
         the choices left as they are, when no plan fits or the inputs are not valid."""
-        from workbench_widgets.app.planner import best_plan
+        from workbench_widgets.app.planner import best_plan, best_plan_why
 
         try:
-            plan = best_plan(self.model_spec(), self.cluster_spec(), self.workload(), self.state.framework)
+            inputs = (self.model_spec(), self.cluster_spec(), self.workload(), self.state.framework)
+            plan = best_plan(*inputs)
         except ValueError:
             return None
         if plan is not None:
@@ -450,7 +457,7 @@ class WorkbenchStore(param.Parameterized):
             finally:
                 self._loading = False
             self._planned_for = self._inputs()
-            self.stale = ""
+            self.param.update(stale="", why=best_plan_why(*inputs))
         return plan
 
     def search(self, progress: Callable[[float], None] | None = None, **options: Any) -> pl.DataFrame:

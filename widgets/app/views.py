@@ -322,7 +322,8 @@ class PlanView(param.Parameterized):
         )
         self.search_again.on_click(self._search_again)
         self.adjusted = pn.pane.Alert("", alert_type="info", visible=False, css_classes=["wb-adjusted"])
-        self.store.param.watch(self._show_notices, ["stale", "adjusted"])
+        self.why = pn.pane.Markdown("", visible=False, sizing_mode="stretch_width", css_classes=["wb-why"])
+        self.store.param.watch(self._show_notices, ["stale", "adjusted", "why"])
         self._show_notices()
         # Stretched to the width of the tab: the pane sets ``sizing_mode`` on every figure it shows.
         self.timeline = pn.pane.Bokeh(None, css_classes=["wb-timeline"], sizing_mode="stretch_width")
@@ -344,6 +345,10 @@ class PlanView(param.Parameterized):
             self.search_again.visible = bool(self.store.stale)
             adjusted = self.store.adjusted
             self.adjusted.param.update(object=html.escape(adjusted), visible=bool(adjusted))
+            why = self.store.why
+            self.why.param.update(
+                object=f"**Why this plan:** {html.escape(why)}" if why else "", visible=bool(why)
+            )
 
     def _search_again(self, *_: Any) -> None:
         self.search_again.loading = True
@@ -436,6 +441,7 @@ class PlanView(param.Parameterized):
             self.search_again,
             self.adjusted,
             self.summary,
+            self.why,
             self.timeline,
             self.memory,
             self.breakdown,

@@ -17,6 +17,7 @@ from workbench_widgets.plots._style import (
     OKABE_ITO,
     PLOT_WIDTH_PX,
     category_colors,
+    plain_axes,
 )
 
 from workbench.specs.estimate import MEMORY_COLUMNS
@@ -144,7 +145,7 @@ def memory_figure(
     _legend_outside(fig)
     _over_capacity_item(fig).visible = bool(len(idx))  # shown only when some rank is over
     fig.xaxis.major_label_orientation = _label_orientation(ranks)
-    return fig
+    return plain_axes(fig)
 
 
 def same_memory_layout(fig: figure, memory: pl.DataFrame) -> bool:
@@ -337,7 +338,7 @@ def activation_figure(
     )
     _legend_outside(fig)
     fig.legend.ncols = min(len(ranks), _LEGEND_COLUMNS)
-    return fig
+    return plain_axes(fig)
 
 
 _LEGEND_COLUMNS = 8

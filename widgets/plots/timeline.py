@@ -50,6 +50,7 @@ from workbench_widgets.plots._style import (
     PLOT_WIDTH_PX,
     label_ticks,
     op_color,
+    plain_axes,
 )
 from workbench_widgets.plots._timeline_content import (
     BLOCK_COLUMNS,
@@ -288,7 +289,7 @@ def _frame(
     fig.yaxis.major_label_overrides = overrides
     fig.ygrid.grid_line_color = None
     fig.toolbar.logo = None
-    return fig
+    return plain_axes(fig)
 
 
 def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False) -> None:
