@@ -159,6 +159,7 @@ class WorkbenchApp:
             ]
         )
         self.tabs.param.watch(lambda e: self.serving_view.show() if e.new == SERVING_TAB else None, "active")
+        self.tabs.param.watch(self._compare_shown, "active")
         self.download = pn.widgets.FileDownload(
             callback=self._report_file,
             filename="workbench-report.html",
@@ -169,6 +170,13 @@ class WorkbenchApp:
             embed=False,
             css_classes=["wb-download"],
         )
+
+    def _compare_shown(self, event: Any) -> None:
+        """The Compare tab draws only while shown (``CompareView.show``)."""
+        if event.new == COMPARE_TAB:
+            self.compare_view.show()
+        else:
+            self.compare_view.hide()
 
     def _show_plan(self) -> None:
         self.tabs.active = PLAN_TAB
