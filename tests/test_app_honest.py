@@ -97,7 +97,7 @@ def test_download_is_a_button_and_the_report_holds_the_search() -> None:
     store = WorkbenchStore(WorkbenchState())
     store.load_best_plan()
     app = WorkbenchApp(store=store)
-    assert app.download.variant == "solid" and app.download.icon == "download"
+    assert app.download.variant == "solid" and not app.download.icon  # an icon font would come from a CDN
     alone = report_html(store)
     assert "Plans kept by the search" not in alone and f"Answer: {store.estimate.plan.describe()}" in alone
     result = store.search(top_k=3)
@@ -109,3 +109,21 @@ def test_download_is_a_button_and_the_report_holds_the_search() -> None:
     assert f"(chosen plan): {store.estimate.plan.describe()}" in text
     store.state.seq_len = 4096  # other inputs: that search is not theirs
     assert "Plans kept by the search" not in report_html(store)
+
+
+def test_the_url_carries_every_choice_and_sets_them() -> None:
+    """What a served session syncs with ``pn.state.location`` (Panel's Location, here without a browser): a
+    query sets the choices it names, and the query then holds every choice the URL carries, changed with them."""
+    from panel.io.location import Location
+    from workbench_widgets.app.app import WorkbenchApp, url_fields
+
+    app = WorkbenchApp(WorkbenchState())
+    loc = Location(search="?model_preset=llama-3.1-8b&num_nodes=2&tp=2&pp=2&cp=1&micro_batch_size=2")
+    loc.sync(app.state, {n: n for n in url_fields(app.state)})
+    e = app.store.estimate
+    assert e is not None and e.plan.describe().startswith("dp4 tp2 pp2 mbs2"), e.plan.describe()
+    assert e.model.num_layers == 32 and e.cluster.num_devices == 16  # Llama 3.1 8B on 2 x 8 devices
+    assert set(url_fields(app.state)) - set(loc.query_params) == {"capacity_factor"}  # None: left out
+    assert {"hidden_size", "seq_len", "schedule", "tp"} <= set(loc.query_params)
+    app.state.seq_len = 4096
+    assert loc.query_params["seq_len"] == 4096

@@ -166,7 +166,6 @@ class WorkbenchApp:
             label="Download report (HTML)",
             color="success",
             variant="solid",
-            icon="download",
             embed=False,
             css_classes=["wb-download"],
         )
@@ -222,4 +221,20 @@ def build_app() -> pn.viewable.Viewable:
     pn.extension("tabulator", notifications=True, disconnect_notification=DISCONNECTED)
     app = WorkbenchApp()
     pn.config.exception_handler = app.on_page_error  # set inside the session: this session's only
+    if (
+        pn.state.location is not None
+    ):  # a served session: the URL carries the choices (a link shares the view)
+        pn.state.location.sync(app.state, {name: name for name in url_fields(app.state)})
     return app.panel()
+
+
+URL_LEFT_OUT = frozenset({"name", "dp", "uploaded_config"})
+"""State fields the URL does not carry: derived (dp), or not text (an uploaded config.json)."""
+
+
+def url_fields(state: WorkbenchState) -> list[str]:
+    """The State fields a served session keeps in its URL's query string (``?model_preset=...&tp=4``): the
+    inputs (cluster, model, workload) first, then the plan and the backend, so that opening a link sets the
+    inputs before the plan that was chosen for them. Changing a control rewrites the query; opening the link
+    in another tab shows the same view."""
+    return [name for name in state.param if name not in URL_LEFT_OUT]
