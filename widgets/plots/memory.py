@@ -242,7 +242,7 @@ def _stack(memory: pl.DataFrame, ranks: list[str], totals: np.ndarray) -> dict[s
 def _title(title: str, totals: np.ndarray, capacity_bytes: float, hbm_bytes: float) -> str:
     peak = float(totals.max(initial=0.0))
     num_over = int((totals > capacity_bytes).sum())
-    verdict = f"{num_over} rank(s) over it" if num_over else "fits"
+    verdict = f"{num_over} rank(s) over capacity" if num_over else "fits"
     if hbm_bytes > capacity_bytes:
         limit = f"{capacity_bytes / GIB:.1f} GiB usable (dashed; HBM {hbm_bytes / GIB:.1f} GiB dotted)"
     else:
