@@ -276,3 +276,61 @@ def test_editable_install_here_has_the_extension_files() -> None:
     assert json.loads(config.read_text()) == {
         "ServerApp": {"jpserver_extensions": {"workbench_widgets.lab_server": True}}
     }
+
+
+@pytest.mark.browser
+def test_jupyterlab_of_the_wheel_shows_the_launcher_card(venv: Path, tmp_path: Path) -> None:
+    """JupyterLab run by the fresh venv's python (its ``sys.prefix`` is where Lab finds extensions) shows the
+    "Parallelism Workbench" launcher card with our icon: the wheel's data files are all it needs. Lab's own
+    page assets come from this environment (``JUPYTERLAB_DIR``): the fresh venv borrows its packages."""
+    from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, keep_local
+    from tests.test_launcher import _free_port, _stop
+
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is absent")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from workbench_widgets.app.server import wait_for_http
+
+    token, port = "wheel-lab-token", _free_port()
+    root = tmp_path / "root"
+    root.mkdir()
+    env = _clean_env() | {
+        "JUPYTERLAB_DIR": str(Path(sys.prefix) / "share" / "jupyter" / "lab"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
+    command = [
+        str(venv / "bin" / "python"), "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--allow-root",
+    ]  # fmt: skip
+    log = (tmp_path / "lab.log").open("w")
+    proc = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    outside: list[str] = []
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/api/status?token={token}", 90)
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                keep_local(page, outside)
+                page.goto(f"http://127.0.0.1:{port}/lab?token={token}", timeout=90_000)
+                card = page.locator(".jp-LauncherCard", has_text="Parallelism Workbench")
+                card.first.wait_for(timeout=90_000)
+                assert card.first.locator(".jp-LauncherCard-icon svg rect").count() == 4  # icon.svg's blocks
+            finally:
+                browser.close()
+    finally:
+        _stop(proc)
+        log.close()
+    lab_log = (tmp_path / "lab.log").read_text(errors="replace")
+    assert "Traceback" not in lab_log, lab_log[-3000:]
+    assert outside == [], outside
+    # The card came from the wheel's files: this environment's data folder is not where the venv's Lab looks.
+    code = "import json; from jupyter_core.paths import jupyter_path; print(json.dumps(jupyter_path('labextensions')))"
+    paths = json.loads(_run([venv / "bin" / "python", "-c", code], tmp_path))
+    ours = str(Path(sys.prefix).resolve())
+    assert not any(str(Path(p).resolve()).startswith(ours) for p in paths), paths
+    assert any(str(Path(p).resolve()).startswith(str(venv.resolve())) for p in paths), paths
