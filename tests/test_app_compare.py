@@ -68,3 +68,14 @@ def test_hidden_tab_draws_nothing_and_opening_it_draws_a_and_b(app: WorkbenchApp
     widths = [side[1].object.width for side in sides]
     assert sum(widths) <= 1440 - 300 - 80  # the two sides fit beside the composer at 1,440 px
     assert all(re.fullmatch(r"[AB]: pipeline timeline", side[1].object.title.text) for side in sides)
+
+
+def test_tabs_with_their_own_inputs_hide_the_training_sidebar(app: WorkbenchApp) -> None:
+    """Issue 51 item 5: the Serving and Mixed cluster tabs have their own model, cluster and nodes; the training
+    composer (and its report button) is hidden there, so one set of inputs is on screen at a time."""
+    from workbench_widgets.app.app import MIXED_TAB, SERVING_TAB
+
+    for tab, shown in ((SERVING_TAB, False), (PLAN_TAB, True), (MIXED_TAB, False), (COMPARE_TAB, True)):
+        app.tabs.active = tab
+        assert app.sidebar.visible is shown and app.download.visible is shown, tab
+    app.tabs.active = PLAN_TAB

@@ -25,6 +25,8 @@ from workbench_widgets.app.views import Composer, PlanView
 
 TITLE = "Parallelism Workbench"
 PLAN_TAB, SEARCH_TAB, COMPARE_TAB, SERVING_TAB, MIXED_TAB = 0, 1, 2, 4, 5
+OWN_INPUT_TABS = frozenset({SERVING_TAB, MIXED_TAB})
+"""Tabs with their own model, cluster and plan inputs: the training sidebar is hidden while one is shown."""
 
 
 def cli_command(state: WorkbenchState) -> str:
@@ -160,6 +162,10 @@ class WorkbenchApp:
         )
         self.tabs.param.watch(lambda e: self.serving_view.show() if e.new == SERVING_TAB else None, "active")
         self.tabs.param.watch(self._compare_shown, "active")
+        self.sidebar = pn.Column(self.composer.panel(), css_classes=["wb-sidebar"])
+        """The training composer: hidden on the tabs with their own inputs (Serving, Mixed cluster), so the
+        page never shows two sets of model, cluster and nodes with different values."""
+        self.tabs.param.watch(self._sidebar_for_tab, "active")
         self.download = pn.widgets.FileDownload(
             callback=self._report_file,
             filename="workbench-report.html",
@@ -169,6 +175,10 @@ class WorkbenchApp:
             embed=False,
             css_classes=["wb-download"],
         )
+
+    def _sidebar_for_tab(self, event: Any) -> None:
+        self.sidebar.visible = event.new not in OWN_INPUT_TABS
+        self.download.visible = event.new not in OWN_INPUT_TABS  # those tabs have their own report button
 
     def _compare_shown(self, event: Any) -> None:
         """The Compare tab draws only while shown (``CompareView.show``)."""
@@ -198,7 +208,7 @@ class WorkbenchApp:
         )
         return pn.Column(
             header,
-            pn.Row(self.composer.panel(), self.tabs, sizing_mode="stretch_width"),
+            pn.Row(self.sidebar, self.tabs, sizing_mode="stretch_width"),
             sizing_mode="stretch_width",
         )
 
