@@ -97,6 +97,11 @@ def test_cdf_is_the_sorted_request_latencies(est) -> None:
 def test_cdf_draws_the_slo(est) -> None:
     fig = latency_cdf_figure(est, "tpot", slo=SLO_P99)
     assert _spans(fig) == {"slo": pytest.approx(20.0), "slo_percentile": pytest.approx(99.0)}
+    from bokeh.models import Label
+
+    labels = {a.name: a for a in fig.center if isinstance(a, Label)}  # each line says what it is (issue 51)
+    assert labels["slo_label"].text == "SLO TPOT 20 ms" and labels["slo_label"].x == pytest.approx(20.0)
+    assert labels["slo_percentile_label"].text == "SLO share: 99% of requests"
     within = np.mean(latency_cdf(est, "tpot")["latency_s"] <= 0.02)
     assert f"{within:.1%} within 20 ms" in fig.title.text
     assert not _spans(latency_cdf_figure(est, "tpot", slo=SLO(ttft_s=1.0)))  # no TPOT target: no line

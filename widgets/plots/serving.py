@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, NumeralTickFormatter, Range1d, Span
+from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Label, NumeralTickFormatter, Range1d, Span
 from bokeh.plotting import figure
 from workbench_widgets.plots._style import MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
 from workbench_widgets.plots.serving_run import batch_composition_figure, kv_cache_figure
@@ -96,6 +96,29 @@ def latency_cdf_figure(
                 line_dash="dotted",
                 line_width=1,
                 name="slo_percentile",
+            )
+        )
+        fig.add_layout(  # the lines say what they are (the 100 ms line was unlabelled)
+            Label(
+                x=target * MS_PER_S,
+                y=4,
+                x_offset=4,
+                text=f"SLO {short} {target * MS_PER_S:,.0f} ms",
+                text_font_size="11px",
+                text_color=OKABE_ITO["vermillion"],
+                name="slo_label",
+            )
+        )
+        fig.add_layout(
+            Label(
+                x=0,
+                y=slo.percentile.quantile * 100.0,
+                x_units="screen",
+                x_offset=4,
+                y_offset=2,
+                text=f"SLO share: {slo.percentile.quantile:.0%} of requests",
+                text_font_size="11px",
+                name="slo_percentile_label",
             )
         )
     fig.add_tools(
