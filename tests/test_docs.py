@@ -90,3 +90,15 @@ def test_pictures_exist_and_the_script_that_makes_them_is_there() -> None:
     for image in re.findall(r"\]\((images/[^)]+)\)", "".join(p.read_text() for p in DOCS.glob("*.md"))):
         assert (DOCS / image).is_file(), image
     assert "docs/images" in (ROOT / "scripts" / "docs_screenshots.py").read_text()
+
+
+def test_readme_is_a_front_page() -> None:
+    """What a newcomer needs (what it is, the two commands, a picture, the main commands, where to read more) in
+    at most 250 lines; the rest lives on the site."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    for heading in ("## Quick start", "## Commands", "## Where to read more"):
+        assert heading in text, heading
+    assert "](docs/images/report.png)" in text and (DOCS / "images" / "report.png").is_file()
+    for page in ("commands", "model", "accuracy", "serving-model", "goodput", "mixed-clusters", "cli", "api"):
+        assert f"](docs/{page}.md)" in text and (DOCS / f"{page}.md").is_file(), page
