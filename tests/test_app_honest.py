@@ -127,3 +127,16 @@ def test_the_url_carries_every_choice_and_sets_them() -> None:
     assert {"hidden_size", "seq_len", "schedule", "tp"} <= set(loc.query_params)
     app.state.seq_len = 4096
     assert loc.query_params["seq_len"] == 4096
+
+
+def test_the_report_links_back_to_the_app_view() -> None:
+    """Written from a served session, the report links to the page's URL (which holds every choice); only an
+    http(s) address becomes a link."""
+    from workbench_widgets.app.app import report_html
+
+    store = WorkbenchStore(WorkbenchState())
+    url = "http://127.0.0.1:5006/?model_preset=llama-3.1-70b&tp=8&pp=8"
+    text = report_html(store, app_url=url)
+    assert f'<a href="{url.replace("&", "&amp;")}">' in text
+    assert "Open this view in the app" not in report_html(store, app_url="javascript:alert(1)")
+    assert "Open this view in the app" not in report_html(store)

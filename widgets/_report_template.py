@@ -138,6 +138,8 @@ failure costing a restart, a restore and the work since the last checkpoint.</p>
 {% endif %}
 
 <h2>Reproduce</h2>
+{% if app_url %}<p>Open this view in the app (while it runs): <a href="{{ app_url }}">{{ app_url }}</a></p>
+{% endif %}
 <p>Run this command to write this report again:</p>
 <pre>{{ command }}</pre>
 {{ bokeh_script | safe }}

@@ -139,8 +139,11 @@ def render_report(
     comparison: tuple[Estimate, Estimate] | None = None,
     goodput: tuple[GoodputEstimate, pl.DataFrame | None] | None = None,
     search: SearchResult | None = None,
+    app_url: str | None = None,
 ) -> str:
-    """The report's HTML text (see ``write_report``)."""
+    """The report's HTML text (see ``write_report``). ``app_url``: the address of the app view this report was
+    written from (its query string holds every choice); the page links back to it. Only ``http(s)`` URLs are
+    linked."""
     if search is not None and search_results is None:
         search_results = search.report_frame()
     if not estimates:
@@ -177,6 +180,7 @@ def render_report(
         "goodput": goodput_table(goodput[0]) if goodput is not None else None,
         "divs": divs,
         "command": command,
+        "app_url": app_url if app_url and app_url.startswith(("http://", "https://")) else None,
         **_resources(list(figures.values()), script),
     }
     env = jinja2.Environment(

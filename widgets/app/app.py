@@ -82,7 +82,7 @@ def cli_command(state: WorkbenchState) -> str:
     return shlex.join(args)
 
 
-def report_html(store: WorkbenchStore) -> str:
+def report_html(store: WorkbenchStore, app_url: str | None = None) -> str:
     """The HTML of ``workbench_widgets.report`` (the CLI's report) for the current plan and, when the Search tab
     searched these inputs, its results: the ranked plans with the answer on top, the current plan as the
     chosen one (its figures beside the best's), the search table and totals."""
@@ -105,6 +105,7 @@ def report_html(store: WorkbenchStore) -> str:
         search=search,
         search_results=None if search is not None else store.search_results,
         goodput=store.goodput[1:] if store.goodput and store.goodput[0] is current else None,
+        app_url=app_url,
     )
 
 
@@ -200,7 +201,9 @@ class WorkbenchApp:
             widget.param.trigger("value")
 
     def _report_file(self) -> io.BytesIO:
-        return io.BytesIO(report_html(self.store).encode("utf-8"))
+        location = pn.state.location  # a served session: the page's own URL, which carries every choice
+        url = location.href if location is not None and location.href else None
+        return io.BytesIO(report_html(self.store, app_url=url).encode("utf-8"))
 
     def panel(self) -> pn.viewable.Viewable:
         header = pn.Row(
