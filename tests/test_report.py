@@ -445,7 +445,7 @@ def test_variants_are_folded_under_their_layout(planned):
     frame = result.report_frame().head(len(classes))
     assert [("variant" in c.split()) for c in classes] == [bool(v) for v in frame["variant"].fill_null(False)]
     assert any("variant" in c for c in classes)
-    assert 'class="fold-toggle"' in text and ".fold-toggle:not(:checked) ~ table tr.variant" in text
+    assert 'class="fold-toggle"' in text and ".fold-toggle:not(:checked) ~ .scroll tr.variant" in text
     kept = _table_after(text, "<h3>Plans kept by the search")
     tied = [v.endswith(" =") for v in _values(kept, "#")]
     assert tied == [bool(t) and i > 0 for i, t in enumerate(frame["tied"].fill_null(False))]

@@ -5,11 +5,11 @@ bokeh resources, script and divs are marked safe; they come from ``bokeh.embed``
 """
 
 REPORT_TEMPLATE = """{% macro table(t) %}
-<table>
+<div class="scroll"><table>
 <tr>{% for h in t.header %}<th{% if t.numeric[loop.index0] %} class="num"{% endif %}>{{ h }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr class="{{ t.classes[loop.index0] }}">{% for cell in row %}<td{% if t.numeric[loop.index0] %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}</tr>
 {% endfor %}
-</table>
+</table></div>
 {% endmacro %}
 {% macro folded(t, id) %}
 {% set num = t.get("num_variants", 0) %}
@@ -40,7 +40,8 @@ th, td { border: 1px solid #d0d0d0; padding: 0.2rem 0.5rem; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 th.num { white-space: nowrap; }
 tr.chosen { background: #fff3d6; } tr.nofit td { color: #a33; }
-.folds > .fold-toggle:not(:checked) ~ table tr.variant { display: none; }
+.folds > .fold-toggle:not(:checked) ~ .scroll tr.variant { display: none; }
+.scroll { overflow-x: auto; max-width: 100%; } /* a wide table scrolls inside the page, never widens it */
 .folds > label { font-size: 0.86rem; color: #444; cursor: pointer; }
 .answer { background: #f3f8fc; border: 1px solid #bcd6ea; border-radius: 6px; padding: 0.4rem 1rem 0.8rem; }
 .answer h2 { border: none; margin-top: 0.6rem; } .answer table { background: #fff; }
