@@ -212,6 +212,10 @@ def test_throughput_latency_figure_draws_the_sweep(est) -> None:
     data = _source(fig, "ttft_p99")
     assert np.allclose(data["ttft_ms_p99"], table.sort("output_tokens_per_s")["ttft_s_p99"] * 1e3)
     assert _spans(fig) == {"slo_ttft": pytest.approx(500.0), "slo_tpot": pytest.approx(20.0)}
+    from bokeh.models import Label
+
+    texts = {a.name: a.text for a in fig.center if isinstance(a, Label)}  # the SLO lines are labelled
+    assert texts == {"slo_ttft_label": "SLO TTFT 500 ms", "slo_tpot_label": "SLO TPOT 20 ms"}
     assert {r.name for r in fig.renderers} >= {"ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"}
     with pytest.raises(ValueError, match="sweep_table"):
         throughput_latency_figure(table.head(0))

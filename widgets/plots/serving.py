@@ -180,6 +180,9 @@ def throughput_latency_figure(
         if target is not None:
             fig.add_layout(Span(location=target * MS_PER_S, dimension="width", line_color=color,
                                 line_dash="dotted", line_width=2, name=f"slo_{metric}"))  # fmt: skip
+            fig.add_layout(Label(x=4, x_units="screen", y=target * MS_PER_S, y_offset=2, text_color=color,
+                                 text=f"SLO {metric.upper()} {target * MS_PER_S:,.0f} ms", text_font_size="11px",
+                                 name=f"slo_{metric}_label"))  # fmt: skip
     fig.add_tools(HoverTool(renderers=lines, tooltips=SWEEP_TOOLTIPS))
     fig.xaxis.formatter = NumeralTickFormatter(format="0,0")
     targets = [t for t in (getattr(slo, "ttft_s", None), getattr(slo, "tpot_s", None)) if t is not None]
