@@ -28,6 +28,7 @@ def test_a_new_model_under_the_planners_plan_is_said_and_the_search_fixes_it() -
     assert not view.stale.visible and not view.search_again.visible
     store.state.model_preset = "llama-3.1-8b"
     assert "model preset 'llama-3.1-70b' -> 'llama-3.1-8b'" in store.stale and "best" in store.stale
+    assert "hidden size" not in store.stale  # the preset's own fields are not listed one by one
     assert view.stale.visible and view.search_again.visible
     view.search_again.clicks += 1  # the button the notice offers
     s = store

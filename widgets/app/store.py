@@ -29,6 +29,31 @@ from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload, rank_order_name
 
 ESTIMATE_CACHE_SIZE = 32
+PRESET_FIELDS: dict[str, frozenset[str]] = {
+    "model_preset": frozenset(
+        {
+            "num_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "ffn_hidden_size",
+            "vocab_size",
+        }
+    ),
+    "cluster_preset": frozenset(
+        {
+            "device",
+            "devices_per_node",
+            "scale_up_span",
+            "scale_up_bandwidth_GBps",
+            "scale_up_latency_us",
+            "scale_out_bandwidth_GBps",
+            "scale_out_latency_us",
+        }
+    ),
+}
+"""The fields a preset fills (``specs.model_fields``, ``specs.cluster_fields``): a change of the preset is said
+as that, not as each field it moved."""
 PLAN_CHOICES = frozenset({*APP_PLAN_FIELDS, "dp", "backend", "name"})
 """State fields that are the plan itself (or who prices it): changing one makes the plan the user's own;
 changing any other field (model, cluster, workload, stack) can make the planner's best another plan."""
@@ -272,10 +297,12 @@ class WorkbenchStore(param.Parameterized):
         self.why = ""
         old = dict(self._planned_for)
         now = dict(self._inputs())
+        changed = [name for name in now if old.get(name) != now[name] and name != "uploaded_config"]
+        for preset, filled in PRESET_FIELDS.items():  # a preset's own fields follow it: name the preset only
+            if preset in changed:
+                changed = [name for name in changed if name not in filled]
         what = ", ".join(
-            f"{name.replace('_', ' ')} {short(old[name])} -> {short(now[name])}"
-            for name in now
-            if old.get(name) != now[name] and name != "uploaded_config"
+            f"{name.replace('_', ' ')} {short(old[name])} -> {short(now[name])}" for name in changed
         )
         self.stale = (
             f"This plan was the planner's best before you changed {what or 'the inputs'}: it may not be the "
