@@ -141,3 +141,12 @@ def test_the_report_links_back_to_the_app_view() -> None:
     assert f'<a href="{url.replace("&", "&amp;")}">' in text
     assert "Open this view in the app" not in report_html(store, app_url="javascript:alert(1)")
     assert "Open this view in the app" not in report_html(store)
+
+
+def test_the_fields_a_cluster_preset_fills_are_the_ones_the_notice_folds() -> None:
+    from workbench_widgets.app import specs
+    from workbench_widgets.app.store import CLUSTER_CONTROLS_FILLED
+
+    from workbench.presets.catalog import load_cluster
+
+    assert set(specs.cluster_fields(load_cluster("dgx-h100"))) == set(CLUSTER_CONTROLS_FILLED)

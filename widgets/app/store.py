@@ -29,28 +29,19 @@ from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload, rank_order_name
 
 ESTIMATE_CACHE_SIZE = 32
+CLUSTER_CONTROLS_FILLED = (
+    "device",
+    "devices_per_node",
+    "scale_up_span",
+    "scale_up_bandwidth_GBps",
+    "scale_up_latency_us",
+    "scale_out_bandwidth_GBps",
+    "scale_out_latency_us",
+)
+"""What ``specs.cluster_fields`` fills from a cluster preset."""
 PRESET_FIELDS: dict[str, frozenset[str]] = {
-    "model_preset": frozenset(
-        {
-            "num_layers",
-            "hidden_size",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "ffn_hidden_size",
-            "vocab_size",
-        }
-    ),
-    "cluster_preset": frozenset(
-        {
-            "device",
-            "devices_per_node",
-            "scale_up_span",
-            "scale_up_bandwidth_GBps",
-            "scale_up_latency_us",
-            "scale_out_bandwidth_GBps",
-            "scale_out_latency_us",
-        }
-    ),
+    "model_preset": frozenset(specs.MODEL_FIELDS),
+    "cluster_preset": frozenset(CLUSTER_CONTROLS_FILLED),
 }
 """The fields a preset fills (``specs.model_fields``, ``specs.cluster_fields``): a change of the preset is said
 as that, not as each field it moved."""
