@@ -10,16 +10,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 # Every extra the tests need: torch (backends), dev (pytest, linters, browser and notebook drivers), app (Panel),
-# jupyter (notebooks, JupyterLab launcher) and hf (transformers, the oracle of the config readers). torch pinned to the CPU build for tests only
-# (constraints/ci.txt); users install '.[torch]' unpinned.
-DS_BUILD_OPS=0 .venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter,hf,launch-check]'
+# jupyter (notebooks, JupyterLab launcher), hf (transformers, the oracle of the config readers), launch-check (the
+# stacks' own config parsers for the exports) and docs (the documentation site). torch pinned to the CPU build for
+# tests only (constraints/ci.txt); users install '.[torch]' unpinned.
+DS_BUILD_OPS=0 .venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,dev,app,jupyter,hf,launch-check,docs]'
 
-# The prebuilt JupyterLab extension and the config enabling its server extension: a wheel installs both as data
-# files, an editable install does not, so link the committed build and copy the config into the venv.
-ext=.venv/share/jupyter/labextensions/parallelism-workbench
-mkdir -p "$(dirname "$ext")" .venv/etc/jupyter/jupyter_server_config.d
-rm -rf "$ext" && ln -s "$PWD/share/jupyter/labextensions/parallelism-workbench" "$ext"
-cp labextension/jupyter-config/jupyter_server_config.d/parallelism-workbench.json .venv/etc/jupyter/jupyter_server_config.d/
+# The prebuilt JupyterLab extension and its server config come with the install (the project's build backend,
+# build_support/workbench_build.py, puts the data files in the editable wheel too): nothing to link by hand.
 
 # Browser tests drive Debian's chromium (never a downloaded browser).
 if [ ! -x /usr/bin/chromium ]; then
@@ -34,6 +31,8 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# The documentation site: every page, the CLI reference and the API pages build with no warning.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -19,6 +19,7 @@ from bokeh.document import Document  # noqa: E402
 from panel.io.state import set_curdoc  # noqa: E402
 from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
 from workbench_widgets.plots import estimate_memory_figure, placement_figure  # noqa: E402
+from workbench_widgets.plots._timeline_content import STABLE_FRAME_PX  # noqa: E402
 from workbench_widgets.plots.timeline import (  # noqa: E402
     content_timeline_figure,
     estimate_timeline_content,
@@ -76,12 +77,15 @@ def test_control_change_adds_no_bokeh_model(served, name: str, other: Any) -> No
     app, doc = served
     assert app.store.cluster_spec().num_devices == 64
     figures, models = _figures(app), {m.id for m in doc.models}
+    sizes = (figures[0].height, figures[0].frame_height)
     base = getattr(app.state, name)
     assert base != other
     for value in (other, base):
         _set(app, doc, name, value)
         assert _figures(app) == figures  # the same figure objects...
         assert {m.id for m in doc.models} == models  # ...and not one new model in the document
+        # ...and the timeline keeps its height whatever its lanes (a pp change relayouts nothing below it)
+        assert (figures[0].height, figures[0].frame_height) == sizes == (sizes[0], STABLE_FRAME_PX)
 
 
 @pytest.mark.parametrize(("name", "other"), CHANGES)
@@ -99,7 +103,9 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
         for key, column in _main(fresh).data_source.data.items():
             assert np.array_equal(np.asarray(column), np.asarray(_main(timeline).data_source.data[key])), key
         assert timeline.yaxis[0].major_label_overrides == fresh.yaxis[0].major_label_overrides
-        assert timeline.frame_height == fresh.frame_height
+        stable = content_timeline_figure(content, stable=True)
+        assert (timeline.frame_height, timeline.height) == (stable.frame_height, stable.height)
+        assert timeline.y_range.start == stable.y_range.start and timeline.y_range.end == stable.y_range.end
         shown = [i.label.value for i in timeline.legend[0].items if i.visible]
         assert shown == [i.label.value for i in fresh.legend[0].items]
         fresh_memory = estimate_memory_figure(e)

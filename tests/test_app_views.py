@@ -70,6 +70,7 @@ def test_unavailable_backend_is_disabled_with_its_reason(app: WorkbenchApp) -> N
 
 
 def test_compare_uses_the_same_axes(app: WorkbenchApp) -> None:
+    app.compare_view.show()  # the tab is opened
     app.store.pin()
     app.composer.widgets["pp"].value = 4
     sides = app.compare_view.sides.objects
@@ -151,6 +152,7 @@ def test_summary_tables_have_a_header_row(app: WorkbenchApp) -> None:
     assert [r[0] for r in rows][:2] == ["Step time", "Throughput"] and all(
         len(r) == len(header) for r in rows
     )
+    app.compare_view.show()
     app.store.pin()
     app.composer.widgets["pp"].value = 4
     for side in app.compare_view.sides.objects:

@@ -3,7 +3,7 @@
 - the committed build (share/jupyter/labextensions/parallelism-workbench) is complete, names the source's
   version and bundles icon.svg; pyproject's data files ship every built file and the server config;
 - this environment has both extensions enabled (``jupyter labextension list``, ``jupyter server extension
-  list``; scripts/test.sh installs them);
+  list``; ``pip install -e`` installs them: tests/test_packaging.py);
 - ``.workbench.json``: the summary is ``workbench estimate --json``'s object, the records round-trip to an
   equal Estimate, and bad files are refused with a message that says why;
 - (slow) a real Jupyter server answers the report route: the report in a sandboxed page, 422 with the
@@ -100,7 +100,7 @@ def test_lab_and_server_extensions_are_enabled_here() -> None:
 
     page_config = get_page_config(jupyter_path("labextensions"))
     names = [ext["name"] for ext in page_config.get("federated_extensions", [])]
-    assert NAME in names, "lab extension not installed: run scripts/test.sh's install step"
+    assert NAME in names, "lab extension not installed: pip install -e '.[jupyter]' again"
     disabled = page_config.get("disabledExtensions", [])  # a list, or a dict of name -> bool
     assert NAME not in disabled or (isinstance(disabled, dict) and not disabled[NAME])
     servers = ExtensionConfigManager(read_config_path=jupyter_config_path()).get_jpserver_extensions()

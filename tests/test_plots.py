@@ -113,11 +113,21 @@ def test_dense_timeline_is_aggregated_and_bounded():
 def test_memory_bars_capacity_line_and_over_capacity_marks():
     est = sample_estimate(plan=ParallelPlan(pp=4, schedule="1f1b"), num_microbatches=8, memory_scale=1.65)
     fig = estimate_memory_figure(est)
-    spans = [s for s in fig.center if isinstance(s, Span) and s.name == "capacity"]
-    assert spans[0].location == pytest.approx(80.0)  # the sample device's 80 GiB
+    spans = {s.name: s for s in fig.center if isinstance(s, Span)}
+    # The plan is judged against the usable memory: the sample device's 80 GiB less the 5 % headroom
+    # (DEFAULT_HEADROOM_FRAC) = 76 GiB, dashed; the whole HBM dotted above it.
+    assert spans["capacity"].location == pytest.approx(76.0)
+    assert spans["hbm"].location == pytest.approx(80.0) and spans["hbm"].visible
+    assert "of 76.0 GiB usable" in fig.title.text and "HBM 80.0 GiB" in fig.title.text
     over = renderer(fig, "over_capacity").data_source.data["x"]
-    # 1.65 x (43 GiB + (4 - rank) in-flight micro-batches x 2 GiB) = 84.2, 80.9, 77.6, 74.3 GiB: ranks 0, 1 exceed 80
-    assert list(over) == ["0", "1"]
+    # 1.65 x (43 GiB + (4 - rank) in-flight micro-batches x 2 GiB) = 84.2, 80.9, 77.6, 74.3 GiB: ranks 0-2 exceed 76
+    assert list(over) == ["0", "1", "2"]
+    whole = estimate_memory_figure(
+        est, headroom_frac=0.0
+    )  # no headroom: one line at the HBM, ranks 0, 1 over
+    assert [s.location for s in whole.center if isinstance(s, Span) and s.name == "capacity"] == [80.0]
+    assert not next(s for s in whole.center if isinstance(s, Span) and s.name == "hbm").visible
+    assert list(renderer(whole, "over_capacity").data_source.data["x"]) == ["0", "1"]
     bars = renderer(fig, "bars").data_source.data
     assert len(bars["top"]) == 6 * 4  # six memory kinds stacked on each of the 4 ranks
     totals = est.memory.select(pl.sum_horizontal(pl.exclude("rank", "total_bytes"))).to_series() / 2**30
@@ -143,6 +153,13 @@ def test_breakdown_parts_add_up():
         rows = [k for k, plan in enumerate(data["plan"]) if plan.startswith(f"#{i} ")]
         assert sum(data["ms"][k] for k in rows) == pytest.approx(est.step_time_s * 1e3)
         assert max(data["right"][k] for k in rows) == pytest.approx(est.step_time_s * 1e3)
+    # the thin hatched bars (communication hidden behind compute) have their own legend entry, hatched
+    from workbench_widgets.plots.breakdown import HIDDEN_LABEL
+
+    (hidden,) = [i for i in fig.legend[0].items if getattr(i.label, "value", None) == HIDDEN_LABEL]
+    assert (
+        hidden.renderers == [renderer(fig, "overlapped")] and renderer(fig, "overlapped").glyph.hatch_pattern
+    )
 
 
 def brute_force_pareto(mem, val):

@@ -97,6 +97,11 @@ def test_cdf_is_the_sorted_request_latencies(est) -> None:
 def test_cdf_draws_the_slo(est) -> None:
     fig = latency_cdf_figure(est, "tpot", slo=SLO_P99)
     assert _spans(fig) == {"slo": pytest.approx(20.0), "slo_percentile": pytest.approx(99.0)}
+    from bokeh.models import Label
+
+    labels = {a.name: a for a in fig.center if isinstance(a, Label)}  # each line says what it is (issue 51)
+    assert labels["slo_label"].text == "SLO TPOT 20 ms" and labels["slo_label"].x == pytest.approx(20.0)
+    assert labels["slo_percentile_label"].text == "SLO share: 99% of requests"
     within = np.mean(latency_cdf(est, "tpot")["latency_s"] <= 0.02)
     assert f"{within:.1%} within 20 ms" in fig.title.text
     assert not _spans(latency_cdf_figure(est, "tpot", slo=SLO(ttft_s=1.0)))  # no TPOT target: no line
@@ -207,6 +212,10 @@ def test_throughput_latency_figure_draws_the_sweep(est) -> None:
     data = _source(fig, "ttft_p99")
     assert np.allclose(data["ttft_ms_p99"], table.sort("output_tokens_per_s")["ttft_s_p99"] * 1e3)
     assert _spans(fig) == {"slo_ttft": pytest.approx(500.0), "slo_tpot": pytest.approx(20.0)}
+    from bokeh.models import Label
+
+    texts = {a.name: a.text for a in fig.center if isinstance(a, Label)}  # the SLO lines are labelled
+    assert texts == {"slo_ttft_label": "SLO TTFT 500 ms", "slo_tpot_label": "SLO TPOT 20 ms"}
     assert {r.name for r in fig.renderers} >= {"ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"}
     with pytest.raises(ValueError, match="sweep_table"):
         throughput_latency_figure(table.head(0))

@@ -304,8 +304,10 @@ def test_plans_are_numbered_from_one_everywhere(planned):
     *_, result, text = planned
     page = _page(text)
     ranked = _table_after(text, "<h2>Ranked plans</h2>")
-    assert _values(ranked, "#") == ["1", "2", "3"]
-    assert _values(ranked, "plan") == [e.plan.describe() for e in result.estimates]
+    assert [v.split()[0] for v in _values(ranked, "#")] == ["1", "2", "3"]  # "2 =": tied with #1
+    assert [v.removeprefix("└ ") for v in _values(ranked, "plan")] == [
+        e.plan.describe() for e in result.estimates
+    ]
     kept = _table_after(text, "<h3>Plans kept by the search")
     assert [v.split()[0] for v in _values(kept, "#")[:3]] == ["1", "2", "3"]  # "2 =": tied with #1
     assert any(h.startswith("#1 (best plan): ") for h in page.headings)
@@ -350,7 +352,7 @@ def test_search_totals_are_the_planners_counts(planned):
 
 def test_common_notes_are_said_once_and_plan_notes_once_with_their_plans(planned, estimates):
     *_, result, text = planned
-    items = _page(text).items
+    items = _page(text[text.index("<h2>Notes</h2>") :]).items  # the summary's why lines are items too
     common = list(result.estimates[0].notes)
     assert all(set(e.notes) == set(common) for e in result.estimates)
     for note in common:
@@ -388,3 +390,92 @@ def test_numeric_cells_do_not_wrap(planned):
     mfu = [row[[c[2] for c in ranked[0]].index("MFU")] for row in ranked[1:]]
     assert all(cls == "num" and cell.endswith(" %") for _, cls, cell in mfu)
     assert checked > 50
+
+
+# --- the answer at the top (issue 51 items 1 and 2) ---------------------------------------------------------
+
+
+def test_report_starts_with_the_answer(planned):
+    """The first section after the title is the summary: #1's plan, its tokens/s, MFU, memory against the usable
+    line (80 GiB less the search's 5 % headroom) and the token budget's days and device-hours, recomputed here
+    from the estimate and the budget."""
+    *_, result, text = planned
+    page = _page(text)
+    assert page.headings[0] == f"Answer: {result.estimates[0].plan.describe()}"
+    assert text.index('id="summary"') < text.index("<h2>Inputs</h2>") < text.index("<h2>Ranked plans</h2>")
+    best = result.estimates[0]
+    rows = {r[0][2]: r[1][2] for r in page.tables[0]}
+    assert rows["throughput"] == f"{best.tokens_per_s:,.0f} tokens/s on {best.plan.num_devices:,} devices"
+    assert rows["MFU"] == f"{best.mfu * 100:.1f} %"
+    usable_gib = best.memory_capacity_bytes * 0.95 / 2**30
+    assert f"of {usable_gib:,.1f} GiB usable" in rows["peak memory per device"]
+    days = result.token_budget / best.tokens_per_s / 86_400
+    hours = days * 24 * best.plan.num_devices
+    (budget,) = [v for k, v in rows.items() if k.startswith("token budget")]
+    assert budget == f"{days:,.1f} days on {best.plan.num_devices:,} devices, {hours:,.0f} device-hours"
+
+
+def test_why_compares_the_best_plan_of_each_other_layout(planned):
+    """One line per distinct layout (not a variant of #1's), each naming that layout's best plan, in rank order."""
+    from workbench.search.planner import layout_key
+
+    *_, result, text = planned
+    page = _page(text[: text.index("<h2>Inputs</h2>")])
+    rows = result.plans.to_dicts()
+    firsts: list[tuple[int, str]] = []
+    seen = {layout_key(rows[0])}
+    for i, r in enumerate(rows[1:], start=2):
+        if r["fits"] and layout_key(r) not in seen:
+            seen.add(layout_key(r))
+            firsts.append((i, r["plan"]))
+    why = [item for item in page.items if item.startswith("#1 beats #")]
+    assert len(why) == min(5, len(firsts)) >= 1
+    for line, (i, plan) in zip(why, firsts, strict=False):
+        assert line.startswith(f"#1 beats #{i} ({plan})"), line
+    assert "tied with #1: within 6.7%" in text
+
+
+def test_variants_are_folded_under_their_layout(planned):
+    """Rows of the search table whose plan is a variant (same layout as the plan above) carry the class that the
+    "show variants" toggle unfolds; tie marks follow the planner's ``tied``."""
+    *_, result, text = planned
+    start = text.index("<h3>Plans kept by the search")
+    table = text[start : text.index("</table>", start)]
+    classes = re.findall(r'<tr class="([^"]*)">', table)
+    frame = result.report_frame().head(len(classes))
+    assert [("variant" in c.split()) for c in classes] == [bool(v) for v in frame["variant"].fill_null(False)]
+    assert any("variant" in c for c in classes)
+    assert 'class="fold-toggle"' in text and ".fold-toggle:not(:checked) ~ .scroll tr.variant" in text
+    kept = _table_after(text, "<h3>Plans kept by the search")
+    tied = [v.endswith(" =") for v in _values(kept, "#")]
+    assert tied == [bool(t) and i > 0 for i, t in enumerate(frame["tied"].fill_null(False))]
+
+
+def test_figures_draw_the_usable_line_a_rank_legend_and_only_what_they_draw(planned):
+    from bokeh.models import Span
+    from workbench_widgets.plots import estimate_activation_figure, estimate_memory_figure, search_figure
+
+    *_, result, _ = planned
+    best = result.estimates[0]
+    fig = estimate_memory_figure(best, headroom_frac=0.05)
+    spans = {s.name: s.location for s in fig.center if isinstance(s, Span)}
+    assert spans == pytest.approx(
+        {"capacity": best.memory_capacity_bytes * 0.95 / 2**30, "hbm": best.memory_capacity_bytes / 2**30}
+    )
+    act = estimate_activation_figure(best)
+    assert act is not None and "capacity" not in act.title.text
+    labels = [
+        item.label.value if hasattr(item.label, "value") else item.label.field for item in act.legend[0].items
+    ]
+    ranks = sorted(best.activation_timeline["rank"].unique().to_list())
+    assert labels == ["label"] or labels == [f"rank {r}" for r in ranks]
+    assert act.renderers[0].data_source.data["label"] == [f"rank {r}" for r in ranks]
+    feasible_only = result.plans.filter(pl.col("fits"))
+    scatter = search_figure(feasible_only)
+    assert not [r for r in scatter.renderers if r.name == "infeasible"]
+    assert "grey" not in scatter.title.text
+    assert all("rejected" not in str(getattr(i.label, "value", "")) for i in scatter.legend[0].items)
+    mixed = result.report_frame()
+    if (~mixed["fits"]).any():
+        scatter = search_figure(mixed)
+        assert [r for r in scatter.renderers if r.name == "infeasible"] and "grey" in scatter.title.text

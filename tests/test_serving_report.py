@@ -125,3 +125,15 @@ def test_cli_writes_the_report_and_refuses_to_overwrite(tmp_path) -> None:
     assert path.read_text(encoding="utf-8") == text
     forced = CliRunner().invoke(cli, [*args, "--force"])
     assert forced.exit_code == 0 and "report written to" in forced.output
+
+
+def test_wide_tables_scroll_inside_the_page(est) -> None:
+    """Issue 51: the serving report was 1,716 px wide in a 1,440 px window (a table of many columns); every
+    table (the inputs' captioned tables excepted) now sits in a box that scrolls sideways by itself."""
+    import re
+
+    text = render_serving_report(est)
+    tables = [m.start() for m in re.finditer(r"<table>(?!<caption>)", text)]
+    wrapped = [m.end() - len("<table>") for m in re.finditer(r'<div class="scroll"><table>', text)]
+    assert tables and set(tables) == set(wrapped)
+    assert ".scroll { overflow-x: auto; max-width: 100%; }" in text

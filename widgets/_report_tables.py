@@ -58,9 +58,14 @@ def input_blocks(estimate: Estimate) -> list[dict[str, Any]]:
     ]
 
 
-def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
+def plans_table(
+    estimates: Sequence[Estimate], chosen: int, marks: Sequence[tuple[bool, bool]] | None = None
+) -> dict[str, Any]:
     """One row per estimate, numbered from #1 (the best) like the CLI: step time, throughput, MFU, TFLOP/s per
-    device, peak memory, fits, bubble."""
+    device, peak memory, fits, bubble. ``marks`` (tied, variant) per estimate, from the search: a plan tied
+    with #1 reads ``2 =``, a variant of the layout above it is indented with ``└`` and has the row class
+    ``variant`` (folded until the reader unfolds the variants)."""
+    marks = list(marks or [(False, False)] * len(estimates))
     header = [
         "#",
         "plan",
@@ -76,11 +81,11 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
     ]
     numeric = [True, False, False, True, False, True, True, True, True, False, True]
     rows, classes = [], []
-    for i, e in enumerate(estimates):
+    for i, (e, (tied, variant)) in enumerate(zip(estimates, marks, strict=True)):
         rows.append(
             [
-                str(i + 1),
-                e.plan.describe(),
+                str(i + 1) + (" =" if tied and i > 0 else ""),
+                ("└ " if variant else "") + e.plan.describe(),
                 e.backend + (" (measured)" if e.measured else ""),
                 f"{e.step_time_s * MS_PER_S:,.1f}",
                 _band_text(e),
@@ -92,8 +97,16 @@ def plans_table(estimates: Sequence[Estimate], chosen: int) -> dict[str, Any]:
                 f"{e.bubble_fraction * 100:.1f} %",
             ]
         )
-        classes.append(" ".join(c for c, on in (("chosen", i == chosen), ("nofit", not e.fits)) if on))
-    return {"header": header, "rows": rows, "numeric": numeric, "classes": classes}
+        flags = (("chosen", i == chosen), ("nofit", not e.fits), ("variant", variant and i != chosen))
+        classes.append(" ".join(c for c, on in flags if on))
+    num_variants = sum("variant" in c.split() for c in classes)
+    return {
+        "header": header,
+        "rows": rows,
+        "numeric": numeric,
+        "classes": classes,
+        "num_variants": num_variants,
+    }
 
 
 def _band_text(e: Estimate) -> str:
@@ -224,5 +237,16 @@ def search_table(frame: pl.DataFrame, max_rows: int) -> dict[str, Any]:
                 str(row.get("rejected_reason") or ""),
             ]
         )
-    classes = ["" if good else "nofit" for good in ok]
-    return {"header": header, "rows": rows, "numeric": numeric, "classes": classes}
+    variants = [bool(v) for v in (head["variant"] if "variant" in head.columns else [False] * head.height)]
+    classes = [
+        " ".join(c for c, on in (("nofit", not good), ("variant", variant)) if on)
+        for good, variant in zip(ok, variants, strict=True)
+    ]
+    num_variants = sum(variants)
+    return {
+        "header": header,
+        "rows": rows,
+        "numeric": numeric,
+        "classes": classes,
+        "num_variants": num_variants,
+    }

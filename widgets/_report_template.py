@@ -5,11 +5,23 @@ bokeh resources, script and divs are marked safe; they come from ``bokeh.embed``
 """
 
 REPORT_TEMPLATE = """{% macro table(t) %}
-<table>
+<div class="scroll"><table>
 <tr>{% for h in t.header %}<th{% if t.numeric[loop.index0] %} class="num"{% endif %}>{{ h }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr class="{{ t.classes[loop.index0] }}">{% for cell in row %}<td{% if t.numeric[loop.index0] %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}</tr>
 {% endfor %}
-</table>
+</table></div>
+{% endmacro %}
+{% macro folded(t, id) %}
+{% set num = t.get("num_variants", 0) %}
+{% if num %}
+<div class="folds"><input type="checkbox" class="fold-toggle" id="variants-{{ id }}">
+<label for="variants-{{ id }}">show the {{ num }} variant(s) folded under their layout (└: same degrees and
+schedule as the plan above, other vpp, micro-batch, ZeRO, recompute or rank order)</label>
+{{ table(t) }}
+</div>
+{% else %}
+{{ table(t) }}
+{% endif %}
 {% endmacro %}
 <!DOCTYPE html>
 <html lang="en">
@@ -28,6 +40,12 @@ th, td { border: 1px solid #d0d0d0; padding: 0.2rem 0.5rem; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 th.num { white-space: nowrap; }
 tr.chosen { background: #fff3d6; } tr.nofit td { color: #a33; }
+.folds > .fold-toggle:not(:checked) ~ .scroll tr.variant { display: none; }
+.scroll { overflow-x: auto; max-width: 100%; } /* a wide table scrolls inside the page, never widens it */
+.folds > label { font-size: 0.86rem; color: #444; cursor: pointer; }
+.answer { background: #f3f8fc; border: 1px solid #bcd6ea; border-radius: 6px; padding: 0.4rem 1rem 0.8rem; }
+.answer h2 { border: none; margin-top: 0.6rem; } .answer table { background: #fff; }
+.why li { margin: 0.25rem 0; }
 .inputs { display: flex; flex-wrap: wrap; gap: 1.2rem; }
 pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-wrap; }
 .note { color: #555; font-size: 0.9rem; } .figure { margin: 0.8rem 0 1.4rem; }
@@ -43,6 +61,19 @@ pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-w
 Times in ms, memory in GiB (2<sup>30</sup> bytes), throughput in tokens/s over the whole cluster.
 Open offline: everything is inside this file.</p>
 
+<section class="answer" id="summary">
+<h2>Answer: {{ summary.plan }}</h2>
+<p class="note">The best plan (priced by {{ summary.backend }}) and what it gives.</p>
+<table>
+{% for key, value in summary.rows %}<tr><th>{{ key }}</th><td class="num">{{ value }}</td></tr>
+{% endfor %}</table>
+{% if summary.why %}
+<h3>Why it wins: against the best plan of each other layout</h3>
+<ul class="why">{% for line in summary.why %}<li>{{ line }}</li>{% endfor %}</ul>
+{% endif %}
+{% if summary.tie_band %}<p class="note">{{ summary.tie_band }}</p>{% endif %}
+</section>
+
 <h2>Inputs</h2>
 <div class="inputs">
 {% for block in inputs %}
@@ -53,7 +84,7 @@ Open offline: everything is inside this file.</p>
 </div>
 
 <h2>Ranked plans</h2>
-{{ table(plans) }}
+{{ folded(plans, "plans") }}
 {% if search_totals %}
 <h2 id="search">Search</h2>
 <p class="note">Every plan of the space is screened in closed form; a plan is rejected under the first rule it
@@ -71,7 +102,7 @@ breaks; the best feasible plans are refined with the full backend.</p>
 {% else %}
 <h3>Search results: the first {{ search_table.rows | length }} of {{ search_total }} listed plans</h3>
 {% endif %}
-{{ table(search_table) }}
+{{ folded(search_table, "search") }}
 {% endif %}
 
 {% if validation %}
@@ -110,6 +141,8 @@ failure costing a restart, a restore and the work since the last checkpoint.</p>
 {% endif %}
 
 <h2>Reproduce</h2>
+{% if app_url %}<p>Open this view in the app (while it runs): <a href="{{ app_url }}">{{ app_url }}</a></p>
+{% endif %}
 <p>Run this command to write this report again:</p>
 <pre>{{ command }}</pre>
 {{ bokeh_script | safe }}

@@ -28,6 +28,7 @@ import polars as pl
 from bokeh.embed import components
 from bokeh.embed.bundle import bundle_for_objs_and_resources
 from bokeh.resources import INLINE
+from workbench_widgets._report_summary import fold_marks, headroom_frac, report_summary
 from workbench_widgets._report_tables import (
     comparison_table,
     goodput_table,
@@ -49,6 +50,7 @@ from workbench_widgets.plots import (
 )
 from workbench_widgets.plots._lanes import detail_window_s
 from workbench_widgets.plots.goodput import goodput_interval_figure, goodput_scale_figure
+from workbench_widgets.plots.memory import usable_memory_bytes
 from workbench_widgets.plots.timeline import MAX_BLOCKS
 
 if TYPE_CHECKING:
@@ -137,15 +139,18 @@ def render_report(
     comparison: tuple[Estimate, Estimate] | None = None,
     goodput: tuple[GoodputEstimate, pl.DataFrame | None] | None = None,
     search: SearchResult | None = None,
+    app_url: str | None = None,
 ) -> str:
-    """The report's HTML text (see ``write_report``)."""
+    """The report's HTML text (see ``write_report``). ``app_url``: the address of the app view this report was
+    written from (its query string holds every choice); the page links back to it. Only ``http(s)`` URLs are
+    linked."""
     if search is not None and search_results is None:
         search_results = search.report_frame()
     if not estimates:
         raise ValueError("write_report: estimates must hold at least one Estimate, got none")
     if not 0 <= plan_index < len(estimates):
         raise ValueError(f"write_report: plan_index must be in 0..{len(estimates) - 1}, got {plan_index}")
-    figures, sections = _figures(estimates, search_results, plan_index)
+    figures, sections = _figures(estimates, search_results, plan_index, headroom_frac(search))
     if comparison is not None:
         figures["comparison"] = comparison_timeline_figure(*comparison)
     if goodput is not None:
@@ -164,7 +169,8 @@ def render_report(
         "version": _version(),
         "stack": f"{best.framework} ({best.framework_version})" if best.framework_version else best.framework,
         "inputs": input_blocks(best),
-        "plans": plans_table(estimates, plan_index),
+        "plans": plans_table(estimates, plan_index, fold_marks(estimates, search)),
+        "summary": report_summary(estimates, search),
         "search_table": search_table(search_results, search_rows) if search_results is not None else None,
         "search_total": search_results.height if search_results is not None else 0,
         "search_totals": search_totals(search) if search is not None else None,
@@ -175,6 +181,7 @@ def render_report(
         "goodput": goodput_table(goodput[0]) if goodput is not None else None,
         "divs": divs,
         "command": command,
+        "app_url": app_url if app_url and app_url.startswith(("http://", "https://")) else None,
         **_resources(list(figures.values()), script),
     }
     env = jinja2.Environment(
@@ -197,13 +204,13 @@ def _resources(models: list[Model], script: str) -> dict[str, str]:
 
 
 def _figures(
-    estimates: Sequence[Estimate], search: pl.DataFrame | None, plan_index: int
+    estimates: Sequence[Estimate], search: pl.DataFrame | None, plan_index: int, headroom: float | None
 ) -> tuple[dict[str, Model], list[dict[str, Any]]]:
     figures: dict[str, Model] = {}
     sections: list[dict[str, Any]] = []
     shown = [0] if plan_index == 0 else [0, plan_index]
     for i in shown:
-        names = _plan_figures(estimates[i], f"plan{i}", figures)
+        names = _plan_figures(estimates[i], f"plan{i}", figures, headroom)
         label = "best plan" if i == 0 else "chosen plan"
         sections.append(
             {
@@ -214,7 +221,8 @@ def _figures(
     figures["breakdown"] = breakdown_figure([e.breakdown for e in estimates], _plan_labels(estimates))
     sections.append({"heading": "Step-time breakdown of the ranked plans", "figures": ["breakdown"]})
     if search is not None and search.height:
-        figures["search"] = search_figure(search, chosen_index=0)
+        usable = usable_memory_bytes(estimates[0], headroom)
+        figures["search"] = search_figure(search, chosen_index=0, usable_bytes=usable)
         sections.append({"heading": "Search space", "figures": ["search"]})
     return figures, sections
 
@@ -228,7 +236,9 @@ def _plan_labels(estimates: Sequence[Estimate]) -> list[str]:
     ]
 
 
-def _plan_figures(estimate: Estimate, prefix: str, figures: dict[str, Model]) -> list[str]:
+def _plan_figures(
+    estimate: Estimate, prefix: str, figures: dict[str, Model], headroom: float | None = None
+) -> list[str]:
     names = []
     timeline = estimate.timeline
     if timeline.height:
@@ -240,7 +250,7 @@ def _plan_figures(estimate: Estimate, prefix: str, figures: dict[str, Model]) ->
                 timeline, window_s=window, title_prefix="Ranged view: the start of the step"
             )
             names.append(f"{prefix}_detail")
-    figures[f"{prefix}_memory"] = estimate_memory_figure(estimate)
+    figures[f"{prefix}_memory"] = estimate_memory_figure(estimate, headroom_frac=headroom)
     names.append(f"{prefix}_memory")
     activation = estimate_activation_figure(estimate)
     if activation is not None:

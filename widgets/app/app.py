@@ -26,6 +26,8 @@ from workbench_widgets.app.views import Composer, PlanView
 
 TITLE = "Parallelism Workbench"
 PLAN_TAB, SEARCH_TAB, COMPARE_TAB, SERVING_TAB, MIXED_TAB = 0, 1, 2, 4, 5
+OWN_INPUT_TABS = frozenset({SERVING_TAB, MIXED_TAB})
+"""Tabs with their own model, cluster and plan inputs: the training sidebar is hidden while one is shown."""
 
 
 def cli_command(state: WorkbenchState) -> str:
@@ -81,18 +83,43 @@ def cli_command(state: WorkbenchState) -> str:
     return shlex.join(args)
 
 
-def report_html(store: WorkbenchStore) -> str:
-    """The HTML of ``workbench_widgets.report`` (the CLI's report) for the current estimate and search results."""
+def report_html(store: WorkbenchStore, app_url: str | None = None) -> str:
+    """The HTML of ``workbench_widgets.report`` (the CLI's report) for the current plan and, when the Search tab
+    searched these inputs, its results: the ranked plans with the answer on top, the current plan as the
+    chosen one (its figures beside the best's), the search table and totals."""
     from workbench_widgets.report import render_report
 
     if store.estimate is None:
         raise ValueError("no valid plan to report: fix the plan first")
+    current = store.estimate
+    search = _search_of_these_inputs(store)
+    estimates, index = [current], 0
+    if search is not None and search.estimates:
+        estimates = list(search.estimates)
+        index = next((i for i, e in enumerate(estimates) if e.plan == current.plan), len(estimates))
+        if index == len(estimates):
+            estimates.append(current)
     return render_report(
-        estimates=[store.estimate],
+        estimates=estimates,
+        plan_index=index,
         command=cli_command(store.state),
-        search_results=store.search_results,
-        goodput=store.goodput[1:] if store.goodput and store.goodput[0] is store.estimate else None,
+        search=search,
+        search_results=None if search is not None else store.search_results,
+        goodput=store.goodput[1:] if store.goodput and store.goodput[0] is current else None,
+        app_url=app_url,
     )
+
+
+def _search_of_these_inputs(store: WorkbenchStore) -> Any:
+    """The Store's last ``SearchResult`` if it searched the current model, workload and cluster, else None."""
+    result = store.search_result
+    if result is None:
+        return None
+    try:
+        same = result.model == store.model_spec() and result.workload == store.workload()
+        return result if same and store.cluster_spec() in result.clusters else None
+    except ValueError:
+        return None
 
 
 def _in_thread(work: Callable[[], None]) -> None:
@@ -136,14 +163,31 @@ class WorkbenchApp:
             ]
         )
         self.tabs.param.watch(lambda e: self.serving_view.show() if e.new == SERVING_TAB else None, "active")
+        self.tabs.param.watch(self._compare_shown, "active")
+        self.sidebar = pn.Column(self.composer.panel(), css_classes=["wb-sidebar"])
+        """The training composer: hidden on the tabs with their own inputs (Serving, Mixed cluster), so the
+        page never shows two sets of model, cluster and nodes with different values."""
+        self.tabs.param.watch(self._sidebar_for_tab, "active")
         self.download = pn.widgets.FileDownload(
             callback=self._report_file,
             filename="workbench-report.html",
-            label="Download report",
+            label="Download report (HTML)",
             color="success",
+            variant="solid",
             embed=False,
             css_classes=["wb-download"],
         )
+
+    def _sidebar_for_tab(self, event: Any) -> None:
+        self.sidebar.visible = event.new not in OWN_INPUT_TABS
+        self.download.visible = event.new not in OWN_INPUT_TABS  # those tabs have their own report button
+
+    def _compare_shown(self, event: Any) -> None:
+        """The Compare tab draws only while shown (``CompareView.show``)."""
+        if event.new == COMPARE_TAB:
+            self.compare_view.show()
+        else:
+            self.compare_view.hide()
 
     def _show_plan(self) -> None:
         self.tabs.active = PLAN_TAB
@@ -158,7 +202,9 @@ class WorkbenchApp:
             widget.param.trigger("value")
 
     def _report_file(self) -> io.BytesIO:
-        return io.BytesIO(report_html(self.store).encode("utf-8"))
+        location = pn.state.location  # a served session: the page's own URL, which carries every choice
+        url = location.href if location is not None and location.href else None
+        return io.BytesIO(report_html(self.store, app_url=url).encode("utf-8"))
 
     def panel(self) -> pn.viewable.Viewable:
         header = pn.Row(
@@ -166,7 +212,7 @@ class WorkbenchApp:
         )
         return pn.Column(
             header,
-            pn.Row(self.composer.panel(), self.tabs, sizing_mode="stretch_width"),
+            pn.Row(self.sidebar, self.tabs, sizing_mode="stretch_width"),
             sizing_mode="stretch_width",
         )
 
@@ -225,4 +271,20 @@ def build_app() -> pn.viewable.Viewable:
     pn.config.exception_handler = handler  # set inside the session: this session's only
     if served:
         pn.state.on_session_destroyed(handler.release)
+    if (
+        pn.state.location is not None
+    ):  # a served session: the URL carries the choices (a link shares the view)
+        pn.state.location.sync(app.state, {name: name for name in url_fields(app.state)})
     return app.panel()
+
+
+URL_LEFT_OUT = frozenset({"name", "dp", "uploaded_config"})
+"""State fields the URL does not carry: derived (dp), or not text (an uploaded config.json)."""
+
+
+def url_fields(state: WorkbenchState) -> list[str]:
+    """The State fields a served session keeps in its URL's query string (``?model_preset=...&tp=4``): the
+    inputs (cluster, model, workload) first, then the plan and the backend, so that opening a link sets the
+    inputs before the plan that was chosen for them. Changing a control rewrites the query; opening the link
+    in another tab shows the same view."""
+    return [name for name in state.param if name not in URL_LEFT_OUT]

@@ -20,11 +20,11 @@ from bokeh.models import DataRange1d, Range1d
 from bokeh.models.widgets.tables import NumberFormatter
 from workbench_widgets.app.page_text import page_text
 from workbench_widgets.app.store import WorkbenchStore
-from workbench_widgets.app.views import GIB, summary_markdown
+from workbench_widgets.app.views import GIB
 from workbench_widgets.plots import (
+    breakdown_figure,
     estimate_memory_figure,
     estimate_timeline_figure,
-    estimates_breakdown_figure,
     search_figure,
 )
 
@@ -244,7 +244,12 @@ def shared_ranges(figs: list[Any]) -> None:
 
 
 class CompareView(param.Parameterized):
-    """Plan A (pinned) beside plan B (current plan, ``store.compare_backend``)."""
+    """Plan A (pinned) beside plan B (current plan, ``store.compare_backend``): what B changes against A (a
+    delta table, absolute and in %), then both sides drawn on the same axes, then their step breakdowns.
+
+    Drawn only while its tab is shown (``show``/``hide``, called by the app on a tab change): a change made in
+    the Plan tab with a plan pinned costs nothing here until the tab is opened.
+    """
 
     store = param.ClassSelector(class_=WorkbenchStore)
 
@@ -258,17 +263,33 @@ class CompareView(param.Parameterized):
             width=240,
             disabled_options=list(self.store.backend_reasons),
         )
-        self.sides = pn.Row()
-        self.breakdown = pn.pane.Bokeh(None, visible=False)
+        self.deltas = pn.pane.Markdown("", css_classes=["wb-deltas"], sizing_mode="stretch_width")
+        self.sides = pn.Row(sizing_mode="stretch_width")
+        self.breakdown = pn.pane.Bokeh(None, visible=False, sizing_mode="stretch_width")
         self.message = pn.pane.Markdown("")
+        self.shown = False
+        self._drawn_for: Any = None
         self.store.param.watch(self.update, ["pinned", "estimate", "compare_backend"])
         self.update()
+
+    def show(self) -> None:
+        """The tab is shown: draw what changed while it was hidden."""
+        self.shown = True
+        self.update()
+
+    def hide(self) -> None:
+        self.shown = False
 
     def update(self, *_: Any) -> None:
         if self.store.pinned is None:
             self.message.object = "Pin a plan as A, then change the plan or B's backend to compare."
-            self.sides.objects, self.breakdown.visible = [], False
+            self.deltas.object = ""
+            self.sides.objects, self.breakdown.visible, self._drawn_for = [], False, None
             return
+        key = (id(self.store.pinned), id(self.store.estimate), self.store.compare_backend)
+        if not self.shown or key == self._drawn_for:
+            return
+        self._drawn_for = key
         try:
             b = self.store.compare()
         except Exception as exc:  # said in the page; the rest of the session goes on
@@ -276,27 +297,83 @@ class CompareView(param.Parameterized):
         a = self.store.pinned
         if b is None:
             self.message.object = self.message.object or "Plan B is not valid: fix the plan in the Plan tab."
+            self.deltas.object = ""
             self.sides.objects, self.breakdown.visible = [], False
             return
         self.message.object = ""
-        timelines = [estimate_timeline_figure(e, width=560) for e in (a, b)]
-        memories = [estimate_memory_figure(e, width=560) for e in (a, b)]
+        self.deltas.object = delta_markdown(a, b)
+        timelines = [estimate_timeline_figure(e, width=520) for e in (a, b)]
+        memories = [estimate_memory_figure(e, width=520) for e in (a, b)]
         shared_ranges(timelines)
         shared_ranges(memories)
-        self.sides.objects = [
-            pn.Column(
-                pn.pane.Markdown(
-                    f"### A\n{summary_markdown(e_)}" if i == 0 else f"### B\n{summary_markdown(e_)}"
-                ),
-                pn.pane.Bokeh(t),
-                pn.pane.Bokeh(m),
+        sides = []
+        for name, e, t, m in zip("AB", (a, b), timelines, memories, strict=True):
+            caption = t.title.text  # long: in the page, where it wraps, not cut by the canvas
+            t.title.text = f"{name}: pipeline timeline"
+            sides.append(
+                pn.Column(
+                    pn.pane.Markdown(
+                        f"### {name}: `{e.plan.describe()}` [{e.backend}]\n\n{html.escape(caption)}"
+                    ),
+                    pn.pane.Bokeh(t, sizing_mode="stretch_width"),
+                    pn.pane.Bokeh(m, sizing_mode="stretch_width"),
+                    sizing_mode="stretch_width",
+                )
             )
-            for i, (e_, t, m) in enumerate(zip((a, b), timelines, memories, strict=True))
-        ]
-        self.breakdown.param.update(object=estimates_breakdown_figure([a, b]), visible=True)
+        self.sides.objects = sides
+        labels = [f"A: {a.plan.describe()}", f"B: {b.plan.describe()}"]
+        if labels[0] == labels[1]:
+            labels = [f"A: {a.plan.describe()} [{a.backend}]", f"B: {b.plan.describe()} [{b.backend}]"]
+        self.breakdown.param.update(
+            object=breakdown_figure(
+                [a.breakdown, b.breakdown], labels, title="Where the step time goes: A and B"
+            ),
+            visible=True,
+        )
 
     def panel(self) -> pn.Column:
-        return pn.Column(pn.Row(self.pin_button, self.backend), self.message, self.sides, self.breakdown)
+        return pn.Column(
+            pn.Row(self.pin_button, self.backend),
+            self.message,
+            self.deltas,
+            self.sides,
+            self.breakdown,
+            sizing_mode="stretch_width",
+        )
+
+
+DELTA_ROWS: tuple[tuple[str, str, float, str], ...] = (
+    ("step time", "step_time_s", 1e3, "ms"),
+    ("throughput", "tokens_per_s", 1.0, "tokens/s"),
+    ("MFU", "mfu", 100.0, "%"),
+    ("peak memory per device", "peak_memory_bytes", 1 / GIB, "GiB"),
+    ("bubble", "bubble_fraction", 100.0, "% of the step"),
+)
+"""(label, Estimate attribute, factor to the display unit, unit) of the Compare tab's delta table."""
+
+
+def delta_markdown(a: Any, b: Any) -> str:
+    """B against A as a Markdown table: each figure of A and B in display units, B - A, and (B - A) / A in %
+    ("-" where A is 0); a line above says which is better for the step time."""
+    rows = []
+    for label, attr, factor, unit in DELTA_ROWS:
+        va, vb = float(getattr(a, attr)) * factor, float(getattr(b, attr)) * factor
+        rel = "-" if va == 0 else f"{(vb - va) / abs(va) * 100:+.1f} %"
+        rows.append(f"| {label} ({unit}) | {va:,.1f} | {vb:,.1f} | {vb - va:+,.1f} | {rel} |")
+    faster = (
+        "B is faster"
+        if b.step_time_s < a.step_time_s
+        else "A is faster"
+        if a.step_time_s < b.step_time_s
+        else "same step time"
+    )
+    fits = (
+        ""
+        if (a.fits and b.fits)
+        else " · " + ", ".join(f"{n} does not fit" for n, e in (("A", a), ("B", b)) if not e.fits)
+    )
+    head = "| B against A | A | B | B - A | (B - A) / A |\n|---|---:|---:|---:|---:|\n"
+    return f"**{faster}**{fits}\n\n" + head + "\n".join(rows)
 
 
 def _reason(exc: BaseException) -> str:

@@ -57,7 +57,6 @@ def run_planner(
     return result
 
 
-@functools.lru_cache(maxsize=8)
 def best_plan(
     model: ModelSpec, cluster: ClusterSpec, workload: Workload, framework: str
 ) -> ParallelPlan | None:
@@ -70,10 +69,24 @@ def best_plan(
     default inputs: one search, about a second, at the first session). The plan is frozen, so sessions share
     nothing they could change.
     """
+    result = best_search(model, cluster, workload, framework)
+    fits = result.plans.head(len(result.estimates))["fits"].to_list()
+    return next((e.plan for e, ok in zip(result.estimates, fits, strict=True) if ok), None)
+
+
+def best_plan_why(model: ModelSpec, cluster: ClusterSpec, workload: Workload, framework: str) -> str:
+    """Why the planner ranks ``best_plan`` first: ``SearchResult.explanation`` of the same (memoised) search,
+    '' with fewer than two plans."""
+    return best_search(model, cluster, workload, framework).explanation
+
+
+@functools.lru_cache(maxsize=8)
+def best_search(model: ModelSpec, cluster: ClusterSpec, workload: Workload, framework: str) -> Any:
+    """The search behind ``best_plan`` (a ``SearchResult``), memoised per process."""
     from workbench.presets.calibration import load_calibration
     from workbench.search import Constraints, search
 
-    result = search(
+    return search(
         model,
         cluster,
         workload,
@@ -81,5 +94,3 @@ def best_plan(
         top_k=BEST_PLAN_TOP_K,
         calibration=load_calibration(framework=framework),
     )
-    fits = result.plans.head(len(result.estimates))["fits"].to_list()
-    return next((e.plan for e, ok in zip(result.estimates, fits, strict=True) if ok), None)

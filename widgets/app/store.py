@@ -29,6 +29,25 @@ from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload, rank_order_name
 
 ESTIMATE_CACHE_SIZE = 32
+CLUSTER_CONTROLS_FILLED = (
+    "device",
+    "devices_per_node",
+    "scale_up_span",
+    "scale_up_bandwidth_GBps",
+    "scale_up_latency_us",
+    "scale_out_bandwidth_GBps",
+    "scale_out_latency_us",
+)
+"""What ``specs.cluster_fields`` fills from a cluster preset."""
+PRESET_FIELDS: dict[str, frozenset[str]] = {
+    "model_preset": frozenset(specs.MODEL_FIELDS),
+    "cluster_preset": frozenset(CLUSTER_CONTROLS_FILLED),
+}
+"""The fields a preset fills (``specs.model_fields``, ``specs.cluster_fields``): a change of the preset is said
+as that, not as each field it moved."""
+PLAN_CHOICES = frozenset({*APP_PLAN_FIELDS, "dp", "backend", "name"})
+"""State fields that are the plan itself (or who prices it): changing one makes the plan the user's own;
+changing any other field (model, cluster, workload, stack) can make the planner's best another plan."""
 MAX_UPLOAD_BYTES = 2**20
 """Largest file the app reads (1 MiB): a Hugging Face ``config.json`` is a few KB. The upload control refuses a
 bigger file in the browser, before any byte is sent (``views.ConfigUpload``), and ``upload_file`` again here."""
@@ -65,6 +84,20 @@ class WorkbenchStore(param.Parameterized):
         default="",
         doc="Why the last input was not used ('' once one is): the choices before it were put back.",
     )
+    stale = param.String(
+        default="",
+        doc="Why the plan shown may no longer be the best: it was the planner's best for other inputs ('' when "
+        "it is the planner's best for these, or a plan the user chose).",
+    )
+    why = param.String(
+        default="",
+        doc="Why the planner ranks the plan shown first ('' when the plan is not the planner's best for these inputs).",
+    )
+    adjusted = param.String(
+        default="",
+        doc="Which plan values the inputs forced off the ones chosen, and to what ('' when none): the chosen "
+        "ones come back once they are valid again.",
+    )
 
     def __init__(
         self,
@@ -84,6 +117,12 @@ class WorkbenchStore(param.Parameterized):
         self._busy = False
         self._refusal: BaseException | None = None
         self._uploading = False
+        self._loading = False
+        self._planned_for: tuple | None = None
+        """The inputs (``_inputs``) the plan was the planner's best for; None: a plan the user chose."""
+        self._wanted: dict[str, int] = {f: getattr(self.state, f) for f in DEGREE_FIELDS}
+        """The degrees last chosen (by a control or a loaded plan), which normalising moves off only while
+        they are invalid."""
         self._fill_options()
         self._fill_cluster(self.state.cluster_preset)
         self._fill_model(self.state.model_preset)
@@ -220,6 +259,11 @@ class WorkbenchStore(param.Parameterized):
             self.refused = ""
 
     def _pass(self, changed: set[str]) -> None:
+        for field in changed & set(DEGREE_FIELDS):
+            self._wanted[field] = getattr(self.state, field)
+        if changed & PLAN_CHOICES and not self._loading:
+            self._planned_for = None  # the user's own plan now: nothing to call stale
+            self.why = ""
         self._busy = True
         try:
             if "cluster_preset" in changed:
@@ -231,6 +275,30 @@ class WorkbenchStore(param.Parameterized):
         finally:
             self._busy = False
         self.refresh()
+        self._say_if_stale()
+
+    def _inputs(self) -> tuple:
+        """What the planner's best plan depends on: every choice but the plan's own, the backend's."""
+        return tuple((k, v) for k, v in self._choices().items() if k not in PLAN_CHOICES)
+
+    def _say_if_stale(self) -> None:
+        if self._planned_for is None or self._planned_for == self._inputs():
+            self.stale = ""
+            return
+        self.why = ""
+        old = dict(self._planned_for)
+        now = dict(self._inputs())
+        changed = [name for name in now if old.get(name) != now[name] and name != "uploaded_config"]
+        for preset, filled in PRESET_FIELDS.items():  # a preset's own fields follow it: name the preset only
+            if preset in changed:
+                changed = [name for name in changed if name not in filled]
+        what = ", ".join(
+            f"{name.replace('_', ' ')} {short(old[name])} -> {short(now[name])}" for name in changed
+        )
+        self.stale = (
+            f"This plan was the planner's best before you changed {what or 'the inputs'}: it may not be the "
+            "best now, or may not fit. Find the best plan for these inputs."
+        )
 
     def _choices(self) -> dict[str, Any]:
         return {k: v for k, v in self.state.param.values().items() if k != "name"}
@@ -239,6 +307,7 @@ class WorkbenchStore(param.Parameterized):
         """Restore the choices of the last pass that worked, recompute, and say in ``refused`` what was not used."""
         self._refusal = exc
         s, good = self.state, self._last_good
+        self._wanted.update({f: good[f] for f in DEGREE_FIELDS if f in good})
         self._busy = True
         try:
             for name, value in good.items():  # a half-done pass may have narrowed a selector's options
@@ -265,7 +334,7 @@ class WorkbenchStore(param.Parameterized):
         patch for the browser.
         """
         s = self.state
-        current = {f: getattr(s, f) for f in DEGREE_FIELDS}
+        current = dict(self._wanted)  # the chosen values, back as soon as they are valid again
         options, picks = choices.plan_choices(
             model, cluster.num_devices, workload, current, s.schedule, uneven_stages=self._uneven_stages()
         )
@@ -275,6 +344,13 @@ class WorkbenchStore(param.Parameterized):
             with param.edit_constant(s):
                 s.param.update(dp=dp, sequence_parallel=s.sequence_parallel and picks["tp"] > 1, **picks)
             self._set_options(options, widen=False)  # ...then only the new ones, which the values are in
+        moved = [f"{f} {self._wanted[f]} -> {picks[f]}" for f in DEGREE_FIELDS if picks[f] != self._wanted[f]]
+        self.adjusted = (
+            f"Not valid on {cluster.num_devices:,} device(s) with this model and batch: {', '.join(moved)}. "
+            "Your values come back when they are valid again."
+            if moved
+            else ""
+        )
 
     def _set_options(self, options: dict[str, list[int]], *, widen: bool) -> None:
         for field, valid in options.items():
@@ -378,20 +454,28 @@ class WorkbenchStore(param.Parameterized):
         for field in DEGREE_FIELDS:  # the values become valid once the controls are re-narrowed
             if field in update and update[field] not in s.param[field].objects:
                 s.param[field].objects = [*s.param[field].objects, update[field]]
+        self._wanted.update({f: update[f] for f in DEGREE_FIELDS if f in update})
         s.param.update(**update)
 
     def load_best_plan(self) -> ParallelPlan | None:
         """Load the planner's best plan for the current model, cluster, workload and framework profile
         (``planner.best_plan``: the plan ``workbench plan`` ranks first for them) and return it; None, with
         the choices left as they are, when no plan fits or the inputs are not valid."""
-        from workbench_widgets.app.planner import best_plan
+        from workbench_widgets.app.planner import best_plan, best_plan_why
 
         try:
-            plan = best_plan(self.model_spec(), self.cluster_spec(), self.workload(), self.state.framework)
+            inputs = (self.model_spec(), self.cluster_spec(), self.workload(), self.state.framework)
+            plan = best_plan(*inputs)
         except ValueError:
             return None
         if plan is not None:
-            self.load_plan(plan)
+            self._loading = True
+            try:
+                self.load_plan(plan)
+            finally:
+                self._loading = False
+            self._planned_for = self._inputs()
+            self.param.update(stale="", why=best_plan_why(*inputs))
         return plan
 
     def search(self, progress: Callable[[float], None] | None = None, **options: Any) -> pl.DataFrame:

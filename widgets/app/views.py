@@ -30,7 +30,7 @@ from workbench_widgets.plots import (
     placement_figure,
 )
 from workbench_widgets.plots.breakdown import refresh_breakdown_figure, same_bars
-from workbench_widgets.plots.memory import refresh_memory_figure
+from workbench_widgets.plots.memory import refresh_memory_figure, usable_memory_bytes
 from workbench_widgets.plots.placement import placement_figure_tags, refresh_placement_figure
 from workbench_widgets.plots.timeline import (
     TimelineContent,
@@ -265,6 +265,8 @@ def summary_markdown(estimate: Any) -> str:
     unit."""
     if estimate is None:
         return "No estimate: fix the plan (see the notes next to the controls)."
+    if not estimate.fits:
+        return unfit_markdown(estimate)
     e = estimate
     fits = "fits" if e.fits else "**does not fit**"
     rows = [
@@ -307,6 +309,28 @@ def _money_rows(e: Any) -> list[tuple[str, str]]:
     return [("Cost", cost), ("Energy", energy)]
 
 
+def unfit_markdown(e: Any) -> str:
+    """The summary of a plan that does not fit: its memory against what a device may use, and no step time,
+    throughput or MFU (it would not run: those would be the figures of a run that cannot happen)."""
+    usable = usable_memory_bytes(e)
+    over = e.peak_memory_bytes - usable
+    rows = [
+        (
+            "Peak memory per device",
+            f"{e.peak_memory_bytes / GIB:,.1f} GiB of {usable / GIB:,.1f} GiB usable: "
+            f"**{over / GIB:,.1f} GiB over** ({e.memory_capacity_bytes / GIB:,.1f} GiB HBM)",
+        ),
+        ("Step time, throughput, MFU", "none: this plan runs out of memory, it does not run"),
+        ("Backend", e.backend),
+    ]
+    table = "| Measure | Value |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return (
+        f"**{e.model.name}** on **{e.cluster.name}** · `{e.plan.describe()}` · **does not fit**\n\n{table}\n\n"
+        "The memory figure shows which ranks are over; more pipeline, tensor or data (ZeRO) sharding, "
+        "recompute, or more nodes bring it down."
+    )
+
+
 class PlanView(param.Parameterized):
     """Summary, timeline, memory, breakdown and placement of the Store's estimate.
 
@@ -329,6 +353,18 @@ class PlanView(param.Parameterized):
             pn.indicators.LoadingSpinner(value=True, size=24), pn.pane.Markdown(""), visible=False
         )
         self.store.param.watch(self._show_working, "working")
+        self.stale = pn.pane.Alert("", alert_type="warning", visible=False, css_classes=["wb-stale"])
+        self.search_again = pn.widgets.Button(
+            label="Find the best plan for these inputs",
+            color="primary",
+            visible=False,
+            css_classes=["wb-search-again"],
+        )
+        self.search_again.on_click(self._search_again)
+        self.adjusted = pn.pane.Alert("", alert_type="info", visible=False, css_classes=["wb-adjusted"])
+        self.why = pn.pane.Markdown("", visible=False, sizing_mode="stretch_width", css_classes=["wb-why"])
+        self.store.param.watch(self._show_notices, ["stale", "adjusted", "why"])
+        self._show_notices()
         # Stretched to the width of the tab: the pane sets ``sizing_mode`` on every figure it shows.
         self.timeline = pn.pane.Bokeh(None, css_classes=["wb-timeline"], sizing_mode="stretch_width")
         self.memory = pn.pane.Bokeh(None, css_classes=["wb-memory"], sizing_mode="stretch_width")
@@ -340,6 +376,29 @@ class PlanView(param.Parameterized):
         self._timeline_key: Any = None
         self.store.param.watch(self.update, "estimate")
         self.update()
+
+    def _show_notices(self, *_: Any) -> None:
+        """What makes the plan shown other than asked: found for other inputs (with the search offered), or
+        moved off the chosen values by the inputs."""
+        with hold():
+            self.stale.param.update(object=html.escape(self.store.stale), visible=bool(self.store.stale))
+            self.search_again.visible = bool(self.store.stale)
+            adjusted = self.store.adjusted
+            self.adjusted.param.update(object=html.escape(adjusted), visible=bool(adjusted))
+            why = self.store.why
+            self.why.param.update(
+                object=f"**Why this plan:** {html.escape(why)}" if why else "", visible=bool(why)
+            )
+
+    def _search_again(self, *_: Any) -> None:
+        self.search_again.loading = True
+        try:
+            if self.store.load_best_plan() is None:
+                self.store.stale = (
+                    "No plan fits these inputs (the planner found none): more nodes, or a smaller batch."
+                )
+        finally:
+            self.search_again.loading = False
 
     def _show_working(self, *_: Any) -> None:
         self.working[1].object = self.store.working
@@ -371,9 +430,12 @@ class PlanView(param.Parameterized):
             if self.breakdown not in figures:
                 in_session(self.breakdown, lambda: refresh_breakdown_figure(breakdown, [e]))
             if self.memory not in figures and memory_changed:
-                capacity = e.memory_capacity_bytes
+                capacity, usable = e.memory_capacity_bytes, usable_memory_bytes(e)
                 in_session(
-                    self.memory, lambda: refresh_memory_figure(memory, e.memory, capacity_bytes=capacity)
+                    self.memory,
+                    lambda: refresh_memory_figure(
+                        memory, e.memory, capacity_bytes=capacity, usable_bytes=usable
+                    ),
                 )
             if self.placement not in figures and placement_changed:
                 in_session(self.placement, lambda: refresh_placement_figure(placement, e.plan, e.cluster))
@@ -415,7 +477,11 @@ class PlanView(param.Parameterized):
         """The figures one under the other, each as wide as the tab (the page never scrolls sideways)."""
         return pn.Column(
             self.working,
+            self.stale,
+            self.search_again,
+            self.adjusted,
             self.summary,
+            self.why,
             self.timeline,
             self.memory,
             self.breakdown,

@@ -8,6 +8,7 @@ here and only here: the core speaks seconds and bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 OKABE_ITO: dict[str, str] = {
     "black": "#000000",
@@ -85,3 +86,19 @@ def label_ticks(
     step = max(1, -(-len(values) // max_ticks))
     ticks = list(values)[::step]
     return ticks, {int(v): lab for v, lab in zip(values, labels, strict=True)}
+
+
+PLAIN_NUMBER_FORMAT = "0,0.[00]"
+"""Numeral.js format of linear axes: ``200,000`` and ``12.5``, never bokeh's default ``2.000e+5``."""
+
+
+def plain_axes(fig: Any) -> Any:
+    """Give every linear axis of ``fig`` (x, y, and extra ones such as a right-hand axis) ``PLAIN_NUMBER_FORMAT``
+    instead of bokeh's ``BasicTickFormatter``, which switches to scientific notation above 10^5 (a 200-second
+    step in ms, a cluster's tokens/s). Categorical and log axes keep theirs. Returns ``fig``."""
+    from bokeh.models import LinearAxis, NumeralTickFormatter
+
+    for axis in (*fig.left, *fig.right, *fig.above, *fig.below):
+        if isinstance(axis, LinearAxis) and type(axis.formatter).__name__ == "BasicTickFormatter":
+            axis.formatter = NumeralTickFormatter(format=PLAIN_NUMBER_FORMAT)
+    return fig

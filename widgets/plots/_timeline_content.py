@@ -26,8 +26,17 @@ MIN_FRAME_PX = 120
 """Smallest plot area (a one- or two-lane timeline still gets a readable band)."""
 MAX_FRAME_PX = 800
 """Tallest plot area: beyond ``MAX_FRAME_PX // LANE_PX`` lanes the figure shows that many and pans in y."""
-COMM_MIN_PX = 3
-"""Screen width of the mark drawn on every communication block, so a send stays visible at full zoom-out."""
+STABLE_FRAME_PX = 30 * LANE_PX
+"""Plot area of a ``stable`` timeline (the app's): fixed, whatever the lane count, so that a change of pp or
+vpp moves nothing on the page below it (no relayout); up to 30 lanes share it, more pan in y (the figure's
+tools pan in y always, so a lane count that starts or stops overflowing needs no new figure). Fewer lanes
+get taller bands."""
+COMM_MIN_PX = 1
+"""Screen width of the mark drawn on every communication block, so a send stays visible at full zoom-out. One
+pixel, drawn pale (``COMM_MARK_ALPHA``): at 3 px the ~1,000 sends of an interleaved schedule's rank joined into a
+solid bar that read as "communicating all step" while they took 1 % of it."""
+COMM_MARK_ALPHA = 0.35
+"""Opacity of those marks: where sends crowd, the lane is pale, not solid."""
 COMM_FLOOR_ALPHA = 0.5
 """Least opacity of a communication bin in the aggregated view (a thin send is a small busy share)."""
 
@@ -78,6 +87,14 @@ def lane_layout(num_lanes: int) -> tuple[int, int]:
     return max(MIN_FRAME_PX, shown * LANE_PX), shown
 
 
+def stable_lane_layout(num_lanes: int) -> tuple[int, int]:
+    """``lane_layout`` of a ``stable`` figure: ``(STABLE_FRAME_PX, lanes shown at first)``, the frame the same
+    for every lane count. ValueError for ``num_lanes < 1``."""
+    if num_lanes < 1:
+        raise ValueError(f"stable_lane_layout: num_lanes must be >= 1, got {num_lanes}")
+    return STABLE_FRAME_PX, min(num_lanes, STABLE_FRAME_PX // LANE_PX)
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TimelineContent:
     """Everything a timeline figure shows, without bokeh: what ``timeline_figure`` draws and what
@@ -113,10 +130,9 @@ class TimelineContent:
 
     @property
     def stable_key(self) -> tuple:
-        """What fixes the models of a figure built ``stable`` (``content_timeline_figure``): its width, and
-        whether its lanes overflow the frame (the tools then pan in y)."""
-        num = len(self.lanes.labels)
-        return (self.width, lane_layout(num)[1] < num)
+        """What fixes the models of a figure built ``stable`` (``content_timeline_figure``): its width (the
+        frame's height is fixed and its tools pan in y whatever the lanes)."""
+        return (self.width,)
 
     @property
     def layout_key(self) -> tuple:

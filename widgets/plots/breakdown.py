@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 from bokeh.transform import dodge
-from workbench_widgets.plots._style import GREY, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
+from workbench_widgets.plots._style import GREY, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX, plain_axes
 
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate, StepBreakdown
@@ -39,6 +39,10 @@ OVERLAPPED_PARTS: tuple[tuple[str, str, str], ...] = tuple(
 """(StepBreakdown field, label, colour) of the hidden communication, drawn hatched under each bar."""
 
 
+HIDDEN_LABEL = "hatched: communication hidden behind compute (not in the step)"
+"""Legend entry of the thin hatched bars under each plan."""
+
+
 def breakdown_figure(
     breakdowns: Sequence[StepBreakdown],
     labels: Sequence[str],
@@ -58,7 +62,7 @@ def breakdown_figure(
             f"breakdown_figure: need one label per breakdown, got {len(breakdowns)} breakdowns "
             f"and {len(labels)} labels (at least one)"
         )
-    height = 120 + 34 * len(labels)
+    height = 200 + 40 * len(labels)  # one plan: a bar of ~70 px under its two-row legend, not a strip
     fig = figure(
         y_range=list(reversed(labels)),  # type: ignore[arg-type]
         width=width,
@@ -90,6 +94,7 @@ def breakdown_figure(
         hatch_color="color",
         line_color=None,
         name="overlapped",
+        legend_label=HIDDEN_LABEL,
     )
     fig.add_tools(
         HoverTool(
@@ -113,7 +118,7 @@ def breakdown_figure(
     fig.legend.orientation = "horizontal"
     fig.add_layout(fig.legend[0], "above")
     fig.toolbar.logo = None
-    return fig
+    return plain_axes(fig)
 
 
 def _stack(

@@ -35,6 +35,7 @@ from workbench_widgets.plots._style import (
     PLOT_WIDTH_PX,
     label_ticks,
     op_color,
+    plain_axes,
 )
 from workbench_widgets.plots.timeline import MAX_BLOCKS
 
@@ -127,7 +128,7 @@ def _frame(labels: tuple[str, ...], span: tuple[float, float], width: int, title
     fig.yaxis.major_label_overrides = overrides
     fig.ygrid.grid_line_color = None
     fig.toolbar.logo = None
-    return fig
+    return plain_axes(fig)
 
 
 def _half(rows: PairedRows, row: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from bokeh.models import ColumnDataSource, HoverTool, LinearAxis, Range1d, Span
 from bokeh.plotting import figure
-from workbench_widgets.plots._style import OKABE_ITO, PLOT_WIDTH_PX
+from workbench_widgets.plots._style import OKABE_ITO, PLOT_WIDTH_PX, plain_axes
 
 from workbench.goodput import daly_interval_s, goodput_frac, young_interval_s
 
@@ -87,7 +87,7 @@ def goodput_interval_figure(
         )
     )
     fig.toolbar.logo = None
-    return fig
+    return plain_axes(fig)
 
 
 def goodput_scaling(
@@ -179,4 +179,4 @@ def goodput_scale_figure(
     )
     fig.legend.location = "bottom_left"
     fig.toolbar.logo = None
-    return fig
+    return plain_axes(fig)

@@ -11,11 +11,13 @@ from bokeh.models.annotations import Span
 from bokeh.plotting import figure
 from workbench_widgets.plots._style import (
     GIB,
+    GREY,
     MEMORY_COLORS,
     MS_PER_S,
     OKABE_ITO,
     PLOT_WIDTH_PX,
     category_colors,
+    plain_axes,
 )
 
 from workbench.specs.estimate import MEMORY_COLUMNS
@@ -35,20 +37,40 @@ MEMORY_LABELS: dict[str, str] = {
 }
 
 
+def usable_memory_bytes(estimate: Estimate, headroom_frac: float | None = None) -> float:
+    """What a rank of ``estimate``'s plan may fill, bytes: the estimate's own ``memory_usable_bytes`` where
+    the core gives one, else ``memory_capacity_bytes x (1 - headroom)`` with ``headroom_frac`` (the search's
+    ``Constraints.memory_headroom_frac``) or, without one, ``workbench.search.space.DEFAULT_HEADROOM_FRAC``
+    (the share ``workbench plan`` and the app keep free: 80 GiB -> 76 GiB)."""
+    own = getattr(estimate, "memory_usable_bytes", None)
+    if own is not None:
+        return float(own)
+    if headroom_frac is None:
+        from workbench.search.space import DEFAULT_HEADROOM_FRAC
+
+        headroom_frac = DEFAULT_HEADROOM_FRAC
+    return estimate.memory_capacity_bytes * (1.0 - headroom_frac)
+
+
 def memory_figure(
     memory: pl.DataFrame,
     *,
     capacity_bytes: float,
+    usable_bytes: float | None = None,
     title: str = "Memory per pipeline rank",
     width: int = PLOT_WIDTH_PX,
 ) -> figure:
-    """Stacked bars of ``MEMORY_COLUMNS`` per rank (GiB), the capacity as a dashed line (Span ``capacity``)
-    and an ``x`` marker (renderer ``over_capacity``) on every rank whose total exceeds it. The y axis (a
+    """Stacked bars of ``MEMORY_COLUMNS`` per rank (GiB), the line the plan is judged against as a dashed
+    line (Span ``capacity``: ``usable_bytes``, the capacity less the headroom, or the capacity when None), the
+    device's whole HBM as a dotted grey line (Span ``hbm``, shown when above the usable line) and an ``x``
+    marker (renderer ``over_capacity``) on every rank whose total exceeds the usable line. The y axis (a
     ``Range1d``) runs from 0 to above the tallest bar and the capacity.
 
     ``memory`` follows ``workbench.specs.estimate`` (rank, MEMORY_COLUMNS in bytes, total_bytes).
     ValueError if a column is missing.
     """
+    hbm_bytes = capacity_bytes
+    capacity_bytes = hbm_bytes if usable_bytes is None else usable_bytes
     missing = [c for c in ("rank", *MEMORY_COLUMNS) if c not in memory.columns]
     if missing:
         raise ValueError(f"memory_figure: memory table lacks column(s) {', '.join(missing)}")
@@ -57,11 +79,11 @@ def memory_figure(
     ranks = [str(r) for r in memory["rank"].to_list()]
     fig = figure(
         x_range=ranks,  # type: ignore[arg-type]
-        y_range=Range1d(start=0.0, end=_y_end_gib(totals, capacity_bytes)),
+        y_range=Range1d(start=0.0, end=_y_end_gib(totals, hbm_bytes)),
         width=width,
         height=360,
         tools="save,reset",
-        title=_title(title, totals, capacity_bytes),
+        title=_title(title, totals, capacity_bytes, hbm_bytes),
         x_axis_label="pipeline rank",
         y_axis_label="GiB",
     )
@@ -86,6 +108,17 @@ def memory_figure(
             name="capacity",
         )
     )
+    fig.add_layout(
+        Span(
+            location=hbm_bytes / GIB,
+            dimension="width",
+            line_color=GREY,
+            line_dash="dotted",
+            line_width=2,
+            name="hbm",
+            visible=hbm_bytes > capacity_bytes,
+        )
+    )
     idx = np.nonzero(totals > capacity_bytes)[0]
     fig.scatter(
         x=[ranks[i] for i in idx],
@@ -105,14 +138,14 @@ def memory_figure(
                 ("part", "@part"),
                 ("this part", "@gib{0,0.00} GiB"),
                 ("rank total", "@total{0,0.00} GiB"),
-                ("capacity", f"{capacity_bytes / GIB:,.2f} GiB"),
+                ("usable", f"{capacity_bytes / GIB:,.2f} GiB of {hbm_bytes / GIB:,.2f} GiB HBM"),
             ],
         )
     )
     _legend_outside(fig)
     _over_capacity_item(fig).visible = bool(len(idx))  # shown only when some rank is over
     fig.xaxis.major_label_orientation = _label_orientation(ranks)
-    return fig
+    return plain_axes(fig)
 
 
 def same_memory_layout(fig: figure, memory: pl.DataFrame) -> bool:
@@ -121,11 +154,18 @@ def same_memory_layout(fig: figure, memory: pl.DataFrame) -> bool:
 
 
 def refresh_memory_figure(
-    fig: figure, memory: pl.DataFrame, *, capacity_bytes: float, title: str = "Memory per pipeline rank"
+    fig: figure,
+    memory: pl.DataFrame,
+    *,
+    capacity_bytes: float,
+    usable_bytes: float | None = None,
+    title: str = "Memory per pipeline rank",
 ) -> bool:
     """Write ``memory`` into ``fig`` (a ``memory_figure``) in place, with no new bokeh models: ranks (the x
-    factors), bars, capacity line, over-capacity markers and their legend entry, title and y range. Returns
-    True (the figure shows ``memory``)."""
+    factors), bars, usable and HBM lines, over-capacity markers and their legend entry, title and y range.
+    Returns True (the figure shows ``memory``)."""
+    hbm_bytes = capacity_bytes
+    capacity_bytes = hbm_bytes if usable_bytes is None else usable_bytes
     memory = memory.sort("rank")
     totals = memory.select(pl.sum_horizontal(*MEMORY_COLUMNS)).to_series().to_numpy()
     ranks = [str(r) for r in memory["rank"].to_list()]
@@ -137,14 +177,19 @@ def refresh_memory_figure(
     over = {"x": [ranks[i] for i in idx], "y": (totals[idx] / GIB) * 1.03}
     _renderer(fig, "over_capacity").data_source.data = over
     _over_capacity_item(fig).visible = bool(len(idx))
-    next(a for a in fig.center if isinstance(a, Span) and a.name == "capacity").location = (
-        capacity_bytes / GIB
-    )
+    _span(fig, "capacity").location = capacity_bytes / GIB
+    hbm = _span(fig, "hbm")
+    hbm.update(location=hbm_bytes / GIB, visible=hbm_bytes > capacity_bytes)
     hover = next(t for t in fig.tools if isinstance(t, HoverTool))
-    hover.tooltips = [*hover.tooltips[:-1], ("capacity", f"{capacity_bytes / GIB:,.2f} GiB")]  # type: ignore[index,misc]
-    fig.title.text = _title(title, totals, capacity_bytes)  # type: ignore[union-attr]
-    _set_y_end(fig, _y_end_gib(totals, capacity_bytes))
+    usable_tip = ("usable", f"{capacity_bytes / GIB:,.2f} GiB of {hbm_bytes / GIB:,.2f} GiB HBM")
+    hover.tooltips = [*hover.tooltips[:-1], usable_tip]  # type: ignore[index,misc]
+    fig.title.text = _title(title, totals, capacity_bytes, hbm_bytes)  # type: ignore[union-attr]
+    _set_y_end(fig, _y_end_gib(totals, hbm_bytes))
     return True
+
+
+def _span(fig: figure, name: str) -> Span:
+    return next(a for a in fig.center if isinstance(a, Span) and a.name == name)
 
 
 def _label_orientation(ranks: list[str]) -> float:
@@ -194,11 +239,15 @@ def _stack(memory: pl.DataFrame, ranks: list[str], totals: np.ndarray) -> dict[s
     }
 
 
-def _title(title: str, totals: np.ndarray, capacity_bytes: float) -> str:
+def _title(title: str, totals: np.ndarray, capacity_bytes: float, hbm_bytes: float) -> str:
     peak = float(totals.max(initial=0.0))
     num_over = int((totals > capacity_bytes).sum())
     verdict = f"{num_over} rank(s) over capacity" if num_over else "fits"
-    return f"{title} · peak {peak / GIB:.1f} GiB of {capacity_bytes / GIB:.1f} GiB ({verdict})"
+    if hbm_bytes > capacity_bytes:
+        limit = f"{capacity_bytes / GIB:.1f} GiB usable (dashed; HBM {hbm_bytes / GIB:.1f} GiB dotted)"
+    else:
+        limit = f"{capacity_bytes / GIB:.1f} GiB (dashed)"
+    return f"{title} · peak {peak / GIB:.1f} GiB of {limit} · {verdict}"
 
 
 def _legend_outside(fig: figure) -> None:
@@ -208,9 +257,16 @@ def _legend_outside(fig: figure) -> None:
     fig.toolbar.logo = None
 
 
-def estimate_memory_figure(estimate: Estimate, **kwargs: Any) -> figure:
-    """``memory_figure`` of an Estimate with its device capacity."""
-    return memory_figure(estimate.memory, capacity_bytes=estimate.memory_capacity_bytes, **kwargs)
+def estimate_memory_figure(
+    estimate: Estimate, *, headroom_frac: float | None = None, **kwargs: Any
+) -> figure:
+    """``memory_figure`` of an Estimate: its device capacity and the usable line (``usable_memory_bytes``)."""
+    return memory_figure(
+        estimate.memory,
+        capacity_bytes=estimate.memory_capacity_bytes,
+        usable_bytes=usable_memory_bytes(estimate, headroom_frac),
+        **kwargs,
+    )
 
 
 def activation_figure(
@@ -225,8 +281,9 @@ def activation_figure(
 
     ``activation_timeline`` has rank, time_s, activation_bytes (a step function: a value holds until the
     rank's next row). Ranks with more than ``max_points_per_rank`` rows are reduced to that many time bins
-    keeping each bin's maximum, so peaks survive. ``capacity_bytes`` is not drawn (it would flatten the
-    lines) but is given in the title.
+    keeping each bin's maximum, so peaks survive. One legend entry per rank (``rank 0``, ...), above the plot.
+    ``capacity_bytes`` is not drawn (it would flatten the lines) nor put in the title (it is far above the
+    axis; the memory figure shows it against every part): it is in the hover.
     """
     frame = activation_timeline.sort(["rank", "time_s"], maintain_order=True)
     ranks = frame["rank"].unique(maintain_order=True).to_list()
@@ -237,12 +294,13 @@ def activation_figure(
         x, y = _reduce(part["time_s"].to_numpy(), part["activation_bytes"].to_numpy(), max_points_per_rank)
         xs.append((x * MS_PER_S).astype(np.float32))
         ys.append((y / GIB).astype(np.float32))
-    peak = max((float(y.max(initial=0.0)) for y in ys), default=0.0)
-    suffix = f" · capacity {capacity_bytes / GIB:.1f} GiB" if capacity_bytes else ""
+    peaks = [float(y.max(initial=0.0)) for y in ys]
+    peak = max(peaks, default=0.0)
+    at = f" (rank {ranks[peaks.index(peak)]})" if peaks else ""
     fig = figure(
         width=width,
-        height=320,
-        title=f"{title} · peak {peak:.2f} GiB{suffix}",
+        height=320 + 22 * _legend_rows(len(ranks)),
+        title=f"{title} · peak {peak:.2f} GiB{at}",
         tools="pan,wheel_zoom,box_zoom,reset,save",
         x_axis_label="time from step start (ms)",
         y_axis_label="activations (GiB)",
@@ -252,12 +310,19 @@ def activation_figure(
             "xs": xs,
             "ys": ys,
             "rank": [str(r) for r in ranks],
+            "label": [f"rank {r}" for r in ranks],
             "color": colors,
-            "peak": [float(y.max(initial=0.0)) for y in ys],
+            "peak": peaks,
         }
     )
     lines = fig.multi_line(
-        xs="xs", ys="ys", line_color="color", line_width=1.5, source=source, name="activations"
+        xs="xs",
+        ys="ys",
+        line_color="color",
+        line_width=1.5,
+        source=source,
+        name="activations",
+        legend_field="label",
     )
     fig.add_tools(
         HoverTool(
@@ -267,11 +332,21 @@ def activation_figure(
                 ("time", "$x{0,0.00} ms"),
                 ("activations", "$y{0,0.00} GiB"),
                 ("rank peak", "@peak{0,0.00} GiB"),
+                *([("device capacity", f"{capacity_bytes / GIB:,.1f} GiB")] if capacity_bytes else []),
             ],
         )
     )
-    fig.toolbar.logo = None
-    return fig
+    _legend_outside(fig)
+    fig.legend.ncols = min(len(ranks), _LEGEND_COLUMNS)
+    return plain_axes(fig)
+
+
+_LEGEND_COLUMNS = 8
+"""Ranks per legend row of the activation figure."""
+
+
+def _legend_rows(num_ranks: int) -> int:
+    return max(1, -(-num_ranks // _LEGEND_COLUMNS))
 
 
 def _reduce(time_s: np.ndarray, values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:

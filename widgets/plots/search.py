@@ -71,9 +71,12 @@ def search_figure(
     max_points: int = 4_000,
     width: int = PLOT_WIDTH_PX,
     title: str = "Search space",
+    usable_bytes: float | None = None,
 ) -> figure:
-    """Scatter of ``y`` against peak memory (GiB) with renderers ``feasible``, ``infeasible``, ``pareto``
-    (the frontier over feasible plans, drawn as a step line) and ``chosen`` (row ``chosen_index``).
+    """Scatter of ``y`` against peak memory (GiB) with renderers ``feasible``, ``infeasible`` (grey crosses,
+    with a legend entry only when there are some), ``pareto`` (the frontier over feasible plans, drawn as a
+    step line) and ``chosen`` (row ``chosen_index``); the memory a device may use as a dashed vertical line
+    (Span ``capacity``: ``usable_bytes``, else the frame's ``memory_capacity_bytes``).
 
     Beyond ``max_points`` rows, all ``refined`` rows, the frontier, the chosen row and the first half of the
     ranking stay, and an even sample of the rest. ValueError for missing columns or a bad index.
@@ -94,15 +97,21 @@ def search_figure(
     front[feasible] = pareto_mask(mem[feasible], val[feasible])
     keep = _sample(frame, front, chosen_index, max_points)
     data = _hover_data(frame, y)
+    if usable_bytes is None and "memory_capacity_bytes" in frame.columns:
+        capacities = frame["memory_capacity_bytes"].drop_nulls()
+        usable_bytes = float(capacities[0]) if capacities.len() else None
     fig = figure(
         width=width,
         height=460,
-        title=_title(title, frame.height, int(keep.sum()), int(feasible.sum())),
+        title=_title(
+            title, frame.height, int(keep.sum()), int(feasible.sum()), int((keep & ~feasible).sum())
+        ),
         x_axis_label="peak memory per device (GiB)",
         y_axis_label=Y_LABELS.get(y, (y, ""))[0],
         tools="pan,wheel_zoom,box_zoom,reset,save",
     )
-    _draw_infeasible(fig, data, keep & ~feasible)
+    if (keep & ~feasible).any():
+        _draw_infeasible(fig, data, keep & ~feasible)
     _draw_feasible(fig, data, keep & feasible, frame, color_by)
     idx = np.nonzero(front)[0][np.argsort(mem[front])]
     fig.step(
@@ -125,10 +134,10 @@ def search_figure(
         name="chosen",
         legend_label=f"chosen plan (#{frame['rank_in_search'][chosen_index]})",
     )
-    if "memory_capacity_bytes" in frame.columns and frame["memory_capacity_bytes"].drop_nulls().len():
+    if usable_bytes is not None:
         fig.add_layout(
             Span(
-                location=float(frame["memory_capacity_bytes"].drop_nulls()[0]) / GIB,
+                location=usable_bytes / GIB,
                 dimension="height",
                 line_dash="dashed",
                 line_color="black",
@@ -157,9 +166,10 @@ def _numbered(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_row_index("rank_in_search", offset=1)
 
 
-def _title(title: str, total: int, shown: int, num_feasible: int) -> str:
+def _title(title: str, total: int, shown: int, num_feasible: int, num_grey: int) -> str:
     sample = f", {shown:,} shown" if shown < total else ""
-    return f"{title} · {total:,} plans ({num_feasible:,} feasible{sample}) · grey: rejected or over memory"
+    grey = f" · grey: {num_grey:,} rejected or over memory" if num_grey else ""
+    return f"{title} · {total:,} plans ({num_feasible:,} feasible{sample}){grey}"
 
 
 def _sample(frame: pl.DataFrame, front: np.ndarray, chosen: int, max_points: int) -> np.ndarray:

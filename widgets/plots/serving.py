@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, NumeralTickFormatter, Range1d, Span
+from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Label, NumeralTickFormatter, Range1d, Span
 from bokeh.plotting import figure
 from workbench_widgets.plots._style import MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
 from workbench_widgets.plots.serving_run import batch_composition_figure, kv_cache_figure
@@ -98,6 +98,29 @@ def latency_cdf_figure(
                 name="slo_percentile",
             )
         )
+        fig.add_layout(  # the lines say what they are (the 100 ms line was unlabelled)
+            Label(
+                x=target * MS_PER_S,
+                y=4,
+                x_offset=4,
+                text=f"SLO {short} {target * MS_PER_S:,.0f} ms",
+                text_font_size="11px",
+                text_color=OKABE_ITO["vermillion"],
+                name="slo_label",
+            )
+        )
+        fig.add_layout(
+            Label(
+                x=0,
+                y=slo.percentile.quantile * 100.0,
+                x_units="screen",
+                x_offset=4,
+                y_offset=2,
+                text=f"SLO share: {slo.percentile.quantile:.0%} of requests",
+                text_font_size="11px",
+                name="slo_percentile_label",
+            )
+        )
     fig.add_tools(
         HoverTool(
             renderers=[line], tooltips=[(short, "@latency_ms{0,0.0} ms"), ("requests", "@share_pct{0.0} %")]
@@ -157,6 +180,9 @@ def throughput_latency_figure(
         if target is not None:
             fig.add_layout(Span(location=target * MS_PER_S, dimension="width", line_color=color,
                                 line_dash="dotted", line_width=2, name=f"slo_{metric}"))  # fmt: skip
+            fig.add_layout(Label(x=4, x_units="screen", y=target * MS_PER_S, y_offset=2, text_color=color,
+                                 text=f"SLO {metric.upper()} {target * MS_PER_S:,.0f} ms", text_font_size="11px",
+                                 name=f"slo_{metric}_label"))  # fmt: skip
     fig.add_tools(HoverTool(renderers=lines, tooltips=SWEEP_TOOLTIPS))
     fig.xaxis.formatter = NumeralTickFormatter(format="0,0")
     targets = [t for t in (getattr(slo, "ttft_s", None), getattr(slo, "tpot_s", None)) if t is not None]

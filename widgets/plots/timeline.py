@@ -50,10 +50,12 @@ from workbench_widgets.plots._style import (
     PLOT_WIDTH_PX,
     label_ticks,
     op_color,
+    plain_axes,
 )
 from workbench_widgets.plots._timeline_content import (
     BLOCK_COLUMNS,
     COMM_COLUMNS,
+    COMM_MARK_ALPHA,
     COMM_MIN_PX,
     LABEL_COLUMNS,
     LANE_PX,
@@ -63,6 +65,7 @@ from workbench_widgets.plots._timeline_content import (
     TimelineContent,
     estimate_timeline_content,
     lane_layout,
+    stable_lane_layout,
     timeline_content,
     x_range_ms,
 )
@@ -139,7 +142,7 @@ def content_timeline_figure(content: TimelineContent, *, stable: bool = False) -
     runs (hidden while absent) and the makespan line, so that ``refresh_timeline_figure`` can write any
     content of the same ``stable_key`` into it: another lane count, the exact or the aggregated view, other
     ops. A plain figure holds only what its content shows."""
-    fig = _frame(content.lanes, content.span_s, content.width, content.title)
+    fig = _frame(content.lanes, content.span_s, content.width, content.title, stable=stable)
     if stable:
         fig.tags = [STABLE_TAG]
         _draw_blocks(fig, content, stable=True)
@@ -154,7 +157,10 @@ def content_timeline_figure(content: TimelineContent, *, stable: bool = False) -
     for item, entry in zip(items, entries, strict=True):
         item.visible = entry in shown
     rows = _set_legend_layout(fig, shown, content.width)
-    fig.height = content.frame_px + _CHROME_PX + _LEGEND_ROW_PX * rows
+    if stable:  # the same height for every content: room for the legend with every entry shown
+        rows = _legend_rows(list(_STABLE_ENTRIES), content.width)
+    frame_px = stable_lane_layout(len(content.lanes.labels))[0] if stable else content.frame_px
+    fig.height = frame_px + _CHROME_PX + _LEGEND_ROW_PX * rows
     if content.makespan_ms is not None or stable:
         fig.add_layout(
             Span(
@@ -192,10 +198,11 @@ def refresh_timeline_figure(fig: figure, content: TimelineContent) -> None:
 
 
 def _refresh_stable(fig: figure, content: TimelineContent) -> None:
-    """The part of ``refresh_timeline_figure`` that only a stable figure takes: lanes (y axis, frame height),
-    every renderer's data (the unused view emptied), the runs' colours and hover names, legend, makespan."""
+    """The part of ``refresh_timeline_figure`` that only a stable figure takes: lanes (y axis; the frame and
+    the figure keep their height), every renderer's data (the unused view emptied), the runs' colours and
+    hover names, legend, makespan."""
     num = len(content.lanes.labels)
-    frame_px, shown = lane_layout(num)
+    shown = stable_lane_layout(num)[1]
     fig.y_range.update(
         start=shown - 0.5, end=-0.5, reset_start=shown - 0.5, reset_end=-0.5, bounds=(-0.5, num - 0.5)
     )
@@ -219,9 +226,7 @@ def _refresh_stable(fig: figure, content: TimelineContent) -> None:
     for item, entry in zip(items, _STABLE_ENTRIES, strict=True):
         if item.visible != (entry in shown_entries):  # a legend of another size relayouts the page
             item.visible = entry in shown_entries
-    rows = _set_legend_layout(fig, shown_entries, content.width)
-    fig.frame_height = frame_px
-    fig.height = frame_px + _CHROME_PX + _LEGEND_ROW_PX * rows
+    _set_legend_layout(fig, shown_entries, content.width)
     span = _makespan_span(fig)
     span.visible = content.makespan_ms is not None
     if content.makespan_ms is not None:
@@ -257,11 +262,14 @@ def _renderer(fig: figure, name: str) -> GlyphRenderer:
     return next(r for r in fig.renderers if isinstance(r, GlyphRenderer) and r.name == name)
 
 
-def _frame(lanes: Lanes, span: tuple[float, float], width: int, title: str) -> figure:
-    """Axes and tools: a plot area of ``lane_layout`` pixels, lanes top-down, every lane labelled."""
+def _frame(
+    lanes: Lanes, span: tuple[float, float], width: int, title: str, *, stable: bool = False
+) -> figure:
+    """Axes and tools: a plot area of ``lane_layout`` pixels (``stable_lane_layout`` when ``stable``), lanes
+    top-down, every lane labelled."""
     num = len(lanes.labels)
-    frame_px, shown = lane_layout(num)
-    pans_lanes = shown < num
+    frame_px, shown = (stable_lane_layout if stable else lane_layout)(num)
+    pans_lanes = shown < num or stable
     x_start, x_end = x_range_ms(span)
     fig = figure(
         title=title,
@@ -281,7 +289,7 @@ def _frame(lanes: Lanes, span: tuple[float, float], width: int, title: str) -> f
     fig.yaxis.major_label_overrides = overrides
     fig.ygrid.grid_line_color = None
     fig.toolbar.logo = None
-    return fig
+    return plain_axes(fig)
 
 
 def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False) -> None:
@@ -313,6 +321,7 @@ def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False)
                 source=ColumnDataSource(comm),
                 name="comm_marks",
                 fill_color="color",
+                fill_alpha=COMM_MARK_ALPHA,
                 line_color=None,
             )
         )
@@ -353,7 +362,9 @@ def _no_rows(columns: tuple[str, ...]) -> dict[str, list]:
 
 LegendEntry = tuple[str, str, float]
 """(label, colour, alpha) of one legend entry."""
-_COMM_ENTRY: LegendEntry = ("communication / wait", COMM_COLOR, 1.0)
+COMM_LABEL = "communication: sends (a pale mark >= 1 px each)"
+"""Legend label of the communication blocks: what they are (the sends between stages, not a wait)."""
+_COMM_ENTRY: LegendEntry = (COMM_LABEL, COMM_COLOR, 1.0)
 _BLENDED_ENTRY: LegendEntry = (BLENDED_LABEL, GREY, 0.45)
 _STABLE_ENTRIES: tuple[LegendEntry, ...] = (
     *((f"{op}: {OP_NAMES[op]}", OP_COLORS[op], 1.0) for op in sorted(OP_COLORS)),
@@ -397,12 +408,21 @@ def _legend(fig: figure, entries: Sequence[LegendEntry]) -> None:
 
 def _set_legend_layout(fig: figure, shown: list[LegendEntry], width: int) -> int:
     """Wrap the ``shown`` entries into rows that fit ``width``; returns the number of legend rows."""
+    per_row = _legend_columns(shown, width)
+    fig.legend.ncols = per_row
+    return max(1, -(-len(shown) // per_row))
+
+
+def _legend_columns(shown: list[LegendEntry], width: int) -> int:
     item_px = [_LEGEND_ITEM_PX + _LEGEND_PX_PER_CHAR * len(label) for label, _, _ in shown]
     per_row = max(1, len(shown))
     while per_row > 1 and sum(max(item_px[j::per_row]) for j in range(per_row)) > width - 40:
         per_row -= 1  # the legend is a grid: a column is as wide as its widest item
-    fig.legend.ncols = per_row
-    return max(1, -(-len(shown) // per_row))
+    return per_row
+
+
+def _legend_rows(entries: list[LegendEntry], width: int) -> int:
+    return max(1, -(-len(entries) // _legend_columns(entries, width)))
 
 
 def _runs_mapper(ops: tuple[str, ...]) -> Any:
