@@ -46,7 +46,10 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
         "workbench_cli.catalog_cmds",
         "List the framework profiles (how a software stack runs a plan), or show one with every field's value, the fitted value in use and its source.",
     ),
-    "models": ("workbench_cli.catalog_cmds", "List the model presets."),
+    "models": (
+        "workbench_cli.catalog_cmds",
+        "List the model presets (and the architecture families the config readers know).",
+    ),
     "show": ("workbench_cli.catalog_cmds", "Show one preset or file in detail."),
     "schedule": (
         "workbench_cli.schedule_cmd",
@@ -92,6 +95,14 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
     "diloco": (
         "workbench_cli.mixed_cmd",
         "DiLoCo-style local SGD over a slow link: time per token and traffic against synchronous data parallelism.",
+    ),
+    "export": (
+        "workbench_cli.launch_cmd",
+        "Write the files that launch one plan on a training stack, with the prediction they came from.",
+    ),
+    "compare": (
+        "workbench_cli.launch_cmd",
+        "Lay what a real run printed (Megatron-LM/NeMo or torchtitan log, vLLM/SGLang benchmark JSON, workbench run record) beside the prediction it was exported with.",
     ),
     "swarm": (
         "workbench_cli.swarm_cmd",

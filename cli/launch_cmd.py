@@ -294,6 +294,12 @@ def _append_row(
 def register(group: click.Group) -> None:
     group.add_command(compare_cmd)
     group.add_command(export_cmd)
-    serve = group.commands["serve"]
-    assert isinstance(serve, click.Group)
-    serve.add_command(_serve_export_command())
+    serve = group.get_command(click.Context(group), "serve")  # the workbench group loads it when not yet loaded
+    if isinstance(serve, click.Group):  # else serve_cmd.register adds `serve export` when it registers
+        add_serve_export(serve)
+
+
+def add_serve_export(serve: click.Group) -> None:
+    """``workbench serve export`` on the serve group (once; ``serve_cmd.register`` and ``register`` both call it)."""
+    if "export" not in serve.commands:
+        serve.add_command(_serve_export_command())

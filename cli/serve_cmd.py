@@ -238,4 +238,7 @@ def _workload(kw: dict[str, Any]) -> Any:
 
 
 def register(group: click.Group) -> None:
+    from workbench_cli.launch_cmd import add_serve_export
+
     group.add_command(serve_group)
+    add_serve_export(serve_group)

@@ -313,7 +313,7 @@ class CompareView(param.Parameterized):
             sides.append(
                 pn.Column(
                     pn.pane.Markdown(
-                        f"### {name}: `{e.plan.describe()}` [{e.backend}]\n\n{html.escape(caption)}"
+                        f"### {name}: `{e.plan.describe()}` [{e.backend}]\n\n{page_text(caption)}"
                     ),
                     pn.pane.Bokeh(t, sizing_mode="stretch_width"),
                     pn.pane.Bokeh(m, sizing_mode="stretch_width"),
