@@ -59,7 +59,8 @@ def test_a_plan_that_does_not_fit_shows_no_throughput_or_mfu() -> None:
 
 
 def test_nodes_8_1_8_puts_the_chosen_plan_back_and_says_what_moved() -> None:
-    store = WorkbenchStore(WorkbenchState())
+    # the case: the any-feature profile's best plan (pp 2, vpp 8) does not fit one node's 8 devices
+    store = WorkbenchStore(WorkbenchState(framework="generic"))
     store.load_best_plan()
     before = {f: getattr(store.state, f) for f in DEGREES}
     assert store.adjusted == ""

@@ -38,17 +38,11 @@ MEMORY_LABELS: dict[str, str] = {
 
 
 def usable_memory_bytes(estimate: Estimate, headroom_frac: float | None = None) -> float:
-    """What a rank of ``estimate``'s plan may fill, bytes: the estimate's own ``memory_usable_bytes`` where
-    the core gives one, else ``memory_capacity_bytes x (1 - headroom)`` with ``headroom_frac`` (the search's
-    ``Constraints.memory_headroom_frac``) or, without one, ``workbench.search.space.DEFAULT_HEADROOM_FRAC``
-    (the share ``workbench plan`` and the app keep free: 80 GiB -> 76 GiB)."""
-    own = getattr(estimate, "memory_usable_bytes", None)
-    if own is not None:
-        return float(own)
+    """What a rank of ``estimate``'s plan may fill, bytes: ``memory_capacity_bytes x (1 - headroom)`` with
+    ``headroom_frac`` when given (the search's ``Constraints.memory_headroom_frac``), else the estimate's own
+    ``memory_usable_bytes`` (the one fit rule, ``Estimate.fits``: 80 GiB -> 76 GiB by default)."""
     if headroom_frac is None:
-        from workbench.search.space import DEFAULT_HEADROOM_FRAC
-
-        headroom_frac = DEFAULT_HEADROOM_FRAC
+        return float(estimate.memory_usable_bytes)
     return estimate.memory_capacity_bytes * (1.0 - headroom_frac)
 
 
