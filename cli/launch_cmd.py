@@ -294,7 +294,9 @@ def _append_row(
 def register(group: click.Group) -> None:
     group.add_command(compare_cmd)
     group.add_command(export_cmd)
-    serve = group.get_command(click.Context(group), "serve")  # the workbench group loads it when not yet loaded
+    serve = group.get_command(
+        click.Context(group), "serve"
+    )  # the workbench group loads it when not yet loaded
     if isinstance(serve, click.Group):  # else serve_cmd.register adds `serve export` when it registers
         add_serve_export(serve)
 
