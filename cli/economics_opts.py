@@ -102,23 +102,24 @@ def print_economics(econ: Any, econ_in: dict[str, Any]) -> None:
             rows.append(["dollars per run with failures", f"${econ.goodput_usd_per_run:,.0f}"])
     else:
         rows.append(["price", f"none: {why}"])
-    rows += [
-        ["energy per step", f"{econ.energy_j_per_step / 1e6:,.3f} MJ (PUE {econ.pue:g})"],
-        ["tokens per joule", f"{econ.tokens_per_joule:,.3f}"],
-        [
-            "mean power",
-            f"{econ.device_avg_w:,.0f} W per device, {econ.node_avg_w / 1e3:,.2f} kW per node (IT)",
-        ],
-    ]
+    if econ.energy_j_per_step is None or econ.tokens_per_joule is None:
+        rows.append(["energy", "none: the device has no row in profiles/power/devices.toml"])
+    else:
+        rows += [
+            ["energy per step", f"{econ.energy_j_per_step / 1e6:,.3f} MJ (PUE {econ.pue:g})"],
+            ["tokens per joule", f"{econ.tokens_per_joule:,.3f}"],
+            [
+                "mean power",
+                f"{econ.device_avg_w:,.0f} W per device, {(econ.node_avg_w or 0.0) / 1e3:,.2f} kW per node (IT)",
+            ],
+        ]
     if econ.power_cap_w is not None:
         rows.append(["power cap", f"{econ.power_cap_w:g} W: compute clocks x {clock_frac:.3f}"])
     if econ.energy_kwh_per_run is not None:
         rows.append(["energy per run", f"{econ.energy_kwh_per_run / 1e3:,.1f} MWh"])
     if econ.co2e_kg_per_run is not None:
         rows.append(["CO2e per run", f"{econ.co2e_kg_per_run / 1e3:,.1f} t"])
-    from rich.markup import escape
-
-    print_table("Dollars and energy (docs/cost.md)", ["figure", "value"], [[a, escape(b)] for a, b in rows])
+    print_table("Dollars and energy (docs/cost.md)", ["figure", "value"], rows)
 
 
 def price_options(f: Any) -> Any:

@@ -90,19 +90,22 @@ def test_hostile_configs_run_no_script_in_the_page() -> None:
             page.wait_for_function(
                 f"() => ({DEEP_TEXT_JS})('wb-summary').includes('<script>alert(document.domain)</script>')",
                 timeout=120_000,
+                polling=500,  # by time, not animation frames (a busy page paints rarely)
             )
             picker.set_input_files(
                 files=[
                     {
                         "name": "evil.json",
                         "mimeType": "application/json",
-                        "buffer": _config(architectures=[HOSTILE]),
+                        # an architecture and model type no reader and no transformers knows: refused, quoted
+                        "buffer": _config(architectures=[HOSTILE], model_type=HOSTILE),
                     }
                 ]
             )
             page.wait_for_function(
                 f"() => ({DEEP_TEXT_JS})('wb-refused').includes('<script>alert(document.domain)')",
                 timeout=120_000,
+                polling=500,  # by time, not animation frames (a busy page paints rarely)
             )
             page.wait_for_timeout(1500)  # give any injected handler the time to fire
             injected = page.evaluate(DEEP_QUERY_JS, "[data-pwned], img[src='x']")

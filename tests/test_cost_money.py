@@ -111,7 +111,10 @@ def test_economics_of_an_estimate_adds_up() -> None:
 
     cluster = load_cluster("dgx-h100")
     est = estimate_plan(
-        load_model("llama-3.1-8b"), cluster, Workload(seq_len=4096, global_batch_size=64), ParallelPlan(dp=8)
+        load_model("llama-3.1-8b"),
+        cluster,
+        Workload(seq_len=4096, global_batch_size=64),
+        ParallelPlan(dp=8, zero_stage=1),
     )
     options = EnergyOptions(pue=1.1, grid_kg_per_kwh=0.3)
     power, overhead, _ = power_inputs(cluster, options)
@@ -178,7 +181,10 @@ def test_app_plan_and_serving_tabs_show_dollars_and_energy() -> None:
 
     cluster = load_cluster("dgx-h100")
     est = estimate_plan(
-        load_model("llama-3.1-8b"), cluster, Workload(seq_len=4096, global_batch_size=64), ParallelPlan(dp=8)
+        load_model("llama-3.1-8b"),
+        cluster,
+        Workload(seq_len=4096, global_batch_size=64),
+        ParallelPlan(dp=8, zero_stage=1),
     )
     text = summary_markdown(est)
     assert "| Cost | $" in text and "per million tokens" in text and "| Energy |" in text

@@ -305,7 +305,11 @@ def _money_rows(e: Any) -> list[tuple[str, str]]:
         if econ.usd_per_step is not None
         else "no public price for this device (CLI: --price-per-device-hour)"
     )
-    energy = f"{econ.energy_j_per_step / 1e6:,.3f} MJ per step, {econ.tokens_per_joule:,.2f} tokens per joule"
+    energy = (
+        f"{econ.energy_j_per_step / 1e6:,.3f} MJ per step, {econ.tokens_per_joule:,.2f} tokens per joule"
+        if econ.energy_j_per_step is not None and econ.tokens_per_joule is not None
+        else "no power figures for this device"
+    )
     return [("Cost", cost), ("Energy", energy)]
 
 

@@ -8,7 +8,7 @@ notes where every input came from. Names follow the unit rule: ``usd_per_step``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.cost import dollars, energy
@@ -30,12 +30,13 @@ class Economics:
     """A run of ``token_budget`` tokens at the failure-free step time."""
     goodput_usd_per_run: float | None
     """The same run priced at wall time: divided by the goodput, the spares paid too (``--failures``)."""
-    energy_j_per_step: float
-    """Facility energy of one step (devices + node overhead, times the PUE), J."""
-    tokens_per_joule: float
-    device_avg_w: float
+    energy_j_per_step: float | None
+    """Facility energy of one step (devices + node overhead, times the PUE), J; None for a device without a row
+    in the power table."""
+    tokens_per_joule: float | None
+    device_avg_w: float | None
     """Mean power of one device over a step, W."""
-    node_avg_w: float
+    node_avg_w: float | None
     """Mean IT power of one node (its devices and its overhead), W."""
     energy_kwh_per_run: float | None
     co2e_kg_per_run: float | None
@@ -59,6 +60,8 @@ class Economics:
             )
         kwh = f", {self.energy_kwh_per_run / 1e3:,.1f} MWh per run" if self.energy_kwh_per_run else ""
         co2 = f", {self.co2e_kg_per_run / 1e3:,.1f} t CO2e" if self.co2e_kg_per_run is not None else ""
+        if self.energy_j_per_step is None or self.tokens_per_joule is None or self.device_avg_w is None:
+            return out + list(self.notes)
         out.append(
             f"energy: {self.energy_j_per_step / 1e6:,.3f} MJ per step, {self.tokens_per_joule:,.3f} tokens per "
             f"joule, {self.device_avg_w:,.0f} W per device on average{kwh}{co2} (PUE {self.pue:g})"
@@ -73,7 +76,7 @@ class Economics:
 def economics(
     est: Estimate,
     *,
-    power: DevicePower,
+    power: DevicePower | None,
     options: EnergyOptions,
     node_overhead_w: float,
     price: PriceSpec | None = None,
@@ -83,9 +86,12 @@ def economics(
 ) -> Economics:
     """Dollars and energy of ``est`` (see the module docstring). ``power_cap_w`` of ``options`` must already be
     checked against ``power`` (``DevicePower.check_cap``) and applied to the estimate's device
-    (``workbench.cost.energy.capped_device``). ValueError for a token budget <= 0."""
+    (``workbench.cost.energy.capped_device``). ``power`` None (a device without a row in the power table): no
+    energy figures, dollars only. ValueError for a token budget <= 0."""
     if token_budget is not None and not token_budget > 0:
         raise ValueError(f"token_budget must be > 0 tokens, got {token_budget!r}")
+    if power is None:
+        return _dollars_only(est, options, price, token_budget, goodput_frac, spare_devices)
     step = est.step_time_s
     tokens = est.tokens_per_s * step
     parts = est.breakdown.as_dict()
@@ -163,12 +169,60 @@ def resolve_price(
         raise
 
 
-def power_inputs(cluster: Any, options: EnergyOptions) -> tuple[DevicePower, float, float]:
-    """(device power row, node overhead W, compute clock fraction under the cap) for ``cluster``. ValueError for
-    a device without a power row or a cap outside [its minimum power limit, its TDP]."""
+def _dollars_only(
+    est: Estimate,
+    options: EnergyOptions,
+    price: PriceSpec | None,
+    token_budget: float | None,
+    goodput_frac: float,
+    spare_devices: int,
+) -> Economics:
+    """``economics`` of a device without a power row: its dollars from a run at 1 W (the energy part then
+    discarded), every energy figure None and a note saying why."""
+    from workbench.specs.power import DevicePower as _Power
+
+    stand_in = _Power(
+        device=est.cluster.device.id,
+        tdp_w=1.0,
+        idle_w=0.1,
+        min_cap_w=1.0,
+        compute_frac=1.0,
+        memory_frac=1.0,
+        wait_frac=1.0,
+        source="none",
+    )
+    full = economics(
+        est,
+        power=stand_in,
+        options=options,
+        node_overhead_w=0.0,
+        price=price,
+        token_budget=token_budget,
+        goodput_frac=goodput_frac,
+        spare_devices=spare_devices,
+    )
+    note = f"energy: device {est.cluster.device.id!r} has no row in profiles/power/devices.toml: no energy figures"
+    return replace(
+        full,
+        energy_j_per_step=None,
+        tokens_per_joule=None,
+        device_avg_w=None,
+        node_avg_w=None,
+        energy_kwh_per_run=None,
+        co2e_kg_per_run=None,
+        notes=(note, *(n for n in full.notes if not n.startswith("energy:"))),
+    )
+
+
+def power_inputs(cluster: Any, options: EnergyOptions) -> tuple[DevicePower | None, float, float]:
+    """(device power row, node overhead W, compute clock fraction under the cap) for ``cluster``; the row is
+    None for a device the power table does not list (a custom or CPU device: no energy figures). ValueError for
+    a power cap on such a device or a cap outside [its minimum power limit, its TDP]."""
     from workbench.presets.power import load_power_table
 
     table = load_power_table()
+    if cluster.device.id not in table.devices and options.power_cap_w is None:
+        return None, 0.0, 1.0
     power = table.device(cluster.device.id)
     if options.power_cap_w is not None:
         power.check_cap(options.power_cap_w)
@@ -209,7 +263,7 @@ def serving_energy(est: Any) -> dict[str, float]:
 
     power, overhead, _ = power_inputs(est.cluster, _Options())
     it = est.sim.iterations
-    if not it.height:
+    if not it.height or power is None:  # no iterations, or a device without a power row
         return {"energy_j_per_output_token": math.nan, "output_tokens_per_joule": math.nan}
     per_engine = est.plan.num_devices / max(int(it["engine"].n_unique()), 1)
     seconds = (it["end_s"] - it["start_s"]).to_numpy()
