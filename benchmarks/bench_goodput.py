@@ -26,11 +26,17 @@ Run: ``.venv/bin/python benchmarks/bench_goodput.py`` (a few seconds; no GPU).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from workbench.estimate.analytic import estimate_plan
-from workbench.goodput import GoodputOptions, cluster_goodput_columns, load_failures, state_bytes
+from workbench.goodput import (
+    GoodputOptions,
+    cluster_goodput_columns,
+    estimate_goodput,
+    load_failures,
+    state_bytes,
+)
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.specs.plan import ParallelPlan, Workload
 
@@ -157,7 +163,6 @@ def part_c() -> bool:
         model = load_model(model_id)
         cluster = load_cluster(cluster_id, num_nodes=nodes)
         est = estimate_plan(model, cluster, work, plan)
-        size = _checkpoint_bytes(model, cluster)
         p = failures.practice
         print(
             f"    {preset}: {failures.name}; step {est.step_time_s:.2f} s on {cluster.num_devices} x "
@@ -171,18 +176,10 @@ def part_c() -> bool:
         if int(p.spares(nodes)) == 0:
             rows[1] = ("16 spare nodes", p.with_overrides(spare_nodes=16))
         for label, opts in rows:
-            g = cluster_goodput_columns(
-                cluster,
-                dp=plan.dp,
-                tp=plan.tp,
-                cp=plan.cp,
-                pp=plan.pp,
-                checkpoint_bytes=size,
-                step_time_s=est.step_time_s,
-                failures=failures,
-                options=opts,
-            )
-            g = {k: float(v) for k, v in g.items()}
+            # what `workbench estimate --failures` reports (its checkpoint from the estimate's memory table)
+            g = {
+                k: v for k, v in asdict(estimate_goodput(est, failures, opts)).items() if isinstance(v, float)
+            }
             spares = int(opts.spares(nodes))
             text = f"{label} ({opts.checkpoint}, {spares} spares, {opts.on_failure})"
             print("      " + _row(text, g, est.step_time_s))
