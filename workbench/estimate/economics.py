@@ -8,7 +8,7 @@ notes where every input came from. Names follow the unit rule: ``usd_per_step``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workbench.cost import dollars, energy
@@ -87,13 +87,32 @@ def economics(
     """Dollars and energy of ``est`` (see the module docstring). ``power_cap_w`` of ``options`` must already be
     checked against ``power`` (``DevicePower.check_cap``) and applied to the estimate's device
     (``workbench.cost.energy.capped_device``). ``power`` None (a device without a row in the power table): no
-    energy figures, dollars only. ValueError for a token budget <= 0."""
+    energy figures, dollars only, said in the notes. ValueError for a token budget <= 0."""
     if token_budget is not None and not token_budget > 0:
         raise ValueError(f"token_budget must be > 0 tokens, got {token_budget!r}")
-    if power is None:
-        return _dollars_only(est, options, price, token_budget, goodput_frac, spare_devices)
     step = est.step_time_s
     tokens = est.tokens_per_s * step
+    usd = _dollars(est, price, token_budget, goodput_frac, spare_devices)
+    price_note = [f"price: {price.describe()}"] if price is not None else []
+    common: dict[str, Any] = {
+        **usd,
+        "usd_per_device_hour": None if price is None else price.usd_per_device_hour,
+        "token_budget": token_budget,
+        "power_cap_w": options.power_cap_w,
+        "pue": options.pue,
+    }
+    if power is None:
+        note = f"energy: device {est.cluster.device.id!r} has no row in profiles/power/devices.toml: no energy figures"
+        return Economics(
+            energy_j_per_step=None,
+            tokens_per_joule=None,
+            device_avg_w=None,
+            node_avg_w=None,
+            energy_kwh_per_run=None,
+            co2e_kg_per_run=None,
+            notes=(note, *price_note),
+            **common,
+        )
     parts = est.breakdown.as_dict()
     e = energy.step_energy_j(
         step_time_s=step,
@@ -112,25 +131,9 @@ def economics(
         f"{power.compute_frac:g}/{power.memory_frac:g}/{power.wait_frac:g} x TDP (profiles/power/devices.toml, "
         f"ASSUMED fractions); node overhead {node_overhead_w:g} W; PUE {options.pue:g}"
         + (f"; power cap {options.power_cap_w:g} W" if options.power_cap_w else ""),
+        *price_note,
     ]
-    usd_step = usd_mtok = usd_run = goodput_usd = None
-    if price is not None:
-        usd_step = float(dollars.usd_per_step(price.usd_per_device_hour, est.cluster.num_devices, step))
-        usd_mtok = float(dollars.usd_per_million_tokens(usd_step, tokens))
-        notes.append(f"price: {price.describe()}")
-        if token_budget is not None:
-            ttt = token_budget / est.tokens_per_s
-            n = est.cluster.num_devices
-            usd_run = float(dollars.run_usd(price.usd_per_device_hour, n, ttt))
-            goodput_usd = float(
-                dollars.run_usd(price.usd_per_device_hour, n, ttt, goodput_frac, spare_devices)
-            )
     return Economics(
-        usd_per_device_hour=None if price is None else price.usd_per_device_hour,
-        usd_per_step=usd_step,
-        usd_per_million_tokens=usd_mtok,
-        usd_per_run=usd_run,
-        goodput_usd_per_run=goodput_usd,
         energy_j_per_step=joules,
         tokens_per_joule=float(run["tokens_per_joule"]),
         device_avg_w=float(e["device_avg_w"]),
@@ -141,11 +144,40 @@ def economics(
         co2e_kg_per_run=None
         if token_budget is None or "co2e_kg" not in run
         else float(run["co2e_kg"]) / goodput_frac,
-        token_budget=token_budget,
-        power_cap_w=options.power_cap_w,
-        pue=options.pue,
         notes=tuple(notes),
+        **common,
     )
+
+
+def _dollars(
+    est: Estimate,
+    price: PriceSpec | None,
+    token_budget: float | None,
+    goodput_frac: float,
+    spare_devices: int,
+) -> dict[str, float | None]:
+    """``usd_per_step``, ``usd_per_million_tokens``, ``usd_per_run`` (a run of ``token_budget`` tokens at the
+    failure-free step time) and ``goodput_usd_per_run`` (divided by the goodput, the spares paid too), US dollars;
+    None where the price or the budget is not given."""
+    out: dict[str, float | None] = dict.fromkeys(
+        ("usd_per_step", "usd_per_million_tokens", "usd_per_run", "goodput_usd_per_run")
+    )
+    if price is None:
+        return out
+    n = est.cluster.num_devices
+    out["usd_per_step"] = step_usd = float(
+        dollars.usd_per_step(price.usd_per_device_hour, n, est.step_time_s)
+    )
+    out["usd_per_million_tokens"] = float(
+        dollars.usd_per_million_tokens(step_usd, est.tokens_per_s * est.step_time_s)
+    )
+    if token_budget is not None:
+        ttt = token_budget / est.tokens_per_s
+        out["usd_per_run"] = float(dollars.run_usd(price.usd_per_device_hour, n, ttt))
+        out["goodput_usd_per_run"] = float(
+            dollars.run_usd(price.usd_per_device_hour, n, ttt, goodput_frac, spare_devices)
+        )
+    return out
 
 
 def resolve_price(
@@ -167,51 +199,6 @@ def resolve_price(
         if "no " in str(exc) and "price for device" in str(exc):
             return None, str(exc)
         raise
-
-
-def _dollars_only(
-    est: Estimate,
-    options: EnergyOptions,
-    price: PriceSpec | None,
-    token_budget: float | None,
-    goodput_frac: float,
-    spare_devices: int,
-) -> Economics:
-    """``economics`` of a device without a power row: its dollars from a run at 1 W (the energy part then
-    discarded), every energy figure None and a note saying why."""
-    from workbench.specs.power import DevicePower as _Power
-
-    stand_in = _Power(
-        device=est.cluster.device.id,
-        tdp_w=1.0,
-        idle_w=0.1,
-        min_cap_w=1.0,
-        compute_frac=1.0,
-        memory_frac=1.0,
-        wait_frac=1.0,
-        source="none",
-    )
-    full = economics(
-        est,
-        power=stand_in,
-        options=options,
-        node_overhead_w=0.0,
-        price=price,
-        token_budget=token_budget,
-        goodput_frac=goodput_frac,
-        spare_devices=spare_devices,
-    )
-    note = f"energy: device {est.cluster.device.id!r} has no row in profiles/power/devices.toml: no energy figures"
-    return replace(
-        full,
-        energy_j_per_step=None,
-        tokens_per_joule=None,
-        device_avg_w=None,
-        node_avg_w=None,
-        energy_kwh_per_run=None,
-        co2e_kg_per_run=None,
-        notes=(note, *(n for n in full.notes if not n.startswith("energy:"))),
-    )
 
 
 def power_inputs(cluster: Any, options: EnergyOptions) -> tuple[DevicePower | None, float, float]:
