@@ -49,7 +49,7 @@ def replica_cost() -> IterationCost | None:
     except ImportError:
         return None
     model, cluster = load_model("llama-3.1-70b"), load_cluster("dgx-h100", 1)
-    return ReplicaCost(model, cluster, ServingPlan(tp=8), load_calibration())
+    return ReplicaCost.of(model, cluster, ServingPlan(tp=8), load_calibration())
 
 
 def measure(requests: Requests, cost: IterationCost, policy: str, repeat: int) -> tuple[float, float, int]:

@@ -110,7 +110,7 @@ def test_cdf_draws_the_slo(est) -> None:
 def test_kv_bytes_per_token_is_the_attention_shape(est) -> None:
     # Llama-3.1-70B: 80 layers x K and V x 8 KV heads / tp 8 x head_dim 128 x 2 bytes (bf16) = 40,960 bytes
     assert kv_bytes_per_token_per_device(est) == 80 * 2 * 1 * 128 * 2
-    cost = ReplicaCost(est.model, est.cluster, est.plan, CAL)
+    cost = ReplicaCost.of(est.model, est.cluster, est.plan, CAL)
     assert kv_bytes_per_token_per_device(est) == cost.kv_bytes_per_token_per_device()
     pp2 = ServingPlan(tp=4, pp=2, kv_cache_dtype="fp8")
     pp2_est = serve_estimate(

@@ -63,7 +63,7 @@ def test_expected_experts_touched() -> None:
 
 
 def test_replica_cost_is_an_iteration_cost(cal, h100) -> None:
-    rc = ReplicaCost(load_model("llama-3.1-8b"), h100.with_nodes(1), ServingPlan(), cal)
+    rc = ReplicaCost.of(load_model("llama-3.1-8b"), h100.with_nodes(1), ServingPlan(), cal)
     assert isinstance(rc, IterationCost)
     assert rc.kv_block_tokens == 16
     empty = np.array([], dtype=int)
@@ -86,7 +86,7 @@ def test_kv_capacity_from_the_memory_formula(cal, h100) -> None:
     kv_per_token = layers * 2 * 8 * 128 * 2
     tokens = (80 * GIB * 0.9 - weights - activation - reserve) / kv_per_token
     expected = math.floor(tokens / 16) * 16
-    rc = ReplicaCost(load_model("llama-3.1-8b"), h100, ServingPlan(), cal)
+    rc = ReplicaCost.of(load_model("llama-3.1-8b"), h100, ServingPlan(), cal)
     assert rc.weight_bytes_per_device() == pytest.approx(weights, rel=1e-6)
     assert rc.kv_capacity_tokens == expected
     assert rc.kv_capacity_tokens % 16 == 0
@@ -94,15 +94,15 @@ def test_kv_capacity_from_the_memory_formula(cal, h100) -> None:
 
 def test_capacity_counts_attention_dp_ranks_and_pp_stages(cal, h100) -> None:
     model = load_model("qwen3-30b-a3b")  # 48 layers, 4 KV heads of 128
-    adp = ReplicaCost(model, h100, ServingPlan(tp=1, attention_dp=2, ep=2), cal)
+    adp = ReplicaCost.of(model, h100, ServingPlan(tp=1, attention_dp=2, ep=2), cal)
     # each of the 2 attention-DP ranks keeps all 4 KV heads of its own sequences in its own cache
     kv_per_token = 48 * 2 * 4 * 128 * 2
     assert adp.kv_bytes_per_token_per_device() == kv_per_token
     free = 80 * GIB * 0.9 - adp.weight_bytes_per_device() - adp.activation_peak_bytes() - adp.reserve_bytes()
     assert adp.kv_capacity_tokens == 2 * (math.floor(free / kv_per_token / 16) * 16)
     llama = load_model("llama-3.1-70b")
-    pp2 = ReplicaCost(llama, h100, ServingPlan(tp=4, pp=2), cal)
-    tp8 = ReplicaCost(llama, h100, ServingPlan(tp=8), cal)
+    pp2 = ReplicaCost.of(llama, h100, ServingPlan(tp=4, pp=2), cal)
+    tp8 = ReplicaCost.of(llama, h100, ServingPlan(tp=8), cal)
     # pp=2 x tp=4 holds 40 layers x 2 KV heads per device; tp=8 holds 80 layers x 1 head: the same KV per token
     assert pp2.kv_bytes_per_token_per_device() == tp8.kv_bytes_per_token_per_device() == 40 * 2 * 2 * 128 * 2
 
@@ -114,7 +114,7 @@ BARE = EngineProfile(id="bare", name="no host time, no small kernels", step_over
 def test_decode_is_memory_bound_closed_form(cal, h100) -> None:
     """Small-batch decode reads every weight (but the embedding table, a gather) and every cached K/V once."""
     model = load_model("llama-3.1-8b")
-    rc = ReplicaCost(model, h100, ServingPlan(), cal, engine=BARE)
+    rc = ReplicaCost.of(model, h100, ServingPlan(), cal, engine=BARE)
     batch, context = 8, 1024
     weights_read = 2 * (8_030_261_248 - 128256 * 4096)
     kv_read = batch * context * 32 * 2 * 8 * 128 * 2
@@ -127,8 +127,8 @@ def test_small_kernels_floor_a_batch_one_decode(cal, h100) -> None:
     """At batch 1 a layer's norms, rotary, KV write and activation move a few kB each: every one of the engine's
     ``layer_kernels`` less the attention kernel costs the minimum kernel time instead (32 layers x 5 x 3.8 us)."""
     model = load_model("llama-3.1-8b")
-    bare = ReplicaCost(model, h100, ServingPlan(), cal, engine=BARE)
-    six = ReplicaCost(model, h100, ServingPlan(), cal, engine=replace(BARE, layer_kernels=6))
+    bare = ReplicaCost.of(model, h100, ServingPlan(), cal, engine=BARE)
+    six = ReplicaCost.of(model, h100, ServingPlan(), cal, engine=replace(BARE, layer_kernels=6))
     assert six.decode_s(1, 100) - bare.decode_s(1, 100) == pytest.approx(32 * 5 * MIN_KERNEL_S, rel=0.01)
     assert six.decode_s(1, 100) > bare.decode_s(1, 100) + 0.5e-3
 
@@ -138,13 +138,13 @@ def test_engine_host_time_and_eager_prefill(cal, h100) -> None:
     a short prefill launched eagerly: 80 layers x (4 GEMMs + 5 small + attention + 2 all-reduces) x 26 us of CPU
     launches, more than its GPU time on 8 H100s."""
     model = load_model("llama-3.1-70b")
-    v0 = ReplicaCost(model, h100, ServingPlan(tp=8, engine="vllm-v0"), cal)
-    graph = ReplicaCost(model, h100, ServingPlan(tp=8, engine="vllm-v0"), cal, engine=replace(v0.engine,
+    v0 = ReplicaCost.of(model, h100, ServingPlan(tp=8, engine="vllm-v0"), cal)
+    graph = ReplicaCost.of(model, h100, ServingPlan(tp=8, engine="vllm-v0"), cal, engine=replace(v0.engine,
                         mixed_cuda_graphs=True))  # fmt: skip
     assert v0.prefill_s(64) == pytest.approx(80 * 12 * 26e-6 + 4e-3)
     assert graph.prefill_s(64) < v0.prefill_s(64) - 5e-3
     assert v0.decode_s(1, 100) == pytest.approx(graph.decode_s(1, 100))  # decodes replay a graph either way
-    generic = ReplicaCost(model, h100, ServingPlan(tp=8), cal)
+    generic = ReplicaCost.of(model, h100, ServingPlan(tp=8), cal)
     assert v0.decode_s(1, 100) - generic.decode_s(1, 100) == pytest.approx(4e-3 - 1e-3)
     assert v0.emit_delay_s == 4e-3 and generic.emit_delay_s == 0.0  # vLLM 0.6 asynchronous output processing
 
@@ -156,8 +156,8 @@ def test_fp8_activation_quantisation_kernels(cal, h100) -> None:
     fp8 = ServingPlan(
         tp=8, weight_dtype=ServingDType.FP8, activation_dtype=ServingDType.FP8, engine="vllm-v0"
     )
-    with_quant = ReplicaCost(model, h100, fp8, cal)
-    without = ReplicaCost(model, h100, fp8, cal, engine=replace(with_quant.engine, fp8_quant_kernels=0))
+    with_quant = ReplicaCost.of(model, h100, fp8, cal)
+    without = ReplicaCost.of(model, h100, fp8, cal, engine=replace(with_quant.engine, fp8_quant_kernels=0))
     extra = with_quant.decode_s(1, 100) - without.decode_s(1, 100)
     assert extra == pytest.approx(80 * 4 * 2 * MIN_KERNEL_S, rel=0.05)
 
@@ -165,7 +165,7 @@ def test_fp8_activation_quantisation_kernels(cal, h100) -> None:
 def test_prefill_is_compute_bound_closed_form(cal, h100) -> None:
     """A long prompt runs at the GEMM plateau and the FA3 causal fraction (kernel table), within the roofline."""
     model = load_model("llama-3.1-8b")
-    rc = ReplicaCost(model, h100, ServingPlan(max_num_batched_tokens=8192), cal, step_overhead_s=0.0)
+    rc = ReplicaCost.of(model, h100, ServingPlan(max_num_batched_tokens=8192), cal, step_overhead_s=0.0)
     t = 8192
     gemm_params = 32 * (4096 * (4096 * 2 + 1024 * 2) + 3 * 4096 * 14336)
     gemm_s = 2 * t * gemm_params / (H100_BF16_FLOP_PER_S * GEMM_PLATEAU_FRAC)
@@ -178,16 +178,16 @@ def test_prefill_is_compute_bound_closed_form(cal, h100) -> None:
 
 def test_chunked_prefill_adds_chunks(cal, h100) -> None:
     model = load_model("llama-3.1-8b")
-    rc = ReplicaCost(model, h100, ServingPlan(max_num_batched_tokens=512), cal)
+    rc = ReplicaCost.of(model, h100, ServingPlan(max_num_batched_tokens=512), cal)
     empty = np.array([], dtype=int)
     chunks = [rc.iteration_s(np.array([512]), np.array([c]), empty) for c in (0, 512, 1024, 1536)]
     assert rc.prefill_s(2048) == pytest.approx(sum(chunks))
-    whole = ReplicaCost(model, h100, ServingPlan(max_num_batched_tokens=512, scheduler="vllm"), cal)
+    whole = ReplicaCost.of(model, h100, ServingPlan(max_num_batched_tokens=512, scheduler="vllm"), cal)
     assert whole.prefill_s(2048) < rc.prefill_s(2048)  # one iteration: one step overhead, one weight read
 
 
 def test_mixed_batch_costs_more_than_its_parts_alone_less_than_their_sum(cal, h100) -> None:
-    rc = ReplicaCost(load_model("llama-3.1-70b"), h100, ServingPlan(tp=8), cal)
+    rc = ReplicaCost.of(load_model("llama-3.1-70b"), h100, ServingPlan(tp=8), cal)
     empty = np.array([], dtype=int)
     prefill = rc.iteration_s(np.array([256]), np.array([0]), empty)
     decode = rc.iteration_s(empty, empty, np.full(32, 1000))
@@ -203,8 +203,8 @@ def test_varlen_mixed_batch_decode_tiles_against_published_kernel_times(cal) -> 
     keys x 32 heads x 256 = 2.75e11 FLOPs at 0.565 of 483.6 TFLOP/s (the card's fa2 table plateau) = 1.006 ms."""
     cluster = load_cluster("pcie-rtx-pro-6000")
     model = load_model("llama-3.1-8b")
-    rc = ReplicaCost(model, cluster, ServingPlan(engine="vllm-v1-async", max_num_batched_tokens=2048), cal)
-    split = ReplicaCost(model, cluster, ServingPlan(engine="vllm-v0", max_num_batched_tokens=2048), cal)
+    rc = ReplicaCost.of(model, cluster, ServingPlan(engine="vllm-v1-async", max_num_batched_tokens=2048), cal)
+    split = ReplicaCost.of(model, cluster, ServingPlan(engine="vllm-v0", max_num_batched_tokens=2048), cal)
     assert rc.attention.varlen_decode_layer_s(128, 128 * 1024.0) == pytest.approx(
         2.75e11 / (483.6e12 * 0.565), rel=0.01
     )
@@ -222,7 +222,7 @@ def test_varlen_mixed_batch_decode_tiles_against_published_kernel_times(cal) -> 
     )
     assert extra > rc.iteration_s(empty, empty, decodes)  # the decodes cost more inside the mixed call
     h100 = load_cluster("dgx-h100")  # FA3 on Hopper packs GQA heads: no tile penalty
-    assert ReplicaCost(model, h100, ServingPlan(engine="vllm-v1-async"), cal).attention.tile_frac is None
+    assert ReplicaCost.of(model, h100, ServingPlan(engine="vllm-v1-async"), cal).attention.tile_frac is None
 
 
 def test_moe_allgather_dispatch_moves_one_copy_per_token(cal) -> None:
@@ -234,13 +234,13 @@ def test_moe_allgather_dispatch_moves_one_copy_per_token(cal) -> None:
     cluster = load_cluster("pcie-rtx-pro-6000")
     model = load_model("qwen3-30b-a3b")
     plan = ServingPlan(tp=1, ep=2, attention_dp=2, engine="vllm-v1-async", max_num_batched_tokens=4096)
-    rc = ReplicaCost(model, cluster, plan, cal)
+    rc = ReplicaCost.of(model, cluster, plan, cal)
     eff = cal.framework.collective_efficiency_frac
     tokens = np.array([256.0])
     buffer = 2.0 * 256 * model.hidden_size
     expected = all_gather_s(cluster, buffer, 2, 1, eff) + reduce_scatter_s(cluster, buffer, 2, 1, eff)
     assert float(rc.layers.layer_comm_s(True, tokens)[0]) == pytest.approx(float(expected))
-    a2a = ReplicaCost(model, cluster, replace(plan, engine="generic"), cal)
+    a2a = ReplicaCost.of(model, cluster, replace(plan, engine="generic"), cal)
     assert float(a2a.layers.layer_comm_s(True, tokens)[0]) > 2 * float(expected)
 
 
@@ -248,7 +248,7 @@ def test_moe_decode_reads_only_touched_experts(cal, h100) -> None:
     ds = load_model("deepseek-v3")
     cluster = load_cluster("dgx-h200")
     plan = ServingPlan(tp=8, ep=8, weight_dtype="fp8", activation_dtype="fp8", kv_cache_dtype="fp8")
-    rc = ReplicaCost(ds, cluster, plan, cal, step_overhead_s=0.0)
+    rc = ReplicaCost.of(ds, cluster, plan, cal, step_overhead_s=0.0)
     one, many = rc.decode_s(1, 1000), rc.decode_s(256, 1000)
     # batch 1 touches 8 of 256 routed experts per layer, batch 256 nearly all of them (E (1 - (1 - 8/256)^256) =
     # 256 (1 - e^-8.1) ~ 256): several times the bytes (batch 1 also pays the floors of MLA's seven projection
@@ -262,7 +262,7 @@ def test_disaggregated_kv_transfer_closed_form(cal) -> None:
         disaggregation=Disaggregation(prefill_workers=1, prefill_tp=8, decode_workers=1, decode_tp=8)
     )
     model = load_model("llama-3.1-70b")
-    rc = ReplicaCost(model, cluster, plan, cal, role="decode")
+    rc = ReplicaCost.of(model, cluster, plan, cal, role="decode")
     # each of the 8 prefill devices sends its KV head (1000 tokens x 80 layers x 2 x 128 x 2 bytes) to its peer on
     # the next node over InfiniBand: 10 us + bytes / 50 GB/s (dgx-h100 preset)
     share = 1000 * 80 * 2 * 128 * 2
@@ -274,14 +274,14 @@ def test_disaggregated_kv_transfer_closed_form(cal) -> None:
 
 def test_plans_that_cannot_run_are_refused(cal, h100) -> None:
     with pytest.raises(ValueError, match="leave no room for one KV block"):
-        ReplicaCost(load_model("llama-3.1-405b"), h100, ServingPlan(tp=1), cal)
+        ReplicaCost.of(load_model("llama-3.1-405b"), h100, ServingPlan(tp=1), cal)
     with pytest.raises(ValueError, match="tp=3 must divide num_attention_heads=64"):
-        ReplicaCost(load_model("llama-3.1-70b"), h100, ServingPlan(tp=3), cal)
+        ReplicaCost.of(load_model("llama-3.1-70b"), h100, ServingPlan(tp=3), cal)
     with pytest.raises(ValueError, match="ep=2 needs an MoE model"):
-        ReplicaCost(load_model("llama-3.1-70b"), h100, ServingPlan(tp=2, ep=2), cal)
+        ReplicaCost.of(load_model("llama-3.1-70b"), h100, ServingPlan(tp=2, ep=2), cal)
     with pytest.raises(ValueError, match="role must be one of"):
-        ReplicaCost(load_model("llama-3.1-8b"), h100, ServingPlan(), cal, role="router")
-    rc = ReplicaCost(load_model("llama-3.1-8b"), h100, ServingPlan(), cal)
+        ReplicaCost.of(load_model("llama-3.1-8b"), h100, ServingPlan(), cal, role="router")
+    rc = ReplicaCost.of(load_model("llama-3.1-8b"), h100, ServingPlan(), cal)
     with pytest.raises(ValueError, match="one entry per prefill chunk"):
         rc.iteration_s(np.array([1, 2]), np.array([0]), np.array([], dtype=int))
     with pytest.raises(ValueError, match="must be >= 1"):

@@ -76,7 +76,7 @@ def test_speculative_decoding_lowers_tpot_at_concurrency_32_but_not_throughput_a
     low = [serve_estimate(M70, NODE, p, closed(32, 128), CAL).summary() for p in (base, spec)]
     assert low[1]["tpot_s"] < 0.8 * low[0]["tpot_s"]  # 2.53 tokens per step for a dearer step
     # TPOT is measured over the real output tokens: the step time over the accepted length
-    rc = ReplicaCost(M70, NODE, spec, CAL)
+    rc = ReplicaCost.of(M70, NODE, spec, CAL)
     assert low[1]["tpot_s"] > rc.decode_s(32, 1024) / EAGLE.mean_accepted_length
     weak = replace(
         spec, speculative=SpeculativeDecoding(method="eagle", num_speculative_tokens=5, acceptance_rate=0.4)
@@ -86,15 +86,15 @@ def test_speculative_decoding_lowers_tpot_at_concurrency_32_but_not_throughput_a
 
 
 def test_speculative_kv_holds_the_draft_layer_and_the_lookahead_slots():
-    base = ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).kv_capacity_tokens
-    spec = ReplicaCost(M70, NODE, ServingPlan(tp=8, speculative=EAGLE), CAL).kv_capacity_tokens
+    base = ReplicaCost.of(M70, NODE, ServingPlan(tp=8), CAL).kv_capacity_tokens
+    spec = ReplicaCost.of(M70, NODE, ServingPlan(tp=8, speculative=EAGLE), CAL).kv_capacity_tokens
     # one EAGLE layer's KV beside the 80 target layers; 3 look-ahead slots for each of 256 sequences; 16-token blocks
     assert spec == int((base * 80 / 81 - 3 * 256) // 16) * 16
 
 
 def test_verification_prices_k_plus_one_positions_per_sequence():
-    rc = ReplicaCost(M70, NODE, ServingPlan(tp=8, speculative=EAGLE), CAL)
-    plain = ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL)
+    rc = ReplicaCost.of(M70, NODE, ServingPlan(tp=8, speculative=EAGLE), CAL)
+    plain = ReplicaCost.of(M70, NODE, ServingPlan(tp=8), CAL)
     # at batch 64 the verification GEMMs see 256 tokens: dearer than a plain decode of 64, plus 3 draft passes
     draft = 3 * rc.layers.draft_pass_s(False, np.array([64.0]), 3)[0]  # EAGLE-3: a dense layer, 3h -> h
     assert rc.decode_s(64, 2048) > plain.decode_s(64, 2048) + draft
@@ -108,7 +108,7 @@ def test_prefix_hits_skip_prefill_compute_and_lower_ttft():
     miss = serve_estimate(M70, NODE, ServingPlan(tp=8), closed(32, 128), CAL).summary()
     assert hit["ttft_s"] < 0.6 * miss["ttft_s"]
     # one request alone: its only prefill computes the prompt less the whole cached blocks, on top of them
-    rc = ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL)
+    rc = ReplicaCost.of(M70, NODE, ServingPlan(tp=8), CAL)
     sim = simulate(Requests.offline(1, input_tokens=1000, output_tokens=2), rc, policy="sarathi", max_num_seqs=8,
                    max_num_batched_tokens=8192, prefix_hit_rate=0.8)  # fmt: skip
     cached = (800 // 16) * 16
@@ -138,8 +138,8 @@ def test_layerwise_kv_transfer_hides_behind_the_prefill():
         disaggregation=Disaggregation(prefill_workers=1, prefill_tp=8, decode_workers=1, decode_tp=8)
     )
     cluster = load_cluster("dgx-h100", 2)
-    whole = ReplicaCost(M70, cluster, plan, CAL, role="prefill")
-    layerwise = ReplicaCost(M70, cluster, plan, CAL, role="prefill",
+    whole = ReplicaCost.of(M70, cluster, plan, CAL, role="prefill")
+    layerwise = ReplicaCost.of(M70, cluster, plan, CAL, role="prefill",
                             engine=replace(load_engine("sglang"), kv_transfer_layerwise=True))  # fmt: skip
     assert layerwise.kv_transfer_s(4096) == pytest.approx(
         whole.kv_transfer_s(4096) / 80
@@ -222,7 +222,7 @@ def test_mla_decode_runs_at_the_published_flashmla_rate():
 
     ds = load_model("deepseek-v3")
     plan = ServingPlan(tp=1, attention_dp=8, ep=8, weight_dtype="fp8", activation_dtype="fp8")
-    att = ReplicaCost(ds, load_cluster("dgx-h200", 1), plan, CAL).attention
+    att = ReplicaCost.of(ds, load_cluster("dgx-h200", 1), plan, CAL).attention
     assert isinstance(att, AttentionCost)
     # 8 x 32 sequences x 8192 keys, all 128 heads per rank of absorbed MLA (576 + 512 wide): 242 FLOP per cached
     # byte (1,152 bytes a token), compute-bound at 660 TFLOP/s
@@ -232,24 +232,24 @@ def test_mla_decode_runs_at_the_published_flashmla_rate():
 
 def test_mla_and_moe_layers_count_their_small_kernels():
     ds = load_model("deepseek-v3")  # q_lora_rank 1536, one shared expert
-    layers = ReplicaCost(ds, load_cluster("dgx-h200", 1), ServingPlan(tp=8, ep=8, weight_dtype="fp8",
+    layers = ReplicaCost.of(ds, load_cluster("dgx-h200", 1), ServingPlan(tp=8, ep=8, weight_dtype="fp8",
                          activation_dtype="fp8"), CAL).layers  # fmt: skip
     # fused q_a/kv_a, q_a_layernorm, q_b, kv_a_layernorm, W_UK bmm | W_UV bmm, o_proj
     assert layers.mla_projection_kernels() == (5, 2)
-    engine_small = ReplicaCost(ds, load_cluster("dgx-h200", 1), ServingPlan(tp=8, ep=8, weight_dtype="fp8",
+    engine_small = ReplicaCost.of(ds, load_cluster("dgx-h200", 1), ServingPlan(tp=8, ep=8, weight_dtype="fp8",
                                activation_dtype="fp8"), CAL).engine.layer_kernels - 1  # fmt: skip
     # router GEMM + top-k, permute + unpermute, two grouped GEMMs, shared experts' gate-up, activation and down
     assert layers._op_kernels(True) == (5, 2, engine_small, 2, 2, 2, 3)
-    assert ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).layers._op_kernels(False)[:2] == (1, 1)
+    assert ReplicaCost.of(M70, NODE, ServingPlan(tp=8), CAL).layers._op_kernels(False)[:2] == (1, 1)
 
 
 def test_nvfp4_gemms_run_at_the_fp4_tensor_core_rate():
     from workbench.specs.hardware import DType
 
     pro = load_cluster("pcie-rtx-pro-6000", 1)
-    fp4 = ReplicaCost(M70, pro, ServingPlan(tp=1, weight_dtype="fp4", activation_dtype="fp4", kv_cache_dtype="fp8"),
+    fp4 = ReplicaCost.of(M70, pro, ServingPlan(tp=1, weight_dtype="fp4", activation_dtype="fp4", kv_cache_dtype="fp8"),
                       CAL).layers  # fmt: skip
-    w4a16 = ReplicaCost(M70, pro, ServingPlan(tp=1, weight_dtype="fp4", activation_dtype="bf16",
+    w4a16 = ReplicaCost.of(M70, pro, ServingPlan(tp=1, weight_dtype="fp4", activation_dtype="bf16",
                                               kv_cache_dtype="fp8"), CAL).layers  # fmt: skip
     # RTX PRO 6000 Blackwell whitepaper: 4,000 FP4 vs 2,000 FP8 AI TOPS
     assert fp4._peak == 2 * pro.device.peak(DType.FP8) and w4a16._peak == pro.device.peak(DType.BF16)
@@ -258,25 +258,25 @@ def test_nvfp4_gemms_run_at_the_fp4_tensor_core_rate():
 def test_the_slowest_pipeline_stage_paces_the_pipeline():
     ds = load_model("deepseek-v3")  # 61 layers, 3 dense first
     plan = ServingPlan(tp=8, pp=4, ep=8, weight_dtype="fp8", activation_dtype="fp8")
-    rc = ReplicaCost(ds, load_cluster("dgx-h200", 4), plan, CAL)
+    rc = ReplicaCost.of(ds, load_cluster("dgx-h200", 4), plan, CAL)
     assert rc.layers.stage_layers() == [(3, 13), (0, 15), (0, 15), (0, 15)]
     stages = rc.layers.stage_s(64.0, rc.attention.decode_layer_s(64, 64 * 2048))
     assert rc.pipeline_depth(64, 2048) == int(sum(stages) / max(stages)) < 4  # stage 0 holds 16 layers
-    llama = ReplicaCost(M70, load_cluster("dgx-h100", 1), ServingPlan(tp=1, pp=8, weight_dtype="fp8",
+    llama = ReplicaCost.of(M70, load_cluster("dgx-h100", 1), ServingPlan(tp=1, pp=8, weight_dtype="fp8",
                         activation_dtype="fp8"), CAL)  # fmt: skip
     assert llama.layers.stage_layers() == [(10, 0)] * 8
-    assert ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).pipeline_depth(64, 2048) == 1
+    assert ReplicaCost.of(M70, NODE, ServingPlan(tp=8), CAL).pipeline_depth(64, 2048) == 1
 
 
 def test_a_draft_model_costs_its_own_decodes_and_kv():
     spec = SpeculativeDecoding(
         method="draft", num_speculative_tokens=4, accepted_length=3.0, draft_model="llama-3.1-8b"
     )
-    rc = ReplicaCost(M70, NODE, ServingPlan(tp=8, speculative=spec), CAL)
-    base = ReplicaCost(M70, NODE, ServingPlan(tp=8), CAL).kv_capacity_tokens
+    rc = ReplicaCost.of(M70, NODE, ServingPlan(tp=8, speculative=spec), CAL)
+    base = ReplicaCost.of(M70, NODE, ServingPlan(tp=8), CAL).kv_capacity_tokens
     # Llama 3.1 8B keeps 32 x 2 x 8 x 128 x 2 = 131,072 KV bytes a token beside the 70B's 327,680: 0.4 of them
     assert rc.kv_capacity_tokens == int((base / 1.4 - 4 * 256) // 16) * 16
-    draft = ReplicaCost(load_model("llama-3.1-8b"), NODE, ServingPlan(tp=8), CAL, step_overhead_s=0.0)
+    draft = ReplicaCost.of(load_model("llama-3.1-8b"), NODE, ServingPlan(tp=8), CAL, step_overhead_s=0.0)
     assert rc._draft is not None
     assert rc._draft.draft_s(32, 32 * 1024) == pytest.approx(4 * draft.decode_s(32, 1024), rel=1e-9)
     with pytest.raises(ValueError, match="draft_model"):
@@ -292,9 +292,9 @@ def test_each_pool_can_have_its_own_dtypes():
         and plan.role_plan("decode").kv_cache_dtype == "fp8"
     )
     cluster = load_cluster("dgx-h100", 2)
-    bf16 = ReplicaCost(M70, cluster, ServingPlan(disaggregation=replace(split, decode_dtypes=(None, None, None))),
+    bf16 = ReplicaCost.of(M70, cluster, ServingPlan(disaggregation=replace(split, decode_dtypes=(None, None, None))),
                        CAL, role="decode")  # fmt: skip
-    fp8 = ReplicaCost(M70, cluster, plan, CAL, role="decode")
+    fp8 = ReplicaCost.of(M70, cluster, plan, CAL, role="decode")
     assert fp8.kv_bytes_per_token_per_device() == bf16.kv_bytes_per_token_per_device() / 2  # 1 byte, not 2
     est = serve_estimate(M70, cluster, plan, closed(8, 24), CAL)
     assert est.kv_transfer_bytes_per_request == 1024 * 327_680  # sent as the prefill pool stores it, bf16

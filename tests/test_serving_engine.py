@@ -61,7 +61,9 @@ def test_profile_errors_name_the_file_and_field() -> None:
         ServingPlan(engine="")
     h100 = load_cluster("dgx-h100")
     with pytest.raises(ValueError, match="engine 'tgi': unknown"):
-        ReplicaCost(load_model("llama-3.1-8b"), h100, ServingPlan(engine="tgi"), load_calibration("default"))
+        ReplicaCost.of(
+            load_model("llama-3.1-8b"), h100, ServingPlan(engine="tgi"), load_calibration("default")
+        )
 
 
 def test_graph_padding_follows_the_engines_capture_sizes() -> None:
@@ -106,8 +108,8 @@ def test_a_padded_decode_costs_what_its_dummies_add() -> None:
     model, h100, cal = load_model("llama-3.1-70b"), load_cluster("dgx-h100"), load_calibration("default")
     plan = ServingPlan(tp=2, max_num_seqs=384, max_num_batched_tokens=2048, engine="trtllm")
     trt = load_engine("trtllm")
-    padded = ReplicaCost(model, h100, plan, cal, engine=trt)
-    exact = ReplicaCost(model, h100, plan, cal, engine=dataclasses.replace(trt, graph_batch_sizes=()))
+    padded = ReplicaCost.of(model, h100, plan, cal, engine=trt)
+    exact = ReplicaCost.of(model, h100, plan, cal, engine=dataclasses.replace(trt, graph_batch_sizes=()))
     none = np.array([], dtype=int)
     ctx = np.full(270, 1500)
     with_dummies = np.concatenate([ctx, np.ones(384 - 270, dtype=int)])

@@ -25,7 +25,7 @@ def test_one_request_alone_is_one_prefill_then_decodes():
     est = serve_estimate(
         MODEL, CLUSTER, plan, ServingWorkload(num_requests=1, input_tokens=1000, output_tokens=5), CAL
     )
-    cost = ReplicaCost(MODEL, CLUSTER, plan, CAL)
+    cost = ReplicaCost.of(MODEL, CLUSTER, plan, CAL)
     s = est.summary()
     assert s["ttft_s"] == pytest.approx(cost.prefill_s(1000), rel=1e-9)
     # tokens 2..5: each decode reads the prompt and every token generated before it (1001, 1002, ...)

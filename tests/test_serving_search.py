@@ -115,7 +115,7 @@ def test_ttft_target_between_two_prefill_times_rejects_the_slower_layout():
     c = ServingSearchConstraints(num_devices=2, weight_dtypes=("bf16",), kv_cache_dtypes=("bf16",),
                                  max_num_seqs=(64,), max_num_batched_tokens=(8192,), schedulers=("vllm",),
                                  disaggregation=False, top_k=1)  # fmt: skip
-    prefill = {tp: ReplicaCost(model, H100, ServingPlan(tp=tp, scheduler="vllm", max_num_seqs=64),
+    prefill = {tp: ReplicaCost.of(model, H100, ServingPlan(tp=tp, scheduler="vllm", max_num_seqs=64),
                                CAL).prefill_s(4096) for tp in (1, 2)}  # fmt: skip
     assert prefill[2] < prefill[1]
     slo = SLO(ttft_s=(prefill[1] + prefill[2]) / 2, percentile="p50")
@@ -131,7 +131,7 @@ def test_goodput_of_an_md1_engine_against_a_median_ttft_of_its_service_time():
     c = ServingSearchConstraints(num_devices=1, weight_dtypes=("bf16",), kv_cache_dtypes=("bf16",),
                                  max_num_seqs=(64,), max_num_batched_tokens=(512,), schedulers=("vllm",),
                                  disaggregation=False, top_k=1, rate_rel_tol=0.02)  # fmt: skip
-    cost = ReplicaCost(
+    cost = ReplicaCost.of(
         model, H100, ServingPlan(scheduler="vllm", max_num_seqs=64, max_num_batched_tokens=512), CAL
     )
     service_s = cost.prefill_s(512)

@@ -72,7 +72,7 @@ def test_a_prefill_phase_row_is_tokens_over_one_batch_per_device():
     case = case_of(by_id("SGLB-03"))  # 16,384 tokens per device at 4,096-token prompts: 4 prompts per rank
     (phase,) = case.phases
     assert (phase.phase, phase.prompt_tokens, phase.batch_tokens_per_rank) == ("prefill", 4096, 16384)
-    cost = ReplicaCost(case.model, case.cluster, case.plan, CAL)
+    cost = ReplicaCost.of(case.model, case.cluster, case.plan, CAL)
     n = 4 * 32  # 32 attention-DP ranks of tp 1
     seconds = cost.iteration_s(np.full(n, 4096), np.zeros(n, dtype=int), np.zeros(0, dtype=int))
     assert prefill_tokens_per_s_per_device(cost, 4096, 16384) == pytest.approx(n * 4096 / seconds / 32)
@@ -86,7 +86,7 @@ def test_a_decode_phase_row_with_redundant_experts_and_its_batch_per_rank():
     assert case.plan.num_redundant_experts == 32 and case.plan.ep == 72
     (phase,) = case.phases
     assert (phase.num_seqs, phase.context_tokens) == (256 * 72, 2000)
-    cost = ReplicaCost(case.model, case.cluster, case.plan, CAL)
+    cost = ReplicaCost.of(case.model, case.cluster, case.plan, CAL)
     expected = 256 * 72 / cost.decode_s(256 * 72, 2000) / 72
     assert decode_tokens_per_s_per_device(cost, 256 * 72, 2000) == pytest.approx(expected)
 
@@ -108,7 +108,7 @@ def test_a_closed_loop_without_a_request_count_is_priced_in_steady_state():
     assert any("steady state" in a for a in case.assumed)
     values = case_predictions(case, CAL)
     # one client: each request is its prefill and 2,047 decodes back to back, so tokens/s = 2048 / e2e
-    cost = ReplicaCost(case.model, case.cluster, case.plan, CAL)
+    cost = ReplicaCost.of(case.model, case.cluster, case.plan, CAL)
     e2e = cost.prefill_s(1024) + sum(cost.decode_s(1, 1025 + k) for k in range(2047))
     assert values["output_tokens_per_s"] == pytest.approx(2048 / e2e, rel=0.01)
 

@@ -18,7 +18,7 @@ from workbench.serving.simulate import (
     DisaggregatedPools,
     IterationCost,
     Requests,
-    SimResult,
+    RequestSimResult,
     simulate,
 )
 from workbench.specs.estimate import TIMELINE_COLUMNS
@@ -53,7 +53,7 @@ class AffineCost:
         return self.transfer_token_s * tokens
 
 
-def run(requests: Requests, cost: IterationCost, **kw: Any) -> SimResult:
+def run(requests: Requests, cost: IterationCost, **kw: Any) -> RequestSimResult:
     kw.setdefault("max_num_seqs", 256)
     kw.setdefault("max_num_batched_tokens", 1 << 16)
     return simulate(requests, cost, **kw)
@@ -445,7 +445,7 @@ def test_with_the_analytic_replica_cost() -> None:
     from workbench.specs.serving import ServingPlan
 
     plan = ServingPlan()
-    rc = ReplicaCost(
+    rc = ReplicaCost.of(
         load_model("llama-3.1-8b"), load_cluster("dgx-h100", 1), plan, load_calibration("default")
     )
     p, o = 3000, 200

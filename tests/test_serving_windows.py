@@ -50,7 +50,7 @@ def test_local_layers_cost_what_full_layers_cost_inside_the_window(name: str, h2
     cal = load_calibration("default")
     model = load_model(name)
     plan = ServingPlan(tp=8)
-    local, full = ReplicaCost(model, h200, plan, cal), ReplicaCost(_no_windows(model), h200, plan, cal)
+    local, full = ReplicaCost.of(model, h200, plan, cal), ReplicaCost.of(_no_windows(model), h200, plan, cal)
     short = min(model.sliding_window or 10**9, model.attention_chunk_size or 10**9)
     assert local.decode_s(32, short) == pytest.approx(full.decode_s(32, short), rel=1e-12)
     assert local.prefill_s(short) == pytest.approx(full.prefill_s(short), rel=1e-12)
@@ -75,6 +75,6 @@ def test_kv_pool_larger_with_windows_and_unchanged_without(h200) -> None:  # typ
     llama = load_model("llama-3.1-70b")
     per_token = 80 * 2 * 1 * 128 * 2  # 80 layers, K and V, 8 KV heads / tp 8, head 128, bf16
     cap = kv_capacity_tokens(llama, h200.device, plan)
-    rc = ReplicaCost(llama, h200, plan, load_calibration("default"))
+    rc = ReplicaCost.of(llama, h200, plan, load_calibration("default"))
     assert rc.kv_bytes_per_token_per_device() == per_token and cap == rc.kv_capacity_tokens
     assert np.isfinite(cap)

@@ -138,13 +138,18 @@ class IterationCost(Protocol):
         ...
 
 
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"ReplicaCost: role must be one of {', '.join(ROLES)}; got {role!r}")
+
+
 class ReplicaCost:
     """Analytic per-iteration cost of one engine of ``role`` (``both``, ``prefill`` or ``decode``) of ``plan``
     serving ``model`` on ``cluster``, priced with ``calibration``'s kernel tables (only the tables and the
     framework's ``collective_efficiency_frac``: the training-fitted framework constants are not applied) and the
-    serving engine profile ``engine`` (default: the one ``plan.engine`` names, read from ``profiles/engines/`` and
-    cached; ``step_overhead_s`` overrides its host time per iteration). Satisfies :class:`IterationCost`. Every
-    number is fixed at construction.
+    serving engine profile ``engine`` (``step_overhead_s`` overrides its host time per iteration). Satisfies
+    :class:`IterationCost`. Every number is fixed at construction; the constructor reads no file:
+    :meth:`ReplicaCost.of` loads the presets a plan names (its engine profile, its draft model) and builds it.
 
     Raises ValueError naming the plan when the model cannot be laid out so (tp not dividing the attention heads,
     ep on a dense model or not dividing the experts, pp above the layer count, a dtype the device has no peak
@@ -166,12 +171,12 @@ class ReplicaCost:
         calibration: Calibration,
         role: str = "both",
         *,
+        engine: EngineProfile,
+        draft: ReplicaCost | None = None,
         attention_kernels: tuple[str, ...] = SERVING_ATTENTION_KERNELS,
         step_overhead_s: float | None = None,
-        engine: EngineProfile | str | None = None,
     ) -> None:
-        if role not in ROLES:
-            raise ValueError(f"ReplicaCost: role must be one of {', '.join(ROLES)}; got {role!r}")
+        _check_role(role)
         self._model, self._cluster, self._plan, self._cal, self._role = (
             model,
             cluster,
@@ -181,7 +186,7 @@ class ReplicaCost:
         )
         rp = self._role_plan = plan.role_plan(role)
         self._check_layout(rp)
-        self._engine = load_engine(rp.engine if engine is None else engine)
+        self._engine = engine
         overhead = self._engine.step_overhead_s if step_overhead_s is None else step_overhead_s
         self._step_overhead_s = float(overhead)
         bw = calibration.device(cluster.device).hbm_efficiency_frac * cluster.device.hbm_bytes_per_s
@@ -194,11 +199,6 @@ class ReplicaCost:
         self._draft: DraftCost | None = None
         self._verify = 1  # positions the target computes per decode sequence and iteration
         if rp.speculative is not None:
-            draft = None
-            if rp.speculative.draft_model is not None:  # a separate draft model on the same engine layout
-                plan = replace(rp, speculative=None, num_redundant_experts=0, ep=None)
-                draft = ReplicaCost(load_model(rp.speculative.draft_model), cluster, plan, calibration,
-                                    step_overhead_s=0.0)  # fmt: skip
             self._draft = DraftCost(model, rp, (self._layers, self._attention), draft)
             self._verify = rp.speculative.verify_tokens
             self._capacity = self._draft.kv_capacity_tokens(
@@ -221,6 +221,37 @@ class ReplicaCost:
         self._logits_table = self._layers.by_logits_s(
             np.arange(min(positions, MAX_TABLE_TOKENS) + 1, dtype=float)
         )
+
+    @classmethod
+    def of(
+        cls,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        plan: ServingPlan,
+        calibration: Calibration,
+        role: str = "both",
+        *,
+        engine: EngineProfile | str | None = None,
+        attention_kernels: tuple[str, ...] = SERVING_ATTENTION_KERNELS,
+        step_overhead_s: float | None = None,
+    ) -> ReplicaCost:
+        """A ``ReplicaCost`` with the presets its plan names loaded: the engine profile (``engine``, a profile or
+        an id or TOML path, else the one ``plan.engine`` names, from ``profiles/engines/``, cached) and, for
+        speculative decoding with a separate draft model, that model (priced as its own ``ReplicaCost`` on the
+        same engine layout, no host time of its own). Raises ValueError as the constructor does, and for an
+        unknown engine profile (listing the known ones) or draft model."""
+        _check_role(role)
+        rp = plan.role_plan(role)
+        draft = None
+        if rp.speculative is not None and rp.speculative.draft_model is not None:
+            layout = replace(rp, speculative=None, num_redundant_experts=0, ep=None)
+            draft = cls.of(
+                load_model(rp.speculative.draft_model), cluster, layout, calibration, step_overhead_s=0.0
+            )
+        return cls(
+            model, cluster, plan, calibration, role, engine=load_engine(rp.engine if engine is None else engine),
+            draft=draft, attention_kernels=attention_kernels, step_overhead_s=step_overhead_s,
+        )  # fmt: skip
 
     # ---- plan checks ---------------------------------------------------------------------------------------
     def _check_layout(self, rp: ServingPlan) -> None:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
 
 from workbench.serving.cost import ReplicaCost, kv_bytes_per_token
 from workbench.serving.results import with_requests
-from workbench.serving.simulate import DisaggregatedPools, Requests, SimResult, simulate
+from workbench.serving.simulate import DisaggregatedPools, Requests, RequestSimResult, simulate
 from workbench.serving.speculative import speculative_steps
 from workbench.serving.steady import closed_loop_ramp_s
 from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
@@ -38,8 +39,8 @@ class ServingEstimate:
     cluster: ClusterSpec
     plan: ServingPlan
     workload: ServingWorkload
-    sim: SimResult
-    """Per-request and per-iteration tables (``workbench.serving.simulate.SimResult``)."""
+    sim: RequestSimResult
+    """Per-request and per-iteration tables (``workbench.serving.simulate.RequestSimResult``)."""
     kv_cache_capacity_tokens: int
     """KV cache tokens one (decode, for a disaggregated plan) engine holds."""
     kv_transfer_bytes_per_request: float = 0.0
@@ -51,6 +52,12 @@ class ServingEstimate:
     kv_bytes_per_token_per_device: dict[str, float]
     """By engine role (``both`` for an aggregated plan, else ``prefill`` and ``decode``): the KV bytes one cached
     token takes on the fullest device of an attention-DP rank (``ReplicaCost.kv_bytes_per_token_per_device``)."""
+    notes: tuple[str, ...] = ()
+    """Assumptions and warnings a user should read (``workbench.specs.estimate.Result``)."""
+
+    def table(self) -> pl.DataFrame:
+        """The requests, one row each (``workbench.serving.results.REQUEST_COLUMNS``)."""
+        return self.sim.requests
 
     def summary(self) -> dict[str, Any]:
         """Flat numbers in SI units: ``ttft_s``/``tpot_s`` (means) and their p50/p90/p99, e2e latency,
@@ -113,75 +120,90 @@ def serve_estimate(
         raise ValueError(
             f"serving plan {plan.describe()} needs {plan.num_devices} devices; the cluster has {cluster.num_devices}"
         )
-    policy, seqs = plan.scheduler.value, plan.max_num_seqs
-    budget = max(plan.max_num_batched_tokens, plan.max_num_seqs)
-    hit = workload.prefix_hit_rate
-    if plan.disaggregation is None:
-        cost = ReplicaCost(model, cluster, plan, calibration)
-        requests = requests_of(workload, closed_loop_ramp_s(workload, cost, cost, plan))
-        sim = simulate(
-            speculative_steps(requests, plan),
-            cost,
-            policy=policy,
-            max_num_seqs=seqs,
-            max_num_batched_tokens=budget,
-            replicas=plan.replicas,
-            router="least_loaded",
-            chunked_prefill=cost.engine.chunked_prefill,
-            kv_admission=cost.engine.kv_admission,
-            emit_delay_s=cost.emit_delay_s,
-            pipeline_depth=cost.pipeline_depth(
-                min(plan.max_num_seqs, plan.max_num_batched_tokens),
-                round(float(np.mean(requests.input_tokens)) + float(np.mean(requests.output_tokens)) / 2),
-            ),
-            prefix_hit_rate=hit,
-        )
-        capacity = cost.kv_capacity_tokens
-        per_token = {"both": cost.kv_bytes_per_token_per_device()}
-        transfer = {}
-    else:
-        d = plan.disaggregation
-        prefill = ReplicaCost(model, cluster, plan, calibration, role="prefill")
-        decode = ReplicaCost(model, cluster, plan, calibration, role="decode")
-        pools = DisaggregatedPools(
-            num_prefill_engines=d.prefill_workers,
-            num_decode_engines=d.decode_workers,
-            prefill_cost=prefill,
-            decode_cost=decode,
-        )
-        requests = requests_of(workload, closed_loop_ramp_s(workload, prefill, decode, plan))
-        sim = simulate(
-            speculative_steps(requests, plan),
-            decode,
-            policy=policy,
-            max_num_seqs=seqs,
-            max_num_batched_tokens=budget,
-            disaggregation=pools,
-            chunked_prefill=decode.engine.chunked_prefill,
-            kv_admission=decode.engine.kv_admission,
-            emit_delay_s=decode.emit_delay_s,
-            prefix_hit_rate=hit,
-        )
-        capacity = decode.kv_capacity_tokens
-        per_token = {
-            "prefill": prefill.kv_bytes_per_token_per_device(),
-            "decode": decode.kv_bytes_per_token_per_device(),
-        }
-        mean_prompt = max(1, round(float(requests.input_tokens.mean())))
-        transfer = {
+    run = _aggregated if plan.disaggregation is None else _disaggregated
+    requests, sim, fields = run(model, cluster, plan, workload, calibration)
+    if plan.speculative is not None:
+        sim = with_requests(sim, requests)
+    return ServingEstimate(model=model, cluster=cluster, plan=plan, workload=workload, sim=sim, **fields)
+
+
+def _batching(plan: ServingPlan, workload: ServingWorkload) -> dict[str, Any]:
+    """The simulator's scheduling options every plan shares."""
+    return {
+        "policy": plan.scheduler.value,
+        "max_num_seqs": plan.max_num_seqs,
+        "max_num_batched_tokens": max(plan.max_num_batched_tokens, plan.max_num_seqs),
+        "prefix_hit_rate": workload.prefix_hit_rate,
+    }
+
+
+def _aggregated(
+    model: ModelSpec, cluster: ClusterSpec, plan: ServingPlan, workload: ServingWorkload, cal: Calibration
+) -> tuple[Requests, RequestSimResult, dict[str, Any]]:
+    """``plan.replicas`` engines that prefill and decode, requests routed to the least loaded."""
+    cost = ReplicaCost.of(model, cluster, plan, cal)
+    requests = requests_of(workload, closed_loop_ramp_s(workload, cost, cost, plan))
+    mean_tokens = float(np.mean(requests.input_tokens)) + float(np.mean(requests.output_tokens)) / 2
+    sim = simulate(
+        speculative_steps(requests, plan),
+        cost,
+        replicas=plan.replicas,
+        router="least_loaded",
+        chunked_prefill=cost.engine.chunked_prefill,
+        kv_admission=cost.engine.kv_admission,
+        emit_delay_s=cost.emit_delay_s,
+        pipeline_depth=cost.pipeline_depth(
+            min(plan.max_num_seqs, plan.max_num_batched_tokens), round(mean_tokens)
+        ),
+        **_batching(plan, workload),
+    )
+    per_token = {"both": cost.kv_bytes_per_token_per_device()}
+    return (
+        requests,
+        sim,
+        {
+            "kv_cache_capacity_tokens": int(cost.kv_capacity_tokens),
+            "kv_bytes_per_token_per_device": per_token,
+        },
+    )
+
+
+def _disaggregated(
+    model: ModelSpec, cluster: ClusterSpec, plan: ServingPlan, workload: ServingWorkload, cal: Calibration
+) -> tuple[Requests, RequestSimResult, dict[str, Any]]:
+    """Prefill and decode pools joined by a KV transfer (``plan.disaggregation``)."""
+    d = plan.disaggregation
+    assert d is not None
+    prefill = ReplicaCost.of(model, cluster, plan, cal, role="prefill")
+    decode = ReplicaCost.of(model, cluster, plan, cal, role="decode")
+    pools = DisaggregatedPools(
+        num_prefill_engines=d.prefill_workers,
+        num_decode_engines=d.decode_workers,
+        prefill_cost=prefill,
+        decode_cost=decode,
+    )
+    requests = requests_of(workload, closed_loop_ramp_s(workload, prefill, decode, plan))
+    sim = simulate(
+        speculative_steps(requests, plan),
+        decode,
+        disaggregation=pools,
+        chunked_prefill=decode.engine.chunked_prefill,
+        kv_admission=decode.engine.kv_admission,
+        emit_delay_s=decode.emit_delay_s,
+        **_batching(plan, workload),
+    )
+    mean_prompt = max(1, round(float(requests.input_tokens.mean())))
+    return (
+        requests,
+        sim,
+        {
+            "kv_cache_capacity_tokens": int(decode.kv_capacity_tokens),
+            "kv_bytes_per_token_per_device": {
+                "prefill": prefill.kv_bytes_per_token_per_device(),
+                "decode": decode.kv_bytes_per_token_per_device(),
+            },
             "kv_transfer_bytes_per_request": mean_prompt
             * kv_bytes_per_token(model, prefill.plan.kv_cache_dtype),
             "kv_transfer_s": prefill.kv_transfer_s(mean_prompt),
-        }
-    if plan.speculative is not None:
-        sim = with_requests(sim, requests)
-    return ServingEstimate(
-        model=model,
-        cluster=cluster,
-        plan=plan,
-        workload=workload,
-        sim=sim,
-        kv_cache_capacity_tokens=int(capacity),
-        kv_bytes_per_token_per_device=per_token,
-        **transfer,
+        },
     )

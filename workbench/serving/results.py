@@ -33,7 +33,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "engine",
     "prefill_engine",
 )
-"""Columns of ``SimResult.requests``."""
+"""Columns of ``RequestSimResult.requests``."""
 ITERATION_COLUMNS: tuple[str, ...] = (
     "engine",
     "iteration",
@@ -45,7 +45,7 @@ ITERATION_COLUMNS: tuple[str, ...] = (
     "kv_capacity_tokens",
     "waiting",
 )
-"""Columns of ``SimResult.iterations``."""
+"""Columns of ``RequestSimResult.iterations``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,7 +68,7 @@ class LatencyStats:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class SimResult:
+class RequestSimResult:
     """What a serving simulation produced. Times in seconds from the simulation's start.
 
     ``requests``: one row per request (``REQUEST_COLUMNS``): id (int, position in arrival order), arrival_s,
@@ -145,8 +145,8 @@ def sim_result(
     engine: np.ndarray,
     prefill_engine: np.ndarray,
     iterations: pl.DataFrame,
-) -> SimResult:
-    """A ``SimResult`` from per-request times (shape (n,), seconds; arrival as the simulation saw it, closed-loop
+) -> RequestSimResult:
+    """A ``RequestSimResult`` from per-request times (shape (n,), seconds; arrival as the simulation saw it, closed-loop
     ones included) and the iteration table."""
     out_tokens = requests.output_tokens
     ttft = first_token_s - arrival_s
@@ -171,7 +171,7 @@ def sim_result(
     ).with_columns(pl.col("tpot_s").fill_nan(None))
     duration = float(finish_s.max() - arrival_s.min()) if len(requests) else 0.0
     rate = 1.0 / duration if duration > 0 else math.nan
-    return SimResult(
+    return RequestSimResult(
         requests=table,
         iterations=iterations,
         ttft=LatencyStats.of(ttft),
@@ -212,7 +212,7 @@ def iteration_table(table: np.ndarray, kv_capacity_tokens: np.ndarray) -> pl.Dat
     )
 
 
-def with_requests(sim: SimResult, requests: Requests) -> SimResult:
+def with_requests(sim: RequestSimResult, requests: Requests) -> RequestSimResult:
     """``sim`` summarised again over ``requests`` (the same requests in the same order, with other output lengths:
     the tokens the client gets when the simulation ran a request's decode as fewer, longer steps), times and the
     iteration table kept. Raises ValueError when the request counts differ."""

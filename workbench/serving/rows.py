@@ -105,7 +105,7 @@ def row_case(row: dict[str, str]) -> ServingCase | SkippedRow:
             raise Unexpressible("no measured value")
         roles = ("both",) if plan.disaggregation is None else ("prefill", "decode")
         cost_of = {
-            r: ReplicaCost(model, cluster, plan, Calibration(), role=r) for r in roles
+            r: ReplicaCost.of(model, cluster, plan, Calibration(), role=r) for r in roles
         }  # layout, memory
         if row["phase"].strip() == "e2e":
             workload = row_workload(row, assumed)

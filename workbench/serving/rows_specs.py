@@ -363,6 +363,6 @@ def _with_memory_share(
         free = 0.9
         assumed.append("kv_cache_free_mem_frac=0.9 (the TRT-LLM page's fallback; 0.95 'in many cases')")
     role = "both" if plan.disaggregation is None else "decode"
-    weights = ReplicaCost(model, cluster, plan, Calibration(), role=role).weight_bytes_per_device()
+    weights = ReplicaCost.of(model, cluster, plan, Calibration(), role=role).weight_bytes_per_device()
     hbm = cluster.device.hbm_bytes
     return replace(plan, gpu_memory_utilization_frac=min(1.0, (weights + free * (hbm - weights)) / hbm))

@@ -48,7 +48,7 @@ from workbench.serving.search_result import (
 )
 from workbench.serving.search_screen import CostCache, Lengths, Screened, screen
 from workbench.serving.search_space import REASONS, ServingSearchConstraints, candidate_plans
-from workbench.serving.simulate import LatencyStats, SimResult
+from workbench.serving.simulate import LatencyStats, RequestSimResult
 from workbench.specs.hardware import DType
 from workbench.specs.serving import SLO, Arrival, ServingPlan, ServingWorkload
 
@@ -77,7 +77,7 @@ MAX_WARMUP_REQUESTS = 4096
 
 
 # ---- simulation --------------------------------------------------------------------------------------------
-def _judge(sim: SimResult, judged: slice, slo: SLO) -> tuple[bool, float, float, float, np.ndarray]:
+def _judge(sim: RequestSimResult, judged: slice, slo: SLO) -> tuple[bool, float, float, float, np.ndarray]:
     """(SLO held, TTFT and TPOT at the percentile, attainment, per-request meets-both mask) over the ``judged``
     requests; percentiles as ``LatencyStats`` takes them (what ``serve_estimate`` reports)."""
     req = sim.requests[judged]
@@ -170,7 +170,7 @@ class _Evaluator:
             rate, held, whole, ttft_q, tpot_q, attained, rate, rate * float(self.lengths.outputs.mean())
         )
 
-    def _simulate(self, plan: ServingPlan, workload: ServingWorkload) -> SimResult:
+    def _simulate(self, plan: ServingPlan, workload: ServingWorkload) -> RequestSimResult:
         """``serve_estimate``'s simulation: the search judges exactly what ``workbench serve estimate`` reports."""
         c = self.cache
         return serve_estimate(c.model, c.cluster, plan, workload, c.calibration).sim

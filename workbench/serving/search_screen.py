@@ -88,12 +88,12 @@ class CostCache:
         if reason is not None:
             return reason
         try:
-            return ReplicaCost(self.model, self.cluster, engine, self.calibration)
+            return ReplicaCost.of(self.model, self.cluster, engine, self.calibration)
         except ValueError:
             pass  # the layout passed, so no KV block is left: say whether the weights alone overflow
         device = self.cluster.device
         roomy = replace(self.cluster, device=replace(device, hbm_bytes=device.hbm_bytes * 1e3))
-        probe = ReplicaCost(self.model, roomy, engine, self.calibration)
+        probe = ReplicaCost.of(self.model, roomy, engine, self.calibration)
         usable = device.hbm_bytes * engine.gpu_memory_utilization_frac
         return "weights" if probe.weight_bytes_per_device() > usable else "no_kv"
 

@@ -50,7 +50,7 @@ from workbench.serving.results import (
     REQUEST_COLUMNS,
     ROW_FIELDS,
     LatencyStats,
-    SimResult,
+    RequestSimResult,
     iteration_table,
     sim_result,
 )
@@ -63,7 +63,7 @@ __all__ = [
     "Requests",
     "DisaggregatedPools",
     "LatencyStats",
-    "SimResult",
+    "RequestSimResult",
     "simulate",
     "POLICIES",
     "ROUTERS",
@@ -463,7 +463,7 @@ class _Sim:
             eng.add_decodes(ids, ctx, left)
 
     # ---- tables ----
-    def result(self, emit_delay_s: float = 0.0) -> SimResult:
+    def result(self, emit_delay_s: float = 0.0) -> RequestSimResult:
         """The tables and statistics; tokens reach the client ``emit_delay_s`` after their iteration ends."""
         flat = np.fromiter(itertools.chain.from_iterable(self.rows), np.float64, len(self.rows) * ROW_FIELDS)
         table = flat.reshape(-1, ROW_FIELDS)
@@ -496,7 +496,7 @@ def simulate(
     emit_delay_s: float = 0.0,
     pipeline_depth: int = 1,
     prefix_hit_rate: float = 0.0,
-) -> SimResult:
+) -> RequestSimResult:
     """Simulate serving ``requests`` on ``replicas`` engines priced by ``cost`` (module docstring for the rules).
 
     policy: one of ``POLICIES`` (module docstring). chunked_prefill: None means the policy's own (off under
@@ -519,7 +519,7 @@ def simulate(
     token is computed), whose KV it holds from admission like the rest of its prompt (cached blocks no running
     request holds are evictable, so they take no capacity).
 
-    Returns a :class:`SimResult` (per-request and per-iteration tables, latency percentiles, throughputs).
+    Returns a :class:`RequestSimResult` (per-request and per-iteration tables, latency percentiles, throughputs).
     Raises ValueError for an unknown policy, router or KV admission, counts out of range, a prompt longer than
     max_num_batched_tokens without chunked prefill (vLLM refuses those), a cost whose KV block or capacity is not
     a whole number of tokens (block >= 1), a request that never fits an engine's KV cache, or a cost whose

@@ -19,7 +19,7 @@ from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
 
 if TYPE_CHECKING:
     from workbench.serving.cost import ReplicaCost
-    from workbench.serving.results import SimResult
+    from workbench.serving.results import RequestSimResult
 
 STEADY_WAVES = 8
 """Requests per client of a closed loop whose run length is not given (``steady_state_requests``): the first and
@@ -52,7 +52,7 @@ def steady_state_requests(concurrency: int) -> int:
     return STEADY_WAVES * concurrency
 
 
-def steady_window(sim: SimResult, concurrency: int) -> dict[str, float]:
+def steady_window(sim: RequestSimResult, concurrency: int) -> dict[str, float]:
     """TTFT, TPOT and throughputs of a closed loop in steady state: latencies over the requests sent after every
     client's first (warm-up) and before the last ``concurrency`` (the drain, when fewer are in flight);
     throughputs from the requests finishing between the first and the last of those requests' arrivals (all

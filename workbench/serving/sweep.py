@@ -21,7 +21,7 @@ from workbench.specs.serving import SLO, Arrival, ServingPlan, ServingWorkload
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
-    from workbench.serving.simulate import SimResult
+    from workbench.serving.simulate import RequestSimResult
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
 
@@ -52,7 +52,7 @@ SWEEP_COLUMNS: tuple[str, ...] = (
 and per device), latencies in seconds, preemptions, and the SLO columns (null without an SLO)."""
 
 
-def slo_attained_frac(sim: SimResult, slo: SLO) -> float:
+def slo_attained_frac(sim: RequestSimResult, slo: SLO) -> float:
     """Share of the run's requests whose TTFT and TPOT each meet ``slo``'s targets (a request of one output
     token has no TPOT and meets that target). NaN for a run without requests."""
     req = sim.requests

@@ -63,7 +63,7 @@ def case_predictions(case: ServingCase, calibration: Any) -> dict[str, float]:
     and throughputs; the KV capacity from the estimate)."""
     if case.phases:
         roles = {ph.role for ph in case.phases}
-        cost_of = {r: ReplicaCost(case.model, case.cluster, case.plan, calibration, role=r) for r in roles}
+        cost_of = {r: ReplicaCost.of(case.model, case.cluster, case.plan, calibration, role=r) for r in roles}
         return phase_predictions(cost_of, case.phases)
     assert case.workload is not None
     est = serve_estimate(case.model, case.cluster, case.plan, case.workload, calibration)
