@@ -49,13 +49,13 @@ import time
 
 from workbench.estimate.analytic import estimate_plan
 from workbench.hetero.diloco import PAYLOAD_BYTES, DiLoCoSettings, diloco_estimate
-from workbench.hetero.planner import plan_mixed
-from workbench.hetero.split import best_estimate
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.presets.hf_config import model_from_hf_config
 from workbench.presets.pools import load_mixed_cluster
 from workbench.search import Constraints, search
+from workbench.search.mixed.planner import plan_mixed
+from workbench.search.mixed.split import best_estimate
 from workbench.search.space import DEFAULT_HEADROOM_FRAC
 from workbench.specs.hardware import NetworkLevel
 from workbench.specs.plan import ParallelPlan, Recompute, Workload

@@ -52,6 +52,13 @@ def say(text: object = "", *, err: bool = False) -> None:
     click.echo("\n".join(shown(line) for line in str(text).split("\n")), err=err)
 
 
+def print_notes(*results: Any) -> None:
+    """``note: ...`` for every note of ``results`` in turn (``workbench.specs.estimate.Result.notes``)."""
+    for result in results:
+        for note in result.notes:
+            say(f"note: {note}")
+
+
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A rich table on stdout; numbers right-aligned. Every cell, header and the title are plain text
     (``rich.text.Text`` of ``shown``): neither rich markup (``[bold]``, ``[link=...]``) nor control characters

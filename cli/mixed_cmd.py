@@ -19,6 +19,7 @@ from workbench_cli._common import (
     check_outputs,
     echo_json,
     output_file,
+    print_notes,
     print_table,
     say,
     text_writer,
@@ -61,7 +62,7 @@ def _options(kw: dict[str, Any]) -> Any:
     from workbench_cli._types import schedule_list
     from workbench_cli.plan_cmd import _ints
 
-    from workbench.hetero.planner import PIPELINE_SCHEDULES, MixedOptions
+    from workbench.search.mixed.planner import PIPELINE_SCHEDULES, MixedOptions
 
     extra: dict[str, Any] = {"headroom_frac": kw["headroom"], "top_k": max(kw["top"], 1)}
     if kw["schedules"]:
@@ -81,8 +82,8 @@ def run_mixed_plan(mixed: Any, kw: dict[str, Any], as_json: bool) -> None:
     """``workbench plan`` on a mixed cluster: search, print (or ``--json``), write ``--report``."""
     from workbench_cli.plan_cmd import _calibration
 
-    from workbench.hetero.planner import plan_mixed
     from workbench.presets.catalog import load_model
+    from workbench.search.mixed.planner import plan_mixed
     from workbench.specs.plan import Workload
 
     _refuse_unsupported(kw)
@@ -148,7 +149,7 @@ def print_mixed(result: Any) -> None:
     fastest = max((a.tokens_per_s for a in result.alone if a is not None), default=0.0)
     if fastest:
         say(f"best plan: {best.tokens_per_s / fastest - 1:+.1%} tokens/s over the fastest pool alone")
-    st = best.stages
+    st = best.table()
     print_table(
         "Stages of the best plan (which pool runs what)",
         ["stage", "pool", "device", "tp", "layers", "F ms", "B ms", "memory GiB", "usable GiB"],
@@ -159,8 +160,7 @@ def print_mixed(result: Any) -> None:
             for r in st.iter_rows(named=True)
         ],
     )  # fmt: skip
-    for note in (*result.notes, *best.notes):
-        say(f"note: {note}")
+    print_notes(result, best)
 
 
 @click.command("diloco")
@@ -206,11 +206,11 @@ def diloco_cmd(as_json: bool, **kw: Any) -> None:
     steps the workers all-reduce their pseudo-gradients over the slow link. H is your choice, not optimised
     for loss (see the caveat printed)."""
     from workbench.hetero.diloco import DiLoCoSettings, diloco_estimate
-    from workbench.hetero.split import best_estimate
     from workbench.presets.calibration import load_calibration
     from workbench.presets.catalog import load_cluster, load_model
     from workbench.presets.frameworks import DEFAULT_FRAMEWORK
     from workbench.search import Constraints, search
+    from workbench.search.mixed.split import best_estimate
     from workbench.search.space import DEFAULT_HEADROOM_FRAC
     from workbench.specs.hardware import NetworkLevel
     from workbench.specs.plan import Workload
@@ -253,35 +253,14 @@ def diloco_cmd(as_json: bool, **kw: Any) -> None:
 
 def _print_diloco(est: Any, inner: Any, as_json: bool) -> None:
     s = est.settings
-    data = {
-        "inner_plan": inner.plan.describe(),
-        "inner_step_s": est.inner_step_s,
-        "inner_steps": s.inner_steps,
-        "num_workers": s.num_workers,
-        "compression": s.compression,
-        "overlap": s.overlap,
-        "outer_sync_s": est.outer_sync_s,
-        "exposed_sync_s": est.exposed_sync_s,
-        "outer_step_s": est.outer_step_s,
-        "tokens_per_s": est.tokens_per_s,
-        "time_per_token_s": est.time_per_token_s,
-        "payload_bytes": est.payload_bytes,
-        "bytes_sent_per_outer_step": est.bytes_sent_per_outer_step,
-        "sync_dp_step_s": est.sync_dp_step_s,
-        "sync_dp_tokens_per_s": est.sync_dp_tokens_per_s,
-        "speedup_vs_sync_dp": est.speedup_vs_sync_dp,
-        "communication_reduction": est.communication_reduction,
-        "convergence_caveat": est.caveat,
-    }
     if as_json:
-        echo_json(data)
+        echo_json({"inner_plan": inner.plan.describe(), **est.summary()})
         return
-    say(f"inner plan (each worker): {data['inner_plan']}, {est.inner_step_s:.3f} s per inner step")
+    say(f"inner plan (each worker): {inner.plan.describe()}, {est.inner_step_s:.3f} s per inner step")
     rows = [
-        ["DiLoCo", f"{est.outer_step_s / s.inner_steps:.3f}", f"{est.tokens_per_s:,.0f}",
-         f"{est.time_per_token_s * 1e6:.3f}", f"{est.exposed_sync_s:.2f} per {s.inner_steps} steps"],
-        ["synchronous DP", f"{est.sync_dp_step_s:.3f}", f"{est.sync_dp_tokens_per_s:,.0f}",
-         f"{1e6 / est.sync_dp_tokens_per_s:.3f}", f"{est.sync_dp_step_s - est.inner_step_s:.2f} per step"],
+        [r["mode"], f"{r['step_s']:.3f}", f"{r['tokens_per_s']:,.0f}", f"{r['time_per_token_s'] * 1e6:.3f}",
+         f"{r['exposed_sync_s']:.2f} per " + (f"{r['exposed_sync_steps']} steps" if r["exposed_sync_steps"] > 1 else "step")]
+        for r in est.table().iter_rows(named=True)
     ]  # fmt: skip
     print_table(
         f"{s.num_workers} workers, H = {s.inner_steps}, {s.compression} pseudo-gradients, {s.overlap} sync",
@@ -293,6 +272,7 @@ def _print_diloco(est: Any, inner: Any, as_json: bool) -> None:
         f"{est.communication_reduction:,.0f}x less than synchronous DP; "
         f"{est.speedup_vs_sync_dp:.2f}x its tokens/s"
     )
+    print_notes(est)
     say(f"caveat: {est.caveat}")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from workbench_cli._common import GIB, echo_json, print_table, say
+from workbench_cli._common import GIB, echo_json, print_notes, print_table, say
 from workbench_cli._types import amount, count
 
 from workbench.specs import limits as L
@@ -137,7 +137,7 @@ def _print(est: Any, model_name: str, kw: dict[str, Any], fabric_name: str) -> N
          f"{r['link_rate_per_s']:.2f}", f"{r['goodput_rate_per_s']:.2f}", r["bound"], f"{r['comm_frac']:.0%}",
          f"{r['lost_call_frac']:.3%}", f"{r['memory_bytes'] / GIB:.1f}/{r['usable_bytes'] / GIB:.1f}",
          "*" if r["stage"] == est.bottleneck_stage else ""]
-        for r in est.stages.iter_rows(named=True)
+        for r in est.table().iter_rows(named=True)
     ]  # fmt: skip
     print_table(
         "Stages (micro-batches/s; * the bottleneck)",
@@ -158,8 +158,7 @@ def _print(est: Any, model_name: str, kw: dict[str, Any], fabric_name: str) -> N
         f"synchronous pipeline of the same peers on {fabric_name}: {est.sync_tokens_per_s:,.0f} tokens/s{fits}; "
         f"SWARM is {est.speedup_vs_sync:.2f}x of it"
     )
-    for note in est.notes:
-        say(f"note: {note}")
+    print_notes(est)
     say(f"caveat: {est.caveat}")
 
 

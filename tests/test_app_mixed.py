@@ -57,10 +57,10 @@ def test_the_view_opens_on_two_pools_and_plans_nothing_yet() -> None:
 
 
 def test_the_table_ranks_as_the_planner_does(ran: MixedView) -> None:
-    from workbench.hetero.planner import MixedOptions, plan_mixed
     from workbench.presets.calibration import load_calibration
     from workbench.presets.catalog import load_model
     from workbench.presets.pools import load_mixed_cluster
+    from workbench.search.mixed.planner import MixedOptions, plan_mixed
     from workbench.search.space import DEFAULT_HEADROOM_FRAC
     from workbench.specs.plan import Workload
 

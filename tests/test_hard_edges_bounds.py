@@ -9,7 +9,9 @@ import math
 
 import pytest
 
-from workbench.hetero.layouts import (
+from workbench.presets.catalog import load_model
+from workbench.presets.pools import load_mixed_cluster
+from workbench.search.mixed.layouts import (
     Layout,
     identical_groups,
     layouts,
@@ -17,9 +19,7 @@ from workbench.hetero.layouts import (
     tp_assignments,
     tp_choices,
 )
-from workbench.hetero.planner import MixedOptions, plan_mixed
-from workbench.presets.catalog import load_model
-from workbench.presets.pools import load_mixed_cluster
+from workbench.search.mixed.planner import MixedOptions, plan_mixed
 from workbench.specs.plan import Workload
 
 MODEL = "llama-3.1-8b"

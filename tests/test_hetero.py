@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from workbench.estimate.analytic import estimate_plan
-from workbench.hetero.layouts import Layout, split_layers
-from workbench.hetero.pipeline import PipelinePricer
-from workbench.hetero.planner import MixedOptions, plan_mixed
-from workbench.hetero.split import best_estimate, proportional_shares
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.presets.pools import is_mixed_ref, load_mixed_cluster, mixed_preset_names, parse_pools_text
 from workbench.search import Constraints, search
+from workbench.search.mixed.layouts import Layout, split_layers
+from workbench.search.mixed.pipeline import PipelinePricer
+from workbench.search.mixed.planner import MixedOptions, plan_mixed
+from workbench.search.mixed.split import best_estimate, proportional_shares
 from workbench.search.space import DEFAULT_HEADROOM_FRAC
 from workbench.specs.hardware import NetworkLevel
 from workbench.specs.plan import ParallelPlan, Recompute, Workload
@@ -114,6 +114,7 @@ def test_single_pool_pipeline_equals_the_homogeneous_estimate(
     ref = estimate_plan(model, H100, workload, plan, calibration=cal)
     assert mixed_est.step_time_s == pytest.approx(ref.step_time_s, rel=1e-12)
     assert mixed_est.mfu == pytest.approx(ref.mfu, rel=1e-12)
+    assert mixed_est.bubble_fraction == pytest.approx(ref.bubble_fraction, rel=1e-12)
     assert mixed_est.stages["memory_bytes"].to_list() == pytest.approx(
         ref.memory["total_bytes"].to_list(), rel=1e-12
     )
@@ -147,7 +148,13 @@ def test_single_pool_pipeline_keeps_blocking_sends_and_overlapped_steps(
         dp=dp, tp=tp, pp=pp, sequence_parallel=tp > 1, recompute=Recompute.NONE, schedule=schedule
     )
     ref = estimate_plan(model, H100, workload, plan, calibration=cal)
-    assert pricer.estimate(split).step_time_s == pytest.approx(ref.step_time_s, rel=1e-12)
+    est = pricer.estimate(split)
+    assert est.step_time_s == pytest.approx(ref.step_time_s, rel=1e-12)
+    # one assembly, one bubble: the pipeline sends excluded, as the homogeneous estimate counts it
+    assert est.bubble_fraction == pytest.approx(ref.bubble_fraction, rel=1e-12)
+    got, want = (t.sort(["rank", "start_s", "op"]) for t in (est.timeline, ref.timeline))
+    assert got.drop("start_s", "end_s").equals(want.drop("start_s", "end_s"))
+    assert got["end_s"].to_list() == pytest.approx(want["end_s"].to_list(), rel=1e-12)
 
 
 # ---- the layer split and the batch split ---------------------------------------------------------------

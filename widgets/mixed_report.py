@@ -19,7 +19,7 @@ from workbench_widgets.plots.mixed import mixed_placement_figure, mixed_stage_ti
 from workbench_widgets.plots.timeline import timeline_figure
 
 if TYPE_CHECKING:
-    from workbench.hetero.planner import MixedSearchResult
+    from workbench.search.mixed.planner import MixedSearchResult
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:

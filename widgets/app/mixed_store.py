@@ -174,7 +174,7 @@ class MixedStore(param.Parameterized):
     @staticmethod
     def search(inputs: MixedInputs) -> Any:
         """``plan_mixed`` on ``inputs`` with ``workbench plan``'s defaults (memory headroom, ``TOP_K``)."""
-        from workbench.hetero.planner import MixedOptions, plan_mixed
+        from workbench.search.mixed.planner import MixedOptions, plan_mixed
         from workbench.search.space import DEFAULT_HEADROOM_FRAC
 
         options = MixedOptions(headroom_frac=DEFAULT_HEADROOM_FRAC, top_k=TOP_K)

@@ -4,7 +4,7 @@
 over the model's layers, coloured by pool, labelled with its layer count and tensor-parallel degree; the hover
 gives its forward and backward time per micro-batch and its memory against the usable memory.
 ``mixed_stage_time_figure`` shows the stages' time per micro-batch (F + B) beside their memory share: balanced
-stages have bars of equal length. Both are pure functions of a ``MixedEstimate`` (``workbench.hetero.plan``).
+stages have bars of equal length. Both are pure functions of a ``MixedEstimate`` (``workbench.estimate.mixed``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from bokeh.models.annotations import LabelSet
 from bokeh.plotting import figure
 from workbench_widgets.plots._style import GIB, MS_PER_S, category_colors
 
-from workbench.hetero.plan import MixedEstimate
+from workbench.estimate.mixed import MixedEstimate
 
 
 def _rows(est: MixedEstimate) -> dict[str, list]:

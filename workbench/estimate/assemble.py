@@ -86,6 +86,45 @@ def pipeline_period_s(sim: SimResult, *, tiled: bool) -> float:
     return max(sim.span_s) if tiled else sim.makespan_s
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepAssembly:
+    """A ``PlanCosts`` simulated and totalled: every part of an ``Estimate`` that needs neither the model's FLOPs
+    nor the devices' peak (``assemble`` adds those for one cluster; a plan over pools of different devices adds
+    its own, :mod:`workbench.estimate.mixed`). Times in seconds per step."""
+
+    step_time_s: float
+    """The pipeline's period (``pipeline_period_s``) + the exposed data-parallel reduction + the optimizer step."""
+    pipeline_s: float
+    """The pipeline's period alone."""
+    breakdown: StepBreakdown
+    bubble_fraction: float
+    """The critical rank's idle time, pipeline sends excluded, over ``step_time_s`` (``metrics.bubble_fraction``)."""
+    memory: pl.DataFrame
+    """``workbench.specs.estimate.MEMORY_COLUMNS`` per pipeline rank, with total_bytes."""
+    timeline: pl.DataFrame
+    """``TIMELINE_COLUMNS``: the simulated actions and the pipeline sends (op ``comm``)."""
+    activation_timeline: pl.DataFrame
+    notes: tuple[str, ...]
+
+
+def assemble_step(costs: PlanCosts) -> StepAssembly:
+    """Simulate ``costs.schedule`` on ``costs.stages`` and total the step (see the module docstring)."""
+    sim = simulate(costs.schedule, costs.stages)
+    breakdown = _breakdown(sim, costs, costs.schedule.num_microbatches)
+    period = pipeline_period_s(sim, tiled=costs.tiled)
+    step = period + costs.dp_comm_s + costs.optimizer_s
+    return StepAssembly(
+        step_time_s=step,
+        pipeline_s=period,
+        breakdown=breakdown,
+        bubble_fraction=float(bubble_fraction(breakdown.bubble_s, step)),
+        memory=_memory(costs, sim),
+        timeline=_timeline(sim),
+        activation_timeline=sim.inflight.select("rank", "time_s", "activation_bytes"),
+        notes=costs.notes + _overlap_note(sim, costs.tiled),
+    )
+
+
 def assemble(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -95,18 +134,16 @@ def assemble(
     *,
     backend: str,
 ) -> Estimate:
-    """Simulate ``costs.schedule`` on ``costs.stages`` and build the Estimate (see the module docstring)."""
+    """The ``Estimate`` of ``plan`` on ``cluster``: ``assemble_step`` of ``costs`` and the throughput figures
+    (:func:`workbench.estimate.metrics.throughput` over the plan's devices and the device's dense peak)."""
     from workbench.cost.memory import RECOMPUTE_CODES
     from workbench.cost.step import plan_columns, recompute_share
 
-    sim = simulate(costs.schedule, costs.stages)
-    m = costs.schedule.num_microbatches
-    breakdown = _breakdown(sim, costs, m)
-    step = pipeline_period_s(sim, tiled=costs.tiled) + costs.dp_comm_s + costs.optimizer_s
+    step = assemble_step(costs)
     figures = throughput(
         model,
         workload,
-        step_time_s=step,
+        step_time_s=step.step_time_s,
         num_devices=plan.num_devices,
         peak_flop_per_s=cluster.device.peak(workload.dtype),
         recompute_code=RECOMPUTE_CODES[plan.recompute.value],
@@ -118,18 +155,18 @@ def assemble(
         cluster=cluster,
         workload=workload,
         plan=plan,
-        step_time_s=step,
+        step_time_s=step.step_time_s,
         tokens_per_s=float(figures["tokens_per_s"]),
         mfu=float(figures["mfu"]),
         hfu=float(figures["hfu"]),
         model_flop_per_s_per_device=float(figures["model_flop_per_s_per_device"]),
-        bubble_fraction=float(bubble_fraction(breakdown.bubble_s, step)),
-        breakdown=breakdown,
-        memory=_memory(costs, sim),
+        bubble_fraction=step.bubble_fraction,
+        breakdown=step.breakdown,
+        memory=step.memory,
         memory_capacity_bytes=cluster.device.hbm_bytes,
-        timeline=_timeline(sim),
-        activation_timeline=sim.inflight.select("rank", "time_s", "activation_bytes"),
-        notes=costs.notes + _overlap_note(sim, costs.tiled),
+        timeline=step.timeline,
+        activation_timeline=step.activation_timeline,
+        notes=step.notes,
     )
 
 

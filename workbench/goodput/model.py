@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import polars as pl
 
 from workbench.goodput import checkpoint as ck
 from workbench.goodput.interval import goodput_frac, optimal_interval_s
@@ -172,6 +173,15 @@ class GoodputEstimate:
     def summary(self) -> dict[str, Any]:
         """Plain-JSON object (the ``goodput`` key of ``workbench estimate --json``)."""
         return {k: getattr(self, k) for k in self.__slots__}
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """None: the assumptions are the failure preset's (``workbench.specs.estimate.Result``)."""
+        return ()
+
+    def table(self) -> pl.DataFrame:
+        """``summary`` as one row."""
+        return pl.DataFrame([self.summary()])
 
 
 def estimate_goodput(

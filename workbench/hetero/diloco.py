@@ -32,6 +32,9 @@ communicating 500 times less; its ablations vary H and the number of workers).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
 
 from workbench.specs.hardware import NetworkLevel
 from workbench.specs.limits import check_count, check_real
@@ -130,6 +133,8 @@ class DiLoCoEstimate:
     communication_reduction: float
     """Bytes synchronous data parallelism sends per H steps over those DiLoCo sends per outer step."""
     caveat: str = CONVERGENCE_CAVEAT
+    notes: tuple[str, ...] = ()
+    """Assumptions and warnings a user should read besides the caveat (``workbench.specs.estimate.Result``)."""
 
     @property
     def time_per_token_s(self) -> float:
@@ -138,6 +143,45 @@ class DiLoCoEstimate:
     @property
     def speedup_vs_sync_dp(self) -> float:
         return self.tokens_per_s / self.sync_dp_tokens_per_s
+
+    def summary(self) -> dict[str, Any]:
+        """Plain JSON: the settings, DiLoCo's step, traffic and tokens/s, synchronous data parallelism's."""
+        s = self.settings
+        return {
+            "inner_step_s": self.inner_step_s,
+            "inner_steps": s.inner_steps,
+            "num_workers": s.num_workers,
+            "compression": s.compression,
+            "overlap": s.overlap,
+            "outer_sync_s": self.outer_sync_s,
+            "exposed_sync_s": self.exposed_sync_s,
+            "outer_step_s": self.outer_step_s,
+            "tokens_per_s": self.tokens_per_s,
+            "time_per_token_s": self.time_per_token_s,
+            "payload_bytes": self.payload_bytes,
+            "bytes_sent_per_outer_step": self.bytes_sent_per_outer_step,
+            "sync_dp_step_s": self.sync_dp_step_s,
+            "sync_dp_tokens_per_s": self.sync_dp_tokens_per_s,
+            "speedup_vs_sync_dp": self.speedup_vs_sync_dp,
+            "communication_reduction": self.communication_reduction,
+            "convergence_caveat": self.caveat,
+        }
+
+    def table(self) -> pl.DataFrame:
+        """DiLoCo and synchronous data parallelism side by side, one row each: mode, step_s (per inner step),
+        tokens_per_s, time_per_token_s, exposed_sync_s (per ``exposed_sync_steps`` inner steps),
+        exposed_sync_steps."""
+        h = self.settings.inner_steps
+        return pl.DataFrame(
+            {
+                "mode": ["DiLoCo", "synchronous DP"],
+                "step_s": [self.outer_step_s / h, self.sync_dp_step_s],
+                "tokens_per_s": [self.tokens_per_s, self.sync_dp_tokens_per_s],
+                "time_per_token_s": [self.time_per_token_s, 1.0 / self.sync_dp_tokens_per_s],
+                "exposed_sync_s": [self.exposed_sync_s, self.sync_dp_step_s - self.inner_step_s],
+                "exposed_sync_steps": [h, 1],
+            }
+        )
 
 
 def exposed_sync_s(

@@ -93,6 +93,11 @@ class PoolGrid:
     optimizer_s: np.ndarray
     usable_bytes: float
     """Memory a rank of this pool may use: (1 - headroom) x the device's HBM, bytes."""
+    share_s: dict[str, np.ndarray]
+    """Every part of ``step.share_s`` (compute, the exposed communication by kind, the hidden ``hidden_<kind>``), s,
+    read-only views of that shape: what ``PlanCosts`` reports per rank."""
+    static_bytes: dict[str, np.ndarray]
+    """``step.static_memory`` by part, bytes, read-only views of that shape: ``PlanCosts.rank_memory``."""
 
 
 def price_grid(
@@ -131,7 +136,10 @@ def price_grid(
     empty = total(0.0 * stored)
 
     def full(x: Any) -> np.ndarray:
-        return np.broadcast_to(np.asarray(x, dtype=float), shape).copy()
+        return view(x).copy()
+
+    def view(x: Any) -> np.ndarray:
+        return np.broadcast_to(np.asarray(x, dtype=float), shape)
 
     return PoolGrid(
         plans=tuple(plans),
@@ -145,4 +153,6 @@ def price_grid(
         dp_comm_s=full(step.dp_comm_s(ctx, cols, dense, expert, whole).exposed),
         optimizer_s=full(step.optimizer_s(ctx, cols, dense, expert)),
         usable_bytes=(1.0 - headroom_frac) * pool.device.hbm_bytes,
+        share_s={k: view(v) for k, v in share.items()},
+        static_bytes={k: view(v) for k, v in static.items()},
     )

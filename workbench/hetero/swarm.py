@@ -33,7 +33,7 @@ model's efficiency curves small layers run below their peak, so the fall starts 
 The baseline: the same peers per stage in a synchronous pipeline on a reliable ``fabric``: no failures, no
 recomputation where the 1F1B in-flight micro-batches (S - s at stage s) fit, each stage's k peers take equal
 shares so its slowest device sets the pace (t_s = max c / k), a step in the 1F1B closed form
-sum(t) + (M - 1) max(t) plus the 2 (S - 1) hops (``comm.p2p_s``; as :mod:`workbench.hetero.pipeline` screens
+sum(t) + (M - 1) max(t) plus the 2 (S - 1) hops (``comm.p2p_s``; as :mod:`workbench.search.mixed.pipeline` screens
 uneven stages), and the largest stage gradient all-reduce after the flush (``comm.all_reduce_s``).
 
 Not modelled: the trainers' own links and CPUs, queueing, the time a rebalancing move takes, and the loss:
@@ -135,6 +135,10 @@ class SwarmEstimate:
     def speedup_vs_sync(self) -> float:
         """SWARM tokens/s over the synchronous pipeline's (below 1: the fast fabric wins)."""
         return self.tokens_per_s / self.sync_tokens_per_s
+
+    def table(self) -> pl.DataFrame:
+        """The stages, one row each (``STAGE_COLUMNS``)."""
+        return self.stages
 
     def summary(self) -> dict[str, Any]:
         """Plain JSON: the settings, per stage rows, the pipeline and the baseline."""

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from workbench.cost.layer import ACT_BYTES
-from workbench.search.space import DEFAULT_HEADROOM_FRAC
+from workbench.specs.estimate import DEFAULT_HEADROOM_FRAC
 from workbench.specs.hardware import DeviceSpec, NetworkLevel
 from workbench.specs.limits import check_count, check_real, shown
 

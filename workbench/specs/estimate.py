@@ -1,4 +1,5 @@
-"""What every backend returns: ``Estimate`` (with its ``StepBreakdown``), and the ``Backend`` protocol.
+"""What every backend returns: ``Estimate`` (with its ``StepBreakdown``), the ``Backend`` protocol, and ``Result``:
+what the faces read from a result of any mode.
 
 Tables are polars DataFrames (polars is imported lazily so ``import workbench`` stays light):
 
@@ -186,6 +187,10 @@ class Estimate:
             "band": None if self.band is None else self.band_summary(),
         }
 
+    def table(self) -> pl.DataFrame:
+        """``memory``: one row per pipeline rank (``Result.table``)."""
+        return self.memory
+
     def band_summary(self) -> dict[str, Any]:
         """The band (``ErrorBand.as_dict``) with the step-time and tokens/s ranges it gives; {} without one."""
         if self.band is None:
@@ -199,6 +204,32 @@ class Estimate:
             "tokens_per_s_low": low_tps,
             "tokens_per_s_high": high_tps,
         }
+
+
+@runtime_checkable
+class Result(Protocol):
+    """What every face (the CLI's printers and ``--json``, the report, the app) reads from a priced plan of any
+    mode. ``Estimate`` (training), ``workbench.serving.estimate.ServingEstimate``,
+    ``workbench.estimate.mixed.MixedEstimate`` (a plan over pools), ``workbench.hetero.swarm.SwarmEstimate``,
+    ``workbench.hetero.diloco.DiLoCoEstimate`` and ``workbench.goodput.model.GoodputEstimate`` satisfy it;
+    ``isinstance(x, Result)`` checks the three names."""
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Assumptions and warnings a user should read, one sentence each (printed as ``note: ...``); () when
+        there are none."""
+        ...
+
+    def summary(self) -> dict[str, Any]:
+        """Plain JSON: str, int, float, bool or None values (and lists or dicts of them), SI units in the keys
+        (``_s``, ``_bytes``, ``_frac``, ``tokens_per_s``): the object ``--json`` prints for this result."""
+        ...
+
+    def table(self) -> pl.DataFrame:
+        """The result's main table, one row per part, its columns documented by the record (``Estimate``: the
+        memory per pipeline rank; serving: the requests; a plan over pools and SWARM: the stages; DiLoCo: it and
+        synchronous data parallelism side by side; goodput: its figures in one row)."""
+        ...
 
 
 @runtime_checkable

@@ -1,11 +1,11 @@
 """``plan_mixed``: rank plans over the pools of a ``MixedCluster`` (pipelines across pools and batch splits).
 
-Two families (:mod:`workbench.hetero.plan`):
+Two families (:mod:`workbench.estimate.mixed`):
 
-- pipelines across pools (:mod:`workbench.hetero.pipeline`): every order of the pools, dp, tp per pool,
+- pipelines across pools (:mod:`workbench.search.mixed.pipeline`): every order of the pools, dp, tp per pool,
   micro-batch, ZeRO stage 0/1, recompute and one-stage-per-rank schedule, stages sized per pool; screened in
   closed form, the ``top_k`` best simulated;
-- whole replicas per pool with the batch split by speed (:mod:`workbench.hetero.split`), each pool's plan from
+- whole replicas per pool with the batch split by speed (:mod:`workbench.search.mixed.split`), each pool's plan from
   the homogeneous planner.
 
 Plans that fit come first, fastest first. The result also keeps each pool's best plan alone on the whole
@@ -19,15 +19,15 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from workbench.hetero.layouts import layouts
-from workbench.hetero.pipeline import PipelinePricer
-from workbench.hetero.split import SplitPlanner, best_estimate
 from workbench.search import Constraints
+from workbench.search.mixed.layouts import layouts
+from workbench.search.mixed.pipeline import PipelinePricer
+from workbench.search.mixed.split import SplitPlanner, best_estimate
 from workbench.search.space import DEFAULT_HEADROOM_FRAC
 from workbench.specs.limits import check_count
 
 if TYPE_CHECKING:
-    from workbench.hetero.plan import MixedEstimate
+    from workbench.estimate.mixed import MixedEstimate
     from workbench.presets.calibration import Calibration
     from workbench.specs.estimate import Estimate
     from workbench.specs.model import ModelSpec
@@ -111,20 +111,7 @@ class MixedSearchResult:
             ],
             "shared_level": {"name": self.cluster.link.name, "bytes_per_s": self.cluster.link.bytes_per_s},
             "model": self.model.name,
-            "plans": [
-                {
-                    "kind": e.kind,
-                    "plan": e.description,
-                    "step_time_s": e.step_time_s,
-                    "tokens_per_s": e.tokens_per_s,
-                    "mfu": e.mfu,
-                    "fits": e.fits,
-                    "bubble_fraction": e.bubble_fraction,
-                    "parts": e.parts,
-                    "stages": e.stages.to_dicts(),
-                }
-                for e in self.plans
-            ],
+            "plans": [e.summary() for e in self.plans],
             "alone": [
                 None if a is None else {"plan": a.plan.describe(), "tokens_per_s": a.tokens_per_s}
                 for a in self.alone
@@ -186,7 +173,7 @@ def _bounded_layouts(
 ) -> list[Any]:
     """The pipeline layouts (``layouts``); ValueError, with the size of the work, when there are more than
     ``limits.MAX_MIXED_LAYOUTS`` (enumeration stops there, so the refusal itself is quick)."""
-    from workbench.hetero.layouts import layout_work
+    from workbench.search.mixed.layouts import layout_work
     from workbench.specs.limits import MAX_MIXED_LAYOUTS
 
     candidates = list(itertools.islice(layouts(cluster, model, workload, opts), MAX_MIXED_LAYOUTS + 1))

@@ -1,8 +1,8 @@
-"""Pipeline layouts over pools and the layer split: what ``workbench.hetero.pipeline`` prices.
+"""Pipeline layouts over pools and the layer split: what ``workbench.search.mixed.pipeline`` prices.
 
 A layout fixes the pools' order along the pipeline, dp, each pool's tp (and so its stage count: the pool's
 devices over dp x tp), micro-batch, ZeRO stage, recompute and schedule; ``split_layers`` then gives each stage its
-layers by speed under memory caps (see :mod:`workbench.hetero.pipeline`).
+layers by speed under memory caps (see :mod:`workbench.search.mixed.pipeline`).
 """
 
 from __future__ import annotations

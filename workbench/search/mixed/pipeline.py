@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -35,16 +35,13 @@ import polars as pl
 from workbench.cost import step
 from workbench.cost.comm import p2p_s
 from workbench.cost.layer import ACT_BYTES
-from workbench.cost.memory import RECOMPUTE_CODES
-from workbench.estimate.assemble import _timeline as simulated_timeline
-from workbench.estimate.assemble import pipeline_period_s
-from workbench.estimate.metrics import bubble_fraction, throughput
-from workbench.hetero.layouts import Layout, inflight_per_rank, split_layers
-from workbench.hetero.plan import STAGE_COLUMNS, MixedEstimate, PipelinePlan, PoolStages
+from workbench.estimate.assemble import COMM_KINDS, PlanCosts
+from workbench.estimate.mixed import MixedEstimate, PipelinePlan, PoolStages, pipeline_estimate
 from workbench.hetero.pricing import PoolGrid, pool_plan, position_index, price_grid
 from workbench.pipeline.bubble import tiles
 from workbench.pipeline.schedules import build_schedule
-from workbench.pipeline.simulate import StageCosts, simulate
+from workbench.pipeline.simulate import StageCosts
+from workbench.search.mixed.layouts import Layout, inflight_per_rank, split_layers
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.plan import ParallelPlan
 
@@ -193,41 +190,61 @@ class PipelinePricer:
         return self._hops[key]
 
     def estimate(self, split: Split) -> MixedEstimate:
-        """Simulate ``split`` with its schedule and build the ``MixedEstimate``."""
+        """Simulate ``split`` with its schedule: its ``PlanCosts`` through ``estimate.mixed.pipeline_estimate``."""
         layout, pp = split.layout, split.layout.pp
         m = self.workload.global_batch_size // (layout.dp * layout.micro_batch_size)
-        stages = list(zip(split.pools, split.cells, split.layers, strict=True))
-
-        def per_stage(name: str) -> tuple[float, ...]:
-            return tuple(self._cell(k, c, name, n) for k, c, n in stages)
-
-        f, i, w = per_stage("forward_s"), per_stage("backward_input_s"), per_stage("backward_weight_s")
-        stored = per_stage("stored_bytes")
+        f, i, w = (
+            self._per_stage(split, "forward_s"),
+            self._per_stage(split, "backward_input_s"),
+            self._per_stage(split, "backward_weight_s"),
+        )
         blocking, hop = self._blocking(layout), float(split.hop_table_s.max()) if pp > 1 else 0.0
         if blocking:  # as the analytic backend: every F and I waits on one (the slowest) hop
-            f, i = tuple(t + hop for t in f), tuple(t + hop for t in i)
-        costs = StageCosts(
-            forward_s=f,
-            backward_s=tuple(a + b for a, b in zip(i, w, strict=True)),
-            backward_input_s=i,
-            backward_weight_s=w,
+            f, i = f + hop, i + hop
+        stages = StageCosts(
+            forward_s=tuple(f.tolist()),
+            backward_s=tuple((i + w).tolist()),
+            backward_input_s=tuple(i.tolist()),
+            backward_weight_s=tuple(w.tolist()),
             p2p_s=0.0 if blocking else hop,
             p2p_rank_s=tuple(map(tuple, split.hop_table_s)) if pp > 1 and not blocking else None,
-            activation_bytes=stored,
+            activation_bytes=tuple(self._per_stage(split, "stored_bytes").tolist()),
             released_at_input_grad_frac=self._released_frac(layout),
         )
-        sim = simulate(build_schedule(layout.schedule, pp=pp, num_microbatches=m, vpp=1), costs)
-        tiled = bool(
-            tiles((layout.schedule,), post_validation=self.cal.framework.optimizer_post_validation)[0]
+        share = {k: self._per_stage(split, "share_s", k) for k in COMM_KINDS}
+        if blocking:
+            share["pp"] = share["pp"] + 2 * hop
+        fw = self.cal.framework
+        costs = PlanCosts(
+            schedule=build_schedule(layout.schedule, pp=pp, num_microbatches=m, vpp=1),
+            stages=stages,
+            rank_compute_s=self._per_stage(split, "share_s", "compute"),
+            rank_comm_s=share,
+            rank_hidden_s={k: self._per_stage(split, "share_s", f"hidden_{k}") for k in COMM_KINDS},
+            dp_comm_s=split.dp_comm_s,
+            optimizer_s=split.optimizer_s,
+            rank_memory={
+                k: self._per_stage(split, "static_bytes", k) for k in self.grids[split.pools[0]].static_bytes
+            },
+            overhead_bytes=fw.context_bytes,
+            fragmentation_frac=fw.fragmentation_frac,
+            tiled=bool(tiles((layout.schedule,), post_validation=fw.optimizer_post_validation)[0]),
         )
-        pipeline_s = pipeline_period_s(sim, tiled=tiled)
-        memory = [
-            self._cell(k, c, "empty_bytes", n) + peak / held * self._cell(k, c, "per_microbatch_bytes", n)
-            for (k, c, n), peak, held in zip(stages, sim.peak_activation_bytes_per_rank, stored, strict=True)
+        cross = [
+            split.hop_table_s[s, s + 1] for s in range(layout.pp - 1) if split.pools[s] != split.pools[s + 1]
         ]
-        return self._result(
-            split, sim, pipeline_s, memory, (f, tuple(a + b for a, b in zip(i, w, strict=True)))
-        )
+        return pipeline_estimate(
+            self.model, self.mixed, self.workload, _plan(layout, split.layers), costs,
+            stages=self._stage_frame(split, (f, i + w)), cross_pool_s=float(sum(cross)),
+        )  # fmt: skip
+
+    def _per_stage(self, split: Split, name: str, part: str | None = None) -> np.ndarray:
+        """``PoolGrid`` field ``name`` (its ``part`` for a dict field) of every stage of ``split``, shape (pp,)."""
+        out = []
+        for k, (pos, idx), n in zip(split.pools, split.cells, split.layers, strict=True):
+            table = getattr(self.grids[k], name)
+            out.append(float((table if part is None else table[part])[pos, idx, n]))
+        return np.asarray(out)
 
     def _released_frac(self, layout: Layout) -> float:
         """Share of a stage's activations freed when its I ends (one figure for the simulator: the smallest of
@@ -238,55 +255,8 @@ class PipelinePricer:
             fracs.append(float(step.activation_sizes(self._ctx[k], cols).freed_at_input_grad_frac))
         return min(fracs)
 
-    def _result(
-        self,
-        split: Split,
-        sim: Any,
-        pipeline_s: float,
-        memory: list[float],
-        times: tuple[tuple[float, ...], tuple[float, ...]],
-    ) -> MixedEstimate:
-        layout, pools = split.layout, self.mixed.pools
-        step_s = pipeline_s + split.dp_comm_s + split.optimizer_s
-        used = sum(p.num_devices for p in pools)
-        peak = sum(p.num_devices * p.device.peak(self.workload.dtype) for p in pools) / used
-        figures = throughput(
-            self.model, self.workload, step_time_s=step_s, num_devices=used, peak_flop_per_s=peak,
-            recompute_code=RECOMPUTE_CODES[layout.recompute],
-        )  # fmt: skip
-        plan = _plan(layout, split.layers)
-        usable = [self.grids[k].usable_bytes for k in split.pools]
-        cross = [
-            split.hop_table_s[s, s + 1] for s in range(layout.pp - 1) if split.pools[s] != split.pools[s + 1]
-        ]
-        idle = pipeline_s - float(np.max(sim.busy_s))
-        return MixedEstimate(
-            kind="pipeline",
-            plan=plan,
-            description=plan.describe(self.mixed),
-            step_time_s=step_s,
-            tokens_per_s=float(figures["tokens_per_s"]),
-            mfu=float(figures["mfu"]),
-            parts={
-                "pipeline_s": pipeline_s,
-                "dp_comm_s": split.dp_comm_s,
-                "cross_pool_s": float(sum(cross)),
-                "optimizer_s": split.optimizer_s,
-            },
-            stages=self._stage_frame(split, memory, usable, times),
-            timeline=simulated_timeline(sim),
-            bubble_fraction=float(bubble_fraction(max(idle, 0.0), step_s)),
-            fits=all(mem <= cap for mem, cap in zip(memory, usable, strict=True)),
-            notes=("cross_pool_s: one hop between pools per micro-batch and direction, inside pipeline_s",),
-        )
-
-    def _stage_frame(
-        self,
-        split: Split,
-        memory: list[float],
-        usable: list[float],
-        times: tuple[tuple[float, ...], tuple[float, ...]],
-    ) -> pl.DataFrame:
+    def _stage_frame(self, split: Split, times: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
+        """The ``STAGE_COLUMNS`` but memory_bytes (the assembly's): which pool runs which layers, F and B."""
         num = len(split.layers)
         first = np.concatenate([[0], np.cumsum(split.layers)[:-1]])
         tps = [t for t, n in zip(split.layout.tps, split.layout.stages, strict=True) for _ in range(n)]
@@ -299,12 +269,12 @@ class PipelinePricer:
             "layers": list(split.layers),
             "embedding": [s == 0 for s in range(num)],
             "head": [s == num - 1 for s in range(num)],
-            "forward_s": list(times[0]),
-            "backward_s": list(times[1]),
-            "memory_bytes": memory,
-            "usable_bytes": usable,
+            "forward_s": times[0].tolist(),
+            "backward_s": times[1].tolist(),
+            "memory_bytes": [0.0] * num,
+            "usable_bytes": [self.grids[k].usable_bytes for k in split.pools],
         }
-        return pl.DataFrame(rows).select(STAGE_COLUMNS)
+        return pl.DataFrame(rows)
 
 
 def _plan(layout: Layout, layers: tuple[int, ...]) -> PipelinePlan:

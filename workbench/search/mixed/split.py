@@ -24,8 +24,7 @@ import polars as pl
 
 from workbench.cost import step
 from workbench.cost.comm import all_reduce_s
-from workbench.estimate.metrics import throughput
-from workbench.hetero.plan import STAGE_COLUMNS, MixedEstimate, PoolShare, SplitPlan
+from workbench.estimate.mixed import STAGE_COLUMNS, MixedEstimate, PoolShare, SplitPlan, split_estimate
 from workbench.pipeline.schedules import num_directions, uses_v_placement
 from workbench.search import Constraints, search
 from workbench.specs.hardware import ClusterSpec
@@ -133,45 +132,21 @@ class SplitPlanner:
         return float(all_reduce_s(bridge, payload, len(estimates), 1, eff))
 
     def price(self, shares: tuple[int, ...], estimates: list[Estimate]) -> MixedEstimate:
-        """The step of ``estimates`` (one per pool, on its share) run side by side."""
-        slowest = int(np.argmax([e.step_time_s for e in estimates]))
-        cross = self.cross_pool_s(estimates) if len(estimates) > 1 else 0.0
-        step_s = estimates[slowest].step_time_s + cross
-        pools = self.mixed.pools
-        used = sum(p.num_devices for p in pools)
-        peak = sum(p.num_devices * p.device.peak(self.workload.dtype) for p in pools) / used
-        figures = throughput(
-            self.model, self.workload, step_time_s=step_s, num_devices=used, peak_flop_per_s=peak,
-            recompute_code=0,
-        )  # fmt: skip
+        """The step of ``estimates`` (one per pool, on its share) run side by side (``split_estimate``)."""
         plan = SplitPlan(
             shares=tuple(
                 PoolShare(pool=k, plan=e.plan, global_batch_size=b)
                 for k, (b, e) in enumerate(zip(shares, estimates, strict=True))
             )
         )
-        bd = estimates[slowest].breakdown
-        return MixedEstimate(
-            kind="split",
-            plan=plan,
-            description=plan.describe(self.mixed),
-            step_time_s=step_s,
-            tokens_per_s=float(figures["tokens_per_s"]),
-            mfu=float(figures["mfu"]),
-            parts={
-                "pipeline_s": estimates[slowest].step_time_s - bd.exposed_dp_comm_s - bd.optimizer_s,
-                "dp_comm_s": bd.exposed_dp_comm_s,
-                "cross_pool_s": cross,
-                "optimizer_s": bd.optimizer_s,
-            },
+        return split_estimate(
+            self.model,
+            self.mixed,
+            self.workload,
+            plan,
+            estimates,
             stages=pl.concat([self._stages(k, e) for k, e in enumerate(estimates)]),
-            timeline=estimates[slowest].timeline,
-            bubble_fraction=estimates[slowest].bubble_fraction,
-            estimates=tuple(estimates),
-            notes=(
-                f"straggler: {self.mixed.labels[slowest]} ({estimates[slowest].step_time_s:.3f} s of its share)",
-                "mfu: model FLOPs over the summed dense peaks of every device",
-            ),
+            cross_pool_s=self.cross_pool_s(estimates) if len(estimates) > 1 else 0.0,
         )
 
     def _stages(self, pool: int, est: Estimate) -> pl.DataFrame:
