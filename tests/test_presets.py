@@ -60,8 +60,8 @@ def test_every_device_id_of_the_validation_readme_is_a_preset_with_a_default_nod
     # A published row (training or serving) may use any device id the schema lists; none may be unknown.
     import re
 
-    from workbench.serving.rows_specs import DEFAULT_CLUSTER as SERVING_NODE
     from workbench.validate import DEFAULT_CLUSTER as TRAINING_NODE
+    from workbench.validate.serving_specs import DEFAULT_CLUSTER as SERVING_NODE
 
     readme = (Path(__file__).resolve().parents[1] / "profiles" / "validation" / "README.md").read_text()
     sections = re.findall(r"^## Device ids.*?(?=^## )", readme, flags=re.M | re.S)

@@ -1,6 +1,6 @@
-"""The request process of a serving validation row (``row_workload``), for :mod:`workbench.serving.rows`.
+"""The request process of a serving validation row (``row_workload``), for :mod:`workbench.validate.serving`.
 
-A ``trace`` row is replayed from its trace file (``workbench.serving.traces``: every request's arrival time and
+A ``trace`` row is replayed from its trace file (``workbench.validate.serving_traces``: every request's arrival time and
 lengths) when one ships; without it, it is simulated as Poisson arrivals at its rate with the mean lengths (the
 README's reading); per-request means come from the totals where the row gives them (``output_tokens_total`` counts
 what was really generated when EOS was not ignored). A row the specs cannot express raises ``Unexpressible`` with
@@ -9,10 +9,10 @@ the reason.
 
 from __future__ import annotations
 
-from workbench.serving.rows_csv import Unexpressible, cell_count, cell_number
 from workbench.serving.steady import steady_state_requests
-from workbench.serving.traces import trace_workload
 from workbench.specs.serving import Arrival, ServingWorkload
+from workbench.validate.rows import Unexpressible, cell_count, cell_number
+from workbench.validate.serving_traces import trace_workload
 
 
 def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:

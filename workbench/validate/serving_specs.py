@@ -1,5 +1,5 @@
 """A serving validation row as model, cluster and plan specs (``row_model``, ``row_cluster``, ``row_plan``), for
-:mod:`workbench.serving.rows`.
+:mod:`workbench.validate.serving`.
 
 The model is the ``model_preset`` when that preset exists and matches the architecture columns, else it is built
 from those columns; the cluster is the row's (or the device's node); the layout, dtypes and engine caps come from
@@ -28,11 +28,11 @@ from workbench.serving.engine_defaults import (
     trtllm_bench_settings,
     vllm_v1_batch_defaults,
 )
-from workbench.serving.rows_csv import Unexpressible, cell_count, cell_number
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import AttentionKind, ModelSpec
 from workbench.specs.serving import Disaggregation, Scheduler, ServingDType, ServingPlan
 from workbench.specs.speculative import SpecMethod, SpeculativeDecoding
+from workbench.validate.rows import Unexpressible, cell_count, cell_number
 
 DEFAULT_CLUSTER = {
     "h100-sxm5-80gb": "dgx-h100",

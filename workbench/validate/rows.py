@@ -1,0 +1,216 @@
+"""What the training and the serving validation share: reading a validation CSV (``read_table``), reading one
+cell (``cell_number``, ``cell_count``: a blank one takes its default and is noted in the row's ``assumed``), the
+reason a row cannot be expressed (``Unexpressible``) and the skipped rows (``build_cases``), the error measures
+(``ape``, ``mean``, ``mape_by``), the leave-one-source-out folds (``source_folds``) and the fit verdict of a
+published plan (``fit_verdict``).
+
+The schemas are ``shared/validation/README.md`` (copies in ``profiles/validation/``): the training columns are
+:data:`workbench.validate.training_csv.COLUMNS`, the serving ones :data:`workbench.validate.serving_csv.SERVING_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from workbench.specs import limits
+from workbench.specs.estimate import DEFAULT_HEADROOM_FRAC
+from workbench.specs.files import check_input_file
+from workbench.specs.framework import FrameworkProfile
+
+GIB = 2**30
+
+
+class Unexpressible(ValueError):
+    """A row the specs cannot express; the message is the reason (``build_cases`` skips the row with it)."""
+
+
+def read_table(
+    path: str | Path,
+    what: str,
+    *,
+    check_header: Callable[[Path, tuple[str, ...]], None],
+    read_row: Callable[[dict[str, str], Path, int], dict[str, str]],
+) -> tuple[Path, list[dict[str, str]], list[int]]:
+    """The rows of the validation CSV at ``path`` (``what`` names the file kind in errors): the checked file,
+    every row as ``read_row(row, file, line)`` returns it and each row's line number. ``check_header`` sees the
+    header first. A byte-order mark (an Excel export) is read. ValueError naming the file (and the line) for more
+    columns than ``limits.MAX_CSV_COLUMNS`` or rows than ``limits.MAX_VALIDATION_ROWS``, a row with more or fewer
+    cells than the header, a cell that is not CSV (e.g. longer than ``limits.MAX_CSV_FIELD_CHARS``), text that is
+    not UTF-8 and a file without data rows; FileNotFoundError when it does not exist."""
+    where = check_input_file(path, what)
+    rows: list[dict[str, str]] = []
+    lines: list[int] = []
+    with where.open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        try:
+            header = tuple(reader.fieldnames or ())
+            if len(header) > limits.MAX_CSV_COLUMNS:
+                raise ValueError(
+                    f"{where}: {len(header):,} columns; at most {limits.MAX_CSV_COLUMNS} "
+                    "(MAX_CSV_COLUMNS in workbench/specs/limits.py)"
+                )
+            check_header(where, header)
+            for row in reader:
+                if len(rows) >= limits.MAX_VALIDATION_ROWS:
+                    raise ValueError(
+                        f"{where}: more than {limits.MAX_VALIDATION_ROWS:,} rows "
+                        "(MAX_VALIDATION_ROWS in workbench/specs/limits.py)"
+                    )
+                if None in row or None in row.values():  # DictReader's marks of too many or too few cells
+                    raise ValueError(
+                        f"{where}: line {reader.line_num}: the row has a different number of cells than the "
+                        f"header ({len(header)})"
+                    )
+                rows.append(read_row(row, where, reader.line_num))
+                lines.append(reader.line_num)
+        except csv.Error as exc:
+            raise ValueError(f"{where}: line {reader.line_num}: not a readable CSV row ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not rows:
+        raise ValueError(f"{where}: no data rows (a validation file needs a header and at least one row)")
+    return where, rows, lines
+
+
+def check_unique_ids(where: Path, rows: Sequence[dict[str, str]]) -> None:
+    """ValueError naming ``where`` and the ids that more than one row carries."""
+    ids = [r["id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{where}: duplicate row ids: {sorted({i for i in ids if ids.count(i) > 1})}")
+
+
+def row_place(where: Path, line: int, row: dict[str, str]) -> str:
+    """``<file>: line <n> (row '<id>')``, where an error in a cell of ``row`` is."""
+    return f"{where}: line {line} (row {limits.shown(row['id'])})"
+
+
+def cell_number(row: dict[str, str], key: str) -> float | None:
+    """The number in column ``key``, None when the cell is blank or absent. Unexpressible naming the column and
+    the value for text that is not a finite number >= 0."""
+    text = (row.get(key) or "").strip()
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        raise Unexpressible(f"column {key}: {limits.shown(text)} is not a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise Unexpressible(f"column {key}: {limits.shown(text)} must be a finite number >= 0")
+    return number
+
+
+def cell_count(
+    row: dict[str, str],
+    key: str,
+    default: int | None = None,
+    assumed: list[str] | None = None,
+    *,
+    minimum: int = 1,
+    note: str = "{key}={default}",
+) -> int:
+    """The whole number >= ``minimum`` in column ``key``. A blank cell gives ``default``, noted in ``assumed`` (when
+    that list is given) as ``note`` formats it (the training schema notes the column name alone, the serving one
+    ``key=default``). Unexpressible for a blank cell without a default (``<key> is blank``) or a value that is not
+    such a number (naming the column and the value)."""
+    value = cell_number(row, key)
+    if value is None:
+        if default is None:
+            raise Unexpressible(f"{key} is blank")
+        if assumed is not None:
+            assumed.append(note.format(key=key, default=default))
+        return default
+    if value < minimum or value != int(value):
+        raise Unexpressible(f"column {key}: {value:g} must be an integer >= {minimum}")
+    return int(value)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SkippedRow:
+    """A row the specs cannot express (or the model refuses), and why."""
+
+    id: str
+    source_key: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The ``skipped`` entry of a validation result: id, source_key, reason."""
+        return {"id": self.id, "source_key": self.source_key, "reason": self.reason}
+
+
+def skipped_row(row_id: str, source_key: str, exc: Exception) -> SkippedRow:
+    """The skipped entry of a row whose case or score raised ``exc`` (its message on one line)."""
+    return SkippedRow(id=row_id, source_key=source_key, reason=" ".join(str(exc).split()))
+
+
+CaseT = TypeVar("CaseT")
+
+
+def build_cases(
+    rows: Iterable[dict[str, str]], row_case: Callable[[dict[str, str]], CaseT]
+) -> tuple[list[CaseT], list[SkippedRow]]:
+    """``row_case`` of every row, split into the cases and the skipped rows (file order kept): a ValueError
+    (``Unexpressible`` or a spec's own) or a LookupError (an unknown preset) skips the row with its message."""
+    cases: list[CaseT] = []
+    skipped: list[SkippedRow] = []
+    for row in rows:
+        try:
+            cases.append(row_case(row))
+        except (ValueError, LookupError) as exc:
+            skipped.append(skipped_row(row["id"], row["source_key"], exc))
+    return cases, skipped
+
+
+def ape(predicted: float, measured: float) -> float:
+    """Absolute percentage error as a fraction: |predicted - measured| / measured (measured > 0)."""
+    return abs(predicted - measured) / measured
+
+
+def mean(values: Sequence[float]) -> float | None:
+    """The arithmetic mean, None for no values."""
+    return sum(values) / len(values) if values else None
+
+
+def mape_by(rows: Iterable[dict[str, Any]], group: str, error: str = "ape") -> dict[str, float]:
+    """Mean of the ``error`` field over ``rows`` per value of their ``group`` field, groups sorted; rows without
+    the error (absent or None) are left out, and so are groups with none."""
+    values: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get(error) is not None:
+            values.setdefault(r[group], []).append(r[error])
+    return {k: sum(v) / len(v) for k, v in sorted(values.items())}
+
+
+class _Sourced(Protocol):
+    @property
+    def source_key(self) -> str: ...
+
+
+SourcedT = TypeVar("SourcedT", bound=_Sourced)
+
+
+def source_folds(cases: Sequence[SourcedT]) -> Iterator[tuple[str, list[SourcedT], list[SourcedT]]]:
+    """Leave one source out: per source (sorted), the other sources' cases (to fit on) and its own (to score)."""
+    for source in sorted({c.source_key for c in cases}):
+        yield (
+            source,
+            [c for c in cases if c.source_key != source],
+            [c for c in cases if c.source_key == source],
+        )
+
+
+def fit_verdict(est: Any, plan_fw: FrameworkProfile, reported_fw: FrameworkProfile) -> dict[str, Any]:
+    """Whether the published plan fits by the planner's own rule (``Estimate.fits``: the whole device need
+    within the usable memory, ``DEFAULT_HEADROOM_FRAC``): ``fits``, ``predicted_need_GiB`` (the peak rank's
+    tensors plus ``plan_fw``'s fragmentation share and context) and ``usable_GiB``. ``est`` was priced with
+    ``reported_fw``, which counts what the source's memory report counts (``reported_memory_framework``); the
+    tensors are the same, so the need follows in closed form. A published run that ran and is called
+    non-fitting is a memory-model failure to explain, not a plan to reject."""
+    counted = (est.peak_memory_bytes - reported_fw.context_bytes) / (1.0 + reported_fw.fragmentation_frac)
+    need = counted * (1.0 + plan_fw.fragmentation_frac) + plan_fw.context_bytes
+    usable = est.memory_capacity_bytes * (1.0 - DEFAULT_HEADROOM_FRAC)
+    return {"fits": bool(need <= usable), "predicted_need_GiB": need / GIB, "usable_GiB": usable / GIB}
