@@ -12,7 +12,7 @@
 """
 
 from workbench.validate.fit import FIT_GRID, cross_validate, fit_constants, write_fits
-from workbench.validate.rows import SkippedRow, Unexpressible
+from workbench.validate.rows import DEFAULT_CLUSTER, SkippedRow, Unexpressible
 from workbench.validate.run import run_validation
 from workbench.validate.training import (
     PLAN_DEFAULTS,
@@ -25,7 +25,6 @@ from workbench.validate.training import (
     validate_rows,
 )
 from workbench.validate.training_csv import COLUMNS, DEFAULT_DATA, read_rows
-from workbench.validate.training_model import DEFAULT_CLUSTER
 
 __all__ = [
     "COLUMNS",

@@ -1,6 +1,8 @@
 """What the training and the serving validation share: reading a validation CSV (``read_table``), reading one
 cell (``cell_number``, ``cell_count``: a blank one takes its default and is noted in the row's ``assumed``), the
-reason a row cannot be expressed (``Unexpressible``) and the skipped rows (``build_cases``), the error measures
+reason a row cannot be expressed (``Unexpressible``) and the skipped rows (``build_cases``), a row's model
+(``row_model``: the columns both schemas have, completed by each schema's own rule) and the node of a device
+(``DEFAULT_CLUSTER``), the error measures
 (``ape``, ``mean``, ``mape_by``), the leave-one-source-out folds (``source_folds``) and the fit verdict of a
 published plan (``fit_verdict``).
 
@@ -17,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from workbench.presets.catalog import load_model, preset_names
 from workbench.specs import limits
 from workbench.specs.estimate import DEFAULT_HEADROOM_FRAC
 from workbench.specs.files import check_input_file
 from workbench.specs.framework import FrameworkProfile
+from workbench.specs.model import AttentionKind, ModelSpec
 
 GIB = 2**30
 
@@ -127,6 +131,73 @@ def cell_count(
     if value < minimum or value != int(value):
         raise Unexpressible(f"column {key}: {value:g} must be an integer >= {minimum}")
     return int(value)
+
+
+DEFAULT_CLUSTER = {
+    "h100-sxm5-80gb": "dgx-h100",
+    "a100-sxm4-80gb": "dgx-a100",
+    "a100-sxm4-40gb": "dgx-a100",
+    "h200-sxm-141gb": "dgx-h200",
+    "b200-sxm-180gb": "dgx-b200",
+    "h100-sxm5-96gb": "dgx-h100",
+    "h800-sxm5-80gb": "hgx-h800",
+    "h20-96gb": "hgx-h20",
+    "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72",
+    "rtx4090-24gb": "pcie-rtx4090",
+    "rtx-pro-6000-96gb": "pcie-rtx-pro-6000",
+}
+"""The node a row of each device (the README's device ids) is priced on when its ``cluster`` is blank, or an
+``other-*`` id the schema leaves to the row's notes that is no preset (listed in the row's ``assumed``)."""
+
+
+def architecture(row: dict[str, str]) -> dict[str, Any]:
+    """The ModelSpec fields both schemas have a column for, read alike: ``name`` (``model_name``, else the row
+    id), layers, width and heads (whole numbers; Unexpressible when blank), ``attention`` (blank: mha),
+    ``gated_mlp`` (``true``), the dense MLP size and the number of experts (blank: 0)."""
+    return {
+        "name": row["model_name"].strip() or row["id"],
+        "num_layers": cell_count(row, "num_layers"),
+        "hidden_size": cell_count(row, "hidden_size"),
+        "num_attention_heads": cell_count(row, "num_attention_heads"),
+        "attention": AttentionKind(row["attention"].strip() or "mha"),
+        "gated_mlp": row["gated_mlp"].strip() == "true",
+        "ffn_hidden_size": int(cell_number(row, "ffn_hidden_size") or 0),
+        "num_experts": int(cell_number(row, "num_experts") or 0),
+    }
+
+
+def named_preset(row: dict[str, str], assumed: list[str]) -> ModelSpec | None:
+    """The model preset the row's ``model_preset`` column names (a serving column; a training row has none) when
+    it exists and its layer count, width, heads and vocabulary match the filled columns; a named preset that
+    differs is noted in ``assumed`` and None returned (the model is then built from the columns)."""
+    name = row.get("model_preset", "").strip()
+    if not name or name not in preset_names("model"):
+        return None
+    model = load_model(name)
+    checks = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+    differ = [c for c in checks if cell_number(row, c) not in (None, getattr(model, c))]
+    if not differ:
+        return model
+    assumed.append(f"model built from the columns: preset {name} differs in {', '.join(differ)}")
+    return None
+
+
+ModelCompletion = Callable[[dict[str, str], dict[str, Any], list[str]], dict[str, Any]]
+"""A schema's rule for the ModelSpec fields ``architecture`` does not read: (row, those fields, assumed) -> every
+ModelSpec field; the defaults it takes go to ``assumed``."""
+
+
+def row_model(row: dict[str, str], assumed: list[str], complete: ModelCompletion) -> ModelSpec:
+    """The model of a validation row: the preset its ``model_preset`` names (``named_preset``), else a ModelSpec
+    from the columns, ``architecture`` completed by the schema's ``complete`` (training:
+    :func:`workbench.validate.training_model.complete_model`, from the preset of the same architecture; serving:
+    :func:`workbench.validate.serving_specs.complete_model`, from the schema's own columns). Unexpressible (or
+    the ModelSpec's ValueError) naming what the row lacks."""
+    named = named_preset(row, assumed)
+    if named is not None:
+        return named
+    return ModelSpec(**complete(row, architecture(row), assumed))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

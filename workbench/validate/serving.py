@@ -28,10 +28,18 @@ from workbench.serving.steady import steady_window
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
 from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
-from workbench.validate.rows import SkippedRow, Unexpressible, ape, build_cases, mape_by, skipped_row
+from workbench.validate.rows import (
+    SkippedRow,
+    Unexpressible,
+    ape,
+    build_cases,
+    mape_by,
+    row_model,
+    skipped_row,
+)
 from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows, row_measured
 from workbench.validate.serving_phase import row_phases
-from workbench.validate.serving_specs import row_cluster, row_model, row_plan
+from workbench.validate.serving_specs import complete_model, row_cluster, row_plan
 from workbench.validate.serving_workload import row_workload
 
 METRIC_GROUPS: dict[str, str] = {
@@ -84,7 +92,7 @@ def row_case(row: dict[str, str]) -> ServingCase:
     workload = None
     if not row["phase"].strip():
         raise Unexpressible("phase is blank")
-    model = row_model(row, assumed)
+    model = row_model(row, assumed, complete_model)
     cluster = row_cluster(row, assumed)
     plan = row_plan(row, model, cluster, assumed)
     measured = row_measured(row)

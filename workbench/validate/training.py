@@ -52,10 +52,11 @@ from workbench.validate.rows import (
     fit_verdict,
     mape_by,
     mean,
+    row_model,
     skipped_row,
 )
 from workbench.validate.training_csv import BOOLEAN_COLUMNS
-from workbench.validate.training_model import row_cluster, row_model
+from workbench.validate.training_model import complete_model, row_cluster
 from workbench.validate.tuning import (
     default_micro_batch_size,
     largest_fitting_micro_batch,
@@ -193,7 +194,7 @@ def row_case(
     _check_row(row)
     assumed: list[str] = []
     fw = apply_recipe_columns(row, row_framework(row, assumed, framework))
-    model = row_model(row, assumed)
+    model = row_model(row, assumed, complete_model)
     cluster = row_cluster(row, assumed, data_dir)
     plan, workload = _row_plan(row, model, cluster, fw, assumed)
     if not row["micro_batch_size"] and plan.pp == 1 and cell_number(row, "global_batch_size") is not None:

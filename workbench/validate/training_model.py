@@ -1,4 +1,5 @@
-"""A training validation row's model and cluster (``row_model``, ``row_cluster``), for
+"""A training validation row's model and cluster (``complete_model`` for :func:`workbench.validate.rows.row_model`,
+``row_cluster``), for
 :mod:`workbench.validate.training`.
 
 Fields the schema lacks (``SCHEMA_LESS_FIELDS``: a head size other than hidden/heads, Qwen3's q/k norms, MLA's
@@ -14,24 +15,8 @@ from typing import Any
 
 from workbench.presets.catalog import load_cluster, load_device, load_model, preset_names, profiles_dir
 from workbench.specs.hardware import ClusterSpec
-from workbench.specs.model import AttentionKind, ModelSpec, NormKind
-from workbench.validate.rows import Unexpressible, cell_count, cell_number
-
-DEFAULT_CLUSTER = {
-    "h100-sxm5-80gb": "dgx-h100",
-    "a100-sxm4-80gb": "dgx-a100",
-    "a100-sxm4-40gb": "dgx-a100",
-    "h200-sxm-141gb": "dgx-h200",
-    "b200-sxm-180gb": "dgx-b200",
-    "h100-sxm5-96gb": "dgx-h100",
-    "h800-sxm5-80gb": "hgx-h800",
-    "h20-96gb": "hgx-h20",
-    "gb200": "gb200-nvl72",
-    "gb300": "gb300-nvl72",
-}
-"""The cluster a row of each device is priced on when its ``cluster`` is blank, or an ``other-*`` id that is
-neither a preset nor described beside the CSV (listed in ``assumed`` as ``cluster`` or ``cluster:<id>``)."""
-
+from workbench.specs.model import ModelSpec, NormKind
+from workbench.validate.rows import DEFAULT_CLUSTER, Unexpressible, cell_count, cell_number
 
 SCHEMA_LESS_FIELDS = (
     "head_dim",
@@ -114,8 +99,9 @@ _FILLED_FROM_PRESET = ("ffn_hidden_size", "vocab_size")
 """Columns a row may leave blank that a matching preset then fills (a given dense MLP size is compared)."""
 
 
-def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
-    """A ModelSpec from the architecture columns. The fields the CSV has no column for
+def complete_model(row: dict[str, str], arch: dict[str, Any], assumed: list[str]) -> dict[str, Any]:
+    """The training schema's rule for a row's model (:func:`workbench.validate.rows.row_model`), on the fields
+    ``arch`` read. The fields the CSV has no column for
     (``SCHEMA_LESS_FIELDS``) come from the model preset with the same architecture when there is one
     (listed in ``assumed`` as ``architecture:<preset>``), matched on the columns the row fills; that preset also
     fills the row's blank dense MLP size and vocabulary, a GQA row's blank key/value heads and an MoE row's blank
@@ -123,30 +109,20 @@ def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
     heads, a dense MLP of 4 x hidden, a 51,200-token vocabulary, key/value heads = heads, no shared experts,
     and MLA rows take DeepSeek-V3's ranks (``mla_dims``) with 3 dense layers when the row gives a dense MLP
     size; an MoE row without top-k or expert size is Unexpressible."""
-    h, a = cell_count(row, "hidden_size"), cell_count(row, "num_attention_heads")
-    attention = row["attention"] or "mha"
-    gated = row["gated_mlp"] == "true"
-    experts = int(cell_number(row, "num_experts") or 0)
+    h, a = arch["hidden_size"], arch["num_attention_heads"]
+    attention, gated, experts = arch["attention"], arch["gated_mlp"], arch["num_experts"]
     expert_cols = ("experts_per_token", "moe_ffn_hidden_size", "num_shared_experts") if experts else ()
     unknown = tuple(c for c in expert_cols if cell_number(row, c) is None)
     if attention == "gqa" and cell_number(row, "num_key_value_heads") is None:
         unknown += ("num_key_value_heads",)
     kv = int(cell_number(row, "num_key_value_heads") or a)
     extra: dict[str, Any] = {c: int(cell_number(row, c) or 0) for c in expert_cols}
-    if experts:
-        extra["num_experts"] = experts
     base = {
-        "name": row["model_name"] or row["id"],
-        "num_layers": cell_count(row, "num_layers"),
-        "hidden_size": h,
-        "num_attention_heads": a,
+        **arch,
         "num_key_value_heads": kv if attention != "mla" else a,
         "head_dim": h // a,
-        "ffn_hidden_size": int(cell_number(row, "ffn_hidden_size") or 0),
         "vocab_size": int(cell_number(row, "vocab_size") or 0),
-        "gated_mlp": gated,
         "tied_embeddings": not gated,
-        "attention": AttentionKind(attention),
         "norm": NormKind.RMSNORM if gated else NormKind.LAYERNORM,
         "linear_bias": not gated,
     }
@@ -188,7 +164,7 @@ def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
             )
             extra["num_dense_layers"] = 3 if base["ffn_hidden_size"] and experts else 0
             assumed.append("mla_dims")
-    return ModelSpec(**{**base, **extra})
+    return {**base, **extra}
 
 
 def row_cluster(row: dict[str, str], assumed: list[str], data_dir: Path | None = None) -> ClusterSpec:
