@@ -7,7 +7,7 @@ each group of rows with the same model, device, device count and sequence length
 of the predicted-best row over the measured best), and the time of one estimate at pp=64, m=512.
 With ``--cv`` the MAPE figures are leave-one-source-out (the headline) with the in-sample ones beside them.
 With ``--cv`` it also prints the mean signed error, the error band's out-of-sample coverage and every fitted
-constant's spread over the folds (:mod:`workbench.validate_band`).
+constant's spread over the folds (:mod:`workbench.validate.band`).
 Usage: python benchmarks/bench_accuracy.py [--data CSV] [--calibration NAME] [--cv]
 """
 
@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--cv", action="store_true", help="leave one source out (refits; a few minutes)")
     args = ap.parse_args()
     if args.cv:
-        from workbench.validate_band import cross_validate_with_band
+        from workbench.validate.band import cross_validate_with_band
 
         res, _ = cross_validate_with_band(args.data, calibration=args.calibration)
     else:

@@ -3,7 +3,7 @@ throughput where a row gives it) and what the simulation of one validation row c
 
 Usage: python benchmarks/bench_serving.py [--data CSV] [--json]
 Prints predicted vs measured per row and statistic, the skipped rows with reasons, the MAPE per metric group, per
-source and per source and metric group (``workbench.serving.validate``), and the constants of the serving engine
+source and per source and metric group (``workbench.validate.serving``), and the constants of the serving engine
 profiles that priced the rows (``profiles/engines/``, each cited there). Nothing is fitted to the rows. The
 simulator's own speed floor is measured by ``benchmarks/bench_serving_sim.py``.
 """
@@ -16,8 +16,8 @@ import time
 
 from workbench.presets.engines import load_engine
 from workbench.serving.cost import MIN_KERNEL_S
-from workbench.serving.rows import DEFAULT_SERVING_DATA
-from workbench.serving.validate import validate_serving
+from workbench.validate.serving import validate_serving
+from workbench.validate.serving_csv import DEFAULT_SERVING_DATA
 
 FLOOR_MAPE_FRAC = 0.20
 """Issue 16's turn floor on each metric group."""

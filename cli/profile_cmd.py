@@ -191,9 +191,9 @@ def calibrate_cmd(
     validate reads it); print the error before and after."""
     from workbench_cli._common import Output, check_outputs, echo_json, print_table, shown, write_outputs
 
-    from workbench.calibrate import calibrate_device, write_calibration
     from workbench.presets.kernels import kernel_table_names, load_kernel_table
     from workbench.presets.profile_table import read_profile
+    from workbench.validate.calibrate import calibrate_device, write_calibration
 
     target = Path(out_path) if out_path else Path(profile_dir) / "kernels.toml"
     check_outputs(Output("--out", target), force=force)

@@ -68,7 +68,7 @@ def validate_cmd(
             raise click.BadParameter("needs --cv source (made from its folds)", param_hint=flag)
     check_outputs(output_file("--write-fit", fit_path), output_file("--write-band", band_path), force=force)
     path = check_input_file(data or DEFAULT_DATA, "file")  # a directory or a FIFO is named as such
-    from workbench.serving.validate import is_serving_file
+    from workbench.validate.serving import is_serving_file
 
     if is_serving_file(path):
         if cv or framework or kernels:
@@ -79,7 +79,7 @@ def validate_cmd(
         return
     source = f"workbench validate --cv source --data {path}"
     if cv:
-        from workbench.validate_band import cross_validate_with_band, write_band_table
+        from workbench.validate.band import cross_validate_with_band, write_band_table
 
         result, table = cross_validate_with_band(
             path,
@@ -228,8 +228,8 @@ def _print_cv_extras(result: dict[str, Any]) -> None:
 
 
 def _serving(path: Any, calibration: str, as_json: bool) -> None:
-    """Score a serving file (``workbench.serving.validate``): rows, skipped rows, MAPE per metric and source."""
-    from workbench.serving.validate import validate_serving
+    """Score a serving file (``workbench.validate.serving``): rows, skipped rows, MAPE per metric and source."""
+    from workbench.validate.serving import validate_serving
 
     result = validate_serving(path, calibration=calibration)
     if as_json:

@@ -11,7 +11,7 @@ from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_device, load_model
 from workbench.presets.frameworks import load_framework
 from workbench.specs.plan import ParallelPlan, Workload
-from workbench.validate_readings import apply_recipe_columns
+from workbench.validate.readings import apply_recipe_columns
 
 
 def _float8_linear_speedup(m: int, k: int, n: int, recipe: str) -> float:

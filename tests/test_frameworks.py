@@ -215,7 +215,7 @@ def test_the_fit_leaves_a_valley_where_one_constant_at_a_time_is_stuck(
     """A coupled objective over two grids (a narrow valley along kernel efficiency index - host overhead index
     = 2, falling towards higher values): from (0.9, 4e-4), on the valley, every move of one constant alone
     climbs out of it, so sweeps stay put; diagonal steps walk the valley to its low end (1.0, 8e-4)."""
-    import workbench.validate as V
+    import workbench.validate.fit as V
 
     ke, host = V.FIT_GRID["kernel_efficiency_frac"], V.FIT_GRID["host_overhead_per_layer_s"]
 

@@ -60,18 +60,16 @@ def test_every_device_id_of_the_validation_readme_is_a_preset_with_a_default_nod
     # A published row (training or serving) may use any device id the schema lists; none may be unknown.
     import re
 
-    from workbench.serving.rows_specs import DEFAULT_CLUSTER as SERVING_NODE
-    from workbench.validate import DEFAULT_CLUSTER as TRAINING_NODE
+    from workbench.validate.rows import DEFAULT_CLUSTER
 
     readme = (Path(__file__).resolve().parents[1] / "profiles" / "validation" / "README.md").read_text()
     sections = re.findall(r"^## Device ids.*?(?=^## )", readme, flags=re.M | re.S)
     devices = {i for sec in sections for i in re.findall(r"^\| `([a-z0-9.-]+)` \|", sec, flags=re.M)}
     assert {"h20-96gb", "a100-sxm4-40gb", "gb300"} <= devices
     assert devices <= set(catalog.preset_names("device"))
-    for device in devices - {"rtx4090-24gb", "rtx-pro-6000-96gb"}:  # PCIe cards: serving rows only
-        node = TRAINING_NODE.get(device) or SERVING_NODE.get(device)
-        assert node in catalog.preset_names("cluster"), device  # rows put their own device on it
-    assert catalog.load_cluster(SERVING_NODE["h20-96gb"]).device.peak("bf16") == 148e12
+    for device in devices:  # rows put their own device on its node
+        assert DEFAULT_CLUSTER[device] in catalog.preset_names("cluster"), device
+    assert catalog.load_cluster(DEFAULT_CLUSTER["h20-96gb"]).device.peak("bf16") == 148e12
 
 
 def test_required_presets_exist() -> None:

@@ -18,9 +18,11 @@ from workbench.serving.cost import (
     expected_experts_touched,
     kv_bytes_per_token,
 )
-from workbench.serving.rows import DEFAULT_SERVING_DATA, SkippedRow, read_serving_rows, row_case, row_cases
 from workbench.specs.engine import EngineProfile
 from workbench.specs.serving import Disaggregation, ServingDType, ServingPlan
+from workbench.validate.rows import Unexpressible
+from workbench.validate.serving import row_case, row_cases
+from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows
 
 GIB = 2**30
 H100_BYTES_PER_S = 3.35e12  # H100 SXM5 datasheet
@@ -309,11 +311,13 @@ def test_validation_rows_shipped_and_read() -> None:
     )  # generated tokens, EOS not ignored
 
 
-def test_row_reasons_are_returned_not_raised() -> None:
+def test_row_reasons_are_raised_by_a_case_and_returned_by_the_file() -> None:
     row = dict(read_serving_rows()[0])
     row["tp"] = "3"
-    result = row_case(row)
-    assert isinstance(result, SkippedRow) and "replicas * tp * pp" in result.reason
+    with pytest.raises(Unexpressible, match=r"replicas \* tp \* pp"):
+        row_case(row)
+    cases, skipped = row_cases([row])
+    assert cases == [] and skipped[0].id == row["id"] and "replicas * tp * pp" in skipped[0].reason
 
 
 def test_read_serving_rows_rejects_bad_files(tmp_path) -> None:

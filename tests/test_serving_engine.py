@@ -15,14 +15,12 @@ from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_device, load_model
 from workbench.presets.engines import engine_from_dict, engine_names, load_engine
 from workbench.serving.cost import ReplicaCost
-from workbench.serving.rows import (
-    ServingCase,
-    read_serving_rows,
-    row_case,
-    trtllm_bench_settings,
-)
+from workbench.serving.engine_defaults import trtllm_bench_settings
 from workbench.specs.engine import EngineProfile
 from workbench.specs.serving import ServingDType, ServingPlan
+from workbench.validate.rows import Unexpressible
+from workbench.validate.serving import ServingCase, row_case
+from workbench.validate.serving_csv import read_serving_rows
 
 GIB = 2.0**30
 
@@ -186,8 +184,8 @@ def test_lss_rows_replay_their_trace() -> None:
     assert sum(t[1] for t in trace) == 257_239 and sum(t[2] for t in trace) == 195_753
     assert trace[-1][0] - trace[0][0] == pytest.approx(29.14, abs=0.01)
     row = next(r for r in read_serving_rows() if r["id"] == "LSS-01")
-    wrong = row_case({**row, "num_requests": "299"})
-    assert not isinstance(wrong, ServingCase) and "does not describe this run" in wrong.reason
+    with pytest.raises(ValueError, match="does not describe this run"):
+        row_case({**row, "num_requests": "299"})
     apex = _case("APEX-06")  # no trace file shipped: Poisson at the row's rate with the mean lengths
     assert apex.workload.arrival.value == "poisson"
 
@@ -234,16 +232,16 @@ def test_a_blank_replica_count_or_tensor_degree_is_what_the_devices_leave() -> N
         assert isinstance(case, ServingCase), case
         assert (case.plan.replicas, case.plan.tp) == (4, 2)
         assert any(a.startswith(f"{blank}=") for a in case.assumed)
-    both = row_case({**row, "replicas": "", "tp": ""})
-    assert not isinstance(both, ServingCase) and "tp is blank" in both.reason
-    odd = row_case({**row, "replicas": "", "tp": "3"})
-    assert not isinstance(odd, ServingCase) and "not a multiple of tp x pp x attention_dp = 3" in odd.reason
+    with pytest.raises(Unexpressible, match="tp is blank"):
+        row_case({**row, "replicas": "", "tp": ""})
+    with pytest.raises(Unexpressible, match="not a multiple of tp x pp x attention_dp = 3"):
+        row_case({**row, "replicas": "", "tp": "3"})
 
 
 def test_serving_code_cells_are_read_case_insensitively(tmp_path: Path) -> None:
     import csv
 
-    from workbench.serving.rows_csv import SERVING_COLUMNS
+    from workbench.validate.serving_csv import SERVING_COLUMNS
 
     row = next(r for r in read_serving_rows() if r["id"] == "TRT-02")
     shouted = {**row, "engine": "TRTLLM", "weight_dtype": "FP8 ", "activation_dtype": "Fp8", "phase": "E2E"}

@@ -15,9 +15,13 @@ from workbench_cli import cli
 from workbench.presets.calibration import load_calibration
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.phases import decode_tokens_per_s_per_device, prefill_tokens_per_s_per_device
-from workbench.serving.rows import DEFAULT_SERVING_DATA, ServingCase, read_serving_rows, row_case
-from workbench.serving.rows_csv import LATER_COLUMNS, SERVING_COLUMNS
-from workbench.serving.validate import case_predictions
+from workbench.validate.serving import ServingCase, case_predictions, row_case
+from workbench.validate.serving_csv import (
+    DEFAULT_SERVING_DATA,
+    LATER_COLUMNS,
+    SERVING_COLUMNS,
+    read_serving_rows,
+)
 
 CAL = load_calibration("default")
 

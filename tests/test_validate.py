@@ -1,4 +1,4 @@
-"""``workbench.validate`` on a small file of the public schema."""
+"""``workbench.validate`` (training) on a small file of the public schema."""
 
 from __future__ import annotations
 

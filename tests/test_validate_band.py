@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from workbench.validate import DEFAULT_DATA
-from workbench.validate_band import constant_spread, signed_errors, throughput_log_ratio
+from workbench.validate.band import constant_spread, signed_errors, throughput_log_ratio
 
 ROWS = [
     {
@@ -60,7 +60,7 @@ def test_cross_validation_writes_a_band_table_that_reads_back(tmp_path: Path) ->
     import csv
 
     from workbench.estimate.band import read_band_table
-    from workbench.validate_band import cross_validate_with_band, write_band_table
+    from workbench.validate.band import cross_validate_with_band, write_band_table
 
     with DEFAULT_DATA.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)

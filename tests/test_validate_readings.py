@@ -1,11 +1,11 @@
-"""Rows read as their authors meant (workbench.validate_readings): the FLOP count a row's own numbers imply."""
+"""Rows read as their authors meant (workbench.validate.readings): the FLOP count a row's own numbers imply."""
 
 from __future__ import annotations
 
 import pytest
 
 from workbench.presets.catalog import load_device, load_model
-from workbench.validate_readings import read_arithmetic
+from workbench.validate.readings import read_arithmetic
 
 GPT_1T = {"l": 128, "h": 25600, "V": 51200, "s": 2048}
 """Megatron GPT 1T (Narayanan et al. SC21 Table 1): layers, hidden size, vocabulary, sequence."""

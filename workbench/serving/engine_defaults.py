@@ -1,5 +1,5 @@
 """What the serving engines do when a run leaves a setting blank: batching budgets, sequence caps and engine
-profiles per engine (``workbench.serving.rows_specs`` reads the validation rows with them), and the batch sizing
+profiles per engine (``workbench.validate.serving_specs`` reads the validation rows with them), and the batch sizing
 ``trtllm-bench`` computes for itself."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ ENGINE_PROFILES = {
     "sglang": "sglang",
     "trtllm": "trtllm",
 }
-"""Engine key (``workbench.serving.rows_specs._engine_key``) -> serving engine profile id (``profiles/engines/``)."""
+"""Engine key (``workbench.validate.serving_specs._engine_key``) -> serving engine profile id (``profiles/engines/``)."""
 
 TRTLLM_BENCH_KV_FRAC = 0.9
 """``trtllm-bench --kv_cache_free_gpu_mem_fraction`` default (the TRT-LLM perf-overview page's fallback)."""

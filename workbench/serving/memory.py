@@ -1,6 +1,6 @@
 """Memory of one serving engine's device: weights, the activation peak vLLM profiles, the memory outside PyTorch,
 and the KV cache that fits beside them (vLLM's sizing; TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` is turned
-into the same share by ``workbench.serving.rows_specs``).
+into the same share by ``workbench.validate.serving_specs``).
 
 KV bytes per token and layer (Kwon et al. 2023, PagedAttention, arXiv:2309.06180, section 2): GQA/MHA store K and
 V, ``2 * num_key_value_heads * head_dim * bytes``, split over tp by heads (a rank keeps at least one head: vLLM

@@ -1,6 +1,6 @@
 """Replay files of the ``trace`` rows of a serving validation file: every request's arrival time and lengths, so a
 row is simulated with the requests the source ran instead of Poisson arrivals with mean lengths (the fallback of
-``workbench.serving.rows_workload`` when no file ships)."""
+``workbench.validate.serving_workload`` when no file ships)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from workbench.presets.catalog import profiles_dir
 from workbench.serving.requests import Requests
 from workbench.specs.serving import Arrival, ServingWorkload
+from workbench.validate.rows import cell_number
 
 TRACE_DIR = profiles_dir() / "validation"
 """Folder of the replay files of ``trace`` rows (``trace_file``). Shipped: the three LLMServingSim workloads
@@ -37,10 +38,10 @@ def trace_workload(row: dict[str, str], n_req: int, assumed: list[str]) -> Servi
     inputs, outputs = req.input_tokens, req.output_tokens
     problems = [] if len(req) == n_req else [f"{len(req)} requests, not num_requests={n_req}"]
     for side, values in (("input", inputs), ("output", outputs)):
-        mean = _num(row, f"{side}_tokens_mean")
+        mean = cell_number(row, f"{side}_tokens_mean")
         if mean is not None and round(float(values.mean())) != round(mean):
             problems.append(f"{side} mean {values.mean():.1f} != {side}_tokens_mean {mean:g}")
-    total = _num(row, "output_tokens_total")
+    total = cell_number(row, "output_tokens_total")
     if row["ignore_eos"].strip() != "true" and (total is None or int(outputs.sum()) != int(total)):
         problems.append("EOS not ignored and the generated token count does not match output_tokens_total")
     if problems:
@@ -48,8 +49,3 @@ def trace_workload(row: dict[str, str], n_req: int, assumed: list[str]) -> Servi
     assumed.append(f"requests replayed from {path.name} (arrival times and lengths of the run)")
     trace = zip(req.arrival_s.tolist(), inputs.tolist(), outputs.tolist(), strict=True)
     return ServingWorkload(arrival=Arrival.TRACE, trace=tuple(trace))
-
-
-def _num(row: dict[str, str], key: str) -> float | None:
-    text = row.get(key, "").strip()
-    return float(text) if text else None

@@ -1,19 +1,20 @@
-"""The serving validation file: its columns, reading and checking it (``read_serving_rows``), reading one cell
-(``cell_number``, ``cell_count``) and the measured values of a row (``row_measured``).
+"""The serving validation file: its columns, reading and checking it (``read_serving_rows``) and the measured
+values of a row (``row_measured``); one cell is read with :func:`workbench.validate.rows.cell_number` and
+:func:`workbench.validate.rows.cell_count`.
 
 The schema is ``shared/validation/README.md`` ("Serving validation set"); the shipped copy is
-``profiles/validation/serving_public.csv``. :mod:`workbench.serving.rows` turns the rows into specs.
+``profiles/validation/serving_public.csv``. :mod:`workbench.validate.serving` turns the rows into specs.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 from workbench.presets.catalog import profiles_dir
 from workbench.specs import limits
-from workbench.specs.files import check_input_file, normalised_cells
+from workbench.specs.files import normalised_cells
+from workbench.validate.rows import cell_number, check_unique_ids, read_table, row_place
 
 DEFAULT_SERVING_DATA = profiles_dir() / "validation" / "serving_public.csv"
 """The shipped copy of the team's public serving set (``shared/validation/serving_public.csv``)."""
@@ -123,54 +124,40 @@ MEASURED: dict[str, tuple[str, float]] = {
 """CSV column -> (key of ``ServingCase.measured`` in SI units, factor from the column's unit)."""
 
 
-class Unexpressible(ValueError):
-    """The reason the specs cannot express a row (``row_case`` turns it into a ``SkippedRow``)."""
+def _check_header(where: Path, header: tuple[str, ...]) -> None:
+    """ValueError naming the missing and unknown columns when ``header`` is neither ``SERVING_COLUMNS`` nor it
+    without ``LATER_COLUMNS``."""
+    if header not in (SERVING_COLUMNS, SERVING_COLUMNS[: -len(LATER_COLUMNS)]):
+        missing = [c for c in SERVING_COLUMNS if c not in header]
+        extra = [c for c in header if c not in SERVING_COLUMNS]
+        raise ValueError(
+            f"{where}: the header must be the serving columns of shared/validation/README.md in order "
+            f"(missing: {', '.join(missing) or 'none'}; unknown: {', '.join(extra[:5]) or 'none'})"
+        )
+
+
+def _read_row(row: dict[str, str], where: Path, line: int) -> dict[str, str]:
+    """One row with the later columns a shorter header lacks read blank, checked and its codes lower-cased."""
+    for col in LATER_COLUMNS:
+        row.setdefault(col, "")
+    at = row_place(where, line, row)
+    _check_numbers(row, at)
+    row = normalised_cells(row, SERVING_CODE_COLUMNS)
+    _check_values(row, at)
+    return row
 
 
 def read_serving_rows(path: str | Path = DEFAULT_SERVING_DATA) -> list[dict[str, str]]:
-    """The CSV rows as dicts (default: the shipped ``serving_public.csv``). ValueError naming the file (and the
-    line, row id, column and value) when: the header is not ``SERVING_COLUMNS`` (or it without
-    ``LATER_COLUMNS``, which then read blank), there are no data rows or more
-    than ``limits.MAX_VALIDATION_ROWS``, a row has a different number of cells, an id repeats, a cell is not CSV,
-    a filled numeric cell is not a finite number >= 0,
-    or a value is out of its column's range (``_check_values``: codes, counts, shares). FileNotFoundError when the file does not exist."""
-    where = check_input_file(path, "serving validation CSV file")
-    rows: list[dict[str, str]] = []
-    try:
-        with where.open(newline="", encoding="utf-8-sig") as fh:  # a byte-order mark (Excel) is read
-            reader = csv.DictReader(fh)
-            header = tuple(reader.fieldnames or ())
-            later = header == SERVING_COLUMNS[: -len(LATER_COLUMNS)]
-            if header != SERVING_COLUMNS and not later:
-                missing = [c for c in SERVING_COLUMNS if c not in header]
-                extra = [c for c in header if c not in SERVING_COLUMNS]
-                raise ValueError(
-                    f"{where}: the header must be the serving columns of shared/validation/README.md in order "
-                    f"(missing: {', '.join(missing) or 'none'}; unknown: {', '.join(extra[:5]) or 'none'})"
-                )
-            for row in reader:
-                if len(rows) >= limits.MAX_VALIDATION_ROWS:
-                    raise ValueError(
-                        f"{where}: more than {limits.MAX_VALIDATION_ROWS:,} rows (MAX_VALIDATION_ROWS)"
-                    )
-                if None in row or None in row.values():
-                    raise ValueError(f"{where}: line {reader.line_num}: {len(header)} cells expected")
-                if later:
-                    row.update(dict.fromkeys(LATER_COLUMNS, ""))
-                at = f"{where}: line {reader.line_num} (row {limits.shown(row['id'])})"
-                _check_numbers(row, at)
-                row = normalised_cells(row, SERVING_CODE_COLUMNS)
-                _check_values(row, at)
-                rows.append(row)
-    except csv.Error as exc:
-        raise ValueError(f"{where}: not a readable CSV file ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    if not rows:
-        raise ValueError(f"{where}: no data rows")
-    ids = [r["id"] for r in rows]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{where}: duplicate row ids: {sorted({i for i in ids if ids.count(i) > 1})}")
+    """The CSV rows as dicts (default: the shipped ``serving_public.csv``), read with
+    :func:`workbench.validate.rows.read_table`. ValueError naming the file (and the line, row id, column and
+    value) when: the header is not ``SERVING_COLUMNS`` (or it without ``LATER_COLUMNS``, which then read blank),
+    there are no data rows or more than ``limits.MAX_VALIDATION_ROWS``, a row has a different number of cells, an
+    id repeats, a cell is not CSV, a filled numeric cell is not a finite number >= 0, or a value is out of its
+    column's range (``_check_values``: codes, counts, shares). FileNotFoundError when the file does not exist."""
+    where, rows, _ = read_table(
+        path, "serving validation CSV file", check_header=_check_header, read_row=_read_row
+    )
+    check_unique_ids(where, rows)
     return rows
 
 
@@ -210,31 +197,6 @@ def _check_values(row: dict[str, str], where: str) -> None:
         raise ValueError(
             f"{where}: column spec_accept_len: {accept:g} must be >= 1 (the target token counts)"
         )
-
-
-def cell_number(row: dict[str, str], key: str) -> float | None:
-    """The number in column ``key`` of a checked row (``read_serving_rows``), or None when it is blank or
-    absent."""
-    text = row.get(key, "").strip()
-    return float(text) if text else None
-
-
-def cell_count(
-    row: dict[str, str], key: str, default: int | None = None, assumed: list[str] | None = None
-) -> int:
-    """The count (a whole number >= 1) in column ``key``; a blank cell gives ``default``, noted as ``key=default``
-    in ``assumed`` when that list is given. Raises ``Unexpressible`` for a blank cell without a default or a value
-    that is not a count."""
-    value = cell_number(row, key)
-    if value is None:
-        if default is None:
-            raise Unexpressible(f"{key} is blank")
-        if assumed is not None:
-            assumed.append(f"{key}={default}")
-        return default
-    if value != int(value) or value < 1:
-        raise Unexpressible(f"{key}={value:g} is not a count >= 1")
-    return int(value)
 
 
 def row_measured(row: dict[str, str]) -> dict[str, float]:

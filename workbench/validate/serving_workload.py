@@ -1,6 +1,6 @@
-"""The request process of a serving validation row (``row_workload``), for :mod:`workbench.serving.rows`.
+"""The request process of a serving validation row (``row_workload``), for :mod:`workbench.validate.serving`.
 
-A ``trace`` row is replayed from its trace file (``workbench.serving.traces``: every request's arrival time and
+A ``trace`` row is replayed from its trace file (``workbench.validate.serving_traces``: every request's arrival time and
 lengths) when one ships; without it, it is simulated as Poisson arrivals at its rate with the mean lengths (the
 README's reading); per-request means come from the totals where the row gives them (``output_tokens_total`` counts
 what was really generated when EOS was not ignored). A row the specs cannot express raises ``Unexpressible`` with
@@ -9,10 +9,12 @@ the reason.
 
 from __future__ import annotations
 
-from workbench.serving.rows_csv import Unexpressible, cell_count, cell_number
+from functools import partial
+
 from workbench.serving.steady import steady_state_requests
-from workbench.serving.traces import trace_workload
 from workbench.specs.serving import Arrival, ServingWorkload
+from workbench.validate.rows import Unexpressible, cell_count, cell_number
+from workbench.validate.serving_traces import trace_workload
 
 
 def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
@@ -45,26 +47,17 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
             assumed.append(f"{side}_tokens={lengths[side]} = {side}_tokens_total / num_requests")
         else:
             lengths[side] = max(1, round(mean or 1))
-    n_in, n_out = lengths["input"], lengths["output"]
-    hit = cell_number(row, "prefix_hit_rate") or 0.0
+    requests = partial(
+        ServingWorkload,
+        num_requests=n_req,
+        input_tokens=lengths["input"],
+        output_tokens=lengths["output"],
+        prefix_hit_rate=cell_number(row, "prefix_hit_rate") or 0.0,
+    )
     if kind == "offline":
-        return ServingWorkload(
-            arrival=Arrival.OFFLINE,
-            num_requests=n_req,
-            input_tokens=n_in,
-            output_tokens=n_out,
-            prefix_hit_rate=hit,
-        )
+        return requests(arrival=Arrival.OFFLINE)
     if kind == "closed_loop":
-        concurrency = cell_count(row, "concurrency")
-        return ServingWorkload(
-            arrival=Arrival.CLOSED,
-            concurrency=concurrency,
-            num_requests=n_req,
-            input_tokens=n_in,
-            output_tokens=n_out,
-            prefix_hit_rate=hit,
-        )
+        return requests(arrival=Arrival.CLOSED, concurrency=cell_count(row, "concurrency"))
     rate = cell_number(row, "request_rate_per_s")
     if rate is None or rate <= 0:
         raise Unexpressible("request_rate_per_s is blank")
@@ -75,11 +68,4 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
         assumed.append(
             f"trace {row['input_tokens_dist']} not at hand: Poisson at {rate:g}/s with mean lengths"
         )
-    return ServingWorkload(
-        arrival=Arrival.POISSON,
-        request_rate_per_s=rate,
-        num_requests=n_req,
-        input_tokens=n_in,
-        output_tokens=n_out,
-        prefix_hit_rate=hit,
-    )
+    return requests(arrival=Arrival.POISSON, request_rate_per_s=rate)

@@ -1,7 +1,12 @@
 """Published serving runs against the simulator: predicted vs measured TTFT, TPOT and throughput per row, the
 MAPE per metric group and per source (``workbench validate --data serving_public.csv``).
 
-Every expressible row of the file (:func:`workbench.serving.rows.row_cases`) is simulated with
+Each row becomes (model, cluster, plan, workload, measured values) (:func:`row_case`), or a reason why the specs
+cannot express it: reading and checking the file (:mod:`workbench.validate.serving_csv`), the model, cluster and
+plan of a row with the engines' documented defaults for blank columns (:mod:`workbench.validate.serving_specs`),
+its request process, replayed from a trace file where one ships (:mod:`workbench.validate.serving_workload`), or
+the batch of a phase-only row (:mod:`workbench.validate.serving_phase`).
+Every expressible row of the file (:func:`row_cases`) is simulated with
 :func:`workbench.serving.estimate.serve_estimate`; each measured column the row fills is compared with the
 same statistic of the simulation. Nothing is fitted to these rows: the serving cost uses the kernel tables, the
 device presets and the serving engine profiles (``profiles/engines/``, each value cited there) only; every row
@@ -11,14 +16,31 @@ names the engine profile that priced it.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.presets.calibration import Calibration
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.estimate import ServingEstimate, serve_estimate
-from workbench.serving.phases import phase_predictions
-from workbench.serving.rows import DEFAULT_SERVING_DATA, ServingCase, read_serving_rows, row_cases
+from workbench.serving.phases import PhaseBatch, phase_predictions
 from workbench.serving.steady import steady_window
+from workbench.specs.hardware import ClusterSpec
+from workbench.specs.model import ModelSpec
+from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
+from workbench.validate.rows import (
+    SkippedRow,
+    Unexpressible,
+    ape,
+    build_cases,
+    mape_by,
+    row_model,
+    skipped_row,
+)
+from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows, row_measured
+from workbench.validate.serving_phase import row_phases
+from workbench.validate.serving_specs import complete_model, row_cluster, row_plan
+from workbench.validate.serving_workload import row_workload
 
 METRIC_GROUPS: dict[str, str] = {
     "ttft_mean_s": "ttft",
@@ -33,7 +55,69 @@ METRIC_GROUPS: dict[str, str] = {
     "requests_per_s": "throughput",
     "kv_cache_capacity_tokens": "kv_capacity",
 }
-"""Measured statistic (``workbench.serving.rows_csv.MEASURED``) -> the group its error is averaged in."""
+"""Measured statistic (``workbench.validate.serving_csv.MEASURED``) -> the group its error is averaged in."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ServingCase:
+    """One expressible row as specs, with its measured values (SI units) and the defaults it needed."""
+
+    id: str
+    source_key: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: ServingPlan
+    workload: ServingWorkload | None
+    """The request process of a whole-request (``e2e``) row; None for a phase-only row."""
+    phases: tuple[PhaseBatch, ...] = ()
+    """A phase-only row's phases at their batch (:mod:`workbench.validate.serving_phase`); empty for ``e2e``."""
+    steady_concurrency: int | None = None
+    """A closed loop whose run length is not given: its clients, and the row is scored in steady state
+    (``workbench.serving.steady.steady_window``)."""
+    measured: dict[str, float]
+    """Keys of ``MEASURED`` (``ttft_mean_s``, ``output_tokens_per_s``, ...): only those the row fills."""
+    scope: str
+    """``system`` (whole deployment) or ``one_replica`` (latencies of one replica's requests only)."""
+    assumed: tuple[str, ...]
+    """One line per default taken for a blank column, with its reason."""
+    row: dict[str, str] = field(repr=False)
+
+
+def row_case(row: dict[str, str]) -> ServingCase:
+    """Specs for one row. Raises Unexpressible with the reason the specs cannot express it, or the ValueError of
+    a spec or the cost model (such as weights that do not fit): the same contract as the training
+    :func:`workbench.validate.training.row_case`; :func:`row_cases` skips such rows with the reason."""
+    assumed: list[str] = []
+    phases: tuple[PhaseBatch, ...] = ()
+    workload = None
+    if not row["phase"].strip():
+        raise Unexpressible("phase is blank")
+    model = row_model(row, assumed, complete_model)
+    cluster = row_cluster(row, assumed)
+    plan = row_plan(row, model, cluster, assumed)
+    measured = row_measured(row)
+    if not measured:
+        raise Unexpressible("no measured value")
+    roles = ("both",) if plan.disaggregation is None else ("prefill", "decode")
+    cost_of = {
+        r: ReplicaCost.of(model, cluster, plan, Calibration(), role=r) for r in roles
+    }  # layout, memory
+    if row["phase"].strip() == "e2e":
+        workload = row_workload(row, assumed)
+    else:
+        phases = row_phases(row, cost_of, assumed)
+    steady = workload is not None and workload.arrival is Arrival.CLOSED and not row["num_requests"].strip()
+    return ServingCase(
+        id=row["id"], source_key=row["source_key"], model=model, cluster=cluster, plan=plan, workload=workload,
+        phases=phases, steady_concurrency=workload.concurrency if steady and workload is not None else None,
+        measured=measured, scope=row["measured_scope"].strip() or "system", assumed=tuple(assumed), row=row,
+    )  # fmt: skip
+
+
+def row_cases(rows: list[dict[str, str]]) -> tuple[list[ServingCase], list[SkippedRow]]:
+    """``row_case`` of every row, split into the expressible cases and the skipped rows with their reason (file
+    order kept; :func:`workbench.validate.rows.build_cases`)."""
+    return build_cases(rows, row_case)
 
 
 def predicted(est: ServingEstimate) -> dict[str, float]:
@@ -101,14 +185,10 @@ def score_serving_case(case: ServingCase, calibration: Any) -> list[dict[str, An
                 "group": METRIC_GROUPS[key],
                 "predicted": pred,
                 "measured": measured,
-                "ape": abs(pred - measured) / measured,
+                "ape": ape(pred, measured),
             }
         )
     return out
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def validate_serving(
@@ -122,31 +202,24 @@ def validate_serving(
 
     cal = load_calibration(calibration)
     cases, skipped_rows = row_cases(read_serving_rows(path))
-    skipped = [{"id": s.id, "source_key": s.source_key, "reason": s.reason} for s in skipped_rows]
+    skipped = [s.as_dict() for s in skipped_rows]
     rows: list[dict[str, Any]] = []
     for case in cases:
         try:
             rows.extend(score_serving_case(case, cal))
         except ValueError as exc:
-            skipped.append(
-                {"id": case.id, "source_key": case.source_key, "reason": " ".join(str(exc).split())}
-            )
-    by_metric: dict[str, list[float]] = defaultdict(list)
-    by_source: dict[str, list[float]] = defaultdict(list)
-    by_source_metric: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+            skipped.append(skipped_row(case.id, case.source_key, exc).as_dict())
+    by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        by_metric[r["group"]].append(r["ape"])
-        by_source[r["source_key"]].append(r["ape"])
-        by_source_metric[r["source_key"]][r["group"]].append(r["ape"])
+        by_source[r["source_key"]].append(r)
     return {
         "data": str(path),
         "rows": rows,
         "skipped": skipped,
-        "mape_by_metric": {k: _mean(v) for k, v in sorted(by_metric.items())},
-        "mape_by_source": {k: _mean(v) for k, v in sorted(by_source.items())},
+        "mape_by_metric": mape_by(rows, "group"),
+        "mape_by_source": mape_by(rows, "source_key"),
         "mape_by_source_metric": {
-            src: {k: _mean(v) for k, v in sorted(groups.items())}
-            for src, groups in sorted(by_source_metric.items())
+            src: mape_by(members, "group") for src, members in sorted(by_source.items())
         },
     }
 

@@ -6,9 +6,9 @@ token (PaLM's 6N + attention, :meth:`ModelSpec.model_flop_per_token`) and with M
 count full recompute (Narayanan et al. SC21 eq. 3: one more forward, :func:`hardware_flop_per_token`), it tells
 whether the authors counted recompute; model TFLOP/s above the device's BF16 dense peak cannot come from a BF16
 run, so the run used FP8. Each inference is a sentence in the row's ``assumed``; :func:`read_arithmetic` also
-returns the blanks it settles (``dtype``, ``recompute``, ``flops_definition``) for :func:`workbench.validate.row_case`.
+returns the blanks it settles (``dtype``, ``recompute``, ``flops_definition``) for :func:`workbench.validate.training.row_case`.
 When the arithmetic leaves two readings (a blank recompute the FLOP count cannot settle),
-:func:`workbench.validate_band.alternative_readings` prices both.
+:func:`workbench.validate.band.alternative_readings` prices both.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The batch of a phase-only serving validation row (``phase`` = ``prefill``, ``decode`` or
-``prefill_and_decode``), for :mod:`workbench.serving.rows`: what :mod:`workbench.serving.phases` prices.
+``prefill_and_decode``), for :mod:`workbench.validate.serving`: what :mod:`workbench.serving.phases` prices.
 
 Prefill: prompts of ``input_tokens_mean`` tokens; the tokens per attention-DP rank per batch are
 ``prefill_batch_tokens`` (per GPU, as the README states it), else ``prefill_batch_size`` prompts per engine, else
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.phases import PhaseBatch
-from workbench.serving.rows_csv import Unexpressible, cell_count, cell_number
-from workbench.serving.rows_specs import row_role
+from workbench.validate.rows import Unexpressible, cell_count, cell_number
+from workbench.validate.serving_specs import row_role
 
 SGLANG_MAX_PREFILL_TOKENS = 16384
 """SGLang ``--max-prefill-tokens`` default: the most prompt tokens one prefill batch of a scheduler takes

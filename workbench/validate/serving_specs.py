@@ -1,5 +1,5 @@
-"""A serving validation row as model, cluster and plan specs (``row_model``, ``row_cluster``, ``row_plan``), for
-:mod:`workbench.serving.rows`.
+"""A serving validation row as model, cluster and plan specs (``complete_model`` for
+:func:`workbench.validate.rows.row_model`, ``row_cluster``, ``row_plan``), for :mod:`workbench.validate.serving`.
 
 The model is the ``model_preset`` when that preset exists and matches the architecture columns, else it is built
 from those columns; the cluster is the row's (or the device's node); the layout, dtypes and engine caps come from
@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import replace
+from typing import Any
 
 from workbench.presets.calibration import Calibration
-from workbench.presets.catalog import load_cluster, load_device, load_model, preset_names
+from workbench.presets.catalog import load_cluster, load_device, preset_names
 from workbench.presets.engines import load_engine
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.engine_defaults import (
@@ -28,67 +29,39 @@ from workbench.serving.engine_defaults import (
     trtllm_bench_settings,
     vllm_v1_batch_defaults,
 )
-from workbench.serving.rows_csv import Unexpressible, cell_count, cell_number
 from workbench.specs.hardware import ClusterSpec
-from workbench.specs.model import AttentionKind, ModelSpec
+from workbench.specs.model import ModelSpec
 from workbench.specs.serving import Disaggregation, Scheduler, ServingDType, ServingPlan
 from workbench.specs.speculative import SpecMethod, SpeculativeDecoding
+from workbench.validate.rows import DEFAULT_CLUSTER, Unexpressible, cell_count, cell_number
 
-DEFAULT_CLUSTER = {
-    "h100-sxm5-80gb": "dgx-h100",
-    "h200-sxm-141gb": "dgx-h200",
-    "b200-sxm-180gb": "dgx-b200",
-    "h20-96gb": "hgx-h20",
-    "rtx4090-24gb": "pcie-rtx4090",
-    "rtx-pro-6000-96gb": "pcie-rtx-pro-6000",
-}
-"""The node a device's row runs on when the row names no cluster (the README's device ids)."""
+MLA_COLUMNS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+"""MLA's ranks and head sizes: required on an ``mla`` row (DeepSeek-V2/V3 ``config.json`` names)."""
 
 
-def row_model(row: dict[str, str], assumed: list[str]) -> ModelSpec:
-    """The row's ``model_preset`` when it exists and its layer count, width, heads and vocabulary match the
-    columns; else a ModelSpec from the architecture columns (Qwen3 models get their q/k norms)."""
-    preset = row["model_preset"].strip()
-    if preset and preset in preset_names("model"):
-        model = load_model(preset)
-        checks = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
-        differ = [c for c in checks if cell_number(row, c) not in (None, getattr(model, c))]
-        if not differ:
-            return model
-        assumed.append(f"model built from the columns: preset {preset} differs in {', '.join(differ)}")
-    attention = row["attention"].strip() or "mha"
-    heads = cell_count(row, "num_attention_heads")
-    mla_keys = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-    mla: dict[str, int] = {k: cell_count(row, k) for k in mla_keys} if attention == "mla" else {}
-    experts = int(cell_number(row, "num_experts") or 0)
+def complete_model(row: dict[str, str], arch: dict[str, Any], assumed: list[str]) -> dict[str, Any]:
+    """The serving schema's rule for a row's model (:func:`workbench.validate.rows.row_model`) on the fields
+    ``arch`` read: every other field from its own column (the head size, the vocabulary, tied embeddings, MLA's
+    ranks, the MoE's top-k and expert size: required where the architecture has them; blank key/value heads: the
+    heads, noted); Qwen3 models get their q/k norms."""
+    heads, experts = arch["num_attention_heads"], arch["num_experts"]
+    mla = arch["attention"] == "mla"
+    dims: dict[str, int] = {k: cell_count(row, k) for k in MLA_COLUMNS} if mla else {}
     moe_keys = ("experts_per_token", "moe_ffn_hidden_size")
     moe: dict[str, int] = {k: cell_count(row, k) for k in moe_keys} if experts else {}
-    return ModelSpec(
-        name=row["model_name"].strip() or row["id"],
-        num_layers=cell_count(row, "num_layers"),
-        hidden_size=cell_count(row, "hidden_size"),
-        num_attention_heads=heads,
-        num_key_value_heads=heads
-        if attention == "mla"
-        else cell_count(row, "num_key_value_heads", heads, assumed),
-        head_dim=mla["v_head_dim"] if attention == "mla" else cell_count(row, "head_dim"),
-        ffn_hidden_size=int(cell_number(row, "ffn_hidden_size") or 0),
-        vocab_size=cell_count(row, "vocab_size"),
-        gated_mlp=row["gated_mlp"].strip() == "true",
-        tied_embeddings=row["tie_word_embeddings"].strip() == "true",
-        attention=AttentionKind(attention),
-        qk_norm="qwen3" in row["model_name"].lower(),
-        q_lora_rank=int(cell_number(row, "q_lora_rank") or 0) if attention == "mla" else 0,
-        kv_lora_rank=mla.get("kv_lora_rank", 0),
-        qk_nope_head_dim=mla.get("qk_nope_head_dim", 0),
-        qk_rope_head_dim=mla.get("qk_rope_head_dim", 0),
-        v_head_dim=mla.get("v_head_dim", 0),
-        num_experts=experts,
-        experts_per_token=moe.get("experts_per_token", 0),
-        moe_ffn_hidden_size=moe.get("moe_ffn_hidden_size", 0),
-        num_shared_experts=int(cell_number(row, "num_shared_experts") or 0) if experts else 0,
-        num_dense_layers=int(cell_number(row, "num_dense_layers") or 0) if experts else 0,
-    )
+    return {
+        **arch,
+        "num_key_value_heads": heads if mla else cell_count(row, "num_key_value_heads", heads, assumed),
+        "head_dim": dims["v_head_dim"] if mla else cell_count(row, "head_dim"),
+        "vocab_size": cell_count(row, "vocab_size"),
+        "tied_embeddings": row["tie_word_embeddings"].strip() == "true",
+        "qk_norm": "qwen3" in row["model_name"].lower(),
+        "q_lora_rank": int(cell_number(row, "q_lora_rank") or 0) if mla else 0,
+        **{k: dims.get(k, 0) for k in MLA_COLUMNS},
+        **{k: moe.get(k, 0) for k in moe_keys},
+        "num_shared_experts": int(cell_number(row, "num_shared_experts") or 0) if experts else 0,
+        "num_dense_layers": int(cell_number(row, "num_dense_layers") or 0) if experts else 0,
+    }
 
 
 def row_cluster(row: dict[str, str], assumed: list[str]) -> ClusterSpec:

@@ -1,7 +1,7 @@
 """What ``workbench validate --cv source`` adds beyond the errors: the error-band table, the spread of every
 fitted constant over the leave-one-source-out folds, and the mean signed error.
 
-- :func:`residuals` turns the out-of-sample rows of :func:`workbench.validate.cross_validate` into
+- :func:`residuals` turns the out-of-sample rows of :func:`workbench.validate.fit.cross_validate` into
   :class:`workbench.estimate.band.Residual` (ln measured / predicted throughput, with the row's regime);
   :func:`band_table` calibrates their band (:func:`workbench.estimate.band.calibrate`);
   :func:`write_band_table` writes ``profiles/calibration/error_band.toml`` (date and commit in it).
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.estimate.band import BandTable, Residual, band_table_toml, calibrate, coverage, regime_of
-from workbench.validate import Prepared
+from workbench.validate.training import Prepared
 
 STEP_METRIC = "measured_step_time_s"
 
@@ -124,10 +124,12 @@ def cross_validate_with_band(
     generated: str = "",
     source: str = "",
 ) -> tuple[dict[str, Any], BandTable]:
-    """:func:`workbench.validate.cross_validate` of the CSV at ``path`` plus ``band`` (stretch factors and
+    """:func:`workbench.validate.fit.cross_validate` of the CSV at ``path`` plus ``band`` (stretch factors and
     out-of-sample coverage), ``constant_spread`` and ``signed_error`` in the result; and the band table."""
     from workbench.presets.calibration import Calibration, load_calibration
-    from workbench.validate import cross_validate, prepare, read_rows
+    from workbench.validate.fit import cross_validate
+    from workbench.validate.training import prepare
+    from workbench.validate.training_csv import read_rows
 
     cal = (
         calibration
@@ -148,7 +150,7 @@ def alternative_readings(
     prepared: Prepared, result: dict[str, Any], calibration: Any
 ) -> list[dict[str, Any]]:
     """Rows whose recompute is blank and not settled by their own arithmetic
-    (:func:`workbench.validate_readings.read_arithmetic`) read two ways: the plan as priced and the other
+    (:func:`workbench.validate.readings.read_arithmetic`) read two ways: the plan as priced and the other
     reading (no recompute <-> full), each out of sample (the constants of the fold that left the row's source
     out). Per row: ``id``, ``metric``, ``measured``, ``readings`` (recompute -> predicted), ``range``
     (lowest, highest predicted), ``supported`` (the reading whose prediction is nearer the measured value) and
@@ -156,7 +158,7 @@ def alternative_readings(
     import dataclasses
 
     from workbench.specs.plan import Recompute
-    from workbench.validate import score_case
+    from workbench.validate.training import score_case
 
     scored = {r["id"]: r for r in result["rows"] if r.get("predicted") is not None}
     out = []

@@ -1,0 +1,107 @@
+"""Tuning what a published row leaves blank the way a tuned run would (for :func:`workbench.validate.training.row_case`):
+the micro-batch of a stack's rule or the largest that fits, full recompute when it lets a larger micro-batch
+run faster, and a global batch the data-parallel ranks split into whole micro-batches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from workbench.presets.calibration import Calibration
+from workbench.specs.framework import FrameworkProfile
+from workbench.specs.hardware import ClusterSpec
+from workbench.specs.model import ModelSpec
+from workbench.specs.plan import ParallelPlan, Recompute, Workload
+from workbench.validate.rows import cell_number
+
+
+def whole_micro_batches(row: dict[str, str], gbs: int, replica_batch: int, assumed: list[str]) -> int:
+    """The global batch a row is priced with: the published one, or, when the data-parallel ranks cannot split
+    it into whole micro-batches (a source that rounds its batch, e.g. "2M tokens" over 124 replicas), the
+    nearest multiple of dp x micro-batch (``replica_batch``), listed in ``assumed``. Tokens per second and
+    FLOP/s per device do not depend on how many micro-batches a step has without pipeline stages and barely
+    with them; a step time does, so a row measured by its step time keeps the published batch (and is refused
+    as infeasible)."""
+    if gbs % replica_batch == 0 or cell_number(row, "measured_step_time_s") is not None:
+        return gbs
+    whole = max(round(gbs / replica_batch), 1) * replica_batch
+    assumed.append(f"global_batch_size:{whole} (published {gbs}, not a multiple of dp x micro-batch)")
+    return whole
+
+
+def _tuning_calibration(plan: ParallelPlan, fw: FrameworkProfile, workload: Workload) -> Calibration:
+    """The calibration a row's plan is tuned with (micro-batch, recompute): the default fit, ``fw`` admitting
+    ``plan``."""
+    from workbench.presets.calibration import load_calibration
+
+    return load_calibration().with_framework(fw.admitting(plan, dtype=str(workload.dtype)))
+
+
+def largest_fitting_micro_batch(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan, fw: FrameworkProfile
+) -> ParallelPlan:
+    """``plan`` with the largest micro-batch that divides the data-parallel rank's batch and whose predicted
+    peak memory fits the device: a run without pipeline stages that names no micro-batch accumulates no more
+    gradient steps than memory forces (fewer, larger GEMMs), as tuned published runs do. ``plan`` itself
+    when no larger one fits or the batch does not split evenly."""
+    from workbench.estimate.analytic import estimate_plan
+
+    replicas = plan.dp * plan.cp
+    local = workload.global_batch_size // replicas
+    if local <= 1 or workload.global_batch_size % replicas:
+        return plan
+    cal = _tuning_calibration(plan, fw, workload)
+    for mbs in sorted((d for d in range(2, local + 1) if local % d == 0), reverse=True):
+        candidate = dataclasses.replace(plan, micro_batch_size=mbs)
+        try:
+            est = estimate_plan(
+                model, cluster, workload, candidate, calibration=cal, allow_uneven_layers=True
+            )
+        except ValueError:
+            continue
+        if est.fits:
+            return candidate
+    return plan
+
+
+def tuned_recompute(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    workload: Workload,
+    plan: ParallelPlan,
+    fw: FrameworkProfile,
+    assumed: list[str],
+) -> ParallelPlan:
+    """A run without pipeline stages that names neither its micro-batch nor its recompute: ``plan`` (no
+    recompute at the largest micro-batch that fits) or full recompute at the largest micro-batch that fits
+    with it, whichever the model prices faster, as a tuned run would choose; full recompute is listed in
+    ``assumed``. (Sharded runs at small micro-batches are bound by their per-layer gathers; recomputing lets a
+    larger micro-batch fit and hide them: OPT-175B's 124-way FSDP at one sequence per rank.)"""
+    from workbench.estimate.analytic import estimate_plan
+
+    full = largest_fitting_micro_batch(
+        model, cluster, workload, dataclasses.replace(plan, recompute=Recompute.FULL), fw
+    )
+    cal = _tuning_calibration(plan, fw, workload)
+    try:
+        kept, redone = (
+            estimate_plan(model, cluster, workload, p, calibration=cal, allow_uneven_layers=True)
+            for p in (plan, full)
+        )
+    except ValueError:
+        return plan
+    if redone.fits and (not kept.fits or redone.tokens_per_s > kept.tokens_per_s):
+        assumed.append(f"recompute:full (micro-batch {full.micro_batch_size} fits with it and runs faster)")
+        return full
+    return plan
+
+
+def default_micro_batch_size(row: dict[str, str], fw: FrameworkProfile, *, dp: int, stages: int) -> int:
+    """The micro-batch size of a row that gives none: the stack's ``default_microbatches`` rule (``stages``:
+    the data-parallel rank's batch split into pp x vpp micro-batches, when the row gives the global batch and
+    pp > 1), else 1."""
+    gbs = cell_number(row, "global_batch_size")
+    if fw.default_microbatches == "stages" and stages > 1 and gbs is not None and dp > 0:
+        local = int(gbs) // dp
+        if local % stages == 0 and local >= stages:
+            return local // stages
+    return 1
