@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from workbench.search.frontier import TIE_FRAC, divisors, pareto_mask, tied_mask
+from workbench.search.sizes import frontier_flags
 
 
 def brute_force(cols: list[np.ndarray], maximise: list[bool], keep_duplicates: bool) -> np.ndarray:
@@ -125,3 +126,12 @@ def test_tie_band() -> None:
         True,
         False,
     ]  # lower-is-better objectives negated
+
+
+def test_size_frontier_keeps_ties_and_skips_missing_sizes() -> None:
+    # (time, cost) per node count: equal pairs are both on; a size without a plan is off and beats nothing
+    times = [10.0, 5.0, None, 10.0, 12.0, 5.0]
+    costs = [100.0, 200.0, 1.0, 100.0, 100.0, None]
+    assert frontier_flags(times, costs) == [True, True, False, True, False, False]
+    with pytest.raises(ValueError, match="2 times but 1 costs"):
+        frontier_flags([1.0, 2.0], [1.0])
