@@ -18,7 +18,7 @@ import time
 
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
-from workbench.serving.search import NO_TARGET_RATE_PER_S, ServingSearchConstraints, serve_search
+from workbench.search.serving import NO_TARGET_RATE_PER_S, ServingSearchConstraints, serve_search
 from workbench.specs.serving import SLO, ServingWorkload
 
 FLOOR_S = 5.0

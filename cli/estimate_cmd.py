@@ -548,7 +548,7 @@ def _write_outputs(
     if report_path is not None:
         section = None
         if goodput[0] is not None:
-            from workbench_widgets.plots.goodput import goodput_scaling
+            from workbench.search.sizes import goodput_scaling
 
             section = (goodput[0], goodput_scaling(est, goodput[1], goodput[2]))
         html = render_report(estimates=[est], command=cli_command(), goodput=section, notes=notes or ())

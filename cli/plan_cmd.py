@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from workbench_cli._common import (
@@ -26,9 +26,12 @@ from workbench_cli._common import (
 )
 from workbench_cli._types import capacity_factor_option, count, headroom_option, schedule_list
 from workbench_cli.estimate_cmd import goodput_options, load_goodput
-from workbench_cli.plan_sizes import SizeBest, best_per_size, print_goodput_sizes, print_sizes, sizes_json
+from workbench_cli.plan_sizes import print_goodput_sizes, print_sizes
 
 from workbench.specs import limits as L
+
+if TYPE_CHECKING:
+    from workbench.search.sizes import SizeBest
 
 PROGRESS_MIN_PLANS = 2_000_000
 """Searches at least this large show a screening progress bar on stderr (when it is a terminal); the
@@ -535,6 +538,7 @@ def _sizes(
     if len(result.clusters) < 2:
         return []
     from workbench.search import search
+    from workbench.search.sizes import best_per_size
 
     def search_one(n: int) -> Any:
         return search(model, cluster, workload, constraints, **_search_args((n,), kw))
@@ -549,6 +553,8 @@ def _summary(result: Any, sizes: list[SizeBest]) -> dict[str, Any]:
     out["memory_headroom_frac"] = result.constraints.memory_headroom_frac
     out["memory_usable_bytes"] = usable_bytes(result)
     if sizes:
+        from workbench.search.sizes import sizes_json
+
         out["best_per_node_count"] = sizes_json(sizes)
     return out
 

@@ -122,7 +122,7 @@ def serve_plan_cmd(as_json: bool, top: int, report_path: str | None, force: bool
 
     from workbench.presets.calibration import load_calibration
     from workbench.presets.catalog import load_cluster, load_model
-    from workbench.serving.search import serve_search
+    from workbench.search.serving import serve_search
 
     check_outputs(output_file("--report", report_path), force=force)
     slo = _slo(kw)
@@ -174,7 +174,7 @@ def _slo(kw: dict[str, Any]) -> Any:
 
 
 def _workload(kw: dict[str, Any]) -> Any:
-    from workbench.serving.search import NO_TARGET_RATE_PER_S
+    from workbench.search.serving import NO_TARGET_RATE_PER_S
     from workbench.specs.serving import ServingWorkload
 
     given = [name for name in ("rate", "concurrency") if kw[name] is not None] + (
@@ -198,7 +198,7 @@ def _workload(kw: dict[str, Any]) -> Any:
 
 
 def _constraints(kw: dict[str, Any]) -> Any:
-    from workbench.serving.search import ServingSearchConstraints
+    from workbench.search.serving import ServingSearchConstraints
 
     return ServingSearchConstraints(
         engine=kw["engine"],

@@ -164,7 +164,7 @@ def test_plan_cost_ranks_by_dollars_with_the_price_named() -> None:
 def test_serving_dollars_per_million_output_tokens() -> None:
     import polars as pl
 
-    from workbench.serving.search import with_dollars
+    from workbench.search.serving import with_dollars
 
     table = pl.DataFrame({"num_devices": [2, 8], "goodput_output_tokens_per_s": [1000.0, 2000.0]})
     out = with_dollars(table, 3.6)["usd_per_million_output_tokens"].to_list()

@@ -12,7 +12,6 @@ pytest.importorskip("panel")
 from workbench_widgets.plots.goodput import (  # noqa: E402
     goodput_interval_figure,
     goodput_scale_figure,
-    goodput_scaling,
     interval_curve,
 )
 from workbench_widgets.report import render_report  # noqa: E402
@@ -21,6 +20,7 @@ from tests.test_cli_estimate import ARGS  # noqa: E402
 from workbench.estimate.analytic import estimate_plan  # noqa: E402
 from workbench.goodput import GoodputOptions, estimate_goodput, load_failures, optimal_interval_s  # noqa: E402
 from workbench.presets.catalog import load_cluster, load_model  # noqa: E402
+from workbench.search.sizes import goodput_scaling  # noqa: E402
 from workbench.specs.plan import ParallelPlan, Workload  # noqa: E402
 
 

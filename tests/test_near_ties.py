@@ -9,7 +9,7 @@ from workbench_cli import cli
 
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.search import search
-from workbench.search.planner import TIE_FRAC
+from workbench.search.frontier import TIE_FRAC
 from workbench.specs.plan import Workload
 
 

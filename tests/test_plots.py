@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import polars as pl
 import pytest
 from bokeh.models import HoverTool, Span
@@ -17,7 +16,6 @@ from workbench_widgets.plots import (
     estimate_memory_figure,
     estimate_timeline_figure,
     estimates_breakdown_figure,
-    pareto_mask,
     placement_figure,
     search_figure,
     timeline_figure,
@@ -160,27 +158,6 @@ def test_breakdown_parts_add_up():
     assert (
         hidden.renderers == [renderer(fig, "overlapped")] and renderer(fig, "overlapped").glyph.hatch_pattern
     )
-
-
-def brute_force_pareto(mem, val):
-    return np.array(
-        [
-            not any(
-                (mem[j] <= mem[i] and val[j] >= val[i]) and (mem[j] < mem[i] or val[j] > val[i])
-                for j in range(len(mem))
-            )
-            for i in range(len(mem))
-        ]
-    )
-
-
-def test_pareto_mask_matches_brute_force():
-    rng = np.random.default_rng(7)
-    mem, val = rng.integers(0, 30, 300).astype(float), rng.integers(0, 30, 300).astype(float)
-    got = pareto_mask(mem, val)
-    want = brute_force_pareto(mem, val)
-    # ties (equal memory and value) keep one representative; compare the set of frontier points
-    assert {(mem[i], val[i]) for i in np.nonzero(got)[0]} == {(mem[i], val[i]) for i in np.nonzero(want)[0]}
 
 
 def test_search_figure_greys_infeasible_and_marks_chosen():

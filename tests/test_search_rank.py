@@ -1,31 +1,11 @@
-"""Objectives, best-k and the Pareto frontier against brute force."""
+"""Objectives and best-k against brute force (the Pareto mask: ``test_search_frontier``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from workbench.search.rank import best_indices, check_objective, objective_columns, pareto_mask, score
-
-
-def _pareto_brute(t, m):
-    keep = []
-    for i in range(len(t)):
-        dominated = any(
-            (t[j] >= t[i] and m[j] <= m[i]) and (t[j] > t[i] or m[j] < m[i]) for j in range(len(t))
-        )
-        keep.append(not dominated)
-    return np.array(keep)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), min_size=1, max_size=40, unique=True))
-def test_pareto_mask_equals_brute_force(points):
-    t = np.array([p[0] for p in points], dtype=float)
-    m = np.array([p[1] for p in points], dtype=float)
-    assert pareto_mask(t, m).tolist() == _pareto_brute(t, m).tolist()
+from workbench.search.rank import best_indices, check_objective, objective_columns, score
 
 
 def test_best_indices_are_the_k_largest_in_order():

@@ -73,8 +73,8 @@ def test_report_refuses_to_overwrite(tmp_path, est) -> None:
 
 
 def test_report_renders_a_serving_search(est) -> None:
-    search_mod = pytest.importorskip("workbench.serving.search")
-    from workbench.serving.search_space import ServingSearchConstraints
+    search_mod = pytest.importorskip("workbench.search.serving")
+    from workbench.search.serving import ServingSearchConstraints
 
     small = ServingSearchConstraints(num_devices=2, weight_dtypes=("bf16",), kv_cache_dtypes=("bf16",),
                                      max_num_seqs=(64,), max_num_batched_tokens=(2048,), top_k=3)  # fmt: skip

@@ -1,4 +1,4 @@
-"""The serving plan search (``workbench.serving.search``) and ``workbench serve plan``.
+"""The serving plan search (``workbench.search.serving.planner``) and ``workbench serve plan``.
 
 Independent checks: the best plan meets the SLO when ``serve_estimate`` simulates it again; weights that cannot
 fit one device (Llama-3.1-70B in bf16: 2 bytes x 70.6e9 parameters = 141 GB > 0.9 x 80 GB) are rejected for that
@@ -12,22 +12,16 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 from workbench_cli import cli
 
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
+from workbench.search.serving import REASONS, TABLE_COLUMNS, ServingSearchConstraints, serve_search
+from workbench.search.serving.planner import _max_rate
+from workbench.search.serving.result import GoodputPoint
 from workbench.serving.cost import ReplicaCost
-from workbench.serving.search import (
-    REASONS,
-    TABLE_COLUMNS,
-    ServingSearchConstraints,
-    _max_rate,
-    serve_search,
-)
-from workbench.serving.search_result import GoodputPoint, pareto_mask
 from workbench.specs.serving import SLO, ServingPlan, ServingWorkload
 
 CAL = load_calibration("default")
@@ -83,19 +77,6 @@ def test_pareto_flags_match_brute_force(small_search):
             ):  # only an exact duplicate of a kept row may be left out
                 assert any(j != i and x[j] == x[i] and y[j] == y[i] and flags[j] for j in range(len(x)))
     assert t["pareto"].to_list() == (t["pareto_ttft"] | t["pareto_tpot"]).to_list()
-
-
-def test_pareto_mask_against_brute_force_on_random_points():
-    rng = np.random.default_rng(3)
-    x, y = rng.integers(0, 8, 60).astype(float), rng.integers(0, 8, 60).astype(float)
-    y[::7] = math.nan
-    mask = pareto_mask(x, y)
-    for i in range(60):
-        better = [j for j in range(60) if (x[j] > x[i] and y[j] <= y[i]) or (x[j] >= x[i] and y[j] < y[i])]
-        if math.isnan(y[i]) or better:
-            assert not mask[i]
-        else:  # undominated: on the frontier, or an exact duplicate of one that is
-            assert mask[i] or any(mask[j] and x[j] == x[i] and y[j] == y[i] for j in range(60))
 
 
 def test_weights_that_do_not_fit_one_device_are_rejected_for_that_reason():

@@ -60,7 +60,7 @@ def report_summary(estimates: Sequence[Estimate], search: SearchResult | None = 
         top = search.plans.row(0, named=True)
         rows += _budget_rows(top, search.token_budget)
         why = _why_lines(search)
-        from workbench.search.planner import TIE_FRAC
+        from workbench.search.frontier import TIE_FRAC
 
         tie_band = (
             f"= tied with #1: within {TIE_FRAC:.1%} of its {_objective_column(search)}, the model's worst "

@@ -262,11 +262,11 @@ SEARCH_DISPLAY = (
     "rank", "plan", "num_devices", "goodput_requests_per_s", "goodput_output_tokens_per_s_per_device",
     "slo_attainment_frac", "ttft_s_at_goodput", "tpot_s_at_goodput", "kv_cache_capacity_tokens", "pareto",
 )  # fmt: skip
-"""Columns of a serving search table shown in the report, where present (``workbench.serving.search``)."""
+"""Columns of a serving search table shown in the report, where present (``workbench.search.serving``)."""
 
 
 def search_tables(search: Any, max_rows: int) -> dict[str, Any]:
-    """A serving search (``workbench.serving.search.ServingSearchResult``: ``.table``, ``.pareto``,
+    """A serving search (``workbench.search.serving.ServingSearchResult``: ``.table``, ``.pareto``,
     ``.rejections``) as tables: its best plans, its Pareto plans and the plans rejected per reason. Each part is
     read as a polars frame (``SEARCH_DISPLAY`` columns where present, else all), a mapping reason -> count, or a
     boolean mask over ``.table``; a missing part, or one of another kind, is left out."""

@@ -104,7 +104,7 @@ def display_frame(frame: Any, max_rows: int = 500) -> Any:
         )
     if (
         "tied" in out.columns
-    ):  # within the model's ranking error of #1 (``workbench.search.planner.TIE_FRAC``)
+    ):  # within the model's ranking error of #1 (``workbench.search.frontier.TIE_FRAC``)
         tied = pl.col("tied").fill_null(False) & (pl.col("rank") > 1)
         out = out.with_columns(pl.when(tied).then(pl.lit("= #1")).otherwise(pl.lit("")).alias("tied"))
     out = out.select([c for c in TABLE_COLUMNS if c in out.columns])

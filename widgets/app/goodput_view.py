@@ -13,10 +13,11 @@ from typing import Any
 import panel as pn
 import param
 from workbench_widgets.app.store import WorkbenchStore
-from workbench_widgets.plots.goodput import goodput_interval_figure, goodput_scale_figure, goodput_scaling
+from workbench_widgets.plots.goodput import goodput_interval_figure, goodput_scale_figure
 
 from workbench.goodput import GoodputOptions, estimate_goodput, failure_preset_names, load_failures
 from workbench.goodput.model import CHECKPOINT_MODES, ON_FAILURE
+from workbench.search.sizes import goodput_scaling
 
 WIDTH = 220
 

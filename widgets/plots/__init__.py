@@ -19,7 +19,7 @@ from workbench_widgets.plots.memory import (
     memory_figure,
 )
 from workbench_widgets.plots.placement import placement_figure
-from workbench_widgets.plots.search import SEARCH_COLUMNS, pareto_mask, search_figure
+from workbench_widgets.plots.search import SEARCH_COLUMNS, search_figure
 from workbench_widgets.plots.timeline import MAX_BLOCKS, estimate_timeline_figure, timeline_figure
 
 __all__ = [
@@ -33,7 +33,6 @@ __all__ = [
     "estimate_timeline_figure",
     "estimates_breakdown_figure",
     "memory_figure",
-    "pareto_mask",
     "placement_figure",
     "search_figure",
     "step_time_error_frac",

@@ -1,14 +1,13 @@
 """Goodput pictures: goodput against the checkpoint interval, and against the cluster size.
 
 The numbers come from :mod:`workbench.goodput` (Daly's expected wall time of a run that fails, checkpoints
-and restarts); these figures only draw them.
+and restarts) and :func:`workbench.search.sizes.goodput_scaling` (the plan over node counts); these figures
+only draw them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -17,24 +16,12 @@ from bokeh.plotting import figure
 from workbench_widgets.plots._style import OKABE_ITO, PLOT_WIDTH_PX, plain_axes
 
 from workbench.goodput import daly_interval_s, goodput_frac, young_interval_s
+from workbench.search.sizes import SCALING_COLUMNS
 
 if TYPE_CHECKING:
-    from workbench.goodput import FailureModel, GoodputEstimate, GoodputOptions
-    from workbench.specs.estimate import Estimate
+    from workbench.goodput import GoodputEstimate
 
 S_PER_MIN = 60.0
-SCALING_COLUMNS = (
-    "num_nodes",
-    "num_devices",
-    "plan",
-    "tokens_per_s",
-    "mtbf_s",
-    "checkpoint_interval_s",
-    "goodput_frac",
-    "goodput_tokens_per_s",
-)
-"""Columns of ``goodput_scaling``: the plan scaled over data parallelism, its failure-free and goodput
-throughput (tokens/s over the cluster)."""
 
 
 def interval_curve(g: GoodputEstimate, points: int = 121) -> dict[str, np.ndarray]:
@@ -90,53 +77,11 @@ def goodput_interval_figure(
     return plain_axes(fig)
 
 
-def goodput_scaling(
-    est: Estimate,
-    failures: FailureModel,
-    options: GoodputOptions | None = None,
-    node_counts: Sequence[int] | None = None,
-) -> pl.DataFrame:
-    """``est``'s plan scaled over data parallelism to other node counts (the same tp, pp, cp, ep and micro-batch;
-    counts where the scaled plan breaks a rule, e.g. dp not dividing the global batch, are left out), each priced by the analytic backend and
-    :func:`workbench.goodput.estimate_goodput`: the ``SCALING_COLUMNS``. Default node counts: the cluster's,
-    and powers of two from 1/8 to 8 x of it. More nodes fail more often, so goodput falls with size."""
-    from workbench.estimate.analytic import estimate_plan
-    from workbench.goodput import estimate_goodput
-
-    cluster, plan = est.cluster, est.plan
-    base = cluster.num_nodes
-    counts = node_counts or sorted({base, *(max(1, int(base * 2.0**k)) for k in range(-3, 4))})
-    rows: dict[str, list[Any]] = {k: [] for k in SCALING_COLUMNS}
-    model_parallel = plan.tp * plan.pp * plan.cp
-    for nodes in counts:
-        devices = nodes * cluster.devices_per_node
-        if devices % model_parallel:
-            continue
-        scaled = replace(plan, dp=devices // model_parallel)
-        try:  # estimate_plan applies every plan rule, with the default framework's uneven stages
-            point = estimate_plan(est.model, cluster.with_nodes(nodes), est.workload, scaled)
-        except ValueError:
-            continue
-        g = estimate_goodput(point, failures, options)
-        for key, value in (
-            ("num_nodes", nodes),
-            ("num_devices", devices),
-            ("plan", scaled.describe()),
-            ("tokens_per_s", point.tokens_per_s),
-            ("mtbf_s", g.mtbf_s),
-            ("checkpoint_interval_s", g.checkpoint_interval_s),
-            ("goodput_frac", g.goodput_frac),
-            ("goodput_tokens_per_s", point.tokens_per_s * g.goodput_frac),
-        ):
-            rows[key].append(value)
-    return pl.DataFrame(rows, schema_overrides={"plan": pl.String})
-
-
 def goodput_scale_figure(
     scaling: pl.DataFrame, *, title: str = "Goodput against the cluster size", width: int = PLOT_WIDTH_PX
 ) -> figure:
     """Goodput (%, left axis, renderer ``goodput``) and throughput with and without failures (tokens/s, right
-    axis, renderers ``ideal`` and ``effective``) over the node count (log axis), from ``goodput_scaling``.
+    axis, renderers ``ideal`` and ``effective``) over the node count (log axis), from ``workbench.search.sizes.goodput_scaling``.
     ValueError when the frame is empty or lacks a column."""
     missing = [c for c in SCALING_COLUMNS if c not in scaling.columns]
     if missing or scaling.height == 0:

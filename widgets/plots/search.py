@@ -23,6 +23,7 @@ from bokeh.models.annotations import Span
 from bokeh.plotting import figure
 from workbench_widgets.plots._style import GIB, GREY, OKABE_ITO, PLOT_WIDTH_PX, category_colors
 
+from workbench.search.frontier import pareto_mask
 from workbench.specs.plan import PLAN_FIELDS
 
 SEARCH_REQUIRED: tuple[str, ...] = ("tokens_per_s", "peak_memory_bytes", "fits")
@@ -40,17 +41,6 @@ Y_TICK_FORMATS = {"tokens_per_s": "0.[0]a", "mfu": "0 %"}
 """Numeral.js formats of the y ticks (``470k``, ``1.2m``; ``45 %``); other columns get ``0,0.[00]``."""
 X_TICK_FORMAT = "0,0.[0]"
 """GiB ticks: ``40``, ``52.5``."""
-
-
-def pareto_mask(memory_bytes: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """True for points no other point beats: no one with memory <= and value >= (one of them strictly)."""
-    order = np.lexsort((-value, memory_bytes))
-    mask = np.zeros(len(value), dtype=bool)
-    best = -np.inf
-    for i in order:
-        if value[i] > best:
-            mask[i], best = True, value[i]
-    return mask
 
 
 def feasible_mask(frame: pl.DataFrame) -> np.ndarray:
@@ -94,7 +84,7 @@ def search_figure(
     mem = frame["peak_memory_bytes"].to_numpy().astype(float)
     val = frame[y].to_numpy().astype(float)
     front = np.zeros(frame.height, dtype=bool)
-    front[feasible] = pareto_mask(mem[feasible], val[feasible])
+    front[feasible] = pareto_mask((mem[feasible], val[feasible]), (False, True))
     keep = _sample(frame, front, chosen_index, max_points)
     data = _hover_data(frame, y)
     if usable_bytes is None and "memory_capacity_bytes" in frame.columns:

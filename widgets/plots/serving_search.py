@@ -1,5 +1,5 @@
 """The serving search's trade-off: SLO-goodput per device against the latency at the goodput point, with the Pareto
-frontier (``workbench.serving.search``: ``ServingSearchResult.table``)."""
+frontier (``workbench.search.serving``: ``ServingSearchResult.table``)."""
 
 from __future__ import annotations
 

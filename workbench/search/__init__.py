@@ -4,8 +4,10 @@
 :mod:`workbench.search.result`). Modules: ``space`` (constraints and the plan space), ``grid`` (chunks of plan
 columns and rule checks), ``screen`` (the step model of :mod:`workbench.cost.step` on arrays, with the
 closed-form pipeline terms),
-``rank`` (objectives, top-k, Pareto), ``run`` (the chunked screen), ``refine`` (full backend, explanations),
-``planner`` (``search``).
+``rank`` (objectives, top-k), ``run`` (the chunked screen), ``refine`` (full backend, explanations),
+``planner`` (``search``). Shared by every strategy: ``frontier`` (the Pareto mask, divisors, the tie band).
+Across cluster sizes: ``sizes`` (the best plan per node count, a plan scaled over node counts). The serving
+plan search: the ``serving`` subpackage.
 """
 
 from workbench.search.grid import REASONS

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workbench.search import rank
+from workbench.search.frontier import TIE_FRAC, tied_mask
 from workbench.search.refine import estimator, explain_win, refine_rows
 from workbench.search.result import (
     METRIC_COLUMNS,
@@ -22,6 +24,7 @@ from workbench.search.space import Constraints, build_space, framework_constrain
 if TYPE_CHECKING:
     from workbench.goodput import FailureModel, GoodputOptions
     from workbench.presets.calibration import Calibration
+    from workbench.specs.estimate import Estimate
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import Workload
@@ -57,7 +60,55 @@ def _clusters(cluster: ClusterSpec, nodes: Sequence[int] | None) -> list[Cluster
     return [cluster.with_nodes(n) for n in sorted(set(nodes))]
 
 
-def _merge(outcomes: list[ScreenOutcome], objective: str, keep: int) -> ScreenOutcome:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScreenOptions:
+    """What the closed-form screen ranks and keeps by: the arguments of ``screen_all`` besides the space."""
+
+    calibration: Calibration
+    objective: str
+    """A failure-free objective (``rank.OBJECTIVES``): a goodput objective screens by its ``time``/``cost``."""
+    keep: int
+    """Best plans kept per screen (at least the ``top_k`` refined)."""
+    token_budget: float
+    """Tokens of the training run the ``time`` and ``cost`` objectives price."""
+
+    def screen(
+        self,
+        model: ModelSpec,
+        clusters: Sequence[ClusterSpec],
+        workload: Workload,
+        constraints: Constraints,
+        progress: Progress | None,
+    ) -> ScreenOutcome:
+        """``screen_all`` under these options."""
+        return screen_all(
+            model,
+            clusters,
+            workload,
+            constraints,
+            calibration=self.calibration,
+            objective=self.objective,
+            keep=self.keep,
+            token_budget=self.token_budget,
+            progress=progress,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GoodputInputs:
+    """What ``add_goodput`` prices failures with: the run, one cluster per device count, the failure model and
+    the checkpoint/recovery options."""
+
+    model: ModelSpec
+    clusters: dict[int, ClusterSpec]
+    """Cluster of each searched size, by its device count."""
+    workload: Workload
+    cal: Calibration
+    failures: FailureModel
+    options: GoodputOptions
+
+
+def _merge(outcomes: list[ScreenOutcome]) -> ScreenOutcome:
     """One outcome from the screens of several cluster sizes: pools concatenated, frontier and misses
     re-selected (the best pool keeps every size's ``keep`` best)."""
     from workbench.search import run
@@ -67,7 +118,7 @@ def _merge(outcomes: list[ScreenOutcome], objective: str, keep: int) -> ScreenOu
 
     front, miss = cat("frontier"), cat("misses")
     if front:
-        front = run._take(front, rank.pareto_mask(front["tokens_per_s"], front["peak_memory_bytes"]))
+        front = run._take(front, run.memory_frontier(front))
     if miss:
         miss = run._take(miss, rank.best_indices(-miss["memory_frac"], run.NUM_MISSES))
     rejections = {k: sum(o.rejections.get(k, 0) for o in outcomes) for k in outcomes[0].rejections}
@@ -93,7 +144,7 @@ def _screen_per_size(
     workload: Workload,
     constraints: Constraints,
     progress: Progress | None,
-    **kw: object,
+    options: ScreenOptions,
 ) -> ScreenOutcome:
     """``screen_all`` of each cluster size on its own (so each keeps its best plans), merged; progress over
     the whole search."""
@@ -102,9 +153,9 @@ def _screen_per_size(
     for cluster, size in zip(clusters, sizes, strict=True):
         offset = done
         step = None if progress is None else (lambda n, _t, o=offset: progress(o + n, total))
-        outcomes.append(screen_all(model, [cluster], workload, constraints, progress=step, **kw))  # type: ignore[arg-type]
+        outcomes.append(options.screen(model, [cluster], workload, constraints, step))
         done += size
-    return _merge(outcomes, str(kw["objective"]), int(kw["keep"]))  # type: ignore[call-overload]
+    return _merge(outcomes)
 
 
 def checkpoint_state_bytes(
@@ -124,48 +175,32 @@ def checkpoint_state_bytes(
     ).total_bytes
 
 
-def add_goodput(
-    rows: list[dict],
-    *,
-    model: ModelSpec,
-    clusters: dict[int, ClusterSpec],
-    workload: Workload,
-    cal: Calibration,
-    failures: FailureModel,
-    options: GoodputOptions,
-) -> None:
+def add_goodput(rows: list[dict], g: GoodputInputs) -> None:
     """Set ``rank.GOODPUT_COLUMNS`` on ``rows`` (in place), one numpy pass per cluster size over its rows."""
     import numpy as np
 
     from workbench.goodput import cluster_goodput_columns, run_totals
 
-    for num_devices, cluster in clusters.items():
+    for num_devices, cluster in g.clusters.items():
         group = [r for r in rows if int(r["num_devices"]) == num_devices]
         if not group:
             continue
         col = {k: np.array([r[k] for r in group], dtype=np.float64) for k in ("dp", "tp", "cp", "pp")}
         step = np.array([r["step_time_s"] for r in group], dtype=np.float64)
         ttt = np.array([r["time_to_train_s"] for r in group], dtype=np.float64)
-        size = checkpoint_state_bytes(model, cluster, workload, cal)
-        g = cluster_goodput_columns(
+        size = checkpoint_state_bytes(g.model, cluster, g.workload, g.cal)
+        cols = cluster_goodput_columns(
             cluster,
             **col,
             checkpoint_bytes=size,
             step_time_s=step,
-            failures=failures,
-            options=options,
+            failures=g.failures,
+            options=g.options,
         )
-        g.update(run_totals(ttt, cluster.num_devices, g["goodput_frac"], g["spare_devices"]))
-        g["checkpoint_bytes"] = size
+        cols.update(run_totals(ttt, cluster.num_devices, cols["goodput_frac"], cols["spare_devices"]))
+        cols["checkpoint_bytes"] = size
         for i, r in enumerate(group):
-            r.update({k: float(np.broadcast_to(g[k], step.shape)[i]) for k in rank.GOODPUT_COLUMNS})
-
-
-TIE_FRAC = 0.067
-"""Plans whose objective lies within this share of the best plan's are marked ``tied``: the model cannot tell
-them apart. 6.7 % is the worst plan-ranking miss on the public validation set (``benchmarks/bench_accuracy.py``:
-the predicted-best plan of a published grid reached 93.3 % of the measured best, README "How good are the
-numbers")."""
+            r.update({k: float(np.broadcast_to(cols[k], step.shape)[i]) for k in rank.GOODPUT_COLUMNS})
 
 
 def layout_key(row: dict) -> str:
@@ -197,15 +232,148 @@ def _order(rows: list[dict], objective: str) -> list[dict]:
             for i, r in enumerate(members):
                 r.update(layout=key, layout_rank=layouts[key], variant=i > 0)
                 ordered.append(r)
-    best = float(ordered[0][col]) if ordered else 0.0
-    for r in ordered:
-        r["tied"] = bool(ordered and abs(float(r[col]) - best) <= TIE_FRAC * abs(best))
+    if ordered:
+        tied = tied_mask([float(r[col]) for r in ordered], float(ordered[0][col]))
+        for r, t in zip(ordered, tied, strict=True):
+            r["tied"] = bool(t)
     return ordered
 
 
 def _next_layout(ordered: list[dict]) -> int:
     """Index of the first plan of the second distinct layout (1 when every plan is one layout's variant)."""
     return next((i for i, r in enumerate(ordered) if r["layout_rank"] != ordered[0]["layout_rank"]), 1)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Setup:
+    """A search's checked inputs: what ``_setup`` derives from the arguments of ``search``."""
+
+    cal: Calibration
+    constraints: Constraints
+    """The caller's constraints narrowed to what the framework runs."""
+    clusters: list[ClusterSpec]
+    """One cluster per node count searched, fewest nodes first."""
+    screen: ScreenOptions
+    goodput_options: GoodputOptions | None
+    """The failure model's practice unless given; None without a failure model."""
+
+
+def _setup(
+    cluster: ClusterSpec,
+    workload: Workload,
+    constraints: Constraints | None,
+    *,
+    nodes: Sequence[int] | None,
+    objective: str,
+    top_k: int,
+    keep: int,
+    token_budget: float,
+    calibration: Calibration | str | None,
+    failures: FailureModel | None,
+    goodput_options: GoodputOptions | None,
+) -> _Setup:
+    """Check the arguments of ``search`` (ValueError as it documents) and derive its ``_Setup``."""
+    from workbench.presets.calibration import Calibration as _Cal
+    from workbench.presets.calibration import load_calibration
+    from workbench.specs.limits import check_token_budget
+
+    rank.check_objective(objective)
+    check_token_budget(token_budget)
+    if objective in rank.GOODPUT_OBJECTIVES and failures is None:
+        raise ValueError(f"objective {objective!r} needs a failure model (failures=..., --failures PRESET)")
+    if failures is not None and goodput_options is None:
+        goodput_options = failures.practice
+    if top_k < 0 or keep < 1:
+        raise ValueError(f"top_k must be >= 0 and keep >= 1, got top_k={top_k}, keep={keep}")
+    constraints = constraints or Constraints()
+    cal = calibration if isinstance(calibration, _Cal) else load_calibration(calibration or "default")
+    unsupported = cal.framework.unsupported_dtype(workload.dtype)
+    if unsupported:
+        raise ValueError(f"framework {cal.framework.id} does not run {', '.join(unsupported)}")
+    constraints = framework_constraints(constraints, cal.framework)
+    clusters = _clusters(cluster, nodes)
+    if constraints.max_devices is not None and all(c.num_devices > constraints.max_devices for c in clusters):
+        sizes = ", ".join(str(c.num_devices) for c in clusters)
+        raise ValueError(
+            f"max_devices={constraints.max_devices} excludes every cluster size searched ({sizes} devices)"
+        )
+    screen = ScreenOptions(
+        calibration=cal,
+        objective=rank.GOODPUT_OBJECTIVES.get(objective, objective),
+        keep=max(keep, top_k),
+        token_budget=token_budget,
+    )
+    return _Setup(
+        cal=cal, constraints=constraints, clusters=clusters, screen=screen, goodput_options=goodput_options
+    )
+
+
+def _screen(
+    model: ModelSpec, workload: Workload, setup: _Setup, objective: str, progress: Progress | None
+) -> ScreenOutcome:
+    """The screen of every cluster size at once, or, for a goodput objective over several sizes, of each size on
+    its own (so that every size keeps its best plans)."""
+    if objective in rank.GOODPUT_OBJECTIVES and len(setup.clusters) > 1:
+        return _screen_per_size(model, setup.clusters, workload, setup.constraints, progress, setup.screen)
+    return setup.screen.screen(model, setup.clusters, workload, setup.constraints, progress)
+
+
+def _refined_best(
+    model: ModelSpec,
+    workload: Workload,
+    setup: _Setup,
+    out: ScreenOutcome,
+    *,
+    capacity_bytes: float,
+    objective: str,
+    top_k: int,
+    backend: str,
+    refine_progress: Callable[[int], None] | None,
+    goodput: GoodputInputs | None,
+) -> tuple[list[dict], list[Estimate], float]:
+    """The screen's best plans as rows in objective order (with goodput columns when ``goodput``), the first
+    ``top_k`` re-priced by ``backend`` (``capacity_bytes``: a device's memory): the rows, the ``top_k`` estimates and the refinement's wall seconds."""
+    best = rows_from_pool(out.best, out.schedule_names, capacity_bytes)
+    if goodput is not None:
+        add_goodput(best, goodput)
+    col, higher = rank.OBJECTIVES[objective]
+    best.sort(key=lambda r: -r[col] if higher else r[col])
+    start = time.perf_counter()
+    estimates: list[Estimate] = []
+    if top_k and best:
+        estimate = estimator(backend, setup.cal)
+        by_devices = {c.num_devices: c for c in out.clusters}
+        estimates = refine_rows(model, by_devices, workload, best[:top_k], estimate, refine_progress)
+        best[:top_k] = [
+            apply_estimate(r, e, setup.screen.token_budget, setup.constraints.memory_headroom_frac)
+            for r, e in zip(best[:top_k], estimates, strict=True)
+        ]
+        if goodput is not None:
+            add_goodput(best[:top_k], goodput)
+    return best, estimates, time.perf_counter() - start
+
+
+def _ranked(best: list[dict], frontier: list[dict], objective: str) -> list[dict]:
+    """``best`` in ``_order`` with ``rank`` (1 = best) and ``pareto`` (the plan is one of ``frontier``'s) set;
+    every ``frontier`` row gets ``pareto`` True. Rows are updated in place."""
+    pareto_keys = {r["plan"] + str(r["num_devices"]) for r in frontier}
+    for r in best:
+        r["pareto"] = r["plan"] + str(r["num_devices"]) in pareto_keys
+    ordered = _order(best, objective)
+    for i, r in enumerate(ordered):
+        r["rank"] = i + 1
+    for r in frontier:
+        r["pareto"] = True
+    return ordered
+
+
+def _result_columns(failures: bool, priced: bool) -> tuple[str, ...]:
+    """Columns of ``SearchResult.plans``: the plan, its metrics, the error band, and the goodput and dollar
+    columns when the search has a failure model and a price."""
+    columns = COLUMNS + BAND_COLUMNS + (rank.GOODPUT_COLUMNS if failures else ())
+    if priced:
+        columns += rank.PRICE_COLUMNS + (("goodput_usd_to_train",) if failures else ())
+    return columns
 
 
 def search(
@@ -242,96 +410,35 @@ def search(
     ``plans`` is empty and ``closest_misses`` lists the plans that failed only on memory. A token budget
     outside ``workbench.specs.limits`` raises ValueError.
     """
-    from workbench.presets.calibration import Calibration as _Cal
-    from workbench.presets.calibration import load_calibration
-    from workbench.specs.limits import check_token_budget
-
-    rank.check_objective(objective)
-    check_token_budget(token_budget)
-    if objective in rank.GOODPUT_OBJECTIVES and failures is None:
-        raise ValueError(f"objective {objective!r} needs a failure model (failures=..., --failures PRESET)")
-    if failures is not None and goodput_options is None:
-        goodput_options = failures.practice
-    if top_k < 0 or keep < 1:
-        raise ValueError(f"top_k must be >= 0 and keep >= 1, got top_k={top_k}, keep={keep}")
-    constraints = constraints or Constraints()
-    cal = calibration if isinstance(calibration, _Cal) else load_calibration(calibration or "default")
-    unsupported = cal.framework.unsupported_dtype(workload.dtype)
-    if unsupported:
-        raise ValueError(f"framework {cal.framework.id} does not run {', '.join(unsupported)}")
-    constraints = framework_constraints(constraints, cal.framework)
-    clusters = _clusters(cluster, nodes)
-    if constraints.max_devices is not None and all(c.num_devices > constraints.max_devices for c in clusters):
-        sizes = ", ".join(str(c.num_devices) for c in clusters)
-        raise ValueError(
-            f"max_devices={constraints.max_devices} excludes every cluster size searched ({sizes} devices)"
-        )
-    screen_kw = dict(
-        calibration=cal,
-        objective=rank.GOODPUT_OBJECTIVES.get(objective, objective),
-        keep=max(keep, top_k),
-        token_budget=token_budget,
-    )
-    if objective in rank.GOODPUT_OBJECTIVES and len(clusters) > 1:
-        out = _screen_per_size(model, clusters, workload, constraints, progress, **screen_kw)
-    else:
-        out = screen_all(model, clusters, workload, constraints, progress=progress, **screen_kw)  # type: ignore[arg-type]
+    s = _setup(cluster, workload, constraints, nodes=nodes, objective=objective, top_k=top_k, keep=keep,
+               token_budget=token_budget, calibration=calibration, failures=failures,
+               goodput_options=goodput_options)  # fmt: skip
+    out = _screen(model, workload, s, objective, progress)
+    goodput = None
+    if failures is not None and s.goodput_options is not None:
+        goodput = GoodputInputs(model=model, clusters={c.num_devices: c for c in out.clusters}, workload=workload,
+                                cal=s.cal, failures=failures, options=s.goodput_options)  # fmt: skip
     capacity = cluster.device.hbm_bytes
-    best = rows_from_pool(out.best, out.schedule_names, capacity)
-    by_devices = {c.num_devices: c for c in out.clusters}
-    goodput_kw = dict(
-        model=model,
-        clusters=by_devices,
-        workload=workload,
-        cal=cal,
-        failures=failures,
-        options=goodput_options,
-    )
-    if failures is not None:
-        add_goodput(best, **goodput_kw)  # type: ignore[arg-type]
-    col, higher = rank.OBJECTIVES[objective]
-    best.sort(key=lambda r: -r[col] if higher else r[col])
-    start = time.perf_counter()
-    estimates = []
-    if top_k and best:
-        estimate = estimator(backend, cal)
-        estimates = refine_rows(model, by_devices, workload, best[:top_k], estimate, refine_progress)
-        best[:top_k] = [
-            apply_estimate(r, e, token_budget, constraints.memory_headroom_frac)
-            for r, e in zip(best[:top_k], estimates, strict=True)
-        ]
-        if failures is not None:
-            add_goodput(best[:top_k], **goodput_kw)  # type: ignore[arg-type]
-    refine_s = time.perf_counter() - start
+    best, estimates, refine_s = _refined_best(model, workload, s, out, capacity_bytes=capacity, objective=objective,
+                                              top_k=top_k, backend=backend, refine_progress=refine_progress,
+                                              goodput=goodput)  # fmt: skip
     if price is not None:
         _add_dollars(best, price.usd_per_device_hour)
-    pareto_keys = {
-        r["plan"] + str(r["num_devices"]) for r in rows_from_pool(out.frontier, out.schedule_names, capacity)
-    }
-    for r in best:
-        r["pareto"] = r["plan"] + str(r["num_devices"]) in pareto_keys
-    est_by_key = {id(r): e for r, e in zip(best[:top_k], estimates, strict=False)}
-    ordered = _order(best, objective)
-    for i, r in enumerate(ordered):
-        r["rank"] = i + 1
-    add_bands(ordered, model, workload, cal.framework.group)
     frontier = sorted(
         rows_from_pool(out.frontier, out.schedule_names, capacity), key=lambda r: r["peak_memory_bytes"]
     )
-    for r in frontier:
-        r["pareto"] = True
+    est_by_key = {id(r): e for r, e in zip(best[:top_k], estimates, strict=False)}
+    ordered = _ranked(best, frontier, objective)
+    add_bands(ordered, model, workload, s.cal.framework.group)
     misses = sorted(rows_from_pool(out.misses, out.schedule_names, capacity), key=lambda r: r["memory_frac"])
-    columns = COLUMNS + BAND_COLUMNS + (rank.GOODPUT_COLUMNS if failures is not None else ())
-    if price is not None:
-        columns += rank.PRICE_COLUMNS + (("goodput_usd_to_train",) if failures is not None else ())
     return SearchResult(
         model=model,
         clusters=out.clusters,
         workload=workload,
-        constraints=constraints,
+        constraints=s.constraints,
         objective=objective,
         token_budget=token_budget,
-        plans=frame(ordered, columns),
+        plans=frame(ordered, _result_columns(failures is not None, price is not None)),
         pareto=frame(frontier, COLUMNS[1:]),
         closest_misses=frame(misses, COLUMNS[1:]),
         rejections=out.rejections,
@@ -342,9 +449,9 @@ def search(
         refine_s=refine_s,
         estimates=tuple(est_by_key[id(r)] for r in ordered if id(r) in est_by_key),
         explanation=_explanation(ordered, _rank_column(objective, ordered)),
-        goodput=None if failures is None else _settings(failures, goodput_options),
-        framework=cal.framework.id,
-        framework_version=cal.framework.version,
+        goodput=None if failures is None else _settings(failures, s.goodput_options),
+        framework=s.cal.framework.id,
+        framework_version=s.cal.framework.version,
         price=None if price is None else _price_settings(price),
     )
 

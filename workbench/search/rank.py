@@ -1,4 +1,4 @@
-"""Objectives, best-k selection and the Pareto frontier of throughput against peak memory per device.
+"""Objectives and best-k selection (the Pareto frontier is :func:`workbench.search.frontier.pareto_mask`).
 
 Objectives (all computed from the screened step time):
 
@@ -86,20 +86,3 @@ def best_indices(values: np.ndarray, k: int) -> np.ndarray:
     part = np.argpartition(-values, k - 1)[:k] if len(values) > k else np.arange(len(values))
     order = np.lexsort((part, -values[part]))
     return part[order]
-
-
-def pareto_mask(throughput: np.ndarray, memory: np.ndarray) -> np.ndarray:
-    """True for the plans no other plan beats on both axes: higher ``throughput`` and lower ``memory``.
-
-    Sort by memory (ties: higher throughput first) and keep each plan whose throughput exceeds every plan
-    with less memory; O(n log n). Exact duplicates keep one copy.
-    """
-    n = len(throughput)
-    mask = np.zeros(n, dtype=bool)
-    if n == 0:
-        return mask
-    order = np.lexsort((-throughput, memory))
-    t = throughput[order]
-    best_before = np.maximum.accumulate(np.concatenate(([-np.inf], t[:-1])))
-    mask[order[t > best_before]] = True
-    return mask

@@ -19,6 +19,7 @@ import numpy as np
 
 from workbench.cost.memory import RECOMPUTE_CODES
 from workbench.search import grid, rank, screen
+from workbench.search.frontier import pareto_mask
 from workbench.search.space import Constraints, PlanSpace, build_space
 
 if TYPE_CHECKING:
@@ -53,6 +54,12 @@ def _take(cols: Pool, idx: np.ndarray) -> Pool:
     return {k: v[idx] for k, v in cols.items()}
 
 
+def memory_frontier(cols: Pool) -> np.ndarray:
+    """True for the plans of ``cols`` on the frontier of higher ``tokens_per_s`` against lower
+    ``peak_memory_bytes`` (exact duplicates keep one copy)."""
+    return pareto_mask((cols["tokens_per_s"], cols["peak_memory_bytes"]), (True, False))
+
+
 def _concat(pools: list[Pool]) -> Pool:
     if not pools:
         return {}
@@ -64,7 +71,7 @@ def _compact(pools: _Pools, objective: str, keep: int) -> None:
     pools.best = [_take(best, rank.best_indices(rank.score(best, objective), keep))] if best else []
     front = _concat(pools.frontier)
     if front:
-        pools.frontier = [_take(front, rank.pareto_mask(front["tokens_per_s"], front["peak_memory_bytes"]))]
+        pools.frontier = [_take(front, memory_frontier(front))]
     miss = _concat(pools.misses)
     if miss:
         pools.misses = [_take(miss, rank.best_indices(-miss["memory_frac"], NUM_MISSES))]
@@ -184,7 +191,7 @@ def _screen_chunk(
     ok.update(rank.objective_columns(ok["tokens_per_s"], ok["num_devices"], token_budget))
     scores = rank.score(ok, objective)
     best = _take(ok, rank.best_indices(scores, keep))
-    on_front = rank.pareto_mask(ok["tokens_per_s"], ok["peak_memory_bytes"])
+    on_front = memory_frontier(ok)
     front = _take(ok, np.flatnonzero(on_front))
     if partial:
         # Variants that recompute only the layers memory needs, of the full-recompute plans that could enter
@@ -203,9 +210,7 @@ def _screen_chunk(
             best = _concat([best, trimmed])
             best = _take(best, rank.best_indices(rank.score(best, objective), keep))
             front = _concat([front, trimmed])
-            front = _take(
-                front, np.flatnonzero(rank.pareto_mask(front["tokens_per_s"], front["peak_memory_bytes"]))
-            )
+            front = _take(front, np.flatnonzero(memory_frontier(front)))
     pools.best.append(_every_layer(best))
     pools.frontier.append(_every_layer(front))
 

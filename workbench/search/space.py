@@ -22,6 +22,7 @@ import numpy as np
 
 from workbench.cost.placement import level_spans, order_strides, p2p_level_index
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
+from workbench.search.frontier import divisors
 from workbench.specs.estimate import DEFAULT_HEADROOM_FRAC
 from workbench.specs.framework import CP_KINDS, FrameworkProfile
 from workbench.specs.limits import (
@@ -57,28 +58,6 @@ AXIS_MAXIMUM: dict[str, tuple[int, str]] = {
 
 NO_SCHEDULE = "1f1b"
 """Schedule name stored for pp = 1 plans (``ParallelPlan`` ignores it there)."""
-
-
-def divisors(n: int) -> list[int]:
-    """All positive divisors of ``n`` (a device or expert count, 1..``limits.MAX_DEVICES``) in increasing order.
-
-    Factorises ``n`` by trial division over 2 and the odd numbers up to sqrt(n) (at most 512 steps within the
-    bound), then multiplies out the prime powers: the work is bounded and the answer small (no n <= 2^20 has
-    more than 240 divisors). Raises ValueError for n outside 1..MAX_DEVICES.
-    """
-    check_count("divisors", "n", n, maximum=MAX_DEVICES, limit="MAX_DEVICES")
-    out, rest, p = [1], n, 2
-    while p * p <= rest:
-        power = 0
-        while rest % p == 0:
-            rest //= p
-            power += 1
-        if power:
-            out = [d * p**k for d in out for k in range(power + 1)]
-        p += 1 if p == 2 else 2
-    if rest > 1:
-        out = out + [d * rest for d in out]
-    return sorted(out)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.pipeline.schedules import build_schedule, schedule_rule_violations
 from workbench.pipeline.simulate import StageCosts, simulate
+from workbench.search.frontier import divisors as _divisors
 
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
@@ -136,10 +137,6 @@ def layouts(mixed: MixedCluster, model: ModelSpec, workload: Workload, opts: Any
                     seen.add(key)
                     distinct.append(order)
             yield from _variants(distinct, tp_set, stages, dp, pp, workload, opts)
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _variants(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.search.frontier import divisors
 from workbench.specs.errors import check_int
 from workbench.specs.hardware import DType
 from workbench.specs.limits import MAX_DEVICES, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, check_real, shown
@@ -139,10 +140,6 @@ def layout_reason(model: ModelSpec, engine: ServingPlan) -> str | None:
     return None
 
 
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
-
-
 def engine_layouts(
     model: ModelSpec, cluster: ClusterSpec, *, widest_bytes: float, usable_frac: float
 ) -> list[ServingPlan]:
@@ -150,7 +147,7 @@ def engine_layouts(
     ``widest_bytes``: bytes per weight of the widest searched dtype; ``usable_frac``: the share of a device's
     memory an engine may take."""
     node = cluster.devices_per_node
-    sizes = [(s, 1) for s in _divisors(node)]
+    sizes = [(s, 1) for s in divisors(node)]
     usable = cluster.device.hbm_bytes * usable_frac * node
     if model.total_parameters() * widest_bytes > usable:  # weights overflow a node: span nodes
         k = 2
@@ -159,7 +156,7 @@ def engine_layouts(
             k *= 2
     out = []
     for size, pp in sizes:
-        tps = [size] if not model.is_moe or pp > 1 else _divisors(size)
+        tps = [size] if not model.is_moe or pp > 1 else divisors(size)
         for tp in tps:
             for ep in (None, size) if model.is_moe and size > 1 else (None,):
                 out.append(ServingPlan(tp=tp, pp=pp, attention_dp=size // tp, ep=ep))
@@ -198,7 +195,7 @@ def candidate_plans(
         replicas = max(1, budget // engine.devices_per_engine)
         variants += [replace(engine, replicas=replicas, scheduler=sched) for sched in schedulers]
     if c.disaggregation:
-        sizes = [tp for tp in _divisors(cluster.devices_per_node) if tp < budget]
+        sizes = [tp for tp in divisors(cluster.devices_per_node) if tp < budget]
         for ptp in sizes:
             for dtp in sizes:
                 for p, d in _splits(budget, ptp, dtp):

@@ -7,16 +7,16 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
+from workbench.search.frontier import pareto_mask
+from workbench.search.serving.screen import Screened
 from workbench.serving.estimate import ServingEstimate, serve_estimate
-from workbench.serving.search_screen import Screened
 from workbench.specs.serving import SLO, ServingPlan, ServingWorkload
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
-    from workbench.serving.search_space import ServingSearchConstraints
+    from workbench.search.serving.space import ServingSearchConstraints
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
 
@@ -168,21 +168,6 @@ class KeptPlan:
 
 
 # ---- tables ------------------------------------------------------------------------------------------------
-def pareto_mask(throughput: np.ndarray, latency: np.ndarray) -> np.ndarray:
-    """True where no other row has a higher ``throughput`` and a lower ``latency`` (a nan latency is never on the
-    frontier): sort by latency (ties: higher throughput first) and keep each row that beats every faster one;
-    O(n log n). Exact duplicates keep one copy."""
-    mask = np.zeros(len(throughput), dtype=bool)
-    known = np.flatnonzero(np.isfinite(latency))
-    if not known.size:
-        return mask
-    order = known[np.lexsort((-throughput[known], latency[known]))]
-    t = throughput[order]
-    before = np.maximum.accumulate(np.concatenate(([-np.inf], t[:-1])))
-    mask[order[t > before]] = True
-    return mask
-
-
 def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
@@ -219,8 +204,10 @@ def results_table(kept: list[KeptPlan]) -> pl.DataFrame:
         {name: [r[name] for r in rows] for name in TABLE_COLUMNS}, schema=_schema(TABLE_COLUMNS)
     )
     per_device = frame["goodput_output_tokens_per_s_per_device"].to_numpy()
-    p_ttft = pareto_mask(per_device, frame["ttft_s_at_goodput"].fill_null(math.nan).to_numpy())
-    p_tpot = pareto_mask(per_device, frame["tpot_s_at_goodput"].fill_null(math.nan).to_numpy())
+    ttft = frame["ttft_s_at_goodput"].fill_null(math.nan).to_numpy()
+    tpot = frame["tpot_s_at_goodput"].fill_null(math.nan).to_numpy()
+    p_ttft = pareto_mask((per_device, ttft), (True, False))  # a null latency is never on a frontier
+    p_tpot = pareto_mask((per_device, tpot), (True, False))
     return frame.with_columns(pl.Series("pareto_ttft", p_ttft), pl.Series("pareto_tpot", p_tpot),
                               pl.Series("pareto", p_ttft | p_tpot))  # fmt: skip
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.search.serving.space import layout_reason
 from workbench.serving.cost import ReplicaCost
-from workbench.serving.search_space import layout_reason
 from workbench.specs.serving import SLO, Scheduler, ServingPlan
 
 if TYPE_CHECKING:

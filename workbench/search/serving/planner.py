@@ -1,10 +1,10 @@
 """Serving plan search: the highest SLO-goodput per device over the serving plans of a cluster.
 
-``serve_search`` walks the plan space of :mod:`workbench.serving.search_space` (engine layouts, replicas filling
+``serve_search`` walks the plan space of :mod:`workbench.search.serving.space` (engine layouts, replicas filling
 the device budget, weight/KV dtypes, a small batching grid, disaggregated prefill:decode splits) in two tiers, as
 the training search does:
 
-1. screen every plan with closed forms (:mod:`workbench.serving.search_screen`): layout rules, weights and KV
+1. screen every plan with closed forms (:mod:`workbench.search.serving.screen`): layout rules, weights and KV
    capacity, a prompt alone against the TTFT target and one decode alone against the TPOT target, counting the
    plans that fail by reason (``REASONS``), and a steady-state estimate of each survivor's goodput;
 2. simulate ``top_k`` survivors, best estimate per device first and one per engine layout before any second
@@ -36,18 +36,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from workbench.serving.estimate import serve_estimate
-from workbench.serving.search_result import (
-    SCREEN_COLUMNS,
-    TABLE_COLUMNS,
+from workbench.search.serving.result import (
     GoodputPoint,
     KeptPlan,
     ServingSearchResult,
     results_table,
     screened_table,
 )
-from workbench.serving.search_screen import CostCache, Lengths, Screened, screen
-from workbench.serving.search_space import REASONS, ServingSearchConstraints, candidate_plans
+from workbench.search.serving.screen import CostCache, Lengths, Screened, screen
+from workbench.search.serving.space import REASONS, ServingSearchConstraints, candidate_plans
+from workbench.serving.estimate import serve_estimate
 from workbench.serving.simulate import LatencyStats, RequestSimResult
 from workbench.specs.hardware import DType
 from workbench.specs.serving import SLO, Arrival, ServingPlan, ServingWorkload
@@ -58,15 +56,6 @@ if TYPE_CHECKING:
     from workbench.specs.model import ModelSpec
     from workbench.specs.price import PriceSpec
 
-__all__ = [
-    "NO_TARGET_RATE_PER_S",
-    "REASONS",
-    "SCREEN_COLUMNS",
-    "TABLE_COLUMNS",
-    "ServingSearchConstraints",
-    "ServingSearchResult",
-    "serve_search",
-]
 
 NO_TARGET_RATE_PER_S = 1e-3
 """Target rate to pass when none is wanted (one request per 1,000 s): a plan then only has to meet the SLO at
