@@ -35,15 +35,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s
-from workbench.cost.flops import (
-    FP8_VALUE_BYTES,
-    cheap_recompute_ops,
-    embedding_ops,
-    head_ops,
-    layer_ops,
-    mtp_ops,
-    op_times,
-)
+from workbench.cost.elementwise_ops import FP8_VALUE_BYTES, cheap_recompute_ops
+from workbench.cost.flops import embedding_ops, head_ops, layer_ops, mtp_ops
 from workbench.cost.moe import (
     ACT_BYTES,
     dispatch_passes,
@@ -52,6 +45,7 @@ from workbench.cost.moe import (
     on_device,
     routed_load,
 )
+from workbench.cost.op_time import op_times
 from workbench.cost.overlap import overlap
 from workbench.presets.calibration import Calibration
 from workbench.specs.framework import FrameworkProfile
@@ -368,7 +362,7 @@ class EdgeCosts(NamedTuple):
     head_w_s: Array
     vocab_s: Array = 0.0
     """With vocabulary parallelism: the communication each pipeline rank adds per micro-batch (forward and
-    backward together, ``workbench.cost.step.vocab_parallel_comm_s``); 0 otherwise."""
+    backward together, ``workbench.cost.micro_batch.vocab_parallel_comm_s``); 0 otherwise."""
     mtp_f_s: Array = 0.0
     """One multi-token-prediction module's own forward (``flops.mtp_ops``) plus its pass through the head and
     loss; its transformer block is priced as a layer. 0 for a model without MTP."""

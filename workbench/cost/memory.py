@@ -128,8 +128,8 @@ def activation_parts(
     ``recompute_modules`` (``FrameworkProfile.recompute_modules``, Megatron-Core's selective modules) drops
     a subset: ``layernorm`` the norm outputs, ``mla_up_proj`` MLA's up-projected q, k, v, ``moe_act`` the
     routed experts' activation output (MoE layers). ``unfused_glu_clamp`` (a clamped GLU, ``ModelSpec.glu_clamp``,
-    that the stack clamps with eager kernels: ``workbench.cost.flops.unfused_model_ops``): the clamp keeps its own
-    input for its backward pass beside the clamped copy the activation keeps, (n_mat - 1) * f more values per
+    that the stack clamps with eager kernels: ``workbench.cost.elementwise_ops.unfused_model_ops``): the clamp
+    keeps its own input for its backward pass beside the clamped copy the activation keeps, (n_mat - 1) * f more values per
     token through the MLP (dropped with the activation under ``moe_act`` recompute or the cheap-op recompute)."""
     h, a = model.hidden_size, model.num_attention_heads
     mla = model.attention is AttentionKind.MLA
