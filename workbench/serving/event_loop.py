@@ -248,7 +248,8 @@ class EventLoop:
             eng.reserved -= -(-int(self.full_tokens[i]) // eng.block)
 
     def schedule(self, eng: _Engine, t: float) -> None:
-        """Compose the engine's next batch at ``t`` (module docstring) and start it; idle when there is none."""
+        """Compose the engine's next batch at ``t`` (the rules in :mod:`workbench.serving.simulate`) and start
+        it; idle when there is none."""
         if self.prefill_first and eng.waiting:
             new_tokens: list[int] = []
             context: list[int] = []
