@@ -5,8 +5,9 @@ the compute of its forward F, backward-input I, backward-weight W and fused back
 one micro-batch leaves stored, summed over the ops the stage holds (its dense or MoE blocks, the embedding on
 the first stage, the LM head with its loss on the last), each looked up at the plan's shard shape (tp, cp, ep,
 micro-batch, sequence length; an unmeasured micro-batch is interpolated in tokens and noted); and the optimizer
-step, the AdamW time per parameter measured with the profile times the parameters a rank owns (over dp*cp
-with ZeRO >= 1, as :func:`workbench.cost.step.optimizer_s` shards them).
+step, the AdamW time per parameter measured with the profile times the parameters a rank owns (over the ZeRO
+shard group with ZeRO >= 1: dp*cp, or ``zero_shard`` ranks with HSDP, as :func:`workbench.cost.step.optimizer_s`
+shards them).
 
 From the step model (:mod:`workbench.cost.step`), the very functions the analytic backend calls: which blocks each
 stage holds (``stage_holdings``: uneven splits give the remainder to the middle stages), the exposed tensor-,
@@ -28,6 +29,12 @@ How torch runs a plan, kept in the stage costs:
   (tokens x hidden in the run's dtype) and the transient working set is one block's measured activations;
   the embedding and the head are not recomputed. Selective recompute is priced as none (the profile
   measures whole blocks), with a note.
+
+Every field of ``ParallelPlan`` and ``Workload`` is priced or refused by name (``PLAN_FIELD_PRICING``,
+``WORKLOAD_FIELD_PRICING``; :func:`unsupported` lists what a plan asks that the profile cannot price: a chunked
+loss, vocabulary parallelism, activation offload, an expert tp other than tp, an optimizer other than AdamW, a
+capacity factor). An optimizer step offloaded to the host (``offload_optimizer``) is the step model's host path,
+not the measured on-device AdamW, with a note.
 
 This module does not import torch: estimating only reads the profile.
 """
@@ -55,6 +62,87 @@ from workbench.specs.plan import ParallelPlan, Recompute, Workload
 
 _TIMES = ("forward_s", "backward_s", "backward_input_s", "backward_weight_s")
 
+PLAN_FIELD_PRICING: dict[str, str] = {
+    "dp": "data-parallel reduction, ZeRO sharding and the optimizer's owned parameters (step model)",
+    "tp": "ops measured at the tp shard; tensor-parallel communication from the step model",
+    "pp": "blocks per stage (stage_holdings), the pipeline hop (pp_hop_s) and the simulated schedule",
+    "cp": "ops measured at seq_len / cp; context-parallel communication from the step model",
+    "ulysses": "the cp shard's measured ops; the Ulysses all-to-alls from the step model (layer_pair)",
+    "ep": "MoE blocks measured at the ep shard; the dispatch and combine from the step model",
+    "etp": "refused unless the expert tp equals tp: the profile splits each expert over tp like the dense MLP",
+    "vpp": "virtual stages of the simulated schedule",
+    "micro_batch_size": "ops measured at the micro-batch, else interpolated or extrapolated in tokens (noted)",
+    "zero_stage": "ZeRO-3 gathers against the measured compute, the reduction and the model states (step model)",
+    "zero_shard": "the shard group of the reduction, the model states and the optimizer step (step model)",
+    "loss_chunks": "refused unless 1: the profile measures the LM head and its loss over the whole micro-batch",
+    "vocab_parallel": "refused with pp > 1: the profile's embedding and head run whole on the first and last stage",
+    "offload_optimizer": "the step model's host path (optimizer_s), not the measured AdamW (noted); no device states",
+    "offload_activations": "refused: the stages keep the measured activations on the device",
+    "sequence_parallel": "tensor-parallel communication kind and the input full recompute keeps (the profile's "
+    "blocks are measured without sequence parallelism: their stored activations as measured)",
+    "recompute": "full: each block's measured forward again before its backward, its input kept; selective: "
+    "priced as none (noted)",
+    "recompute_num_layers": "the share of the blocks recomputed (recompute_share)",
+    "schedule": "the simulated schedule (stage 0's backward one fused W in the split-backward ones)",
+    "rank_order": "the group strides the step model's communication is priced on",
+}
+"""How this backend prices each ``ParallelPlan`` field (``tests/test_torch_profile_backend.py`` holds the keys to
+the plan's fields, so a new axis must say here how it is priced or refused)."""
+
+WORKLOAD_FIELD_PRICING: dict[str, str] = {
+    "seq_len": "ops measured at the sequence length",
+    "global_batch_size": "the number of micro-batches of the simulated schedule",
+    "dtype": "the profile measured in the run's dtype (find_profile)",
+    "optimizer": "refused unless adamw: the profile times AdamW",
+    "capacity_factor": "refused for an MoE model: the profile's MoE blocks run dropless, balanced",
+}
+"""How this backend prices each ``Workload`` field."""
+
+
+def unsupported(model: ModelSpec, workload: Workload, plan: ParallelPlan) -> list[str]:
+    """What of ``plan`` and ``workload`` this backend cannot price from a profile, one line each naming the
+    field, its value and what the backend supports (``PLAN_FIELD_PRICING``); empty when it prices all of it."""
+    out = []
+    if plan.loss_chunks != 1:
+        out.append(
+            f"loss_chunks={plan.loss_chunks} (the profile measures the LM head and its loss over the whole "
+            "micro-batch; supports loss_chunks=1)"
+        )
+    if plan.vocab_parallel and plan.pp > 1:
+        out.append(
+            f"vocab_parallel=True with pp={plan.pp} (the profile's embedding and LM head run whole on the first "
+            "and the last stage; supports vocab_parallel=False)"
+        )
+    if plan.offload_activations:
+        out.append(
+            "offload_activations=True (the stages keep their measured activations on the device; supports "
+            "offload_activations=False)"
+        )
+    if model.is_moe and plan.expert_tp != plan.tp:
+        default = " (the default with ep > 1)" if plan.etp is None else ""
+        out.append(
+            f"etp={plan.expert_tp}{default} (the profile splits each expert over tp={plan.tp} like the dense "
+            f"MLP; supports etp=tp: etp={plan.tp})"
+        )
+    if str(workload.optimizer) != "adamw":
+        out.append(f"optimizer={workload.optimizer} (the profile times AdamW; supports optimizer=adamw)")
+    if model.is_moe and workload.capacity_factor is not None:
+        out.append(
+            f"capacity_factor={workload.capacity_factor} (the profile's MoE blocks run dropless; supports no "
+            "capacity factor)"
+        )
+    return out
+
+
+def _refuse_unpriced(model: ModelSpec, workload: Workload, plan: ParallelPlan) -> None:
+    """ValueError listing ``unsupported``'s lines, when there are any."""
+    refused = unsupported(model, workload, plan)
+    if refused:
+        raise ValueError(
+            f"the torch-profile backend does not price {'; '.join(refused)}. Price such plans with the "
+            "analytic backend."
+        )
+
 
 class TorchProfileBackend:
     """``workbench.backends`` entry ``torch-profile``. ``profile``: a profile folder or a folder of them
@@ -76,11 +164,13 @@ class TorchProfileBackend:
     def estimate(
         self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan
     ) -> Estimate:
-        """Cost one plan from the measured profile. ValueError for an invalid plan; LookupError (naming the
-        ``workbench profile`` command to run) when no profile matches the model shape, device and dtype."""
+        """Cost one plan from the measured profile. ValueError for an invalid plan or one asking what a profile
+        cannot price (:func:`unsupported`); LookupError (naming the ``workbench profile`` command to run) when no
+        profile matches the model shape, device and dtype."""
         problems = plan.validate(model, cluster, workload)
         if problems:
             raise ValueError(f"invalid plan {plan.describe()}: " + " ".join(problems))
+        _refuse_unpriced(model, workload, plan)
         prof = find_profile(self.profile_root, model, cluster.device.id, str(workload.dtype))
         fitted = _fitted_cluster(cluster, prof)
         costs = profile_costs(prof, model, fitted, workload, plan)
@@ -91,7 +181,9 @@ def profile_costs(
     prof: Profile, model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan
 ) -> PlanCosts:
     """Price one valid plan's pieces from ``prof`` and the step model (see the module docstring).
-    ``cluster``: the cluster with the profile's collective fits applied (``_fitted_cluster``)."""
+    ``cluster``: the cluster with the profile's collective fits applied (``_fitted_cluster``). ValueError for
+    what a profile cannot price (:func:`unsupported`)."""
+    _refuse_unpriced(model, workload, plan)
     return _Pricer(prof, model, cluster, workload, plan).costs()
 
 
@@ -205,8 +297,6 @@ class _Pricer:
         dp = step.dp_comm_s(ctx, cols, dense, expert, {"compute_f": f.sum(), "compute_b": b.sum()})
         static = step.static_memory(ctx, cols, self.rank_held)
         static["activation_extra_bytes"] = self._recompute_working_bytes(ops, full)
-        shard = np.where(cols["zero_stage"] >= 1, cols["dp"] * cols["cp"], 1)
-        owned = (dense + expert) / shard
         if p.dp * p.cp > 1 and p.zero_stage < 3:
             self.notes.append("data-parallel gradient reduction not overlapped with the backward pass")
         return PlanCosts(
@@ -217,10 +307,24 @@ class _Pricer:
             rank_hidden_s={k: _per_rank(rank_comm[f"hidden_{k}"], p.pp) for k in COMM_KINDS},
             dp_comm_s=float(np.max(dp.exposed)),
             dp_hidden_s=float(np.max(dp.hidden)),
-            optimizer_s=float(self.prof.manifest["optimizer_s_per_parameter"] * np.max(owned)),
+            optimizer_s=self._optimizer_s(dense, expert),
             rank_memory={k: _per_rank(v, p.pp) for k, v in static.items()},
             notes=tuple(dict.fromkeys(self.notes)),
         )
+
+    def _optimizer_s(self, dense: np.ndarray, expert: np.ndarray) -> float:
+        """The slowest rank's optimizer step: the measured AdamW seconds per parameter times the parameters it
+        owns (ZeRO >= 1: 1/shard group of them, ``step.shard_group``); offloaded to the host, the step model's
+        host path (``step.optimizer_s``), which the profile does not measure."""
+        ctx, cols = self.ctx, self.cols
+        if self.plan.offload_optimizer:
+            self.notes.append(
+                "optimizer step offloaded to the host: the step model's host path (host DRAM and PCIe "
+                "bandwidth of the cluster's [storage]), not measured"
+            )
+            return float(np.max(step.optimizer_s(ctx, cols, dense, expert)))
+        owned = (dense + expert) / np.where(cols["zero_stage"] >= 1, step.shard_group(cols), 1)
+        return float(self.prof.manifest["optimizer_s_per_parameter"] * np.max(owned))
 
     def _layer_compute_s(self, ops: dict[str, OpCost], share: float) -> tuple[float, float]:
         """Measured (F, B + the recomputed F) of one block, the mean over the model's blocks: the compute

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
-from workbench_backends.torch_profile import _fitted_cluster, profile_costs
+from workbench_backends.torch_profile import (
+    PLAN_FIELD_PRICING,
+    WORKLOAD_FIELD_PRICING,
+    _fitted_cluster,
+    profile_costs,
+    unsupported,
+)
 
 from tests.test_profile_table import SPEC, _row, _write
 from workbench.cost import step
@@ -165,6 +171,8 @@ def _assert_same_step_model_terms(ours, theirs, ctx: StepContext, seconds_per_pa
         ParallelPlan(dp=2, zero_stage=2),
         ParallelPlan(dp=4, zero_stage=3, recompute="full"),
         ParallelPlan(pp=2, dp=2, zero_stage=1, micro_batch_size=2),
+        ParallelPlan(dp=4, zero_stage=1, zero_shard=2),
+        ParallelPlan(dp=4, zero_stage=3, zero_shard=2),
     ],
     ids=lambda p: p.describe(),
 )
@@ -184,6 +192,94 @@ def test_example_profile_shares_the_step_model_with_analytic(plan: ParallelPlan)
     for part in STATE_AND_BUFFERS:  # the memory table: same column meanings, same model states
         assert est.memory[part].to_list() == pytest.approx(analytic.memory[part].to_list(), rel=1e-12)
     assert est.breakdown.total_s == pytest.approx(est.step_time_s, rel=1e-9)
+
+
+def test_offloaded_optimizer_is_the_step_models_host_path() -> None:
+    """ZeRO-Offload's step runs on the host, which the profile does not time: the backend takes the step model's
+    host path (the analytic backend's figure under the same neutral calibration) and says so; the device keeps no
+    optimizer states."""
+    prof = read_profile(EXAMPLE_PROFILE)
+    model, wl = prof.model, Workload(seq_len=128, global_batch_size=8, dtype="fp32")
+    plan = ParallelPlan(dp=2, zero_stage=1, offload_optimizer=True)
+    _, _, ours, theirs = _both_costs(EXAMPLE_PROFILE, model, host_cluster(prof, num_devices=2), wl, plan)
+    on_device = profile_costs(
+        prof, model, host_cluster(prof, num_devices=2), wl, replace(plan, offload_optimizer=False)
+    )
+    assert ours.optimizer_s == pytest.approx(theirs.optimizer_s, rel=1e-12)
+    assert ours.optimizer_s != pytest.approx(on_device.optimizer_s, rel=1e-3)
+    assert any("offloaded to the host" in n for n in ours.notes)
+    assert (ours.rank_memory["optimizer_states_bytes"] == 0).all()
+
+
+def test_every_plan_and_workload_field_is_priced_or_refused_by_name() -> None:
+    """A new plan axis must say how this backend prices it (or refuses it), not pass through silently."""
+    assert set(PLAN_FIELD_PRICING) == {f.name for f in fields(ParallelPlan)}
+    assert set(WORKLOAD_FIELD_PRICING) == {f.name for f in fields(Workload)}
+
+
+MOE_PROFILE = EXAMPLE_PROFILE.with_name("mixtral-8x7b-L2-H256-cpu-fp32")
+
+
+@pytest.mark.parametrize(
+    ("moe", "workload", "plan", "said"),
+    [
+        (False, {}, ParallelPlan(loss_chunks=4), ("loss_chunks=4", "supports loss_chunks=1")),
+        (False, {}, ParallelPlan(pp=2, vocab_parallel=True), ("vocab_parallel=True with pp=2", "supports")),
+        (False, {}, ParallelPlan(offload_activations=True), ("offload_activations=True", "supports")),
+        (False, {"optimizer": "sgd"}, ParallelPlan(), ("optimizer=sgd", "supports optimizer=adamw")),
+        (
+            True,
+            {},
+            ParallelPlan(dp=2, tp=2, ep=2),
+            ("etp=1 (the default with ep > 1)", "supports etp=tp: etp=2"),
+        ),
+        (True, {}, ParallelPlan(tp=2, ep=2, etp=1), ("etp=1 (the profile", "etp=2")),
+        (True, {"capacity_factor": 1.25}, ParallelPlan(), ("capacity_factor=1.25", "dropless")),
+    ],
+    ids=[
+        "loss_chunks",
+        "vocab_parallel",
+        "offload_activations",
+        "optimizer",
+        "etp_default",
+        "etp",
+        "capacity",
+    ],
+)
+def test_refuses_what_a_profile_cannot_price_by_name(
+    moe: bool, workload: dict, plan: ParallelPlan, said
+) -> None:
+    root = MOE_PROFILE if moe else EXAMPLE_PROFILE
+    prof = read_profile(root)
+    wl = Workload(seq_len=128, global_batch_size=8, dtype="fp32", **workload)
+    cluster = host_cluster(prof, num_devices=plan.num_devices)
+    assert unsupported(prof.model, wl, plan)
+    for price in (
+        lambda: get_backend("torch-profile", profile=str(root)).estimate(prof.model, cluster, wl, plan),
+        lambda: profile_costs(prof, prof.model, cluster, wl, plan),
+    ):
+        with pytest.raises(ValueError, match="torch-profile backend does not price") as err:
+            price()
+        for words in said:
+            assert words in str(err.value)
+
+
+def test_what_it_prices_is_not_refused() -> None:
+    """vocab_parallel without a pipeline changes nothing (priced as without); an expert tp equal to tp is the
+    profile's own split (the next stop is the profile's missing tp=2 rows, not a refusal)."""
+    prof = read_profile(EXAMPLE_PROFILE)
+    wl = Workload(seq_len=128, global_batch_size=8, dtype="fp32")
+    backend = get_backend("torch-profile", profile=str(EXAMPLE_PROFILE))
+    plain = backend.estimate(prof.model, host_cluster(prof), wl, ParallelPlan())
+    spread = backend.estimate(prof.model, host_cluster(prof), wl, ParallelPlan(vocab_parallel=True))
+    assert spread.step_time_s == plain.step_time_s and spread.peak_memory_bytes == plain.peak_memory_bytes
+    moe = read_profile(MOE_PROFILE)
+    plan = ParallelPlan(dp=2, tp=2, ep=2, etp=2)
+    assert unsupported(moe.model, wl, plan) == []
+    with pytest.raises(LookupError, match="no embedding rows for tp=2 cp=1 ep=2"):
+        get_backend("torch-profile", profile=str(MOE_PROFILE)).estimate(
+            moe.model, host_cluster(moe, num_devices=4), wl, plan
+        )
 
 
 def test_tensor_and_context_parallel_communication_is_the_step_models(tmp_path: Path) -> None:

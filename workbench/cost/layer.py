@@ -35,15 +35,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s
-from workbench.cost.flops import (
-    FP8_VALUE_BYTES,
-    cheap_recompute_ops,
-    embedding_ops,
-    head_ops,
-    layer_ops,
-    mtp_ops,
-    op_times,
-)
+from workbench.cost.elementwise_ops import FP8_VALUE_BYTES, cheap_recompute_ops
+from workbench.cost.flops import embedding_ops, head_ops, layer_ops, mtp_ops
 from workbench.cost.moe import (
     ACT_BYTES,
     dispatch_passes,
@@ -52,6 +45,7 @@ from workbench.cost.moe import (
     on_device,
     routed_load,
 )
+from workbench.cost.op_time import Op, OpTimes, op_times
 from workbench.cost.overlap import overlap
 from workbench.presets.calibration import Calibration
 from workbench.specs.framework import FrameworkProfile
@@ -152,7 +146,61 @@ def layer_costs(
     fw = cal.framework
     load = routed_load(fw, capacity_factor)
     rates = device_rates(cluster.device, dtype, cal)
-    ops = layer_ops(
+    ops = _block_ops(model, fw, dtype, tokens, seq_len, tp, ep, sequence_parallel, moe_layer, capacity_factor)
+    attention = _attention_rates(model, cluster, cal, seq_len=seq_len, cp=cp, ulysses=ulysses)
+    mm, rest = _split_op_times(ops, rates, attention)
+    redo = recompute_modules_s(model, cal, rates, tokens=tokens, tp=tp, moe_layer=moe_layer, load=load)
+    dropless_moe = moe_layer and capacity_factor is None
+    fwd, comp_i, comp_w = _compute_s(model, cal, mm, rest, redo, dtype, ep, recompute, dropless_moe)
+    full = recompute == 2
+    per_value = tp_bytes_per_value(fw, dtype=dtype, sequence_parallel=sequence_parallel)
+    tp_comm = _tp_comm(model, cluster, fw, mm, per_value, tokens, tp, tp_stride, full)
+    cp_comm = _cp_comm(model, cluster, fw, rest, tokens, tp, cp, ulysses, cp_stride, full)
+    if moe_layer:
+        shard = (tokens, tp, ep, etp)
+        ep_comm = _ep_comm(model, cluster, cal, dtype, shard, capacity_factor, full, fwd + comp_i + comp_w)
+    else:
+        ep_comm = _Comm(0.0 * tokens, 0.0 * tokens, 0.0 * tokens)
+    return LayerCosts(
+        fwd,
+        comp_i,
+        comp_w,
+        tp_comm.f_s,
+        tp_comm.b_s,
+        cp_comm.f_s,
+        cp_comm.b_s,
+        ep_comm.f_s,
+        ep_comm.b_s,
+        mm.fwd_flop + rest.fwd_flop,
+        tp_comm.hidden_s,
+        cp_comm.hidden_s,
+        ep_comm.hidden_s,
+    )
+
+
+class _Comm(NamedTuple):
+    """One kind of a layer's communication per micro-batch: exposed forward, exposed backward, hidden (s)."""
+
+    f_s: Array
+    b_s: Array
+    hidden_s: Array
+
+
+def _block_ops(
+    model: ModelSpec,
+    fw: FrameworkProfile,
+    dtype: DType | str,
+    tokens: Array,
+    seq_len: Array,
+    tp: Array,
+    ep: Array,
+    sequence_parallel: Array,
+    moe_layer: bool,
+    capacity_factor: float | None,
+) -> list[Op]:
+    """The forward ops of one block (``layer_ops``) as the stack ``fw`` runs them: its attention kernels,
+    element-wise fusion, MoE dispatch passes and grouped GEMMs, FP8 recipe and unfused model ops."""
+    return layer_ops(
         model,
         tokens=tokens,
         seq_len=seq_len,
@@ -163,7 +211,7 @@ def layer_costs(
         flash=fw.flash_attention,
         dropout=fw.dropout,
         moe_layer=moe_layer,
-        capacity_factor=load,
+        capacity_factor=routed_load(fw, capacity_factor),
         fused_elementwise=fw.fused_elementwise,
         dispatch_passes=dispatch_passes(fw, model, ep=ep, dtype=dtype, dropless=capacity_factor is None),
         grouped_gemm=fw.moe_grouped_gemm,
@@ -171,19 +219,35 @@ def layer_costs(
         gemm_streams=int(fw.moe_grouped_gemm_streams),
         unfused=fw.unfused_model_ops,
     )
-    attention = None
-    if fw.flash_attention:
-        attention = cal.attention(cluster.device, dtype="bf16", seq_len=seq_len, head_dim=model.qk_head_dim)
-        if fw.cp_attention_kernels is not None:  # the ring implementation's own kernels where cp > 1
-            ring = cal.attention(
-                cluster.device,
-                dtype="bf16",
-                seq_len=seq_len,
-                head_dim=model.qk_head_dim,
-                families=fw.cp_attention_kernels,
-            )
-            in_ring = cp > ulysses  # Ulysses alone calls the stack's ordinary kernels on whole sequences
-            attention = (np.where(in_ring, ring[0], attention[0]), np.where(in_ring, ring[1], attention[1]))
+
+
+def _attention_rates(
+    model: ModelSpec, cluster: ClusterSpec, cal: Calibration, *, seq_len: Array, cp: Array, ulysses: Array
+) -> tuple[Array, Array] | None:
+    """(forward, backward) fraction of the peak of the stack's fused attention kernel at ``seq_len``, the ring
+    implementation's own kernels (``cp_attention_kernels``) where the ring runs (cp > ulysses); None for
+    unfused attention."""
+    fw = cal.framework
+    if not fw.flash_attention:
+        return None
+    attention = cal.attention(cluster.device, dtype="bf16", seq_len=seq_len, head_dim=model.qk_head_dim)
+    if fw.cp_attention_kernels is not None:  # the ring implementation's own kernels where cp > 1
+        ring = cal.attention(
+            cluster.device,
+            dtype="bf16",
+            seq_len=seq_len,
+            head_dim=model.qk_head_dim,
+            families=fw.cp_attention_kernels,
+        )
+        in_ring = cp > ulysses  # Ulysses alone calls the stack's ordinary kernels on whole sequences
+        attention = (np.where(in_ring, ring[0], attention[0]), np.where(in_ring, ring[1], attention[1]))
+    return attention
+
+
+def _split_op_times(
+    ops: list[Op], rates: Rates, attention: tuple[Array, Array] | None
+) -> tuple[OpTimes, OpTimes]:
+    """(weight GEMMs, everything else) of ``ops`` timed at their own peaks and curves (``Rates``)."""
     mm = op_times(
         [o for o in ops if o.kind == "matmul"],
         peak_flop_per_s=rates.mm_peak,
@@ -199,7 +263,25 @@ def layer_costs(
         hbm_bytes_per_s=rates.hbm_bytes_per_s,
         attention=attention,
     )
-    redo = recompute_modules_s(model, cal, rates, tokens=tokens, tp=tp, moe_layer=moe_layer, load=load)
+    return mm, rest
+
+
+def _compute_s(
+    model: ModelSpec,
+    cal: Calibration,
+    mm: OpTimes,
+    rest: OpTimes,
+    redo: Array,
+    dtype: DType | str,
+    ep: Array,
+    recompute: Array,
+    dropless_moe: bool,
+) -> tuple[Array, Array, Array]:
+    """Compute seconds (F, I with the recompute, W) of one layer from its op times, slowed by
+    ``compute_slowdown``, with the host overhead per layer; ``redo``: the recomputed modules' forward. A
+    dropless MoE layer of a stack that syncs with the host (``moe_host_sync``) takes at least the host's
+    time where ep > 1 (``moe_host_s``)."""
+    fw = cal.framework
     overhead = 0.0 if fw.graphs_whole_step else fw.host_overhead_per_layer_s
     slow = compute_slowdown(fw)
     fwd = (mm.fwd_s + rest.fwd_s) * slow + overhead
@@ -210,14 +292,28 @@ def layer_costs(
     recompute_s = np.select([recompute == 2, recompute == 1], [fwd, selective + redo * slow], redo * slow)
     comp_i = (mm.bwd_input_s + rest.bwd_input_s) * slow + recompute_s + overhead
     comp_w = (mm.bwd_weight_s + rest.bwd_weight_s) * slow
-    if moe_layer and fw.moe_host_sync and capacity_factor is None:
+    if dropless_moe and fw.moe_host_sync:
         host_f, host_b = moe_host_s(model, cal, dtype=dtype, ep=ep)
         host_f, host_b = np.where(ep > 1, host_f, 0.0), np.where(ep > 1, host_b, 0.0)
         fwd, comp_i = np.maximum(fwd, host_f), comp_i + np.maximum(host_b - comp_i - comp_w, 0.0)
-    eff, mix = fw.collective_efficiency_frac, fw.comm_interference_frac
-    full = recompute == 2
-    # tp: two all-reduces (or all-gather + reduce-scatter pairs) forward, the same backward, again in recompute
-    per_value = tp_bytes_per_value(fw, dtype=dtype, sequence_parallel=sequence_parallel)
+    return fwd, comp_i, comp_w
+
+
+def _tp_comm(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    fw: FrameworkProfile,
+    mm: OpTimes,
+    per_value: Array,
+    tokens: Array,
+    tp: Array,
+    tp_stride: Array,
+    full: Array,
+) -> _Comm:
+    """Tensor-parallel traffic of one layer: two all-reduces (or all-gather + reduce-scatter pairs) forward,
+    the same backward, again in a full recompute; hidden behind the GEMMs with ``tp_comm_overlap``.
+    ``per_value``: bytes per activation value (``tp_bytes_per_value``)."""
+    eff, mix, slow = fw.collective_efficiency_frac, fw.comm_interference_frac, compute_slowdown(fw)
     tp_comm = 2 * all_reduce_s(cluster, tokens * model.hidden_size * per_value, tp, tp_stride, eff)
     tail = tp_comm / np.maximum(tp, 1)
     tp_f = overlap(tp_comm, mm.fwd_s * slow, on=fw.tp_comm_overlap, tail=tail, interference=mix)
@@ -228,9 +324,26 @@ def layer_costs(
         tail=tail,
         interference=mix,
     )
-    # cp = ulysses x ring. Ring: ring - 1 steps each passing a K and V block (after Ulysses' exchange a rank
-    # holds ulysses x the tokens of 1/ulysses of the heads: the same bytes); backward passes them and their
-    # gradients. Ulysses: its all-to-alls are exposed (neither DeepSpeed nor TE's a2a overlaps them).
+    return _Comm(tp_f.exposed, tp_b.exposed, tp_f.hidden + tp_b.hidden)
+
+
+def _cp_comm(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    fw: FrameworkProfile,
+    rest: OpTimes,
+    tokens: Array,
+    tp: Array,
+    cp: Array,
+    ulysses: Array,
+    cp_stride: Array,
+    full: Array,
+) -> _Comm:
+    """Context-parallel traffic of one layer, cp = ulysses x ring. Ring: ring - 1 steps each passing a K and V
+    block (after Ulysses' exchange a rank holds ulysses x the tokens of 1/ulysses of the heads: the same
+    bytes), hidden behind the attention core with ``cp_comm_overlap``; backward passes them and their
+    gradients. Ulysses: its all-to-alls are exposed (neither DeepSpeed nor TE's a2a overlaps them)."""
+    eff, mix, slow = fw.collective_efficiency_frac, fw.comm_interference_frac, compute_slowdown(fw)
     ring = cp / ulysses
     kv_block = tokens * 2 * _kv_heads(model) * model.head_dim / tp * ACT_BYTES
     ring_comm = (ring - 1) * p2p_s(cluster, kv_block, cp_stride * ulysses, eff)
@@ -247,42 +360,40 @@ def layer_costs(
         on=fw.cp_comm_overlap,
         interference=mix,
     )
-    cp_f_exposed = cp_f.exposed + uly
-    cp_b_exposed = cp_b.exposed + uly * np.where(full, 2.0, 1.0)
-    # ep: dispatch + combine forward and backward, hidden behind another micro-batch's compute of the layer
-    if moe_layer:
-        ep_fwd, ep_bwd = moe_dispatch_s(
-            model,
-            cluster,
-            cal,
-            dtype=dtype,
-            tokens=tokens,
-            tp=tp,
-            ep=ep,
-            capacity_factor=capacity_factor,
-            etp=etp,
-        )
-        ep_bwd = ep_bwd + np.where(full, ep_fwd, 0.0)
-        split = overlap(ep_fwd + ep_bwd, fwd + comp_i + comp_w, on=fw.ep_comm_overlap, interference=mix)
-        total = np.maximum(ep_fwd + ep_bwd, 1e-300)
-        ep_f, ep_b, ep_hidden = split.exposed * ep_fwd / total, split.exposed * ep_bwd / total, split.hidden
-    else:
-        ep_f = ep_b = ep_hidden = 0.0 * tokens
-    return LayerCosts(
-        fwd,
-        comp_i,
-        comp_w,
-        tp_f.exposed,
-        tp_b.exposed,
-        cp_f_exposed,
-        cp_b_exposed,
-        ep_f,
-        ep_b,
-        mm.fwd_flop + rest.fwd_flop,
-        tp_f.hidden + tp_b.hidden,
-        cp_f.hidden + cp_b.hidden,
-        ep_hidden,
+    return _Comm(cp_f.exposed + uly, cp_b.exposed + uly * np.where(full, 2.0, 1.0), cp_f.hidden + cp_b.hidden)
+
+
+def _ep_comm(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cal: Calibration,
+    dtype: DType | str,
+    shard: tuple[Array, Array, Array, Array],
+    capacity_factor: float | None,
+    full: Array,
+    compute_s: Array,
+) -> _Comm:
+    """Expert-parallel traffic of one MoE layer: dispatch + combine forward and backward (again in a full
+    recompute), hidden behind another micro-batch's compute of the layer (``compute_s``: F + I + W) with
+    ``ep_comm_overlap``; the exposed part split between forward and backward by their shares. ``shard``:
+    (tokens, tp, ep, etp)."""
+    fw = cal.framework
+    tokens, tp, ep, etp = shard
+    ep_fwd, ep_bwd = moe_dispatch_s(
+        model,
+        cluster,
+        cal,
+        dtype=dtype,
+        tokens=tokens,
+        tp=tp,
+        ep=ep,
+        capacity_factor=capacity_factor,
+        etp=etp,
     )
+    ep_bwd = ep_bwd + np.where(full, ep_fwd, 0.0)
+    split = overlap(ep_fwd + ep_bwd, compute_s, on=fw.ep_comm_overlap, interference=fw.comm_interference_frac)
+    total = np.maximum(ep_fwd + ep_bwd, 1e-300)
+    return _Comm(split.exposed * ep_fwd / total, split.exposed * ep_bwd / total, split.hidden)
 
 
 def tp_bytes_per_value(fw: FrameworkProfile, *, dtype: DType | str, sequence_parallel: Array) -> Array:
@@ -368,7 +479,7 @@ class EdgeCosts(NamedTuple):
     head_w_s: Array
     vocab_s: Array = 0.0
     """With vocabulary parallelism: the communication each pipeline rank adds per micro-batch (forward and
-    backward together, ``workbench.cost.step.vocab_parallel_comm_s``); 0 otherwise."""
+    backward together, ``workbench.cost.micro_batch.vocab_parallel_comm_s``); 0 otherwise."""
     mtp_f_s: Array = 0.0
     """One multi-token-prediction module's own forward (``flops.mtp_ops``) plus its pass through the head and
     loss; its transformer block is priced as a layer. 0 for a model without MTP."""

@@ -127,10 +127,11 @@ def activation_parts(
     are recomputed, not stored. DeepSeek-V3 sections 3.2.3 and 3.3.3 (arXiv:2412.19437).
     ``recompute_modules`` (``FrameworkProfile.recompute_modules``, Megatron-Core's selective modules) drops
     a subset: ``layernorm`` the norm outputs, ``mla_up_proj`` MLA's up-projected q, k, v, ``moe_act`` the
-    routed experts' activation output (MoE layers). ``unfused_glu_clamp`` (a clamped GLU, ``ModelSpec.glu_clamp``,
-    that the stack clamps with eager kernels: ``workbench.cost.flops.unfused_model_ops``): the clamp keeps its own
-    input for its backward pass beside the clamped copy the activation keeps, (n_mat - 1) * f more values per
-    token through the MLP (dropped with the activation under ``moe_act`` recompute or the cheap-op recompute)."""
+    routed experts' activation output (MoE layers). ``unfused_glu_clamp`` (a clamped GLU,
+    ``ModelSpec.glu_clamp``, that the stack clamps with eager kernels:
+    ``workbench.cost.elementwise_ops.unfused_model_ops``): the clamp keeps its own input for its backward pass
+    beside the clamped copy the activation keeps, (n_mat - 1) * f more values per token through the MLP
+    (dropped with the activation under ``moe_act`` recompute or the cheap-op recompute)."""
     h, a = model.hidden_size, model.num_attention_heads
     mla = model.attention is AttentionKind.MLA
     kv = a if mla else model.num_key_value_heads
@@ -149,8 +150,51 @@ def activation_parts(
     attn += TE_FP8_BYTES * a * dv if te_fp8 else 0.0  # the output projection's own FP8 copy of its input
     if mla:  # latents: their norms' inputs and outputs (the up-projections' inputs)
         attn += (act_bytes + norm_out) * (model.q_lora_rank + model.kv_lora_rank)
+    mlp = _mlp_bytes(
+        model,
+        moe_layer=moe_layer,
+        capacity_factor=capacity_factor,
+        act_bytes=act_bytes,
+        linear=linear,
+        per_value=linear if fp8_cache else act_bytes,
+        recompute_cheap=recompute_cheap,
+        fused_glu=fused_glu,
+        modules=modules,
+        unfused_glu_clamp=unfused_glu_clamp,
+    )
+    scores = 0.0 if flash else a * (act_bytes + drop * (1 + act_bytes))
+    wgrad = act_bytes * (2 * h + a * dv) + act_bytes * (
+        model.moe_ffn_hidden_size * model.experts_per_token if moe_layer else model.ffn_hidden_size
+    )
+    if mla or moe_layer:  # half of the matmul outputs, in no exact order
+        proj_out = act_bytes * (a * dqk + kv * dqk + kv * dv) + act_bytes * h
+        mm_out = (mlp - (4.0 * model.num_experts if moe_layer else 0.0)) * 2 / 3 + proj_out
+        saved_mm = 0.5 * mm_out
+    else:
+        saved_mm = act_bytes * sum(op_sac_saved_matmul_widths(model))
+    op_sac = act_bytes * a * dv + 4.0 * a + saved_mm
+    return ActivationParts(outside, attn + mlp, scores, wgrad, act_bytes * h, op_sac)
+
+
+def _mlp_bytes(
+    model: ModelSpec,
+    *,
+    moe_layer: bool,
+    capacity_factor: float,
+    act_bytes: float,
+    linear: float,
+    per_value: float,
+    recompute_cheap: bool,
+    fused_glu: bool,
+    modules: set[str],
+    unfused_glu_clamp: bool,
+) -> float:
+    """Bytes per token the MLP of one layer keeps for its backward pass (``activation_parts``): the dense MLP's
+    hidden values, or an MoE layer's routed copies (their inputs and hidden values), its shared experts and
+    the fp32 router logits. ``linear``: bytes per stored linear-layer input; ``per_value``: per other stored
+    value (FP8 with the activation cache, else 16-bit)."""
+    h = model.hidden_size
     n_mat = 3 if model.gated_mlp else 2
-    per_value = linear if fp8_cache else act_bytes
     clamp = (n_mat - 1) if unfused_glu_clamp and model.glu_clamp else 0  # the clamp's saved input, per f
     if moe_layer:
         f = model.moe_ffn_hidden_size
@@ -165,26 +209,12 @@ def activation_parts(
             if "moe_act" not in modules:
                 routed = fused_mlp_bytes(f, n_mat, act_bytes, linear) + per_value * clamp * f
         mlp = k * (linear * h + routed) + model.num_shared_experts * kept
-        mlp += 4.0 * model.num_experts  # fp32 router logits
-    else:
-        f = model.ffn_hidden_size
-        eager = (2 * (n_mat - 1) + (1 if model.gated_mlp else 0) + clamp) * f
-        if fused_glu and not recompute_cheap:
-            mlp = fused_mlp_bytes(f, n_mat, act_bytes, linear) + per_value * clamp * f
-        else:
-            mlp = per_value * ((n_mat - 1) * f if recompute_cheap else eager)
-    scores = 0.0 if flash else a * (act_bytes + drop * (1 + act_bytes))
-    wgrad = act_bytes * (2 * h + a * dv) + act_bytes * (
-        model.moe_ffn_hidden_size * model.experts_per_token if moe_layer else model.ffn_hidden_size
-    )
-    if mla or moe_layer:  # half of the matmul outputs, in no exact order
-        proj_out = act_bytes * (a * dqk + kv * dqk + kv * dv) + act_bytes * h
-        mm_out = (mlp - (4.0 * model.num_experts if moe_layer else 0.0)) * 2 / 3 + proj_out
-        saved_mm = 0.5 * mm_out
-    else:
-        saved_mm = act_bytes * sum(op_sac_saved_matmul_widths(model))
-    op_sac = act_bytes * a * dv + 4.0 * a + saved_mm
-    return ActivationParts(outside, attn + mlp, scores, wgrad, act_bytes * h, op_sac)
+        return mlp + 4.0 * model.num_experts  # fp32 router logits
+    f = model.ffn_hidden_size
+    eager = (2 * (n_mat - 1) + (1 if model.gated_mlp else 0) + clamp) * f
+    if fused_glu and not recompute_cheap:
+        return fused_mlp_bytes(f, n_mat, act_bytes, linear) + per_value * clamp * f
+    return per_value * ((n_mat - 1) * f if recompute_cheap else eager)
 
 
 def op_sac_saved_matmul_widths(model: ModelSpec) -> tuple[int, ...]:

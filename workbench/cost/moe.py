@@ -139,7 +139,8 @@ def expert_launches(
     projection) per micro-batch: forward one GEMM per expert and each, backward an input-gradient and a
     weight-gradient GEMM; in FP8 runs each grouped GEMM's input (forward) and output gradient (backward) is
     quantised with ``EXPERT_QUANTIZE_LAUNCHES`` per expert plus ``GROUPED_QUANTIZE_LAUNCHES``. With an unfused
-    expert bias (``workbench.cost.flops.unfused_model_ops``) its product and sum add 2 forward, 4 backward.
+    expert bias (``workbench.cost.elementwise_ops.unfused_model_ops``) its product and sum add 2 forward, 4
+    backward.
     ``local``: experts per rank, a number or an array over plans; the counts broadcast with it."""
     quant: Array = 0.0
     grouped = 0.0

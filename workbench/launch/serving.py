@@ -48,82 +48,99 @@ def serve_command(plan: ServingPlan, engine: str, model: ModelRef) -> list[str]:
     kv = _KV[engine].get(str(plan.kv_cache_dtype), "auto")
     quant = _QUANT.get(str(plan.weight_dtype))
     if engine == "vllm":
-        words = [
-            "vllm",
-            "serve",
-            model.reference,
-            "--tensor-parallel-size",
-            str(plan.tp),
-            "--pipeline-parallel-size",
-            str(plan.pp),
-            "--data-parallel-size",
-            str(plan.attention_dp),
-        ]
-        words += ["--enable-expert-parallel"] if ep > 1 else []
-        words += [
-            "--max-num-seqs",
-            str(plan.max_num_seqs),
-            "--max-num-batched-tokens",
-            str(plan.max_num_batched_tokens),
-            "--gpu-memory-utilization",
-            str(plan.gpu_memory_utilization_frac),
-            "--kv-cache-dtype",
-            kv,
-            "--block-size",
-            str(plan.kv_block_tokens),
-        ]
-        words += (
-            ["--enable-chunked-prefill"] if plan.scheduler == "sarathi" else ["--no-enable-chunked-prefill"]
-        )
-        return words + (["--quantization", quant] if quant else [])
+        return _vllm_command(plan, model, ep, kv, quant)
     if engine == "sglang":
-        words = [
-            "python",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            model.reference,
-            "--tp-size",
-            str(world),
-            "--pp-size",
-            str(plan.pp),
-        ]
-        if plan.attention_dp > 1:
-            words += ["--dp-size", str(plan.attention_dp), "--enable-dp-attention"]
-        words += ["--ep-size", str(ep)] if ep > 1 else []
-        words += [
-            "--max-running-requests",
-            str(plan.max_num_seqs),
-            "--chunked-prefill-size",
-            str(plan.max_num_batched_tokens),
-            "--mem-fraction-static",
-            str(plan.gpu_memory_utilization_frac),
-            "--kv-cache-dtype",
-            kv,
-            "--page-size",
-            str(plan.kv_block_tokens),
-        ]
-        return words + (["--quantization", quant] if quant else [])
+        return _sglang_command(plan, model, ep, kv, quant)
     if engine == "trtllm":
-        return [
-            "trtllm-serve",
-            model.reference,
-            "--tp_size",
-            str(world),
-            "--pp_size",
-            str(plan.pp),
-            "--ep_size",
-            str(ep),
-            "--max_batch_size",
-            str(plan.max_num_seqs),
-            "--max_num_tokens",
-            str(plan.max_num_batched_tokens),
-            "--kv_cache_free_gpu_memory_fraction",
-            str(plan.gpu_memory_utilization_frac),
-            "--extra_llm_api_options",
-            "$HERE/llm_api_options.yaml",
-        ]
+        return _trtllm_command(plan, model, ep)
     raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(SERVING_ENGINES[:3])}")
+
+
+def _vllm_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: str | None) -> list[str]:
+    """``vllm serve`` for one replica: tp, pp and attention dp as vLLM's sizes, expert parallelism on over the
+    engine's ranks when ep > 1, the scheduler's budgets, the KV cache dtype and block, chunked prefill for
+    ``sarathi``, the weight quantisation."""
+    words = [
+        "vllm",
+        "serve",
+        model.reference,
+        "--tensor-parallel-size",
+        str(plan.tp),
+        "--pipeline-parallel-size",
+        str(plan.pp),
+        "--data-parallel-size",
+        str(plan.attention_dp),
+    ]
+    words += ["--enable-expert-parallel"] if ep > 1 else []
+    words += [
+        "--max-num-seqs",
+        str(plan.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(plan.max_num_batched_tokens),
+        "--gpu-memory-utilization",
+        str(plan.gpu_memory_utilization_frac),
+        "--kv-cache-dtype",
+        kv,
+        "--block-size",
+        str(plan.kv_block_tokens),
+    ]
+    words += ["--enable-chunked-prefill"] if plan.scheduler == "sarathi" else ["--no-enable-chunked-prefill"]
+    return words + (["--quantization", quant] if quant else [])
+
+
+def _sglang_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: str | None) -> list[str]:
+    """``sglang.launch_server`` for one replica: tp over the engine's tp*attention_dp ranks (DP attention on
+    when attention_dp > 1), pp, ep, the scheduler's budgets, the KV cache dtype and page, the quantisation."""
+    words = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model.reference,
+        "--tp-size",
+        str(plan.tp * plan.attention_dp),
+        "--pp-size",
+        str(plan.pp),
+    ]
+    if plan.attention_dp > 1:
+        words += ["--dp-size", str(plan.attention_dp), "--enable-dp-attention"]
+    words += ["--ep-size", str(ep)] if ep > 1 else []
+    words += [
+        "--max-running-requests",
+        str(plan.max_num_seqs),
+        "--chunked-prefill-size",
+        str(plan.max_num_batched_tokens),
+        "--mem-fraction-static",
+        str(plan.gpu_memory_utilization_frac),
+        "--kv-cache-dtype",
+        kv,
+        "--page-size",
+        str(plan.kv_block_tokens),
+    ]
+    return words + (["--quantization", quant] if quant else [])
+
+
+def _trtllm_command(plan: ServingPlan, model: ModelRef, ep: int) -> list[str]:
+    """``trtllm-serve`` for one replica: tp over the engine's tp*attention_dp ranks, pp, ep, the scheduler's
+    budgets and KV memory share; its other options go in ``llm_api_options.yaml`` beside it."""
+    return [
+        "trtllm-serve",
+        model.reference,
+        "--tp_size",
+        str(plan.tp * plan.attention_dp),
+        "--pp_size",
+        str(plan.pp),
+        "--ep_size",
+        str(ep),
+        "--max_batch_size",
+        str(plan.max_num_seqs),
+        "--max_num_tokens",
+        str(plan.max_num_batched_tokens),
+        "--kv_cache_free_gpu_memory_fraction",
+        str(plan.gpu_memory_utilization_frac),
+        "--extra_llm_api_options",
+        "$HERE/llm_api_options.yaml",
+    ]
 
 
 DYNAMO_RELEASE = "ai-dynamo/dynamo examples/backends/vllm/deploy/disagg.yaml at 7893f268"

@@ -1,0 +1,129 @@
+"""Activation bytes of one micro-batch on one device for a plan (the formulas of :mod:`workbench.cost.memory`
+evaluated on plan columns), and the share of the layers a plan recomputes.
+
+Sources: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+arXiv:2205.05198 (per-layer activations, selective and partial recompute); Megatron-Core ``--cpu-offloading``
+for the offloaded working set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from workbench.cost.context import Array, Cols, StepContext, tokens
+from workbench.cost.holdings import Holdings
+from workbench.cost.layer import ACT_BYTES
+from workbench.cost.memory import (
+    RECOMPUTE_CODES,
+    layer_activation_bytes,
+    logits_bytes,
+    recompute_working_bytes,
+)
+
+if TYPE_CHECKING:
+    from workbench.specs.model import ModelSpec
+
+OFFLOAD_WORKING_LAYERS = 2
+"""Layers of activations a device keeps while the rest are offloaded: the one whose backward runs and the
+one being fetched back ahead of it (Megatron-Core ``--cpu-offloading``, Transformer Engine's
+``get_cpu_offload_context`` with double buffering)."""
+
+
+def recompute_share(model: ModelSpec, cols: Cols) -> Array:
+    """Share of the layers a rank recomputes whole in its backward pass: 1 with full recompute, 0 without it;
+    with ``recompute_layers`` N > 0 (``ParallelPlan.recompute_num_layers``: the first N layers of each model
+    chunk) N over the layers of a mean chunk, ``min(1, N pp vpp / num_layers)`` (Megatron-Core's block method
+    recomputes every layer of a chunk that holds N or fewer). One fraction in [0, 1] per plan, broadcast as the
+    columns."""
+    full = np.asarray(cols["recompute_code"]) == RECOMPUTE_CODES["full"]
+    n = np.asarray(cols.get("recompute_layers", 0))
+    chunk = model.num_layers / (np.asarray(cols["pp"]) * np.asarray(cols["vpp"]))
+    return np.where(full, np.where(n > 0, np.minimum(1.0, n / chunk), 1.0), 0.0)
+
+
+def partial_recompute(model: ModelSpec, cols: Cols) -> tuple[Array, Array]:
+    """(share of the layers recomputed, mask of the plans that recompute only some of them)."""
+    share = recompute_share(model, cols)
+    return share, (share > 0) & (share < 1)
+
+
+def blend_recompute(share: Array, partial: Array, whole: Any, kept: Any) -> Any:
+    """``share`` of the fully recomputed layer's value and the rest of the layer that keeps its activations,
+    where ``partial``; ``whole`` elsewhere. Arrays, or NamedTuples of them field by field."""
+    if isinstance(whole, tuple):
+        return type(whole)(*(blend_recompute(share, partial, w, k) for w, k in zip(whole, kept, strict=True)))
+    return np.where(partial, share * whole + (1 - share) * kept, whole)
+
+
+class ActivationSizes(NamedTuple):
+    """Activation bytes of one micro-batch on one device."""
+
+    dense_layer: Array
+    moe_layer: Array
+    embedding: Array
+    """The embedding's output kept for its backward (on the stage that holds the embedding)."""
+    recompute_work: Array
+    """Transient working set of one recomputed layer."""
+    logits: Array
+    """The logits of one micro-batch on the rank that holds the LM head."""
+    freed_at_input_grad_frac: Array
+    """Share of a layer's stored activations freed when its I pass ends (split backward; 0 with recompute)."""
+
+
+def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
+    """Activation bytes per micro-batch (formulas of :mod:`workbench.cost.memory`)."""
+    model, tp = ctx.model, cols["tp"]
+    tok = tokens(ctx, cols)
+    kw: dict[str, Any] = {
+        "tokens": tok,
+        "seq_len": ctx.workload.seq_len,
+        "tp": tp,
+        "sequence_parallel": cols["sequence_parallel"],
+        "recompute": cols["recompute_code"],
+    }
+    op = ctx.cal.framework.selective_recompute == "op"
+    parts = ctx.dense_parts
+    freed = float(np.clip(1 - parts.weight_grad_inputs / (parts.outside_tp + parts.inside_tp), 0, 1))
+    dense = layer_activation_bytes(ctx.dense_parts, selective_op=op, **kw)
+    moe = layer_activation_bytes(ctx.moe_parts, selective_op=op, **kw) if model.is_moe else 0.0
+    share, partial = partial_recompute(model, cols)
+    freed_frac = np.where(cols["recompute_code"] == 0, freed, 0.0)
+    if np.any(partial):  # the layers past the first N of a chunk keep all their activations
+        kept = {**kw, "recompute": np.where(partial, RECOMPUTE_CODES["none"], kw["recompute"])}
+        kept_dense = layer_activation_bytes(ctx.dense_parts, selective_op=op, **kept)
+        dense = blend_recompute(share, partial, dense, kept_dense)
+        # only the kept layers free part of what they store when their I pass ends
+        freed_frac = np.where(
+            partial, (1 - share) * kept_dense * freed / np.maximum(dense, 1e-300), freed_frac
+        )
+        if model.is_moe:
+            moe = blend_recompute(
+                share, partial, moe, layer_activation_bytes(ctx.moe_parts, selective_op=op, **kept)
+            )
+    off = np.asarray(cols.get("offload_activations", False), dtype=bool)
+    working = np.where(off, OFFLOAD_WORKING_LAYERS * np.maximum(dense, moe), 0.0)
+    return ActivationSizes(
+        dense_layer=np.where(off, 0.0, dense),
+        moe_layer=np.where(off, 0.0, moe),
+        embedding=tok * model.hidden_size * ACT_BYTES / np.where(cols["sequence_parallel"], tp, 1),
+        recompute_work=recompute_working_bytes(ctx.moe_parts, **kw) + working,
+        logits=logits_bytes(
+            model,
+            tokens=tok,
+            tp=tp,
+            bytes_per_logit=ctx.cal.framework.loss_bytes_per_logit,
+            loss_chunks=cols.get("loss_chunks", 1),
+        ),
+        freed_at_input_grad_frac=freed_frac,
+    )
+
+
+def stored_activation_bytes(sizes: ActivationSizes, held: Holdings) -> Array:
+    """Activations one micro-batch leaves stored on what ``held`` holds until its backward."""
+    return (
+        held["dense"] * sizes.dense_layer
+        + held["moe"] * sizes.moe_layer
+        + held["embedding"] * sizes.embedding
+    )
