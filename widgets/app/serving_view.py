@@ -335,7 +335,7 @@ class ServingView(param.Parameterized):
                     )
 
     def _report_file(self) -> io.BytesIO:
-        from workbench_widgets.serving_report import render_serving_report
+        from workbench_widgets.report import render_serving_report
 
         est = self.store.estimate
         if est is None:
