@@ -43,6 +43,8 @@ def test_every_registered_tab_is_shown_in_order_with_its_store_slice(app: Workbe
     assert [t.key for t in tabs.TABS if t.own_inputs] == ["serving", "mixed"]
     with pytest.raises(ValueError, match="no tab 'nope'; tabs: plan, search"):
         tabs.tab_index("nope")
+    with pytest.raises(ValueError, match="tab key\\(s\\) registered twice: plan"):
+        tabs.registry(*tabs.TABS, tabs.TABS[0])
 
 
 class _Probe(param.Parameterized):

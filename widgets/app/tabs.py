@@ -53,7 +53,17 @@ def _shared(store: WorkbenchStore) -> WorkbenchStore:
     return store
 
 
-TABS: tuple[Tab, ...] = (
+def registry(*tabs: Tab) -> tuple[Tab, ...]:
+    """``tabs`` as the registry; ValueError naming a key or title registered twice."""
+    for attr in ("key", "title"):
+        seen = [getattr(t, attr) for t in tabs]
+        twice = sorted({v for v in seen if seen.count(v) > 1})
+        if twice:
+            raise ValueError(f"tab {attr}(s) registered twice: {', '.join(twice)}")
+    return tabs
+
+
+TABS: tuple[Tab, ...] = registry(
     Tab(key="plan", title="Plan", store=_shared, view=lambda store, app: PlanView(store=store)),
     Tab(key="search", title="Search", store=_shared,
         view=lambda store, app: SearchView(store=store, on_load=lambda: app.show_tab("plan"))),
