@@ -202,12 +202,7 @@ def _serve_export_command() -> click.Command:
 )
 @click.option("--row-id", default=None, help="Id of the appended row (default: OWN-<n>).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option(
-    "--report",
-    "report_path",
-    default=None,
-    help="Write a self-contained HTML report of measured vs predicted to this file.",
-)
+@click.option("--report", "report_path", default=None, help="Write the comparison as an HTML page.")
 @click.option("--force", is_flag=True, help="Overwrite an existing --report file.")
 def compare_cmd(
     run_output: str,

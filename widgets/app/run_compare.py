@@ -117,10 +117,8 @@ class RunCompareView(param.Parameterized):
 
     store = param.ClassSelector(class_=RunCompareStore)
 
-    def __init__(self, **params: Any) -> None:
-        if "store" not in params:
-            params["store"] = RunCompareStore()
-        super().__init__(**params)
+    def __init__(self, store: RunCompareStore, **params: Any) -> None:
+        super().__init__(store=store, **params)
         self.run_upload = ConfigUpload(
             accept=RUN_TYPES, max_bytes=MAX_RUN_BYTES, css_classes=["wb-run-upload"]
         )

@@ -28,7 +28,7 @@ from workbench_widgets.app.goodput_store import GoodputStore
 from workbench_widgets.app.goodput_view import GoodputView
 from workbench_widgets.app.mixed_store import MixedStore
 from workbench_widgets.app.mixed_view import MixedView
-from workbench_widgets.app.run_compare import RunCompareView
+from workbench_widgets.app.run_compare import RunCompareStore, RunCompareView
 from workbench_widgets.app.serving_store import ServingStore
 from workbench_widgets.app.serving_view import ServingView
 from workbench_widgets.app.store import WorkbenchStore
@@ -68,7 +68,7 @@ TABS: tuple[Tab, ...] = registry(
     Tab(key="search", title="Search", store=_shared,
         view=lambda store, app: SearchView(store=store, on_load=lambda: app.show_tab("plan"))),
     Tab(key="compare", title="Compare", store=_shared,
-        view=lambda store, app: CompareView(store=store, measured=RunCompareView())),
+        view=lambda store, app: CompareView(store=store, measured=RunCompareView(RunCompareStore()))),
     Tab(key="goodput", title="Goodput", store=GoodputStore, view=lambda store, app: GoodputView(store=store)),
     Tab(key="serving", title="Serving", store=lambda _: ServingStore(),
         view=lambda store, app: ServingView(store=store), own_inputs=True),
