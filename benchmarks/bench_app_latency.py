@@ -110,7 +110,7 @@ PATCH_CLOCK_JS = """() => {
 
 
 def _expected_titles(app: Any) -> dict[str, str]:
-    view = app.plan_view
+    view = app.views["plan"]
     return {"plan-timeline": view.timeline.object.title.text, "plan-memory": view.memory.object.title.text}
 
 

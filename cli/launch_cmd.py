@@ -202,8 +202,16 @@ def _serve_export_command() -> click.Command:
 )
 @click.option("--row-id", default=None, help="Id of the appended row (default: OWN-<n>).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--report", "report_path", default=None, help="Write the comparison as an HTML page.")
+@click.option("--force", is_flag=True, help="Overwrite an existing --report file.")
 def compare_cmd(
-    run_output: str, prediction_path: str | None, append_row: str | None, row_id: str | None, as_json: bool
+    run_output: str,
+    prediction_path: str | None,
+    append_row: str | None,
+    row_id: str | None,
+    as_json: bool,
+    report_path: str | None,
+    force: bool,
 ) -> None:
     """Lay what a real run printed (Megatron-LM/NeMo or torchtitan log, vLLM/SGLang benchmark JSON, workbench run
     record) beside the prediction it was exported with."""
@@ -222,6 +230,8 @@ def compare_cmd(
         raise click.ClickException(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
     prediction = check_prediction(record, str(path))
     rows = compare_run(measured, prediction, run_output)
+    if report_path is not None:
+        _write_compare_report(report_path, force, rows, prediction, measured, run_output, path)
     if append_row is not None:
         _append_row(measured, prediction, append_row, row_id, run_output)
     if as_json:
@@ -248,6 +258,28 @@ def compare_cmd(
         ["metric", "measured", "predicted", "error"],
         [[r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_frac:+.1%}"] for r in rows],
     )
+
+
+def _write_compare_report(
+    report_path: str,
+    force: bool,
+    rows: Any,
+    prediction: dict[str, Any],
+    measured: Any,
+    run_output: str,
+    prediction_path: Path,
+) -> None:
+    """The compare report (``workbench_widgets.report.render_compare_report``), written before anything else, so
+    a refused overwrite leaves no appended row behind."""
+    from workbench_cli._common import text_writer, write_outputs
+    from workbench_widgets.report import cli_command, render_compare_report
+
+    run = f"{measured.source} output {run_output}, the mean of {measured.num_steps} steady steps"
+    html = render_compare_report(
+        rows, prediction, run=run, prediction_name=str(prediction_path), command=cli_command()
+    )
+    for path in write_outputs({Path(report_path): text_writer(html)}, force=force):
+        say(f"wrote {shown(path)}", err=True)
 
 
 def _find_prediction(run_output: Path) -> Path:

@@ -109,8 +109,7 @@ def run_mixed_plan(mixed: Any, kw: dict[str, Any], as_json: bool) -> None:
             sys.exit(1)
         raise click.ClickException("no plan over these pools fits the devices' memory")
     if kw["report_path"]:
-        from workbench_widgets.mixed_report import render_mixed_report
-        from workbench_widgets.report import cli_command
+        from workbench_widgets.report import cli_command, render_mixed_report
 
         html = render_mixed_report(result, command=cli_command())
         for path in write_outputs({Path(kw["report_path"]): text_writer(html)}, force=kw["force"]):

@@ -200,11 +200,10 @@ def serving_dollars(price: Any, why: str, num_devices: int, summary: dict[str, A
 
 
 def _write_report(est: Any, calibration: Any, report_path: str, force: bool) -> None:
-    """Write the serving report of ``est`` (``workbench_widgets.serving_report``) with a rate sweep of its requests
+    """Write the serving report of ``est`` (``workbench_widgets.report.render_serving_report``) with a rate sweep of its requests
     (``workbench.serving.sweep.rate_sweep``, default rates); nothing is written if it fails."""
     from workbench_cli._common import text_writer, write_outputs
-    from workbench_widgets.report import cli_command
-    from workbench_widgets.serving_report import render_serving_report
+    from workbench_widgets.report import cli_command, render_serving_report
 
     from workbench.serving.sweep import rate_sweep
 

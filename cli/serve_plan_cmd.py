@@ -145,11 +145,10 @@ def serve_plan_cmd(as_json: bool, top: int, report_path: str | None, force: bool
 
 
 def _write_report(result: Any, report_path: str, force: bool) -> None:
-    """The serving report of the search (``workbench_widgets.serving_report``): the best plan simulated on its
+    """The serving report of the search (``workbench_widgets.report.render_serving_report``): the best plan simulated on its
     goodput workload, with the search's tables and figures. Raises ClickException when no plan meets the SLO."""
     from workbench_cli._common import shown, text_writer, write_outputs
-    from workbench_widgets.report import cli_command
-    from workbench_widgets.serving_report import render_serving_report
+    from workbench_widgets.report import cli_command, render_serving_report
 
     best = result.best_estimate()
     if best is None:

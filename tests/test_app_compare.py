@@ -9,9 +9,10 @@ import pytest
 
 pytest.importorskip("panel")
 
-from workbench_widgets.app.app import COMPARE_TAB, PLAN_TAB, WorkbenchApp  # noqa: E402
+from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
 from workbench_widgets.app.compare_search import delta_markdown  # noqa: E402
 from workbench_widgets.app.state import WorkbenchState  # noqa: E402
+from workbench_widgets.app.tabs import tab_index  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +49,13 @@ def test_deltas_are_b_minus_a_absolute_and_relative(app: WorkbenchApp) -> None:
 
 
 def test_hidden_tab_draws_nothing_and_opening_it_draws_a_and_b(app: WorkbenchApp) -> None:
-    view = app.compare_view
-    app.tabs.active = PLAN_TAB
+    view = app.views["compare"]
+    app.tabs.active = tab_index("plan")
     app.store.pin()
     before = list(view.sides.objects)
     app.state.micro_batch_size = 2 if app.state.micro_batch_size != 2 else 1
     assert view.sides.objects == before  # hidden: not redrawn on a Plan-tab change
-    app.tabs.active = COMPARE_TAB
+    app.tabs.active = tab_index("compare")
     sides = view.sides.objects
     assert len(sides) == 2 and sides != before
     heads = [side[0].object.splitlines()[0] for side in sides]
@@ -73,9 +74,12 @@ def test_hidden_tab_draws_nothing_and_opening_it_draws_a_and_b(app: WorkbenchApp
 def test_tabs_with_their_own_inputs_hide_the_training_sidebar(app: WorkbenchApp) -> None:
     """Issue 51 item 5: the Serving and Mixed cluster tabs have their own model, cluster and nodes; the training
     composer (and its report button) is hidden there, so one set of inputs is on screen at a time."""
-    from workbench_widgets.app.app import MIXED_TAB, SERVING_TAB
-
-    for tab, shown in ((SERVING_TAB, False), (PLAN_TAB, True), (MIXED_TAB, False), (COMPARE_TAB, True)):
+    for tab, shown in (
+        (tab_index("serving"), False),
+        (tab_index("plan"), True),
+        (tab_index("mixed"), False),
+        (tab_index("compare"), True),
+    ):
         app.tabs.active = tab
         assert app.sidebar.visible is shown and app.download.visible is shown, tab
-    app.tabs.active = PLAN_TAB
+    app.tabs.active = tab_index("plan")

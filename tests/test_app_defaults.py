@@ -67,7 +67,7 @@ def test_the_app_opens_on_the_planners_best_plan(app: WorkbenchApp, planned: Any
             assert getattr(app.state, field) == getattr(best, field), field
     assert app.state.etp == (best.etp or 0) and app.state.rank_order == rank_order_name(best.rank_order)
     assert app.state.recompute_num_layers == (best.recompute_num_layers or 0)
-    assert best.describe() in app.plan_view.summary.object
+    assert best.describe() in app.views["plan"].summary.object
 
 
 def test_it_is_the_plan_the_cli_ranks_first(app: WorkbenchApp, workbench_cli: Any) -> None:

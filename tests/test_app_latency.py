@@ -56,7 +56,7 @@ def served(session: tuple[WorkbenchApp, Document]) -> Any:
 
 
 def _figures(app: WorkbenchApp) -> list[Any]:
-    v = app.plan_view
+    v = app.views["plan"]
     return [v.timeline.object, v.memory.object, v.breakdown.object, v.placement.object]
 
 

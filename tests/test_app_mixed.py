@@ -17,9 +17,10 @@ pytest.importorskip("panel")
 
 from click.testing import CliRunner  # noqa: E402
 from workbench_cli import cli  # noqa: E402
-from workbench_widgets.app.app import MIXED_TAB, WorkbenchApp  # noqa: E402
+from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
 from workbench_widgets.app.mixed_view import MixedView  # noqa: E402
 from workbench_widgets.app.state import WorkbenchState  # noqa: E402
+from workbench_widgets.app.tabs import tab_index  # noqa: E402
 
 from workbench.presets.catalog import profiles_dir  # noqa: E402
 
@@ -205,7 +206,7 @@ def test_a_mixed_preset_fills_the_rows_and_the_shared_level(tmp_path) -> None:
 def test_the_app_has_a_mixed_cluster_tab_of_its_own() -> None:
     app = WorkbenchApp(WorkbenchState())
     app.panel()
-    assert app.tabs._names[MIXED_TAB] == "Mixed cluster"
-    assert app.mixed_view.store.result is None  # nothing planned before the button
+    assert app.tabs._names[tab_index("mixed")] == "Mixed cluster"
+    assert app.views["mixed"].store.result is None  # nothing planned before the button
     other = WorkbenchApp(WorkbenchState())
-    assert other.mixed_view.store.state is not app.mixed_view.store.state  # sessions share no choice
+    assert other.views["mixed"].store.state is not app.views["mixed"].store.state  # sessions share no choice

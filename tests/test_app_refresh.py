@@ -52,12 +52,12 @@ def _slower_network(app: WorkbenchApp) -> None:
 
 
 def test_bandwidth_change_rewrites_the_shown_timeline(app: WorkbenchApp) -> None:
-    fig, before_title = app.plan_view.timeline.object, app.plan_view.timeline.object.title.text
+    fig, before_title = app.views["plan"].timeline.object, app.views["plan"].timeline.object.title.text
     before = _columns(fig)
     step_before = app.store.estimate.step_time_s
     _slower_network(app)
     assert app.store.estimate.step_time_s > step_before  # the change reached the estimate
-    assert app.plan_view.timeline.object is fig  # same figure, same models
+    assert app.views["plan"].timeline.object is fig  # same figure, same models
     assert _columns(fig) != before and fig.title.text != before_title
     rebuilt = content_timeline_figure(estimate_timeline_content(app.store.estimate))
     assert fig.title.text == rebuilt.title.text
@@ -68,21 +68,21 @@ def test_bandwidth_change_rewrites_the_shown_timeline(app: WorkbenchApp) -> None
 
 
 def test_bandwidth_change_keeps_memory_and_rewrites_breakdown(app: WorkbenchApp) -> None:
-    memory, breakdown = app.plan_view.memory.object, app.plan_view.breakdown.object
+    memory, breakdown = app.views["plan"].memory.object, app.views["plan"].breakdown.object
     parts = next(r for r in breakdown.renderers if r.name == "parts").data_source
     before = dict(parts.data)
     _slower_network(app)
-    assert app.plan_view.memory.object is memory  # memory does not depend on the network
-    assert app.plan_view.breakdown.object is breakdown
+    assert app.views["plan"].memory.object is memory  # memory does not depend on the network
+    assert app.views["plan"].breakdown.object is breakdown
     assert list(parts.data["right"]) != list(before["right"])
     total_ms = app.store.estimate.breakdown.total_s * 1e3
     assert parts.data["total_ms"][0] == pytest.approx(total_ms)
 
 
 def test_recompute_change_rewrites_the_memory_bars(app: WorkbenchApp) -> None:
-    fig = app.plan_view.memory.object
+    fig = app.views["plan"].memory.object
     app.composer.widgets["recompute"].value = "full"  # keeps only the layer inputs: fewer activation bytes
-    assert app.plan_view.memory.object is fig
+    assert app.views["plan"].memory.object is fig
     bars = next(r for r in fig.renderers if r.name == "bars").data_source.data
     shown = {
         r: g
@@ -100,12 +100,12 @@ def _over_capacity_legend(fig) -> bool:
 
 
 def test_going_over_capacity_shows_the_marks_and_their_legend(app: WorkbenchApp) -> None:
-    fig = app.plan_view.memory.object
+    fig = app.views["plan"].memory.object
     assert app.store.estimate.fits and not _over_capacity_legend(fig)
     seq_len = app.state.seq_len
     app.composer.widgets["seq_len"].value = seq_len * 8  # 8x the activations: over 80 GiB
     assert not app.store.estimate.fits
-    assert app.plan_view.memory.object is fig and _over_capacity_legend(fig)
+    assert app.views["plan"].memory.object is fig and _over_capacity_legend(fig)
     marks = next(r for r in fig.renderers if r.name == "over_capacity").data_source.data["x"]
     memory = app.store.estimate.memory
     assert list(marks) == [
@@ -126,14 +126,14 @@ def test_the_memory_axis_follows_every_update() -> None:
 
     app = WorkbenchApp(WorkbenchState(framework="generic"))  # the parameters' defaults: tp 8, pp 8, 1f1b
     app.panel()
-    fig = app.plan_view.memory.object
+    fig = app.views["plan"].memory.object
     capacity_gib = app.store.estimate.memory_capacity_bytes / 2**30
     for change in ({"tp": 2}, {"schedule": "interleaved-1f1b"}):
         app.state.param.update(**change)
         memory = app.store.estimate.memory
         peak_gib = float(np.max(sum(memory[c].to_numpy() for c in MEMORY_COLUMNS))) / 2**30
         assert peak_gib > capacity_gib  # ranks over capacity, which the old axis cut off
-        assert app.plan_view.memory.object is fig  # the in-place path
+        assert app.views["plan"].memory.object is fig  # the in-place path
         y = fig.y_range
         assert isinstance(y, Range1d)
         assert y.start == 0 and float(y.end) >= max(peak_gib, capacity_gib)  # type: ignore[arg-type]
@@ -146,10 +146,10 @@ def test_the_memory_axis_follows_every_update() -> None:
 def test_layout_change_is_written_into_the_shown_timeline(app: WorkbenchApp) -> None:
     """Other lanes (and here the exact view instead of the aggregated one) are written into the figure shown,
     which then shows what a figure built for the new plan shows (issue 19 item 12: no new figure models)."""
-    fig = app.plan_view.timeline.object
+    fig = app.views["plan"].timeline.object
     assert _main(fig).name == "runs"  # tp 8 pp 8, m = 256: aggregated
     app.composer.widgets["num_nodes"].value = 2  # fewer pipeline ranks: other lanes
-    assert app.plan_view.timeline.object is fig and fig.name == "plan-timeline"
+    assert app.views["plan"].timeline.object is fig and fig.name == "plan-timeline"
     content = estimate_timeline_content(app.store.estimate)
     rebuilt = content_timeline_figure(content, stable=True)  # as the app builds it: a fixed plot area
     assert _main(fig).name == _main(rebuilt).name == "blocks"
@@ -194,11 +194,11 @@ def test_refresh_timeline_figure_writes_the_new_blocks() -> None:
 
 
 def test_refresh_breakdown_relabels_and_refuses_another_bar_count(app: WorkbenchApp) -> None:
-    fig = app.plan_view.breakdown.object
+    fig = app.views["plan"].breakdown.object
     first = app.store.estimate
     app.composer.widgets["num_nodes"].value = 2  # another plan, another bar label
     second = app.store.estimate
-    assert app.plan_view.breakdown.object is fig
+    assert app.views["plan"].breakdown.object is fig
     assert list(fig.y_range.factors) == [f"#0 {second.plan.describe()}"]
     assert not refresh_breakdown_figure(fig, [first, second])  # two bars: the figure is rebuilt instead
     assert list(fig.y_range.factors) == [f"#0 {second.plan.describe()}"]

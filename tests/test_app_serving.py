@@ -13,9 +13,10 @@ pytest.importorskip("panel")
 
 from click.testing import CliRunner  # noqa: E402
 from workbench_cli import cli  # noqa: E402
-from workbench_widgets.app.app import SERVING_TAB, WorkbenchApp  # noqa: E402
+from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
 from workbench_widgets.app.serving_view import ServingView  # noqa: E402
 from workbench_widgets.app.state import WorkbenchState  # noqa: E402
+from workbench_widgets.app.tabs import tab_index  # noqa: E402
 from workbench_widgets.plots.serving import latency_cdf  # noqa: E402
 from workbench_widgets.plots.serving_run import batch_composition  # noqa: E402
 
@@ -101,13 +102,13 @@ def test_the_command_it_shows_reproduces_its_numbers(view: ServingView) -> None:
 def test_the_app_has_a_serving_tab_that_computes_when_opened() -> None:
     app = WorkbenchApp(WorkbenchState())
     app.panel()
-    assert app.tabs._names[SERVING_TAB] == "Serving"
-    assert app.serving_view.store.estimate is None  # nothing computed before the tab is opened
-    app.serving_view.store.state.num_requests = 32
-    app.tabs.active = SERVING_TAB
-    assert app.serving_view.store.estimate is not None
+    assert app.tabs._names[tab_index("serving")] == "Serving"
+    assert app.views["serving"].store.estimate is None  # nothing computed before the tab is opened
+    app.views["serving"].store.state.num_requests = 32
+    app.tabs.active = tab_index("serving")
+    assert app.views["serving"].store.estimate is not None
     other = ServingView()
-    assert other.store.state is not app.serving_view.store.state  # sessions share no choice
+    assert other.store.state is not app.views["serving"].store.state  # sessions share no choice
 
 
 def test_disaggregated_speculative_and_prefix_deployments_from_the_tab(view: ServingView) -> None:

@@ -7,9 +7,10 @@ import pytest
 pytest.importorskip("panel")
 
 from bokeh.models import ColumnDataSource  # noqa: E402
-from workbench_widgets.app.app import PLAN_TAB, WorkbenchApp, cli_command, report_html  # noqa: E402
+from workbench_widgets.app.app import WorkbenchApp, cli_command, report_html  # noqa: E402
 from workbench_widgets.app.compare_search import display_frame, shared_ranges  # noqa: E402
 from workbench_widgets.app.state import WorkbenchState  # noqa: E402
+from workbench_widgets.app.tabs import tab_index  # noqa: E402
 from workbench_widgets.app.views import summary_markdown  # noqa: E402
 
 
@@ -27,27 +28,27 @@ def _data(fig) -> list[dict]:
 
 
 def test_node_count_widget_redraws_the_timeline(app: WorkbenchApp) -> None:
-    before_fig = app.plan_view.timeline.object
+    before_fig = app.views["plan"].timeline.object
     before = _data(before_fig)
     app.composer.widgets["num_nodes"].value = 2  # 16 devices: tp8 leaves pp in {1, 2}
-    after_fig = app.plan_view.timeline.object  # written in place (tests/test_app_latency.py)
+    after_fig = app.views["plan"].timeline.object  # written in place (tests/test_app_latency.py)
     assert after_fig.name == "plan-timeline"
     assert _data(after_fig) != before
-    assert app.state.pp == 2 and "pp2" in app.plan_view.summary.object
+    assert app.state.pp == 2 and "pp2" in app.views["plan"].summary.object
 
 
 def test_memory_figure_follows_zero_stage(app: WorkbenchApp) -> None:
     app.composer.widgets["zero_stage"].value = 0
     zero0 = app.store.estimate.peak_memory_row()["optimizer_states_bytes"]
-    before = _data(app.plan_view.memory.object)
+    before = _data(app.views["plan"].memory.object)
     app.composer.widgets["zero_stage"].value = 1  # ZeRO-1 shards the optimizer states over dp
-    assert _data(app.plan_view.memory.object) != before or app.state.dp == 1
+    assert _data(app.views["plan"].memory.object) != before or app.state.dp == 1
     if app.state.dp > 1:
         assert app.store.estimate.peak_memory_row()["optimizer_states_bytes"] < zero0
 
 
 def test_summary_shows_units(app: WorkbenchApp) -> None:
-    text = app.plan_view.summary.object
+    text = app.views["plan"].summary.object
     for unit in (" ms", " tokens/s", " %", " TFLOP/s", " GiB"):
         assert unit in text
 
@@ -57,9 +58,9 @@ def test_violation_appears_next_to_its_control(app: WorkbenchApp) -> None:
     note = app.composer.notes["schedule"]
     assert note.visible and "1f1b needs at least pp=8 micro-batches" in note.object
     assert "dualpipev" in app.composer.widgets["schedule"].disabled_options  # needs m >= 2 pp = 16
-    assert not app.plan_view.timeline.visible and "No estimate" in app.plan_view.summary.object
+    assert not app.views["plan"].timeline.visible and "No estimate" in app.views["plan"].summary.object
     app.composer.widgets["schedule"].value = "gpipe"
-    assert not note.visible and app.plan_view.timeline.visible
+    assert not note.visible and app.views["plan"].timeline.visible
 
 
 def test_unavailable_backend_is_disabled_with_its_reason(app: WorkbenchApp) -> None:
@@ -70,10 +71,10 @@ def test_unavailable_backend_is_disabled_with_its_reason(app: WorkbenchApp) -> N
 
 
 def test_compare_uses_the_same_axes(app: WorkbenchApp) -> None:
-    app.compare_view.show()  # the tab is opened
+    app.views["compare"].show()  # the tab is opened
     app.store.pin()
     app.composer.widgets["pp"].value = 4
-    sides = app.compare_view.sides.objects
+    sides = app.views["compare"].sides.objects
     assert len(sides) == 2
     ranges = [side[1].object.x_range for side in sides]
     assert (ranges[0].start, ranges[0].end) == (ranges[1].start, ranges[1].end)
@@ -94,12 +95,12 @@ def test_shared_ranges_cover_both() -> None:
 
 def test_search_row_loads_into_the_plan_tab(app: WorkbenchApp) -> None:
     frame = app.store.search(top_k=3)
-    assert frame.height > 0 and app.search_view.scatter.visible
-    table = app.search_view.table.value
+    assert frame.height > 0 and app.views["search"].scatter.visible
+    table = app.views["search"].table.value
     assert "step time (ms)" in table.columns and "peak memory (GiB)" in table.columns
     app.tabs.active = 1
-    app.search_view.load_row(1)
-    assert app.tabs.active == PLAN_TAB
+    app.views["search"].load_row(1)
+    assert app.tabs.active == tab_index("plan")
     assert app.store.plan().describe() == frame.row(1, named=True)["plan"]
 
 
@@ -152,10 +153,10 @@ def test_summary_tables_have_a_header_row(app: WorkbenchApp) -> None:
     assert [r[0] for r in rows][:2] == ["Step time", "Throughput"] and all(
         len(r) == len(header) for r in rows
     )
-    app.compare_view.show()
+    app.views["compare"].show()
     app.store.pin()
     app.composer.widgets["pp"].value = 4
-    for side in app.compare_view.sides.objects:
+    for side in app.views["compare"].sides.objects:
         for table in _markdown_tables(side[0].object):
             assert all(table[0]), table[0]
 
@@ -164,7 +165,7 @@ def test_placement_title_is_whole_on_two_lines(app: WorkbenchApp) -> None:
     """Issue 19: the placement title ran past its figure ("tp groups across nodes: 0 of"); it is now two lines,
     each at most 80 characters (about 500 px in its font). The browser test measures the drawn lines."""
     plan = app.store.estimate.plan
-    title = app.plan_view.placement.object.title.text
+    title = app.views["plan"].placement.object.title.text
     lines = title.split("\n")
     assert len(lines) == 2
     tp_groups = plan.num_devices // plan.tp

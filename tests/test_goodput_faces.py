@@ -74,8 +74,8 @@ def test_report_section_and_app_tab(priced) -> None:  # type: ignore[no-untyped-
     assert 'id="goodput"' not in render_report(estimates=[est], command="x")
     app = WorkbenchApp()
     app.panel()
-    view = app.goodput_view
-    view.checkpoint = "sync"
+    view = app.views["goodput"]
+    view.store.state.checkpoint = "sync"
     view.compute()
     assert app.store.goodput is not None and app.store.goodput[0] is app.store.estimate
     assert view.interval.visible and view.scale.visible and "Goodput" in view.text.object

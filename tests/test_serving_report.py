@@ -15,7 +15,7 @@ pytest.importorskip("bokeh")
 
 from click.testing import CliRunner  # noqa: E402
 from workbench_cli import cli  # noqa: E402
-from workbench_widgets.serving_report import render_serving_report, write_serving_report  # noqa: E402
+from workbench_widgets.report import render_serving_report, write_serving_report  # noqa: E402
 
 from workbench.presets.calibration import load_calibration  # noqa: E402
 from workbench.presets.catalog import load_cluster, load_model  # noqa: E402

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+from workbench_widgets._report_page import table
 from workbench_widgets.plots._style import GIB, MS_PER_S
 from workbench_widgets.plots.search import PLAN_FIELDS, feasible_mask
 
@@ -118,43 +119,6 @@ def _band_text(e: Estimate) -> str:
     return text + (" (widened: " + "; ".join(e.band.notes) + ")" if e.band.widened else "")
 
 
-def comparison_table(predicted: Estimate, measured: Estimate) -> dict[str, Any]:
-    """Predicted vs measured (:func:`workbench.estimate.compare.compare`): step time, bubble fraction,
-    tokens/s, peak memory, and the relative error predicted / measured - 1 ("-" where the measured value is 0)."""
-    from workbench.estimate.compare import compare
-
-    cmp = compare(predicted, measured)
-    display = {  # key -> (label, scale to the display unit, format)
-        "step_time_s": ("step time (ms)", MS_PER_S, ",.2f"),
-        "bubble_fraction": ("bubble fraction (%)", 100.0, ".1f"),
-        "tokens_per_s": ("tokens/s", 1.0, ",.0f"),
-        "peak_memory_bytes": ("peak memory per rank (GiB)", 1 / GIB, ",.3f"),
-    }
-    rows = []
-    for key, (label, scale, fmt) in display.items():
-        fig = cmp[key]
-        err = fig["error_frac"]
-        rows.append(
-            [
-                label,
-                format(fig["predicted"] * scale, fmt),
-                format(fig["measured"] * scale, fmt),
-                "-" if err is None else f"{err * 100:+.1f} %",
-            ]
-        )
-    return {
-        "header": [
-            "quantity",
-            f"predicted ({predicted.backend})",
-            f"measured ({measured.backend})",
-            "error (predicted / measured - 1)",
-        ],
-        "rows": rows,
-        "numeric": [False, True, True, True],
-        "classes": [""] * len(rows),
-    }
-
-
 def goodput_table(g: GoodputEstimate) -> dict[str, Any]:
     """The figures of a run with failures (``workbench.goodput.GoodputEstimate``) in display units."""
     rows = [
@@ -172,12 +136,7 @@ def goodput_table(g: GoodputEstimate) -> dict[str, Any]:
         ["spare nodes", f"{g.spare_nodes} ({g.on_failure} on failure)"],
         ["goodput", f"{g.goodput_frac * 100:.1f} %"],
     ]
-    return {
-        "header": ["quantity", "value"],
-        "rows": rows,
-        "numeric": [False, True],
-        "classes": [""] * len(rows),
-    }
+    return table(["quantity", "value"], rows, [False, True])
 
 
 def search_totals(result: SearchResult) -> dict[str, Any]:
@@ -194,13 +153,9 @@ def search_totals(result: SearchResult) -> dict[str, Any]:
     ]
     return {
         "screened": result.num_plans,
-        "table": _table(["", "plans"], [[k, f"{v:,}"] for k, v in counts], [False, True]),
-        "rejections": _table(["reason", "plans"], [[t, f"{c:,}"] for t, c in rejected], [False, True]),
+        "table": table(["", "plans"], [[k, f"{v:,}"] for k, v in counts], [False, True]),
+        "rejections": table(["reason", "plans"], [[t, f"{c:,}"] for t, c in rejected], [False, True]),
     }
-
-
-def _table(header: list[str], rows: list[list[str]], numeric: list[bool]) -> dict[str, Any]:
-    return {"header": header, "rows": rows, "numeric": numeric, "classes": [""] * len(rows)}
 
 
 def _row_band(row: dict[str, Any]) -> str:

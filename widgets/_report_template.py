@@ -1,7 +1,18 @@
-"""The Jinja2 template of the HTML report (kept in a module so it ships with the package).
+"""The one Jinja2 template of every HTML report (training, serving, mixed, compare; kept in a module so it ships
+with the package).
 
-Rendered with autoescape on: every user string (model names, notes, the command) is escaped. Only the
-bokeh resources, script and divs are marked safe; they come from ``bokeh.embed``.
+A page is a title, an introduction and a list of sections (``workbench_widgets.report.Section``): each section is
+a heading and its blocks, in order. A block is a dict with a ``kind``:
+
+- ``p`` (``text``, ``strong``: bold, ``css``: its class), ``note`` (``text``: a grey paragraph), ``h3`` (``text``), ``pre``
+  (``text``), ``link`` (``before``, ``url``: a paragraph ending in a link), ``list`` (``items``, ``css``);
+- ``table`` (``table``: ``{header, rows, numeric, classes}``; ``folded``: the id of a fold toggle for its
+  ``variant`` rows), ``tables`` (``tables``: several tables side by side), ``pairs`` (``rows`` of (key, value),
+  ``numeric``: right-aligned values), ``captioned`` (``blocks`` of ``{caption, rows}``, side by side);
+- ``figures`` (``names`` of the page's figures; ``pair``: side by side).
+
+Rendered with autoescape on: every user string (model names, notes, the command) is escaped. Only the bokeh
+resources, script and divs are marked safe; they come from ``bokeh.embed``.
 """
 
 REPORT_TEMPLATE = """{% macro table(t) %}
@@ -23,12 +34,43 @@ schedule as the plan above, other vpp, micro-batch, ZeRO, recompute or rank orde
 {{ table(t) }}
 {% endif %}
 {% endmacro %}
+{% macro block(b) %}
+{% if b.kind == "p" %}<p{% if b.get("css") %} class="{{ b.css }}"{% endif %}>{% if b.get("strong") %}<strong>{{ b.text }}</strong>{% else %}{{ b.text }}{% endif %}</p>
+{% elif b.kind == "note" %}<p class="note">{{ b.text }}</p>
+{% elif b.kind == "h3" %}<h3>{{ b.text }}</h3>
+{% elif b.kind == "pre" %}<pre>{{ b.text }}</pre>
+{% elif b.kind == "link" %}<p>{{ b.before }}<a href="{{ b.url }}">{{ b.url }}</a></p>
+{% elif b.kind == "list" %}<ul{% if b.get("css") %} class="{{ b.css }}"{% endif %}>{% for item in b["items"] %}<li>{{ item }}</li>{% endfor %}</ul>
+{% elif b.kind == "table" %}{% if b.get("folded") %}{{ folded(b.table, b.folded) }}{% else %}{{ table(b.table) }}{% endif %}
+{% elif b.kind == "tables" %}
+<div class="inputs">
+{% for t in b.tables %}{{ table(t) }}{% endfor %}
+</div>
+{% elif b.kind == "pairs" %}
+<table>
+{% for key, value in b.rows %}<tr><th>{{ key }}</th><td{% if b.get("numeric") %} class="num"{% endif %}>{{ value }}</td></tr>
+{% endfor %}</table>
+{% elif b.kind == "captioned" %}
+<div class="inputs">
+{% for c in b.blocks %}
+<table><caption><strong>{{ c.caption }}</strong></caption>
+{% for key, value in c.rows %}<tr><th>{{ key }}</th><td>{{ value }}</td></tr>
+{% endfor %}</table>
+{% endfor %}
+</div>
+{% elif b.kind == "figures" %}
+{% if b.get("pair") %}<div class="pair">{% endif %}
+{% for fig in b.names %}<div class="figure">{{ divs[fig] | safe }}</div>
+{% endfor %}
+{% if b.get("pair") %}</div>{% endif %}
+{% endif %}
+{% endmacro %}
 <!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{ title }}</title>
+<title>{{ page_title }}</title>
 <link rel="icon" href="data:,">
 <style>
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.2rem auto; max-width: 1260px;
@@ -47,6 +89,7 @@ tr.chosen { background: #fff3d6; } tr.nofit td { color: #a33; }
 .answer h2 { border: none; margin-top: 0.6rem; } .answer table { background: #fff; }
 .why li { margin: 0.25rem 0; }
 .inputs { display: flex; flex-wrap: wrap; gap: 1.2rem; }
+.pair { display: flex; flex-wrap: wrap; gap: 1rem; }
 pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-wrap; }
 .note { color: #555; font-size: 0.9rem; } .figure { margin: 0.8rem 0 1.4rem; }
 </style>
@@ -55,96 +98,17 @@ pre { background: #f4f4f4; padding: 0.6rem; overflow-x: auto; white-space: pre-w
 </head>
 <body>
 <h1>{{ title }}</h1>
-{% if stack %}<p class="stack">Plans for the stack <strong>{{ stack }}</strong>: only what it runs is offered.</p>
-{% endif %}
-<p class="note">Written by the parallelism planning workbench{% if version %} {{ version }}{% endif %}.
-Times in ms, memory in GiB (2<sup>30</sup> bytes), throughput in tokens/s over the whole cluster.
-Open offline: everything is inside this file.</p>
-
-<section class="answer" id="summary">
-<h2>Answer: {{ summary.plan }}</h2>
-<p class="note">The best plan (priced by {{ summary.backend }}) and what it gives.</p>
-<table>
-{% for key, value in summary.rows %}<tr><th>{{ key }}</th><td class="num">{{ value }}</td></tr>
-{% endfor %}</table>
-{% if summary.why %}
-<h3>Why it wins: against the best plan of each other layout</h3>
-<ul class="why">{% for line in summary.why %}<li>{{ line }}</li>{% endfor %}</ul>
-{% endif %}
-{% if summary.tie_band %}<p class="note">{{ summary.tie_band }}</p>{% endif %}
-</section>
-
-<h2>Inputs</h2>
-<div class="inputs">
-{% for block in inputs %}
-<table><caption><strong>{{ block.caption }}</strong></caption>
-{% for key, value in block.rows %}<tr><th>{{ key }}</th><td>{{ value }}</td></tr>
-{% endfor %}</table>
-{% endfor %}
-</div>
-
-<h2>Ranked plans</h2>
-{{ folded(plans, "plans") }}
-{% if search_totals %}
-<h2 id="search">Search</h2>
-<p class="note">Every plan of the space is screened in closed form; a plan is rejected under the first rule it
-breaks; the best feasible plans are refined with the full backend.</p>
-{{ table(search_totals.table) }}
-{% if search_totals.rejections.rows %}
-<h3>Rejected plans by reason</h3>
-{{ table(search_totals.rejections) }}
-{% endif %}
-{% endif %}
-{% if search_table %}
-{% if search_totals %}
-<h3>Plans kept by the search: the first {{ search_table.rows | length }} of {{ search_total }}
-(ranked plans, then the rest of the Pareto frontier, then the closest memory misses)</h3>
-{% else %}
-<h3>Search results: the first {{ search_table.rows | length }} of {{ search_total }} listed plans</h3>
-{% endif %}
-{{ folded(search_table, "search") }}
-{% endif %}
-
-{% if validation %}
-<h2>Backend accuracy</h2>
-<table><tr><th>backend</th><th>validation error (mean absolute percentage error)</th></tr>
-{% for name, text in validation %}<tr><td>{{ name }}</td><td>{{ text }}</td></tr>{% endfor %}
-</table>
-{% endif %}
-
-{% if comparison %}
-<h2 id="predicted-vs-measured">Predicted vs measured</h2>
-<p class="note">The same plan priced by a backend (predicted) and run for real (measured). Error = predicted / measured - 1.
-In the timeline each lane has two rows: predicted (light, outlined) above measured (solid); the dashed line is the
-predicted makespan, the solid one the measured makespan.</p>
-{{ table(comparison) }}
-<div class="figure">{{ divs["comparison"] | safe }}</div>
-{% endif %}
-
-{% if goodput %}
-<h2 id="goodput">Goodput: failures, checkpoints and restarts</h2>
-<p class="note">The best plan's run when devices fail: the job's mean time between interruptions from the failure
-rates, checkpoints written at the interval that maximises the useful share of the wall time (Daly 2006), each
-failure costing a restart, a restore and the work since the last checkpoint.</p>
-{{ table(goodput) }}
-{% endif %}
-
+{% for b in intro %}{{ block(b) }}{% endfor %}
 {% for section in sections %}
-<h2>{{ section.heading }}</h2>
-{% for fig in section.figures %}<div class="figure">{{ divs[fig] | safe }}</div>
-{% endfor %}
-{% endfor %}
 
-{% if notes %}
-<h2>Notes</h2>
-<ul>{% for note in notes %}<li>{{ note }}</li>{% endfor %}</ul>
+{% if section.css %}<section class="{{ section.css }}"{% if section.id %} id="{{ section.id }}"{% endif %}>
 {% endif %}
-
-<h2>Reproduce</h2>
-{% if app_url %}<p>Open this view in the app (while it runs): <a href="{{ app_url }}">{{ app_url }}</a></p>
+{% if section.heading %}<h2{% if section.id and not section.css %} id="{{ section.id }}"{% endif %}>{{ section.heading }}</h2>
 {% endif %}
-<p>Run this command to write this report again:</p>
-<pre>{{ command }}</pre>
+{% for b in section.blocks %}{{ block(b) }}{% endfor %}
+{% if section.css %}</section>
+{% endif %}
+{% endfor %}
 {{ bokeh_script | safe }}
 </body>
 </html>

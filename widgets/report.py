@@ -1,68 +1,51 @@
-"""The self-contained HTML report of an estimate or a search, and its CSV tables.
+"""Every HTML report of the workbench, from one page builder (``_report_page``) and one template: each entry
+point chooses its sections.
 
-One file that opens offline anywhere: bokeh's JavaScript and CSS are inlined (``bokeh.resources.INLINE``)
-and only the bundles the figures need are included (about 1.3 MB). The page is a Jinja2 template rendered
-with autoescape on, so user strings (model names from a config file, notes, the command) appear as text.
+- ``write_report`` / ``render_report``: an estimate or a search (training sections, ``_report_training``), with
+  predicted vs measured (``comparison``) and goodput sections when given;
+- ``write_serving_report`` / ``render_serving_report``: a serving estimate (``_report_serving``);
+- ``render_mixed_report``: a mixed-cluster search (``_report_mixed``);
+- ``write_compare_report`` / ``render_compare_report``: a real run read back beside its prediction
+  (``workbench compare --report``, ``_report_compare``);
+- ``write_csv_tables``: the training tables as CSV; ``cli_command``: the command shown as the way to reproduce.
 
-Exporting bokeh after ``import panel`` makes bokeh's bundle list a relative
-``static/extensions/panel/...`` script that does not exist next to the file; only the inlined code is
-written here (``Bundle.scripts`` renders raw code, never file links), and ``write_report`` refuses to
-write a page that still links any script or stylesheet.
-
-Search frame (``search_results``): a polars frame of ranked plans, best first, with the columns listed in
-``workbench_widgets.plots.search`` (required: ``tokens_per_s``, ``peak_memory_bytes``, ``fits``; used when present:
-``mfu``, ``plan``, the plan fields dp/tp/pp/cp/ep/vpp/micro_batch_size/zero_stage/recompute/schedule,
-``tier``, ``rejected_reason``, ``memory_capacity_bytes``).
+One file that opens offline anywhere: bokeh's JavaScript and CSS are inlined for exactly the figures drawn, user
+strings are escaped, a page that links any script or stylesheet is refused, and an existing file is never
+overwritten without ``force``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jinja2
 import polars as pl
-from bokeh.embed import components
-from bokeh.embed.bundle import bundle_for_objs_and_resources
-from bokeh.resources import INLINE
-from workbench_widgets._report_summary import fold_marks, headroom_frac, report_summary
-from workbench_widgets._report_tables import (
-    comparison_table,
-    goodput_table,
-    input_blocks,
-    plans_table,
-    search_table,
-    search_totals,
+from workbench_widgets import _report_serving, _report_training
+from workbench_widgets._report_compare import estimate_compare_section, run_compare_section
+from workbench_widgets._report_mixed import mixed_intro, mixed_sections
+from workbench_widgets._report_page import (
+    Section,
+    check_path,
+    render_page,
+    reproduce_section,
+    workbench_version,
 )
-from workbench_widgets._report_template import REPORT_TEMPLATE
-from workbench_widgets.plots import (
-    breakdown_figure,
-    comparison_timeline_figure,
-    estimate_activation_figure,
-    estimate_memory_figure,
-    estimate_timeline_figure,
-    placement_figure,
-    search_figure,
-    timeline_figure,
-)
-from workbench_widgets.plots._lanes import detail_window_s
-from workbench_widgets.plots.goodput import goodput_interval_figure, goodput_scale_figure
-from workbench_widgets.plots.memory import usable_memory_bytes
-from workbench_widgets.plots.timeline import MAX_BLOCKS
+from workbench_widgets._report_summary import headroom_frac
+
+from workbench.serving.sweep import sweep_table
 
 if TYPE_CHECKING:
-    from bokeh.model import Model
-
     from workbench.goodput import GoodputEstimate
+    from workbench.launch.compare import CompareRow
+    from workbench.search.mixed.planner import MixedSearchResult
     from workbench.search.result import SearchResult
+    from workbench.serving.estimate import ServingEstimate
     from workbench.specs.estimate import Estimate
+    from workbench.specs.serving import SLO
 
-_LINKED_RESOURCE = re.compile(
-    r"<script[^>]*\ssrc=|<link[^>]*rel=\"?stylesheet|static/extensions/", re.IGNORECASE
-)
+Sweep = pl.DataFrame | Sequence[tuple[float, "ServingEstimate"]]
+"""A rate sweep: a ``workbench.serving.sweep.sweep_table`` frame or its (rate, estimate) points."""
 
 
 def write_report(
@@ -84,13 +67,13 @@ def write_report(
     """Write the report to ``path`` and return it.
 
     ``estimates`` are the ranked plans, best first (at least one); figures are drawn for the best and for
-    ``estimates[plan_index]``. ``search_results`` adds the search scatter and table (columns above).
+    ``estimates[plan_index]``. ``search_results`` adds the search scatter and table (columns: ``_report_training``).
     ``validation`` maps a backend name to its mean absolute percentage error against published runs
     (a fraction, 0.12 = 12 %). ``command`` is shown as the way to reproduce the file. ``comparison``
     (predicted, measured) adds a "Predicted vs measured" section: both timelines on the same axes
     (``comparison_timeline_figure``) and a table of step time, bubble, tokens/s and peak memory with the error.
     ``goodput`` (the best plan's ``workbench.goodput.GoodputEstimate`` and, optionally, its
-    ``workbench_widgets.plots.goodput.goodput_scaling`` frame) adds a "Goodput" section: the figures of the run
+    ``workbench.search.sizes.goodput_scaling`` frame) adds a "Goodput" section: the figures of the run
     with failures, goodput against the checkpoint interval and against the cluster size. ``search`` (the
     planner's ``workbench.search.SearchResult``) adds its totals (plans screened, rejected per reason,
     feasible, refined) and, when ``search_results`` is not given, its ``report_frame()`` as the search table.
@@ -99,7 +82,7 @@ def write_report(
     Raises FileExistsError if ``path`` exists and not ``force``, FileNotFoundError if its folder is missing,
     ValueError for no estimates or a ``plan_index`` out of range.
     """
-    out = _check_path(path, force)
+    out = check_path(path, force)
     html = render_report(
         estimates=estimates,
         command=command,
@@ -114,15 +97,6 @@ def write_report(
         search=search,
     )
     out.write_text(html, encoding="utf-8")
-    return out
-
-
-def _check_path(path: str | Path, force: bool) -> Path:
-    out = Path(path)
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists; pass --force (force=True) to overwrite it")
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"{out.parent}: no such folder for the report")
     return out
 
 
@@ -150,138 +124,169 @@ def render_report(
         raise ValueError("write_report: estimates must hold at least one Estimate, got none")
     if not 0 <= plan_index < len(estimates):
         raise ValueError(f"write_report: plan_index must be in 0..{len(estimates) - 1}, got {plan_index}")
-    figures, sections = _figures(estimates, search_results, plan_index, headroom_frac(search))
-    if comparison is not None:
-        figures["comparison"] = comparison_timeline_figure(*comparison)
-    if goodput is not None:
-        figures["goodput_interval"] = goodput_interval_figure(goodput[0])
-        names = ["goodput_interval"]
-        if goodput[1] is not None and goodput[1].height:
-            figures["goodput_scale"] = goodput_scale_figure(goodput[1])
-            names.append("goodput_scale")
-        sections.append(
-            {"heading": "Goodput against the checkpoint interval and the cluster size", "figures": names}
-        )
-    script, divs = components(figures)
+    t = _report_training
     best = estimates[0]
-    context: dict[str, Any] = {
-        "title": title or f"Parallelism plan: {best.model.name} on {best.cluster.name}",
-        "version": _version(),
-        "stack": f"{best.framework} ({best.framework_version})" if best.framework_version else best.framework,
-        "inputs": input_blocks(best),
-        "plans": plans_table(estimates, plan_index, fold_marks(estimates, search)),
-        "summary": report_summary(estimates, search),
-        "search_table": search_table(search_results, search_rows) if search_results is not None else None,
-        "search_total": search_results.height if search_results is not None else 0,
-        "search_totals": search_totals(search) if search is not None else None,
-        "validation": [(k, f"{v * 100:.1f} %") for k, v in (validation or {}).items()],
-        "notes": _notes(estimates, notes),
-        "sections": sections,
-        "comparison": comparison_table(*comparison) if comparison is not None else None,
-        "goodput": goodput_table(goodput[0]) if goodput is not None else None,
-        "divs": divs,
-        "command": command,
-        "app_url": app_url if app_url and app_url.startswith(("http://", "https://")) else None,
-        **_resources(list(figures.values()), script),
-    }
-    env = jinja2.Environment(
-        autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined
+    sections = [
+        *t.answer_sections(estimates, plan_index, search),
+        *t.search_sections(search, search_results, search_rows),
+    ]
+    if validation:
+        sections.append(t.validation_section(validation))
+    if comparison is not None:
+        sections.append(estimate_compare_section(*comparison))
+    figures = t.figure_sections(estimates, search_results, plan_index, headroom_frac(search))
+    if goodput is not None:
+        goodput_table, goodput_figures = t.goodput_section(goodput)
+        sections.append(goodput_table)
+        figures.append(goodput_figures)
+    notes_section = t.notes_section(estimates, notes)
+    sections += [*figures, *([notes_section] if notes_section else []), reproduce_section(command, app_url)]
+    return render_page(
+        title=title or f"Parallelism plan: {best.model.name} on {best.cluster.name}",
+        intro=t.training_intro(best),
+        sections=sections,
     )
-    html = env.from_string(REPORT_TEMPLATE).render(**context)
-    linked = _LINKED_RESOURCE.search(html)
-    if linked:
-        raise RuntimeError(
-            f"report would link an external resource ({linked.group(0)!r}); refusing to write it"
+
+
+def write_serving_report(
+    path: str | Path,
+    estimate: ServingEstimate,
+    *,
+    sweep: Sweep | None = None,
+    search: Any = None,
+    slo: SLO | None = None,
+    command: str = "",
+    title: str | None = None,
+    request_rows: int = 50,
+    search_rows: int = 20,
+    force: bool = False,
+) -> Path:
+    """Write the serving report of ``estimate`` to ``path`` and return it.
+
+    ``sweep`` adds the throughput-latency figure and the sweep table; ``search`` (a serving search result with
+    ``.table``, ``.pareto`` and ``.rejections``) adds its first ``search_rows`` plans, its Pareto plans and its
+    rejections; ``slo`` draws the targets on the figures and states the attainment; ``command`` is shown as the
+    way to reproduce the file; ``request_rows`` requests are listed one per row.
+    Raises FileExistsError if ``path`` exists and not ``force``, FileNotFoundError if its folder is missing,
+    ValueError for ``request_rows`` or ``search_rows`` < 0.
+    """
+    out = check_path(path, force)
+    html = render_serving_report(
+        estimate,
+        sweep=sweep,
+        search=search,
+        slo=slo,
+        command=command,
+        title=title,
+        request_rows=request_rows,
+        search_rows=search_rows,
+    )
+    out.write_text(html, encoding="utf-8")
+    return out
+
+
+def render_serving_report(
+    estimate: ServingEstimate,
+    *,
+    sweep: Sweep | None = None,
+    search: Any = None,
+    slo: SLO | None = None,
+    command: str = "",
+    title: str | None = None,
+    request_rows: int = 50,
+    search_rows: int = 20,
+) -> str:
+    """The serving report's HTML text (see ``write_serving_report``)."""
+    for name, value in (("request_rows", request_rows), ("search_rows", search_rows)):
+        if value < 0:
+            raise ValueError(f"write_serving_report: {name} must be >= 0, got {value}")
+    est = estimate
+    frame = None
+    if sweep is not None:
+        frame = sweep if isinstance(sweep, pl.DataFrame) else sweep_table(sweep, slo)
+    sections = _report_serving.serving_sections(
+        est, sweep=frame, search=search, slo=slo, request_rows=request_rows, search_rows=search_rows
+    )
+    if command:
+        sections.append(reproduce_section(command))
+    return render_page(
+        title=title or f"Serving plan: {est.model.name} on {est.cluster.name}, {est.plan.describe()}",
+        intro=_report_serving.serving_intro(),
+        sections=sections,
+    )
+
+
+def render_mixed_report(result: MixedSearchResult, *, command: str, plan_index: int = 0) -> str:
+    """The HTML of a mixed-cluster search (``workbench plan --cluster A:N+B:M --report``): the ranked plans over
+    the pools, each pool alone, and the figures of plan ``plan_index``. ValueError when ``result`` has no plan at
+    ``plan_index``."""
+    if not 0 <= plan_index < len(result.plans):
+        raise ValueError(f"the search has {len(result.plans)} plans; no plan #{plan_index + 1} to report")
+    return render_page(
+        title=f"Plans for {result.model.name} on a mixed cluster",
+        page_title=f"Mixed-cluster plans for {result.model.name}",
+        intro=mixed_intro(result, command),
+        sections=mixed_sections(result, plan_index),
+    )
+
+
+def write_compare_report(
+    path: str | Path,
+    rows: Sequence[CompareRow],
+    prediction: Mapping[str, Any],
+    *,
+    run: str,
+    prediction_name: str,
+    command: str,
+    force: bool = False,
+) -> Path:
+    """Write ``render_compare_report`` to ``path`` and return it. FileExistsError if ``path`` exists and not
+    ``force``, FileNotFoundError if its folder is missing."""
+    out = check_path(path, force)
+    html = render_compare_report(rows, prediction, run=run, prediction_name=prediction_name, command=command)
+    out.write_text(html, encoding="utf-8")
+    return out
+
+
+def render_compare_report(
+    rows: Sequence[CompareRow],
+    prediction: Mapping[str, Any],
+    *,
+    run: str,
+    prediction_name: str,
+    command: str,
+) -> str:
+    """A real run read back beside its prediction: ``rows`` of ``workbench.launch.compare.compare_run``,
+    ``prediction`` the ``prediction.json`` object they were computed from (its model, plan, cluster and stack
+    are listed), ``run`` what was read (stack, file, steady steps), ``prediction_name`` the prediction's file."""
+    summary = prediction.get("summary", {})
+    model = prediction.get("model_ref", {}).get("name") or summary.get("model") or "model"
+    plan = prediction.get("plan", {}).get("describe") or summary.get("plan") or ""
+    cluster = prediction.get("cluster", {})
+    setup = [("kind", prediction.get("kind", "")), ("stack", prediction.get("stack", "")), ("model", model)]
+    if plan:
+        setup.append(("plan", plan))
+    if cluster:
+        setup.append(
+            ("devices", f"{cluster.get('num_devices')} x {cluster.get('device')} ({cluster.get('id')})")
         )
-    return html
-
-
-def _resources(models: list[Model], script: str) -> dict[str, str]:
-    """Inline JS/CSS for exactly the models used; file links (e.g. panel's extension) are dropped."""
-    bundle = bundle_for_objs_and_resources(models, INLINE)
-    css = "\n".join(f"<style>{raw}</style>" for raw in bundle.css_raw)
-    return {"bokeh_js": bundle.scripts(), "bokeh_css": css, "bokeh_script": script}
-
-
-def _figures(
-    estimates: Sequence[Estimate], search: pl.DataFrame | None, plan_index: int, headroom: float | None
-) -> tuple[dict[str, Model], list[dict[str, Any]]]:
-    figures: dict[str, Model] = {}
-    sections: list[dict[str, Any]] = []
-    shown = [0] if plan_index == 0 else [0, plan_index]
-    for i in shown:
-        names = _plan_figures(estimates[i], f"plan{i}", figures, headroom)
-        label = "best plan" if i == 0 else "chosen plan"
-        sections.append(
-            {
-                "heading": f"#{i + 1} ({label}): {estimates[i].plan.describe()} [{estimates[i].backend}]",
-                "figures": names,
-            }
-        )
-    figures["breakdown"] = breakdown_figure([e.breakdown for e in estimates], _plan_labels(estimates))
-    sections.append({"heading": "Step-time breakdown of the ranked plans", "figures": ["breakdown"]})
-    if search is not None and search.height:
-        usable = usable_memory_bytes(estimates[0], headroom)
-        figures["search"] = search_figure(search, chosen_index=0, usable_bytes=usable)
-        sections.append({"heading": "Search space", "figures": ["search"]})
-    return figures, sections
-
-
-def _plan_labels(estimates: Sequence[Estimate]) -> list[str]:
-    """``#1 plan`` (numbered from 1 like the tables and the CLI), backend added when backends differ."""
-    several = len({e.backend for e in estimates}) > 1
-    return [
-        f"#{i + 1} {e.plan.describe()}" + (f" [{e.backend}]" if several else "")
-        for i, e in enumerate(estimates)
+    if prediction.get("command"):
+        setup.append(("predicted by", prediction["command"]))
+    version = workbench_version()
+    intro = [
+        {
+            "kind": "note",
+            "text": f"Written by the parallelism planning workbench{f' {version}' if version else ''}. "
+            "A real run's output read back and laid beside the prediction it was exported with. "
+            "Open offline: everything is inside this file.",
+        }
     ]
-
-
-def _plan_figures(
-    estimate: Estimate, prefix: str, figures: dict[str, Model], headroom: float | None = None
-) -> list[str]:
-    names = []
-    timeline = estimate.timeline
-    if timeline.height:
-        figures[f"{prefix}_timeline"] = estimate_timeline_figure(estimate)
-        names.append(f"{prefix}_timeline")
-        if timeline.height > MAX_BLOCKS:
-            window = detail_window_s(timeline, MAX_BLOCKS)
-            figures[f"{prefix}_detail"] = timeline_figure(
-                timeline, window_s=window, title_prefix="Ranged view: the start of the step"
-            )
-            names.append(f"{prefix}_detail")
-    figures[f"{prefix}_memory"] = estimate_memory_figure(estimate, headroom_frac=headroom)
-    names.append(f"{prefix}_memory")
-    activation = estimate_activation_figure(estimate)
-    if activation is not None:
-        figures[f"{prefix}_activation"] = activation
-        names.append(f"{prefix}_activation")
-    if estimate.plan.num_devices <= estimate.cluster.num_devices:
-        figures[f"{prefix}_placement"] = placement_figure(estimate.plan, estimate.cluster)
-        names.append(f"{prefix}_placement")
-    return names
-
-
-def _notes(estimates: Sequence[Estimate], extra: Sequence[str]) -> list[str]:
-    """Each distinct note once: bare when every plan has it, else prefixed with the plans that do
-    (``#2, #5: ...``, numbered from #1); then ``extra``."""
-    holders: dict[str, list[int]] = {}
-    for i, e in enumerate(estimates):
-        for note in dict.fromkeys(e.notes):
-            holders.setdefault(note, []).append(i + 1)
-    every = len(estimates)
-    lines = [
-        note if len(nums) == every else f"{', '.join(f'#{n}' for n in nums)}: {note}"
-        for note, nums in holders.items()
+    sections = [
+        run_compare_section(rows, run=run, prediction=prediction_name),
+        Section(heading="The prediction", id="prediction", blocks=[{"kind": "pairs", "rows": setup}]),
+        reproduce_section(command),
     ]
-    return list(dict.fromkeys([*lines, *extra]))
-
-
-def _version() -> str:
-    try:
-        return version("parallelism-workbench")
-    except PackageNotFoundError:
-        return ""
+    return render_page(title=f"Predicted vs measured: {model} {plan}".strip(), intro=intro, sections=sections)
 
 
 def write_csv_tables(

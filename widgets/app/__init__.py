@@ -3,6 +3,8 @@
 - ``state.WorkbenchState``: the user's choices, parameters only;
 - ``store.WorkbenchStore``: calls the core and the backends, holds the Estimate and the tables;
 - ``views`` / ``compare_search``: presentation (controls built from the State, figures from ``workbench_widgets.plots``);
+- ``tabs.TABS``: the tab registry (a title, the tab's store slice, its view); the Serving, Mixed cluster, Goodput
+  and run-compare tabs have their own State and Store in the same style (``*_store``, ``run_compare``);
 - ``app.WorkbenchApp`` / ``app.build_app``: composition, one per session; ``server`` serves it.
 
 ``launcher.setup_workbench_proxy`` is the JupyterLab launcher entry (jupyter-server-proxy); it is loaded by

@@ -1,5 +1,5 @@
-"""The Panel app: composer on the left, tabs Plan / Search / Compare / Goodput / Serving / Mixed cluster on the right,
-and a report download.
+"""The Panel app: composer on the left, the tabs of ``workbench_widgets.app.tabs.TABS`` on the right (Plan / Search /
+Compare / Goodput / Serving / Mixed cluster), and a report download.
 
 ``build_app()`` makes a new State, Store and views on every call; ``serve_app`` hands that function to
 Panel's server, which calls it once per browser session, so no two users share anything.
@@ -16,18 +16,12 @@ from typing import Any
 
 import panel as pn
 from panel.io.document import hold
-from workbench_widgets.app.compare_search import CompareView, SearchView
-from workbench_widgets.app.goodput_view import GoodputView
-from workbench_widgets.app.mixed_view import MixedView
-from workbench_widgets.app.serving_view import ServingView
 from workbench_widgets.app.state import CUSTOM, DEFAULT_RANK_ORDER_NAME, UPLOADED, WorkbenchState
 from workbench_widgets.app.store import WorkbenchStore
-from workbench_widgets.app.views import Composer, PlanView
+from workbench_widgets.app.tabs import TABS, tab_index
+from workbench_widgets.app.views import Composer
 
 TITLE = "Parallelism Workbench"
-PLAN_TAB, SEARCH_TAB, COMPARE_TAB, SERVING_TAB, MIXED_TAB = 0, 1, 2, 4, 5
-OWN_INPUT_TABS = frozenset({SERVING_TAB, MIXED_TAB})
-"""Tabs with their own model, cluster and plan inputs: the training sidebar is hidden while one is shown."""
 
 
 def cli_command(state: WorkbenchState) -> str:
@@ -130,6 +124,10 @@ def _in_thread(work: Callable[[], None]) -> None:
 class WorkbenchApp:
     """One session's State, Store and views, composed. ``panel()`` gives the page.
 
+    The tabs come from ``TABS``: ``stores[key]`` and ``views[key]`` are each tab's store slice and view. Opening a
+    tab calls its view's ``show()`` and leaving it its ``hide()``, where the view has them; a tab with its own
+    inputs hides the training composer and the report button.
+
     Built without a State or Store (a new session), it opens on the planner's best plan for the default
     model, cluster and workload (``WorkbenchStore.load_best_plan``: the plan ``workbench plan`` ranks first);
     a given State or Store is shown with its choices as they are.
@@ -145,29 +143,16 @@ class WorkbenchApp:
         self.store.run_in_background = _in_thread  # profiling and real runs keep the page live
         self.state = self.store.state
         self.composer = Composer(store=self.store)
-        self.plan_view = PlanView(store=self.store)
         self.tabs = pn.Tabs(dynamic=False, sizing_mode="stretch_width")
-        self.search_view = SearchView(store=self.store, on_load=self._show_plan)
-        self.compare_view = CompareView(store=self.store)
-        self.goodput_view = GoodputView(store=self.store)
-        self.serving_view = ServingView()  # its own choices; computes when its tab is first opened
-        self.mixed_view = MixedView()  # its own choices; plans on its button
-        self.tabs.extend(
-            [
-                ("Plan", self.plan_view.panel()),
-                ("Search", self.search_view.panel()),
-                ("Compare", self.compare_view.panel()),
-                ("Goodput", self.goodput_view.panel()),
-                ("Serving", self.serving_view.panel()),
-                ("Mixed cluster", self.mixed_view.panel()),
-            ]
-        )
-        self.tabs.param.watch(lambda e: self.serving_view.show() if e.new == SERVING_TAB else None, "active")
-        self.tabs.param.watch(self._compare_shown, "active")
+        self.stores: dict[str, Any] = {}
+        self.views: dict[str, Any] = {}
+        for tab in TABS:
+            self.stores[tab.key] = tab.store(self.store)
+            self.views[tab.key] = tab.view(self.stores[tab.key], self)
+            self.tabs.append((tab.title, self.views[tab.key].panel()))
         self.sidebar = pn.Column(self.composer.panel(), css_classes=["wb-sidebar"])
         """The training composer: hidden on the tabs with their own inputs (Serving, Mixed cluster), so the
         page never shows two sets of model, cluster and nodes with different values."""
-        self.tabs.param.watch(self._sidebar_for_tab, "active")
         self.download = pn.widgets.FileDownload(
             callback=self._report_file,
             filename="workbench-report.html",
@@ -177,20 +162,22 @@ class WorkbenchApp:
             embed=False,
             css_classes=["wb-download"],
         )
+        self.tabs.param.watch(self._tab_changed, "active")
 
-    def _sidebar_for_tab(self, event: Any) -> None:
-        self.sidebar.visible = event.new not in OWN_INPUT_TABS
-        self.download.visible = event.new not in OWN_INPUT_TABS  # those tabs have their own report button
+    def _tab_changed(self, event: Any) -> None:
+        if event.old is not None and 0 <= event.old < len(TABS):
+            hide = getattr(self.views[TABS[event.old].key], "hide", None)
+            if hide is not None:
+                hide()
+        tab = TABS[event.new]
+        self.sidebar.visible = self.download.visible = not tab.own_inputs
+        show = getattr(self.views[tab.key], "show", None)
+        if show is not None:
+            show()
 
-    def _compare_shown(self, event: Any) -> None:
-        """The Compare tab draws only while shown (``CompareView.show``)."""
-        if event.new == COMPARE_TAB:
-            self.compare_view.show()
-        else:
-            self.compare_view.hide()
-
-    def _show_plan(self) -> None:
-        self.tabs.active = PLAN_TAB
+    def show_tab(self, key: str) -> None:
+        """Open tab ``key`` (a ``Tab.key`` of ``TABS``)."""
+        self.tabs.active = tab_index(key)
 
     def on_page_error(self, exc: BaseException) -> None:
         """Panel's exception handler of this session (``build_app``): an exception in a callback of the page,

@@ -5,7 +5,8 @@ Search: the planner runs in a worker thread (the page stays live) with a progres
 Above them, the planner's own totals (plans screened, feasible, refined) and its rejection counts per reason
 (``SearchResult.rejection_table``, as ``workbench plan`` prints them); the table has human headers.
 Compare: plan A (pinned) and plan B (the current plan, priced by the chosen backend) side by side, drawn
-by the same builders as the Plan tab, with their x and y ranges made equal so the pictures compare.
+by the same builders as the Plan tab, with their x and y ranges made equal so the pictures compare; below them,
+in the app, a real run beside its prediction (``workbench_widgets.app.run_compare``).
 """
 
 from __future__ import annotations
@@ -252,6 +253,9 @@ class CompareView(param.Parameterized):
     """
 
     store = param.ClassSelector(class_=WorkbenchStore)
+    measured = param.Parameter(
+        default=None, doc="A view shown below A and B (the app's: a real run beside its prediction)."
+    )
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -338,6 +342,7 @@ class CompareView(param.Parameterized):
             self.deltas,
             self.sides,
             self.breakdown,
+            *([self.measured.panel()] if self.measured is not None else []),
             sizing_mode="stretch_width",
         )
 

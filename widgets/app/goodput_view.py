@@ -1,9 +1,5 @@
-"""The Goodput tab: the current plan's run when devices fail (``workbench.goodput``), with its figures.
-
-Controls: the failure rates (a preset of ``profiles/failures/``), synchronous or asynchronous checkpoints, hot
-spare nodes and what the job does on a failure without a spare. "Price failures" computes the goodput of the
-Store's estimate and its scaling over node counts (a few analytic estimates, so it runs on demand, not on every
-change); the result also goes into the downloaded report.
+"""The Goodput tab's View: failure-rate controls from a ``GoodputState``, a button that prices the current plan's
+run with failures (``GoodputStore.compute``, in ``workbench_widgets.app.goodput_store``), and its figures.
 """
 
 from __future__ import annotations
@@ -12,12 +8,8 @@ from typing import Any
 
 import panel as pn
 import param
-from workbench_widgets.app.store import WorkbenchStore
+from workbench_widgets.app.goodput_store import GoodputStore
 from workbench_widgets.plots.goodput import goodput_interval_figure, goodput_scale_figure
-
-from workbench.goodput import GoodputOptions, estimate_goodput, failure_preset_names, load_failures
-from workbench.goodput.model import CHECKPOINT_MODES, ON_FAILURE
-from workbench.search.sizes import goodput_scaling
 
 WIDTH = 220
 
@@ -35,22 +27,12 @@ def goodput_markdown(g: Any) -> str:
 
 
 class GoodputView(param.Parameterized):
-    """Failure-rate controls, a button, and the figures of the run with failures (the result goes to
-    ``store.goodput``)."""
+    """Failure-rate controls, a button, and the figures of the run with failures (``store.result``)."""
 
-    store = param.ClassSelector(class_=WorkbenchStore)
-    failures = param.Selector(default="llama3", objects=["llama3"], doc="Failure-rate preset.")
-    checkpoint = param.Selector(default="async", objects=list(CHECKPOINT_MODES), doc="Checkpoint mode.")
-    spare_nodes = param.Integer(default=0, bounds=(0, 4096), doc="Hot spare nodes beside the job.")
-    on_failure = param.Selector(
-        default="wait", objects=list(ON_FAILURE), doc="Without a spare: wait or shrink dp."
-    )
+    store = param.ClassSelector(class_=GoodputStore)
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        names = failure_preset_names()
-        self.param.failures.objects = names
-        self.failures = "llama3" if "llama3" in names else names[0]
         self.button = pn.widgets.Button(
             label="Price failures", color="primary", css_classes=["wb-goodput-run"]
         )
@@ -64,36 +46,27 @@ class GoodputView(param.Parameterized):
         self.scale = pn.pane.Bokeh(None, visible=False, sizing_mode="stretch_width")
 
     def compute(self) -> None:
-        """Goodput of the Store's estimate and its scaling; a refusal (bad preset file, no estimate) is said in
-        the text and nothing else changes."""
-        est = self.store.estimate
-        if est is None:
-            self.text.object = "No valid plan to price: fix the plan first."
+        """Price the Store's estimate and show the result; a refusal is said in the text and nothing else
+        changes."""
+        self.store.compute()
+        g, scaling = self.store.result, self.store.scaling
+        if g is None:
+            self.text.object = self.store.error
             return
-        try:
-            failures = load_failures(self.failures)
-            options = GoodputOptions(
-                checkpoint=self.checkpoint, spare_nodes=self.spare_nodes, on_failure=self.on_failure
-            )
-            g = estimate_goodput(est, failures, options)
-            scaling = goodput_scaling(est, failures, options)
-        except (ValueError, OSError) as exc:
-            self.text.object = f"Could not price failures: {exc}"
-            return
-        self.store.goodput = (est, g, scaling)
         self.text.object = goodput_markdown(g)
         self.interval.param.update(object=goodput_interval_figure(g), visible=True)
         if scaling.height:
             self.scale.param.update(object=goodput_scale_figure(scaling), visible=True)
 
     def panel(self) -> pn.Column:
+        state = self.store.state
         controls = pn.FlexBox(  # wraps onto a second line in a narrow window
             *(
-                pn.widgets.Select.from_param(self.param[n], width=WIDTH, css_classes=[f"wb-goodput-{n}"])
+                pn.widgets.Select.from_param(state.param[n], width=WIDTH, css_classes=[f"wb-goodput-{n}"])
                 for n in ("failures", "checkpoint", "on_failure")
             ),
             pn.widgets.IntInput.from_param(
-                self.param.spare_nodes, width=WIDTH, css_classes=["wb-goodput-spares"]
+                state.param.spare_nodes, width=WIDTH, css_classes=["wb-goodput-spares"]
             ),
             self.button,
             flex_wrap="wrap",

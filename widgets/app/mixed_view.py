@@ -334,7 +334,7 @@ class MixedView(param.Parameterized):
 
     # ----- downloads ---------------------------------------------------------------------------------
     def _report_file(self) -> io.BytesIO:
-        from workbench_widgets.mixed_report import render_mixed_report
+        from workbench_widgets.report import render_mixed_report
 
         r = self.store.result
         if r is None:

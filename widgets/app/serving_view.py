@@ -1,10 +1,7 @@
-"""The Serving tab: a serving deployment of a model on a cluster, simulated with ``workbench.serving`` and drawn with
-the serving figures (``workbench_widgets.plots.serving``), in the app's four roles:
-
-- ``ServingState``: the choices (model, cluster, layout, request lengths, arrivals, SLO), parameters only;
-- ``ServingStore``: builds the specs, runs ``serve_estimate`` and a rate sweep, holds the results; no widgets;
-- ``ServingView``: controls from the State, the summary and the figures (written in place when their shape is
-  unchanged, so the browser patches data instead of building new figures), and a report download.
+"""The Serving tab's View: a serving deployment of a model on a cluster (its State and Store, ``ServingState`` and
+``ServingStore``, are in ``workbench_widgets.app.serving_store``) drawn with the serving figures
+(``workbench_widgets.plots.serving``): controls from the State, the summary and the figures (written in place when
+their shape is unchanged, so the browser patches data instead of building new figures), and a report download.
 
 The tab has its own choices, apart from the training composer. It computes when first shown (``show``), then on
 every change; a run keeps ``num_requests`` modest (200 by default) so that a change answers in well under a second.
@@ -13,7 +10,6 @@ every change; a run keeps ``num_requests`` modest (200 by default) so that a cha
 from __future__ import annotations
 
 import io
-import shlex
 from typing import Any
 
 import panel as pn
@@ -21,21 +17,11 @@ import param
 from bokeh.models import FixedTicker, Span
 from panel.io.document import hold
 from workbench_widgets.app.page_text import page_text
+from workbench_widgets.app.serving_store import MS_PER_S, ServingState, ServingStore
 from workbench_widgets.plots.serving import serving_figures, slo_text
 
-from workbench.presets import catalog
-from workbench.serving.estimate import serve_estimate
-from workbench.serving.sweep import rate_sweep, sweep_table
-from workbench.specs.limits import MAX_DEVICES, MAX_SEQ_LEN
-from workbench.specs.serving import SLO, Disaggregation, ServingPlan, ServingWorkload
-from workbench.specs.speculative import MAX_SPECULATIVE_TOKENS, SpecMethod, SpeculativeDecoding
-
-MS_PER_S, GIB = 1e3, 2**30
-SPEC_METHODS = tuple(m.value for m in SpecMethod if m is not SpecMethod.DRAFT)
-"""Speculative methods the tab offers (a draft model needs a second model choice: the CLI's --draft-model)."""
+GIB = 2**30
 WIDTH = 200
-MAX_APP_REQUESTS = 5_000
-"""Most requests one change of the tab simulates (the simulation and the sweep run on every change)."""
 FIGURES = ("ttft_cdf", "tpot_cdf", "throughput_latency", "kv_cache", "batch")
 PAIRED = ("ttft_cdf", "tpot_cdf")
 """The latency CDFs, side by side."""
@@ -67,140 +53,6 @@ LABELS = {
     "acceptance_rate": "Acceptance rate",
     "prefix_hit_rate": "Prefix hit rate",
 }
-
-
-class ServingState(param.Parameterized):
-    """The Serving tab's choices. Times typed by a person are in ms (``_ms``); the Store converts to seconds."""
-
-    model_preset = param.Selector(default="llama-3.1-70b", objects=["llama-3.1-70b"], doc="Model preset id.")
-    cluster_preset = param.Selector(default="dgx-h100", objects=["dgx-h100"], doc="Cluster preset id.")
-    num_nodes = param.Integer(default=1, bounds=(1, 4096), doc="Nodes of the cluster.")
-    replicas = param.Integer(default=1, bounds=(1, MAX_DEVICES), doc="Engines behind the router.")
-    tp = param.Selector(default=8, objects=[1, 2, 4, 8, 16, 32], doc="Tensor-parallel degree of an engine.")
-    pp = param.Selector(default=1, objects=[1, 2, 4, 8], doc="Pipeline stages of an engine.")
-    scheduler = param.Selector(default="sarathi", objects=["sarathi", "vllm"], doc="Batching policy.")
-    input_tokens = param.Integer(default=1024, bounds=(1, MAX_SEQ_LEN), doc="Prompt tokens per request.")
-    output_tokens = param.Integer(default=256, bounds=(1, MAX_SEQ_LEN), doc="Generated tokens per request.")
-    num_requests = param.Integer(default=200, bounds=(1, MAX_APP_REQUESTS), doc="Requests simulated.")
-    arrival = param.Selector(default="closed", objects=["closed", "poisson"], doc="Closed loop or Poisson.")
-    concurrency = param.Integer(default=32, bounds=(1, MAX_APP_REQUESTS), doc="Requests in flight (closed).")
-    request_rate_per_s = param.Number(default=8.0, bounds=(1e-6, 1e6), doc="Mean arrival rate (Poisson).")
-    ttft_slo_ms = param.Number(default=2000.0, allow_None=True, bounds=(1e-3, None), doc="TTFT target, ms.")
-    tpot_slo_ms = param.Number(default=100.0, allow_None=True, bounds=(1e-3, None), doc="TPOT target, ms.")
-    slo_percentile = param.Selector(
-        default="p99", objects=["p50", "p90", "p99"], doc="Percentile of the SLO."
-    )
-    prefill_workers = param.Integer(default=0, bounds=(0, MAX_DEVICES),
-                                    doc="Prefill engines of a disaggregated deployment; 0: aggregated.")  # fmt: skip
-    prefill_tp = param.Selector(default=8, objects=[1, 2, 4, 8, 16, 32], doc="tp of a prefill engine.")
-    decode_workers = param.Integer(default=1, bounds=(1, MAX_DEVICES), doc="Decode engines (disaggregated).")
-    decode_tp = param.Selector(default=8, objects=[1, 2, 4, 8, 16, 32], doc="tp of a decode engine.")
-    speculative = param.Selector(default="none", objects=["none", *SPEC_METHODS], doc="Speculative decoding.")
-    num_speculative_tokens = param.Integer(
-        default=3, bounds=(1, MAX_SPECULATIVE_TOKENS), doc="Tokens proposed."
-    )
-    acceptance_rate = param.Number(default=0.7, bounds=(0.0, 0.999), doc="Per-token acceptance probability.")
-    prefix_hit_rate = param.Number(
-        default=0.0, bounds=(0.0, 0.999), doc="Share of prompts in the prefix cache."
-    )
-
-
-class ServingStore(param.Parameterized):
-    """Results of a ``ServingState``: the estimate, the rate sweep (a ``sweep_table`` frame) and the SLO, or the
-    reason there are none. Follows every State change once ``refresh`` has run (``show``)."""
-
-    state = param.ClassSelector(class_=ServingState)
-    estimate = param.Parameter(
-        default=None, doc="ServingEstimate of the choices; None while they are invalid."
-    )
-    sweep = param.Parameter(default=None, doc="Rate sweep of the plan (polars, SWEEP_COLUMNS).")
-    slo = param.Parameter(default=None, doc="The SLO of the choices, or None without targets.")
-    error = param.String(default="", doc="Why the last estimate failed.")
-
-    def __init__(self, state: ServingState | None = None, **params: Any) -> None:
-        super().__init__(state=state or ServingState(), **params)
-        self._specs: dict[tuple[str, Any], Any] = {}  # per session: presets and the calibration
-        self.active = False
-        s = self.state
-        s.param.model_preset.objects = catalog.preset_names("model")
-        s.param.cluster_preset.objects = catalog.preset_names("cluster")
-        names = [n for n in s.param if n != "name"]
-        s.param.watch(lambda *_: self.refresh() if self.active else None, names)
-
-    def _cached(self, kind: str, key: Any, load: Any) -> Any:
-        if (kind, key) not in self._specs:
-            self._specs[kind, key] = load()
-        return self._specs[kind, key]
-
-    def specs(self) -> tuple[Any, Any, ServingPlan, ServingWorkload, SLO | None]:
-        """(model, cluster, plan, workload, slo) of the State. Raises ValueError naming a bad choice."""
-        s = self.state
-        model = self._cached("model", s.model_preset, lambda: catalog.load_model(s.model_preset))
-        cluster = self._cached(
-            "cluster",
-            (s.cluster_preset, s.num_nodes),
-            lambda: catalog.load_cluster(s.cluster_preset, num_nodes=s.num_nodes),
-        )
-        spec = None
-        if s.speculative != "none":
-            spec = SpeculativeDecoding(method=s.speculative, num_speculative_tokens=s.num_speculative_tokens,
-                                       acceptance_rate=s.acceptance_rate)  # fmt: skip
-        if s.prefill_workers:  # disaggregated: the role layouts replace replicas, tp and pp
-            split = Disaggregation(prefill_workers=s.prefill_workers, prefill_tp=s.prefill_tp,
-                                   decode_workers=s.decode_workers, decode_tp=s.decode_tp)  # fmt: skip
-            plan = ServingPlan(disaggregation=split, scheduler=s.scheduler, speculative=spec)
-        else:
-            plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, scheduler=s.scheduler, speculative=spec)
-        arrival = (
-            {"concurrency": s.concurrency}
-            if s.arrival == "closed"
-            else {"request_rate_per_s": s.request_rate_per_s}
-        )
-        workload = ServingWorkload(arrival=s.arrival, num_requests=s.num_requests, input_tokens=s.input_tokens,
-                                   output_tokens=s.output_tokens, prefix_hit_rate=s.prefix_hit_rate,
-                                   **arrival)  # fmt: skip
-        targets = {"ttft_s": s.ttft_slo_ms, "tpot_s": s.tpot_slo_ms}
-        given = {k: v / MS_PER_S for k, v in targets.items() if v is not None}
-        slo = SLO(percentile=s.slo_percentile, **given) if given else None
-        return model, cluster, plan, workload, slo
-
-    def refresh(self) -> None:
-        """Recompute from the State (and follow its changes from now on); a refusal is kept in ``error``."""
-        from workbench.presets.calibration import load_calibration
-
-        self.active = True
-        try:
-            model, cluster, plan, workload, slo = self.specs()
-            cal = self._cached("calibration", "default", lambda: load_calibration("default"))
-            est = serve_estimate(model, cluster, plan, workload, cal)
-            sweep = sweep_table(rate_sweep(model, cluster, plan, workload, cal), slo)
-        except (ValueError, OSError) as exc:
-            self.param.update(estimate=None, sweep=None, slo=None, error=str(exc))
-            return
-        self.param.update(estimate=est, sweep=sweep, slo=slo, error="")
-
-    def cli_command(self) -> str:
-        """The ``workbench serve estimate`` command line of the current choices (shown in the report)."""
-        s = self.state
-        args = ["workbench", "serve", "estimate", "--model", s.model_preset, "--cluster", s.cluster_preset,
-                "--nodes", str(s.num_nodes)]  # fmt: skip
-        if s.prefill_workers:
-            args += ["--prefill-workers", str(s.prefill_workers), "--prefill-tp", str(s.prefill_tp),
-                     "--decode-workers", str(s.decode_workers), "--decode-tp", str(s.decode_tp)]  # fmt: skip
-        else:
-            args += ["--replicas", str(s.replicas), "--tp", str(s.tp), "--pp", str(s.pp)]
-        args += ["--scheduler", s.scheduler, "--input-tokens", str(s.input_tokens), "--output-tokens",
-                 str(s.output_tokens), "--num-requests", str(s.num_requests)]  # fmt: skip
-        if s.speculative != "none":
-            args += ["--speculative", s.speculative, "--num-speculative-tokens", str(s.num_speculative_tokens),
-                     "--acceptance-rate", f"{s.acceptance_rate:g}"]  # fmt: skip
-        if s.prefix_hit_rate:
-            args += ["--prefix-hit-rate", f"{s.prefix_hit_rate:g}"]
-        if s.arrival == "closed":
-            args += ["--concurrency", str(s.concurrency)]
-        else:
-            args += ["--rate", f"{s.request_rate_per_s:g}"]
-        return shlex.join(args)
 
 
 def summary_markdown(store: ServingStore) -> str:
@@ -335,7 +187,7 @@ class ServingView(param.Parameterized):
                     )
 
     def _report_file(self) -> io.BytesIO:
-        from workbench_widgets.serving_report import render_serving_report
+        from workbench_widgets.report import render_serving_report
 
         est = self.store.estimate
         if est is None:

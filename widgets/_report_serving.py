@@ -1,30 +1,30 @@
-"""Tables of the serving report as plain rows of display strings (ms, GiB, tokens/s, %): inputs, latency, KV
-cache, requests, the rate sweep and a serving search. The template escapes every cell; nothing here builds HTML.
+"""The serving sections of the HTML report (``serving_sections``): plan and workload, latency and throughput, the
+KV cache, the serving figures (``workbench_widgets.plots.serving``), an optional rate sweep and serving search, and
+the requests; their tables are plain rows of display strings (ms, GiB, tokens/s, %). The template escapes every
+cell; nothing here builds HTML.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
+from markupsafe import Markup
+from workbench_widgets._report_page import Block, Section, table, workbench_version
 from workbench_widgets.plots._style import GIB, MS_PER_S
+from workbench_widgets.plots.serving import serving_figures, slo_text
 from workbench_widgets.plots.serving_run import kv_bytes_per_token_per_device
+from workbench_widgets.plots.serving_search import SEARCH_FIGURE_COLUMNS, serving_search_figure
 
 if TYPE_CHECKING:
     from workbench.serving.estimate import ServingEstimate
+    from workbench.specs.serving import SLO
 
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[bool]) -> dict[str, Any]:
-    """A table for the template's ``table`` macro (cells shown with ``str``)."""
-    return {
-        "header": list(header),
-        "rows": [[str(c) for c in r] for r in rows],
-        "numeric": list(numeric),
-        "classes": [""] * len(rows),
-    }
+PAIRED = ("ttft_cdf", "tpot_cdf")
+"""Figures drawn side by side (the two latency CDFs)."""
 
 
 def _ms(value_s: float | None) -> str:
@@ -301,3 +301,96 @@ def _rejections(rejections: Any) -> dict[str, Any] | None:
         return None
     rows = [[str(k), f"{int(v):,}"] for k, v in pairs if v]
     return table(["reason", "plans"], rows, [False, True])
+
+
+def serving_intro() -> list[Block]:
+    """The units and the latency definitions."""
+    version = workbench_version()
+    text = Markup(
+        "Written by the parallelism planning workbench{}.\n"
+        "Latencies in ms, memory in GiB (2<sup>30</sup> bytes), throughput over the whole deployment unless said.\n"
+        "TTFT: arrival to first token; TPOT: (last token - first token) / (output tokens - 1). Open offline: "
+        "everything is\ninside this file."
+    ).format(f" {version}" if version else "")
+    return [{"kind": "note", "text": text}]
+
+
+def serving_sections(
+    est: ServingEstimate,
+    *,
+    sweep: pl.DataFrame | None,
+    search: Any,
+    slo: SLO | None,
+    request_rows: int,
+    search_rows: int,
+) -> list[Section]:
+    """The sections of the serving report of ``est`` (``sweep``: a ``sweep_table`` frame; ``search``: a serving
+    search result, see ``search_tables``)."""
+    summary: list[Block] = []
+    if slo is not None:
+        summary.append({"kind": "p", "text": slo_text(est, slo), "strong": True})
+    summary.append({"kind": "tables", "tables": [latency_table(est), throughput_table(est)]})
+    kv_note = (
+        "Capacity = device memory x utilisation - weights - activation peak - framework reserve, in whole\n"
+        "blocks (the cost model's sizing, as vLLM does at start-up)."
+    )
+    figures = serving_figures(est, slo=slo, sweep=sweep)
+    pair = [n for n in PAIRED if n in figures]
+    sections = [
+        Section(heading="Plan and workload", id="inputs", blocks=[{"kind": "captioned", "blocks": input_blocks(est)}]),
+        Section(heading="Latency and throughput", id="summary", blocks=summary),
+        Section(heading="KV cache", id="kv-cache", blocks=[{"kind": "note", "text": kv_note},
+                                                            {"kind": "table", "table": kv_table(est)}]),
+        Section(heading="Figures", id="figures", figures=figures, blocks=[
+            {"kind": "figures", "names": pair, "pair": True},
+            {"kind": "figures", "names": [n for n in figures if n not in PAIRED]},
+        ]),
+    ]  # fmt: skip
+    if sweep is not None and sweep.height:
+        note = {"kind": "note", "text": "The same requests sent as Poisson arrivals at each offered rate."}
+        blocks = [note, {"kind": "table", "table": sweep_display(sweep)}]
+        sections.append(Section(heading="Rate sweep", id="sweep", blocks=blocks))
+    if search is not None:
+        sections.append(search_section(search, search_rows))
+    request_summary, requests = request_tables(est, request_rows)
+    sections.append(
+        Section(heading="Requests", id="requests", blocks=[
+            {"kind": "table", "table": request_summary},
+            {"kind": "h3", "text": f"The first {len(requests['rows'])} of {est.sim.requests.height} requests"},
+            {"kind": "table", "table": requests},
+        ])
+    )  # fmt: skip
+    return sections
+
+
+def search_section(search: Any, max_rows: int) -> Section:
+    """A serving search: its first ``max_rows`` plans, its goodput-latency figures (when its table has their
+    columns), its Pareto plans and its rejections."""
+    parts = search_tables(search, max_rows)
+    figures = _search_figures(search)
+    blocks: list[Block] = []
+    if parts["top"]:
+        blocks += [
+            {"kind": "h3", "text": f"Best plans: the first {len(parts['top']['rows'])} of {parts['total']}"},
+            {"kind": "table", "table": parts["top"]},
+        ]
+    if figures:
+        blocks.append({"kind": "figures", "names": list(figures), "pair": True})
+    if parts["pareto"]:
+        blocks += [{"kind": "h3", "text": "Pareto frontier"}, {"kind": "table", "table": parts["pareto"]}]
+    if parts["rejections"]:
+        blocks += [
+            {"kind": "h3", "text": "Rejected plans by reason"},
+            {"kind": "table", "table": parts["rejections"]},
+        ]
+    return Section(heading="Serving search", id="search", blocks=blocks, figures=figures)
+
+
+def _search_figures(search: Any) -> dict[str, Any]:
+    """The search's goodput-latency figures (TTFT, TPOT) when its table has their columns, else none."""
+    frame = getattr(search, "table", None)
+    if not isinstance(frame, pl.DataFrame) or frame.height == 0:
+        return {}
+    if any(c not in frame.columns for c in SEARCH_FIGURE_COLUMNS):
+        return {}
+    return {f"search_{lat}": serving_search_figure(frame, lat) for lat in ("ttft", "tpot")}
