@@ -223,3 +223,26 @@ def test_ulysses_and_rank_order_reach_the_plan(store: WorkbenchStore) -> None:
     assert store.estimate.plan.ulysses == 2 and store.estimate.plan.rank_order[-1] == "dp"
     s.cp = 1  # no context parallelism left: ulysses back to 1
     assert s.ulysses == 1 and s.param.ulysses.objects == [1]
+
+
+def test_model_picker_lists_every_preset_by_family(store: WorkbenchStore) -> None:
+    """Issue 46: the picker groups the presets by architecture family (the labels a person reads) and keeps the
+    preset id as the value; the families are the ones the presets' ``architectures`` name."""
+    from workbench.presets import catalog
+
+    names = store.state.param.model_preset.names
+    assert sorted(v for v in names.values() if v != UPLOADED) == sorted(catalog.preset_names("model"))
+    assert names[UPLOADED] == UPLOADED
+    for label, preset in [
+        ("Qwen3 · qwen3-8b", "qwen3-8b"),  # Qwen3ForCausalLM
+        ("Qwen3-MoE · qwen3-30b-a3b", "qwen3-30b-a3b"),  # Qwen3MoeForCausalLM
+        ("Gemma 3 · gemma-3-27b", "gemma-3-27b"),
+        ("Mixtral · mixtral-8x7b", "mixtral-8x7b"),
+        ("Llama 4 · llama-4-scout-17b-16e", "llama-4-scout-17b-16e"),
+    ]:
+        assert names[label] == preset
+    families = [label.split(" · ")[0] for label in names if label != UPLOADED]
+    # grouped: a family's presets stand together
+    assert all(families.index(f) == i or families[i - 1] == f for i, f in enumerate(families))
+    store.state.model_preset = "qwen3-8b"
+    assert store.model_spec().num_layers == 36  # Qwen3-8B config.json: num_hidden_layers 36

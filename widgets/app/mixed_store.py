@@ -90,7 +90,7 @@ class MixedStore(param.Parameterized):
         super().__init__(state=state or MixedState(), **params)
         self._cache: dict[tuple[str, Any], Any] = {}  # per session: presets and the calibration
         self.cluster_presets = catalog.preset_names("cluster")
-        self.state.param.model_preset.objects = catalog.preset_names("model")
+        self.state.param.model_preset.objects = catalog.model_choices()
 
     def _cached(self, kind: str, key: Any, load: Any) -> Any:
         if (kind, key) not in self._cache:

@@ -82,7 +82,7 @@ class ServingStore(param.Parameterized):
         self._specs: dict[tuple[str, Any], Any] = {}  # per session: presets and the calibration
         self.active = False
         s = self.state
-        s.param.model_preset.objects = catalog.preset_names("model")
+        s.param.model_preset.objects = catalog.model_choices()
         s.param.cluster_preset.objects = catalog.preset_names("cluster")
         names = [n for n in s.param if n != "name"]
         s.param.watch(lambda *_: self.refresh() if self.active else None, names)

@@ -156,7 +156,7 @@ class WorkbenchStore(param.Parameterized):
         s = self.state
         s.param.cluster_preset.objects = [*catalog.preset_names("cluster"), CUSTOM]
         s.param.device.objects = catalog.preset_names("device")
-        s.param.model_preset.objects = [*catalog.preset_names("model"), UPLOADED]
+        s.param.model_preset.objects = {**catalog.model_choices(), UPLOADED: UPLOADED}
         names = backend_names() or ["analytic"]
         s.param.backend.objects = names
         self.param.compare_backend.objects = names

@@ -10,6 +10,7 @@ parsed with ``tomllib`` and ``json`` only (no pickle). Units in preset keys are 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.util
 import math
 import os
@@ -17,7 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from workbench.presets.hf_config import ConfigReading, load_json_object, read_hf_config
+from workbench.presets.hf_config import ConfigReading, family_of, load_json_object, read_hf_config
 from workbench.presets.hf_hub import cached_config, is_hub_id
 from workbench.specs.files import check_input_file
 from workbench.specs.hardware import (
@@ -92,6 +93,26 @@ def read_model(name_or_path: str | Path) -> ConfigReading:
         return read_hf_config(path, name=path.stem)
     hub = is_hub_id(str(name_or_path)) and not Path(name_or_path).exists()
     return read_hf_config(path, name=str(name_or_path).split("/")[-1] if hub else None)
+
+
+def model_choices() -> dict[str, str]:
+    """The model presets as a picker shows them: label ``"<family> · <id>"`` -> preset id, grouped by
+    architecture family (``hf_config.family_of`` of each preset's ``architectures``; the families in
+    alphabetical order, the ids in ``preset_names`` order inside each). Each preset file is read once per
+    modification time (the first call reads them all: about 0.1 s)."""
+    names = preset_names("model")
+    family = {}
+    for name in names:
+        path = resolve("model", name)
+        family[name] = _family(name, str(path), path.stat().st_mtime_ns)
+    ordered = sorted(names, key=lambda name: (family[name].lower(), names.index(name)))
+    return {f"{family[name]} · {name}": name for name in ordered}
+
+
+@functools.lru_cache(maxsize=1024)
+def _family(name: str, path: str, mtime_ns: int) -> str:
+    """The architecture family of the model preset ``name`` stored at ``path`` as of ``mtime_ns``."""
+    return family_of(read_model(name).architecture)
 
 
 def model_metadata(name_or_path: str | Path) -> dict[str, Any]:
