@@ -25,9 +25,9 @@ from workbench.pipeline.schedules import (
     uses_v_placement,
 )
 from workbench.pipeline.schedules.actions import flatten_cells
-from workbench.pipeline.schedules.rules import schedule_rules
 from workbench.pipeline.schedules.spec import index_schedules
 from workbench.specs.rules import RuleContext
+from workbench.specs.schedule_traits import SCHEDULE_TRAITS, TRAITS, index_traits, schedule_rules
 
 SPECS = {s.name: s for s in SCHEDULES}
 
@@ -89,18 +89,18 @@ def test_registry_refuses_a_duplicate_name() -> None:
 
 
 def test_record_refuses_inconsistent_fields() -> None:
-    zbv = get_schedule("zbv")
+    zbv = get_schedule("zbv").traits
     with pytest.raises(ValueError, match="V placement needs required_vpp=2"):
         dataclasses.replace(zbv, required_vpp=1, default_vpp=1)
     with pytest.raises(ValueError, match="default_vpp must equal required_vpp"):
         dataclasses.replace(zbv, default_vpp=3)
     with pytest.raises(ValueError, match="below min_vpp"):
-        dataclasses.replace(get_schedule("interleaved-1f1b"), default_vpp=1)
+        dataclasses.replace(get_schedule("interleaved-1f1b").traits, default_vpp=1)
 
 
 def test_a_new_record_brings_its_rules() -> None:
-    new = dataclasses.replace(get_schedule("1f1b"), name="3f1b", min_microbatches_per_rank=3)
-    rules = schedule_rules(index_schedules((*SCHEDULES, new)))
+    new = dataclasses.replace(TRAITS["1f1b"], name="3f1b", min_microbatches_per_rank=3)
+    rules = schedule_rules(index_traits((*SCHEDULE_TRAITS, new)))
     ctx = RuleContext(schedule_names=("3f1b",))
     row = {"pp": 4, "vpp": 1, "schedule_code": 0, "num_microbatches": 11}
     cols = {k: np.array([v]) for k, v in row.items()}
