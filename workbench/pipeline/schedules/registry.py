@@ -213,12 +213,12 @@ def get_schedule(name: str) -> ScheduleSpec:
 
 def required_vpp(name: str) -> int | None:
     """Stages per rank the schedule needs exactly (1 or 2), or None if it takes any allowed value."""
-    return get_schedule(name).required_vpp
+    return get_schedule(name).traits.required_vpp
 
 
 def default_vpp(name: str) -> int:
     """Stages per rank to use when the caller gives none: 2 for V schedules and interleaved-1f1b, else 1."""
-    return get_schedule(name).default_vpp
+    return get_schedule(name).traits.default_vpp
 
 
 def uses_split_backward(name: str) -> bool:
@@ -228,13 +228,13 @@ def uses_split_backward(name: str) -> bool:
 
 def uses_v_placement(name: str) -> bool:
     """True if rank r holds stages r and 2p-1-r (V shape) instead of r, r+p, ... (looping)."""
-    return get_schedule(name).placement is Placement.V
+    return get_schedule(name).traits.placement is Placement.V
 
 
 def num_directions(name: str) -> int:
     """Copies of the model the pipeline holds, one per direction it is fed from: 2 for DualPipe (every rank
     holds two copies' stages: 2x parameters, DeepSeek-V3 Table 2), else 1."""
-    return get_schedule(name).num_directions
+    return get_schedule(name).traits.num_directions
 
 
 def schedule_rule_violations(name: str, *, pp: int, vpp: int, num_microbatches: int) -> list[str]:
@@ -269,7 +269,7 @@ def build_schedule(name: str, *, pp: int, num_microbatches: int, vpp: int | None
     (``schedule_rule_violations``). Each record's ``source`` and generator docstring cite its paper.
     """
     spec = get_schedule(name)
-    vpp = spec.default_vpp if vpp is None else vpp
+    vpp = spec.traits.default_vpp if vpp is None else vpp
     problems = schedule_rule_violations(name, pp=pp, vpp=vpp, num_microbatches=num_microbatches)
     if problems:
         raise ValueError(
@@ -302,6 +302,6 @@ def _built(spec: Any, name: str, pp: int, vpp: int, num_microbatches: int) -> Sc
         num_stages=pp * vpp,
         stage_to_rank=spec.stage_to_rank(pp, vpp),
         actions=tuple(tuple(row) for row in rows),
-        num_directions=spec.num_directions,
+        num_directions=spec.traits.num_directions,
         overlap_pairs=tuple(pairs) if any(pairs) else (),
     )

@@ -60,35 +60,12 @@ class ScheduleSpec:
 
     @property
     def name(self) -> str:
+        """The schedule's name (its traits')."""
         return self.traits.name
-
-    @property
-    def placement(self) -> Placement:
-        return self.traits.placement
-
-    @property
-    def required_vpp(self) -> int | None:
-        return self.traits.required_vpp
-
-    @property
-    def default_vpp(self) -> int:
-        return self.traits.default_vpp
-
-    @property
-    def min_vpp(self) -> int:
-        return self.traits.min_vpp
-
-    @property
-    def min_microbatches_per_rank(self) -> int:
-        return self.traits.min_microbatches_per_rank
-
-    @property
-    def num_directions(self) -> int:
-        return self.traits.num_directions
 
     def stage_to_rank(self, pp: int, vpp: int) -> tuple[int, ...]:
         """Rank of every stage for ``pp`` ranks of ``vpp`` stages each."""
-        return stage_to_rank(self.placement, pp, vpp)
+        return stage_to_rank(self.traits.placement, pp, vpp)
 
 
 def index_schedules(specs: Iterable[ScheduleSpec]) -> Mapping[str, ScheduleSpec]:
