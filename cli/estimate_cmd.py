@@ -33,7 +33,7 @@ from workbench.specs.axis_types import Domain, PlanAxis
 def _axis_type(axis: PlanAxis) -> Any:
     """The click type of a plan axis (its bounds from ``workbench.specs.limits`` through the axis table)."""
     if axis.domain is Domain.COUNT:
-        return count(axis.maximum if axis.maximum is not None else L.MAX_DEVICES, minimum=axis.minimum)
+        return count(axis.maximum, minimum=axis.minimum)  # a count always has its maximum (PlanAxis checks)
     if axis.domain is Domain.CHOICE:
         return click.Choice(list(axis.choices or ()))
     return schedule_choice() if axis.domain is Domain.SCHEDULE else None

@@ -3,6 +3,7 @@ columns and the rule table, and the faces build the same plans as before the tab
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import numpy as np
@@ -15,8 +16,9 @@ from workbench.search.refine import plan_from_row
 from workbench.search.result import PLAN_COLUMNS
 from workbench.search.space import AXES, AXIS_MAXIMUM, build_space
 from workbench.specs import limits
-from workbench.specs.axes import AXIS_NAMES, PLAN_AXES
+from workbench.specs.axes import AXIS_NAMES, PLAN_AXES, plan_axis
 from workbench.specs.axis_types import Control, Domain, Enumeration, PlanAxis
+from workbench.specs.errors import unique_index
 from workbench.specs.plan import Axis, ParallelPlan, Recompute, Workload, data_parallel_degree
 from workbench.specs.rule_table import rule_table
 from workbench.specs.rules import CONTROLS, PLAN_FIELDS, RULE_COLUMNS
@@ -56,6 +58,34 @@ def test_axis_reaches_the_rules(axis: PlanAxis) -> None:
     assert set(axis.rules) == reading
     assert (axis.rule_column in RULE_COLUMNS) == (axis.rule_column is not None)
     assert axis.name == "rank_order" or axis.name in CONTROLS and axis.name in PLAN_FIELDS
+
+
+def test_a_bad_row_is_refused() -> None:
+    tp = plan_axis("tp")
+    with pytest.raises(ValueError, match="PlanAxis 'tp': a count needs a maximum >= minimum 1, got None"):
+        dataclasses.replace(tp, maximum=None)
+    with pytest.raises(ValueError, match="PlanAxis 'tp': none_as stands for None"):
+        dataclasses.replace(tp, app=dataclasses.replace(tp.app, none_as=0))
+    with pytest.raises(ValueError, match="plan axis 'tp' appears twice"):
+        unique_index((tp, tp), lambda a: a.name, "plan axis {} appears twice in PLAN_AXES")
+    with pytest.raises(ValueError, match="unknown plan axis 'fp9'"):
+        plan_axis("fp9")
+
+
+@pytest.mark.parametrize("axis", PLAN_AXES, ids=IDS)
+def test_face_values_round_trip(axis: PlanAxis) -> None:
+    """A plan's value shown by a face and read back is the plan's value (defaults and a non-default)."""
+    plan = ParallelPlan(
+        tp=2,
+        etp=2,
+        zero_stage=1,
+        zero_shard=1,
+        recompute=Recompute.FULL,
+        recompute_num_layers=2,
+        loss_chunks=2,
+    )
+    for value in (getattr(ParallelPlan(), axis.name), getattr(plan, axis.name)):
+        assert axis.plan_value(axis.face_value(value)) == value
 
 
 def test_rule_columns_are_the_axes_and_the_microbatch_count() -> None:

@@ -163,6 +163,19 @@ class PlanAxis:
     constrainable: bool = False
     """``workbench.search.space.Constraints.fixed`` and ``.maximum`` accept it."""
 
+    def __post_init__(self) -> None:
+        problem = None
+        if self.domain is Domain.COUNT and (self.maximum is None or self.maximum < self.minimum):
+            problem = f"a count needs a maximum >= minimum {self.minimum}, got {self.maximum!r}"
+        elif (self.domain is Domain.CHOICE) != bool(self.choices):
+            problem = "choices are given exactly for a choice axis"
+        elif self.constrainable and (self.domain is not Domain.COUNT or self.limit is None):
+            problem = "a constrainable axis is a count bounded by a limits constant"
+        elif self.app.none_as is not None and not self.optional:
+            problem = "none_as stands for None: only an optional axis has one"
+        if problem:
+            raise ValueError(f"PlanAxis {self.name!r}: {problem}")
+
     @property
     def searched(self) -> bool:
         """The planner enumerates more than one value of it."""
