@@ -149,6 +149,24 @@ def test_axis_reaches_the_search_and_the_result_columns(axis: PlanAxis, small_se
         assert axis.name in AXES
 
 
+@pytest.mark.parametrize("axis", [a for a in PLAN_AXES if a.constrainable], ids=lambda a: a.name)
+def test_a_constrainable_axis_narrows_the_space(axis: PlanAxis) -> None:
+    """``Constraints.fixed`` on the axis leaves only that value in the space (vpp: a schedule that needs an
+    exact vpp keeps its own, and pp = 1 rows hold 1)."""
+    space = build_space(
+        load_model("mixtral-8x7b"), load_cluster("dgx-h100", num_nodes=2), Constraints(fixed={axis.name: 2})
+    )
+    values = set(
+        np.asarray(
+            space.layout[axis.name] if axis.name in space.layout else getattr(space, axis.name)
+        ).tolist()
+    )
+    if axis.name == "vpp":
+        assert 2 in values and values <= {1, 2}
+    else:
+        assert values == {2}
+
+
 def test_result_rows_give_back_their_plans(small_search) -> None:  # type: ignore[no-untyped-def]
     result, _ = small_search
     for row, est in zip(result.plans.to_dicts(), result.estimates, strict=False):
