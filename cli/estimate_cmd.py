@@ -26,10 +26,31 @@ from workbench_cli._types import capacity_factor_option, count, headroom_option,
 from workbench_cli.economics_opts import economics_options, load_economics, print_economics
 
 from workbench.specs import limits as L
-from workbench.specs.plan import DEFAULT_RANK_ORDER, RANK_ORDERS, rank_order_name
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.axis_types import Domain, PlanAxis
+
+
+def _axis_type(axis: PlanAxis) -> Any:
+    """The click type of a plan axis (its bounds from ``workbench.specs.limits`` through the axis table)."""
+    if axis.domain is Domain.COUNT:
+        return count(axis.maximum, minimum=axis.minimum)  # a count always has its maximum (PlanAxis checks)
+    if axis.domain is Domain.CHOICE:
+        return click.Choice(list(axis.choices or ()))
+    return schedule_choice() if axis.domain is Domain.SCHEDULE else None
+
+
+def axis_option(axis: PlanAxis) -> Any:
+    """The click option of one plan axis (``workbench.specs.axes.PlanAxis.cli``)."""
+    cli = axis.cli
+    kw: dict[str, Any] = {"default": cli.default, "help": cli.help, "show_default": cli.show_default}
+    kind = _axis_type(axis)
+    if kind is not None:
+        kw["type"] = kind
+    return click.option(axis.cli_declaration, **kw)
 
 
 def _plan_options(f: Any) -> Any:
+    """The model, cluster and workload options, then one option per plan axis (``workbench.specs.axes``)."""
     opts = [
         click.option("--model", required=True, help="Model preset id or HF config.json path."),
         click.option("--cluster", required=True, help="Cluster preset id or TOML path."),
@@ -43,88 +64,11 @@ def _plan_options(f: Any) -> Any:
             required=True,
             help="Sequences per optimizer step.",
         ),
-        click.option("--tp", type=count(L.MAX_DEVICES), default=1, show_default=True),
-        click.option("--pp", type=count(L.MAX_PP), default=1, show_default=True),
-        click.option("--dp", type=count(L.MAX_DEVICES), default=None, help="Default: devices / (tp*pp*cp)."),
-        click.option("--cp", type=count(L.MAX_DEVICES), default=1, show_default=True),
-        click.option(
-            "--ulysses",
-            type=count(L.MAX_DEVICES),
-            default=1,
-            show_default=True,
-            help="Of the cp ranks, how many exchange heads by all-to-all (DeepSpeed-Ulysses); the rest form a "
-            "ring. 1: ring attention; = cp: Ulysses; between: USP.",
-        ),
-        click.option(
-            "--rank-order",
-            type=click.Choice(list(RANK_ORDERS)),
-            default=rank_order_name(DEFAULT_RANK_ORDER),
-            show_default=True,
-            help="How the groups are laid on consecutive ranks, innermost first.",
-        ),
-        click.option("--ep", type=count(L.MAX_DEVICES), default=1, show_default=True),
-        click.option(
-            "--etp",
-            type=count(L.MAX_DEVICES),
-            default=None,
-            help="Expert tensor-parallel degree (default: 1 when ep > 1, else tp).",
-        ),
-        click.option("--vpp", type=count(L.MAX_VPP), default=1, show_default=True),
-        click.option("--micro-batch", type=count(L.MAX_GLOBAL_BATCH_SIZE), default=1, show_default=True),
-        click.option("--zero", type=count(3, minimum=0), default=0, show_default=True),
-        click.option(
-            "--zero-shard",
-            type=count(L.MAX_DEVICES),
-            default=None,
-            help="Hybrid sharding (HSDP): shard the ZeRO states over groups of this many dp*cp ranks and "
-            "replicate them over the rest (default: one group of all dp*cp).",
-        ),
-        click.option(
-            "--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True
-        ),
-        click.option(
-            "--recompute-num-layers",
-            type=click.IntRange(min=1),
-            default=None,
-            help="With --recompute full: recompute only the first N layers of each pipeline chunk "
-            "(Megatron's block method); default every layer.",
-        ),
-        click.option(
-            "--sequence-parallel/--no-sequence-parallel", default=None, help="Default: on when tp > 1."
-        ),
-        click.option(
-            "--schedule",
-            type=schedule_choice(),
-            default=None,
-            help="Pipeline schedule name (any case). Default: interleaved-1f1b when --vpp > 1 (as Megatron "
-            "infers it from the virtual stage count), else 1f1b.",
-        ),
         click.option(
             "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True
         ),
         capacity_factor_option(),
-        click.option(
-            "--loss-chunks",
-            type=count(L.MAX_SEQ_LEN),
-            default=1,
-            show_default=True,
-            help="Run the LM head and the loss over this many chunks of tokens (fused linear cross-entropy).",
-        ),
-        click.option(
-            "--offload-optimizer/--no-offload-optimizer",
-            default=False,
-            help="Keep the optimizer states in host memory and step on the CPUs (ZeRO-Offload).",
-        ),
-        click.option(
-            "--vocab-parallel/--no-vocab-parallel",
-            default=False,
-            help="Spread the embedding and the LM head over every pipeline rank (vocabulary parallelism).",
-        ),
-        click.option(
-            "--offload-activations/--no-offload-activations",
-            default=False,
-            help="Move saved activations to host memory between forward and backward.",
-        ),
+        *(axis_option(axis) for axis in PLAN_AXES),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -139,49 +83,29 @@ def default_schedule(vpp: int) -> str:
 
 
 def build_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
-    """(model, cluster, workload, plan) from the CLI options; ValueError for bad values."""
+    """(model, cluster, workload, plan) from the CLI options, one per plan axis (``workbench.specs.axes``; an
+    option left out takes its default); dp defaults to the devices left over, sequence parallelism to tp > 1, the
+    schedule to ``default_schedule``. ValueError for bad values."""
     from workbench.presets.catalog import load_cluster, load_model
-    from workbench.specs.plan import ParallelPlan, Workload
+    from workbench.specs.plan import ParallelPlan, Workload, data_parallel_degree
 
     model = load_model(kw["model"])
     cluster = load_cluster(kw["cluster"], num_nodes=kw["nodes"])
-    tp, pp, cp = kw["tp"], kw["pp"], kw["cp"]
-    dp = kw["dp"]
-    if dp is None:
-        if cluster.num_devices % (tp * pp * cp):
-            raise ValueError(
-                f"tp*pp*cp = {tp * pp * cp} does not divide the cluster's {cluster.num_devices} devices"
-            )
-        dp = cluster.num_devices // (tp * pp * cp)
-    sp = kw["sequence_parallel"] if kw["sequence_parallel"] is not None else tp > 1
+    values = {a.name: kw.get(a.cli.param, a.cli.default) for a in PLAN_AXES}
+    tp, pp, cp = values["tp"], values["pp"], values["cp"]
+    if values["dp"] is None:  # the devices left over
+        values["dp"] = data_parallel_degree(cluster.num_devices, tp=tp, pp=pp, cp=cp)
+    if values["sequence_parallel"] is None:
+        values["sequence_parallel"] = tp > 1
+    if values["schedule"] is None:
+        values["schedule"] = default_schedule(values["vpp"])
     workload = Workload(
         seq_len=kw["seq_len"],
         global_batch_size=kw["global_batch"],
         dtype=kw["dtype"],
         capacity_factor=kw.get("capacity_factor"),
     )
-    plan = ParallelPlan(
-        dp=dp,
-        tp=tp,
-        pp=pp,
-        cp=cp,
-        ulysses=kw.get("ulysses", 1),
-        ep=kw["ep"],
-        etp=kw.get("etp"),
-        vpp=kw["vpp"],
-        micro_batch_size=kw["micro_batch"],
-        zero_stage=kw["zero"],
-        zero_shard=kw.get("zero_shard"),
-        sequence_parallel=sp,
-        recompute=kw["recompute"],
-        recompute_num_layers=kw.get("recompute_num_layers"),
-        schedule=kw["schedule"] or default_schedule(kw["vpp"]),
-        loss_chunks=kw.get("loss_chunks", 1),
-        offload_optimizer=kw.get("offload_optimizer", False),
-        offload_activations=kw.get("offload_activations", False),
-        vocab_parallel=kw.get("vocab_parallel", False),
-        rank_order=RANK_ORDERS[kw.get("rank_order") or rank_order_name(DEFAULT_RANK_ORDER)],
-    )
+    plan = ParallelPlan(**{a.name: a.plan_value(values[a.name]) for a in PLAN_AXES})
     return model, cluster, workload, plan
 
 

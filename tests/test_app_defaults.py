@@ -22,6 +22,7 @@ from workbench_widgets.app.state import APP_PLAN_FIELDS, WorkbenchState  # noqa:
 from workbench.presets.calibration import load_calibration  # noqa: E402
 from workbench.presets.catalog import load_cluster, load_model  # noqa: E402
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK  # noqa: E402
+from workbench.specs.axes import plan_axis  # noqa: E402
 from workbench.specs.hardware import DType  # noqa: E402
 from workbench.specs.plan import Workload, rank_order_name  # noqa: E402
 
@@ -62,9 +63,10 @@ def test_the_app_opens_on_the_planners_best_plan(app: WorkbenchApp, planned: Any
     shown = app.store.estimate
     assert shown is not None and shown.plan == best and shown.fits
     assert shown.tokens_per_s == pytest.approx(first["tokens_per_s"], rel=1e-9)
-    for field in APP_PLAN_FIELDS:  # the controls show it too
-        if field not in ("etp", "recompute_num_layers", "rank_order"):
-            assert getattr(app.state, field) == getattr(best, field), field
+    for (
+        field
+    ) in APP_PLAN_FIELDS:  # the controls show it too (a None as the control's 0, a rank order by name)
+        assert getattr(app.state, field) == plan_axis(field).face_value(getattr(best, field)), field
     assert app.state.etp == (best.etp or 0) and app.state.rank_order == rank_order_name(best.rank_order)
     assert app.state.recompute_num_layers == (best.recompute_num_layers or 0)
     assert best.describe() in app.views["plan"].summary.object

@@ -10,6 +10,7 @@ from workbench_widgets.app import choices  # noqa: E402
 from workbench_widgets.app.state import UPLOADED, WorkbenchState  # noqa: E402
 from workbench_widgets.app.store import WorkbenchStore  # noqa: E402
 
+from workbench.specs import degrees  # noqa: E402
 from workbench.specs.plan import ParallelPlan  # noqa: E402
 
 
@@ -19,11 +20,11 @@ def store() -> WorkbenchStore:
 
 
 def test_divisors_and_nearest() -> None:
-    assert choices.divisors(12) == [1, 2, 3, 4, 6, 12]
-    assert choices.nearest(5, [1, 2, 4, 8]) == 4  # |5-4| < |5-8|
-    assert choices.nearest(3, [2, 4]) == 2  # tie goes to the smaller
-    with pytest.raises(ValueError, match="n must be >= 1"):
-        choices.divisors(0)
+    assert degrees.divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert degrees.nearest(5, [1, 2, 4, 8]) == 4  # |5-4| < |5-8|
+    assert degrees.nearest(3, [2, 4]) == 2  # tie goes to the smaller
+    with pytest.raises(ValueError, match="divisors: n must be"):
+        degrees.divisors(0)
 
 
 def test_default_state_is_llama70b_on_8_dgx_h100(store: WorkbenchStore) -> None:

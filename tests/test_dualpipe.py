@@ -186,7 +186,7 @@ def test_rules_of_the_reference_implementation() -> None:
 
 def test_record() -> None:
     spec = get_schedule("dualpipe")
-    assert num_directions("dualpipe") == spec.num_directions == 2 and num_directions("dualpipev") == 1
+    assert num_directions("dualpipe") == spec.traits.num_directions == 2 and num_directions("dualpipev") == 1
     assert spec.torch_class is None  # torch 2.13 ships ScheduleDualPipeV only
     assert "deepseek-ai/DualPipe" in spec.frameworks and "2412.19437" in spec.source
 

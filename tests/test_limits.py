@@ -27,9 +27,9 @@ from workbench.presets.frameworks import load_framework
 from workbench.presets.hf_config import model_from_hf_config
 from workbench.presets.kernels import load_kernel_table
 from workbench.presets.profile_table import read_profile
-from workbench.search.frontier import divisors
 from workbench.search.space import Constraints
 from workbench.specs import limits
+from workbench.specs.degrees import divisors
 from workbench.specs.hardware import DeviceSpec
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload

@@ -12,17 +12,17 @@ import pytest
 from workbench.pipeline.schedules import SCHEDULE_NAMES
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.search import grid
-from workbench.specs.plan import PLAN_FIELDS, ParallelPlan, Workload
+from workbench.specs.plan import ParallelPlan, Workload
+from workbench.specs.rule_table import passes, rule_table
 from workbench.specs.rules import (
     CONTROLS,
+    PLAN_FIELDS,
     PLAN_RULES,
     REJECTION_REASONS,
     RULE_COLUMNS,
     Rule,
     RuleContext,
     index_rules,
-    passes,
-    rule_table,
 )
 
 MIXTRAL = load_model("mixtral-8x7b")

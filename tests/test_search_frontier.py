@@ -10,8 +10,9 @@ from itertools import product
 import numpy as np
 import pytest
 
-from workbench.search.frontier import TIE_FRAC, divisors, pareto_mask, tied_mask
+from workbench.search.frontier import TIE_FRAC, pareto_mask, tied_mask
 from workbench.search.sizes import frontier_flags
+from workbench.specs.degrees import divisors
 
 
 def brute_force(cols: list[np.ndarray], maximise: list[bool], keep_duplicates: bool) -> np.ndarray:

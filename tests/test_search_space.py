@@ -9,8 +9,8 @@ import pytest
 
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
 from workbench.presets.catalog import load_cluster, load_model
-from workbench.search.frontier import divisors
 from workbench.search.space import Constraints, build_space
+from workbench.specs.degrees import divisors
 
 
 def test_divisors_match_brute_force():

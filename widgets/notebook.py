@@ -15,10 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from workbench_widgets.app.app import WorkbenchApp, report_html
-from workbench_widgets.app.state import WorkbenchState
+from workbench_widgets.app.state import APP_PLAN_FIELDS, WorkbenchState
 from workbench_widgets.app.store import WorkbenchStore
-
-from workbench.specs.plan import PLAN_FIELDS
 
 
 class Workbench:
@@ -42,7 +40,7 @@ class Workbench:
 
     def set(self, **choices: Any) -> Workbench:
         """Change State fields; plan degrees (tp, pp, ...) are applied after the cluster and model ones."""
-        plan_keys = set(PLAN_FIELDS) - {"dp"}
+        plan_keys = set(APP_PLAN_FIELDS) - {"dp"}
         first = {k: v for k, v in choices.items() if k not in plan_keys}
         if first:
             self.state.param.update(**first)

@@ -16,12 +16,31 @@ from typing import Any
 
 import panel as pn
 from panel.io.document import hold
-from workbench_widgets.app.state import CUSTOM, DEFAULT_RANK_ORDER_NAME, UPLOADED, WorkbenchState
+from workbench_widgets.app import specs
+from workbench_widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
 from workbench_widgets.app.store import WorkbenchStore
 from workbench_widgets.app.tabs import TABS, tab_index
 from workbench_widgets.app.views import Composer
 
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.axis_types import Control, Domain
+
 TITLE = "Parallelism Workbench"
+
+
+def plan_arguments(state: WorkbenchState) -> list[str]:
+    """The ``workbench estimate`` plan options (``workbench.specs.axes.PLAN_AXES``) of the State's plan: every axis
+    whose value differs from its option's default (dp is left to the CLI, which derives it from the devices)."""
+    args: list[str] = []
+    for axis, value in zip(PLAN_AXES, specs.plan_values(state).values(), strict=True):
+        shown = None if value is None else axis.face_value(value)
+        if axis.app.kind is Control.DERIVED or shown is None or shown == axis.cli.default:
+            continue
+        if axis.domain is Domain.FLAG:
+            args.append(axis.cli.flag if shown else f"--no-{axis.cli.flag.removeprefix('--')}")
+        else:
+            args += [axis.cli.flag, str(shown)]
+    return args
 
 
 def cli_command(state: WorkbenchState) -> str:
@@ -42,36 +61,10 @@ def cli_command(state: WorkbenchState) -> str:
         str(s.global_batch_size),
         "--dtype",
         s.dtype,
-        "--tp",
-        str(s.tp),
-        "--pp",
-        str(s.pp),
-        "--cp",
-        str(s.cp),
-        "--ep",
-        str(s.ep),
-        "--vpp",
-        str(s.vpp),
-        "--micro-batch",
-        str(s.micro_batch_size),
-        "--zero",
-        str(s.zero_stage),
-        "--recompute",
-        s.recompute,
-        "--schedule",
-        s.schedule,
+        *plan_arguments(s),
         "--backend",
         s.backend,
-        "--sequence-parallel" if s.sequence_parallel else "--no-sequence-parallel",
     ]
-    if s.ulysses != 1:
-        args += ["--ulysses", str(s.ulysses)]
-    if s.rank_order != DEFAULT_RANK_ORDER_NAME:
-        args += ["--rank-order", s.rank_order]
-    if s.etp:
-        args += ["--etp", str(s.etp)]
-    if s.recompute == "full" and s.recompute_num_layers:
-        args += ["--recompute-num-layers", str(s.recompute_num_layers)]
     if s.capacity_factor is not None:
         args += ["--capacity-factor", str(s.capacity_factor)]
     return shlex.join(args)

@@ -9,13 +9,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from workbench_widgets.app.state import APP_PLAN_FIELDS, CUSTOM, UPLOADED, WorkbenchState
+from workbench_widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
 
 from workbench.presets import catalog
 from workbench.presets.hf_config import model_from_hf_config
+from workbench.specs.axes import PLAN_AXES
 from workbench.specs.hardware import ClusterSpec, NetworkLevel
 from workbench.specs.model import ModelSpec
-from workbench.specs.plan import RANK_ORDERS, ParallelPlan, Workload
+from workbench.specs.plan import ParallelPlan, Workload
 
 MODEL_FIELDS = (
     "num_layers",
@@ -141,17 +142,16 @@ def workload(s: WorkbenchState) -> Workload:
     )
 
 
+def plan_values(s: WorkbenchState) -> dict[str, Any]:
+    """The plan's field values from the controls, axis by axis (``PlanAxis.plan_value``: the etp control's 0 is
+    the automatic degree, ``etp=None``; the rank order is chosen by name); the recomputed layers' count without
+    full recompute is every layer, ``recompute_num_layers=None``."""
+    values = {a.name: a.plan_value(getattr(s, a.name)) for a in PLAN_AXES}
+    if s.recompute != "full":
+        values["recompute_num_layers"] = None
+    return values
+
+
 def plan(s: WorkbenchState) -> ParallelPlan:
-    """The plan of the controls (the etp control's 0 is the automatic degree, ``etp=None``; the recomputed
-    layers' 0, or any count without full recompute, is every layer, ``recompute_num_layers=None``; the rank
-    order is chosen by name)."""
-    values = {f: getattr(s, f) for f in APP_PLAN_FIELDS}
-    partial = values["recompute_num_layers"] if s.recompute == "full" else 0
-    return ParallelPlan(
-        **{
-            **values,
-            "etp": values["etp"] or None,
-            "recompute_num_layers": partial or None,
-            "rank_order": RANK_ORDERS[s.rank_order],
-        }
-    )
+    """The plan of the controls (``plan_values``); ValueError for an invalid one."""
+    return ParallelPlan(**plan_values(s))

@@ -11,40 +11,53 @@ The option lists of the selectors (presets, backends, valid degrees) are filled 
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import param
 
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK, framework_names
-from workbench.specs.limits import MAX_CAPACITY_FACTOR, MAX_LAYERS
-from workbench.specs.plan import PLAN_FIELDS, RANK_ORDERS, ParallelPlan, rank_order_name
+from workbench.specs.axes import AXIS_NAMES, PLAN_AXES
+from workbench.specs.axis_types import Control, PlanAxis
+from workbench.specs.limits import MAX_CAPACITY_FACTOR
 
 CUSTOM = "custom"
 """Selector value meaning: the fields as edited, not a preset."""
 UPLOADED = "uploaded config.json"
 """Model selector value for a Hugging Face config the user uploaded."""
 
-DEGREE_FIELDS: tuple[str, ...] = ("tp", "pp", "cp", "ulysses", "ep", "etp", "vpp", "micro_batch_size")
-"""Plan fields offered as selectors of valid values; ``dp`` follows from them and the device count."""
+DEGREE_FIELDS: tuple[str, ...] = tuple(a.name for a in PLAN_AXES if a.app.kind is Control.DEGREE)
+"""Plan fields offered as selectors of valid values (``workbench.specs.degrees``); ``dp`` follows from them and
+the device count."""
+
+APP_PLAN_FIELDS: tuple[str, ...] = AXIS_NAMES
+"""The plan fields the app's controls set, in display order: every axis of ``workbench.specs.axes.PLAN_AXES``
+(the rank order by its name in ``RANK_ORDERS``)."""
 
 
-def _app_plan_fields() -> tuple[str, ...]:
-    names = {f.name for f in fields(ParallelPlan)}
-    out = [f for f in PLAN_FIELDS if f in names]
-    if "ulysses" in names and "ulysses" not in out:
-        out.insert(out.index("cp") + 1, "ulysses")
-    return (*out, "rank_order")
+def plan_parameter(axis: PlanAxis) -> param.Parameter:
+    """The State parameter of one plan axis, from its ``AppControl``: a constant integer (derived), a selector
+    (degree or choice), an integer over the axis' bounds, or a boolean."""
+    app = axis.app
+    if app.kind is Control.DERIVED:
+        return param.Integer(default=app.default, bounds=(axis.minimum, None), constant=True, doc=app.doc)
+    if app.kind in (Control.DEGREE, Control.CHOICE):
+        return param.Selector(default=app.default, objects=list(app.objects), doc=app.doc)
+    if app.kind is Control.INTEGER:
+        return param.Integer(default=app.default, bounds=axis.app_bounds, doc=app.doc)
+    return param.Boolean(default=app.default, doc=app.doc)
 
 
-APP_PLAN_FIELDS: tuple[str, ...] = _app_plan_fields()
-"""The plan fields the app's controls set, in display order: the core's ``PLAN_FIELDS``, with ``ulysses``
-(the share of cp that exchanges heads) after ``cp`` where the rule table does not list it, and the rank
-order (by its name in ``RANK_ORDERS``) last."""
-DEFAULT_RANK_ORDER_NAME = rank_order_name(ParallelPlan().rank_order)
+PlanChoices = type(
+    "PlanChoices",
+    (param.Parameterized,),
+    {
+        "__doc__": "The plan's choices: one parameter per plan axis (workbench.specs.axes.PLAN_AXES). The degree "
+        "selectors hold only values the Store found valid.",
+        **{a.name: plan_parameter(a) for a in PLAN_AXES},
+    },
+)
 
 
-class WorkbenchState(param.Parameterized):
-    """Every choice of the composer: cluster, model, workload, plan and backend."""
+class WorkbenchState(PlanChoices):
+    """Every choice of the composer: cluster, model, workload, plan (``PlanChoices``) and backend."""
 
     # Cluster: a preset fills the fields below; editing a field makes the cluster an edited preset.
     cluster_preset = param.Selector(
@@ -93,47 +106,6 @@ class WorkbenchState(param.Parameterized):
         bounds=(1.0, MAX_CAPACITY_FACTOR),
         doc="MoE capacity factor: experts padded to this many times their balanced share; empty: dropless.",
     )
-
-    # Plan: the degree selectors hold only values the Store found valid.
-    dp = param.Integer(
-        default=1, bounds=(1, None), constant=True, doc="Data-parallel degree: devices / (tp*pp*cp)."
-    )
-    tp = param.Selector(default=8, objects=[1, 2, 4, 8], doc="Tensor-parallel degree.")
-    pp = param.Selector(default=8, objects=[1, 2, 4, 8], doc="Pipeline-parallel degree.")
-    cp = param.Selector(default=1, objects=[1], doc="Context-parallel degree.")
-    ulysses = param.Selector(
-        default=1,
-        objects=[1],
-        doc="Of the cp ranks, how many exchange attention heads by all-to-all (DeepSpeed-Ulysses); the rest "
-        "of cp is a ring. Divides cp; 1: ring attention only.",
-    )
-    ep = param.Selector(default=1, objects=[1], doc="Expert-parallel degree (MoE models only).")
-    etp = param.Selector(
-        default=0,
-        objects=[0],
-        doc="Expert tensor-parallel degree (MoE models only); 0: automatic (1 when ep > 1, else tp).",
-    )
-    vpp = param.Selector(default=1, objects=[1], doc="Virtual stages per pipeline rank.")
-    micro_batch_size = param.Selector(default=1, objects=[1], doc="Sequences per micro-batch.")
-    rank_order = param.Selector(
-        default=DEFAULT_RANK_ORDER_NAME,
-        objects=list(RANK_ORDERS),
-        doc="How ranks are numbered over the groups, innermost first (workbench.specs.plan.RANK_ORDERS).",
-    )
-    zero_stage = param.Selector(
-        default=1, objects=[0, 1, 2, 3], doc="0 DDP, 1 optimizer, 2 + gradients, 3 FSDP."
-    )
-    sequence_parallel = param.Boolean(default=True, doc="Megatron sequence parallelism (needs tp > 1).")
-    recompute = param.Selector(
-        default="selective", objects=["none", "selective", "full"], doc="Activation recompute."
-    )
-    recompute_num_layers = param.Integer(
-        default=0,
-        bounds=(0, MAX_LAYERS),
-        doc="With full recompute: recompute only the first N layers of each pipeline chunk (Megatron's block "
-        "method); 0: every layer.",
-    )
-    schedule = param.Selector(default="1f1b", objects=["1f1b"], doc="Pipeline schedule (pp > 1).")
 
     backend = param.Selector(
         default="analytic", objects=["analytic"], doc="Registered backend that prices the plan."

@@ -23,10 +23,13 @@ from workbench_widgets.app.state import APP_PLAN_FIELDS, CUSTOM, DEGREE_FIELDS, 
 from workbench.estimate.registry import backend_names, get_backend
 from workbench.presets import catalog
 from workbench.presets.hf_config import model_from_hf_config
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.axis_types import Control
+from workbench.specs.degrees import plan_choices
 from workbench.specs.estimate import Estimate
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
-from workbench.specs.plan import ParallelPlan, Workload, rank_order_name
+from workbench.specs.plan import ParallelPlan, Workload, data_parallel_degree
 
 ESTIMATE_CACHE_SIZE = 32
 CLUSTER_CONTROLS_FILLED = (
@@ -328,17 +331,18 @@ class WorkbenchStore(param.Parameterized):
     def _normalise_plan(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> None:
         """Narrow the degree selectors to valid values and move the current ones onto them.
 
-        Options and values come from ``choices.plan_choices`` on the values as they were, then are applied
+        Options and values come from the core's solver (``workbench.specs.degrees.plan_choices``) on the values
+        as they were, then are applied
         so that a selector's value is always in its options (Panel's Select snaps to its first option
         otherwise): widen the options to old and new, set the values, narrow them; ``batch()`` makes it one
         patch for the browser.
         """
         s = self.state
         current = dict(self._wanted)  # the chosen values, back as soon as they are valid again
-        options, picks = choices.plan_choices(
+        options, picks = plan_choices(
             model, cluster.num_devices, workload, current, s.schedule, uneven_stages=self._uneven_stages()
         )
-        dp = cluster.num_devices // (picks["tp"] * picks["cp"] * picks["pp"]) or 1
+        dp = data_parallel_degree(cluster.num_devices, tp=picks["tp"], pp=picks["pp"], cp=picks["cp"])
         with self.batch():
             self._set_options(options, widen=True)  # the old and the new values are both valid here...
             with param.edit_constant(s):
@@ -439,15 +443,12 @@ class WorkbenchStore(param.Parameterized):
     def load_plan(self, plan: ParallelPlan | dict[str, Any]) -> None:
         """Set the plan controls from a ParallelPlan or a search row (its ``num_nodes`` too; extra keys ignored)."""
         values = plan if isinstance(plan, dict) else {f.name: getattr(plan, f.name) for f in fields(plan)}
-        update = {
-            f: values[f] for f in APP_PLAN_FIELDS if f in values and f != "dp" and values[f] is not None
+        update = {  # a plan's None (etp, the recomputed layers) is the control's none_as, a rank order its name
+            a.name: a.face_value(values.get(a.name))
+            for a in PLAN_AXES
+            if a.app.kind is not Control.DERIVED
+            and (values.get(a.name) is not None or a.app.none_as is not None)
         }
-        update["etp"] = int(values.get("etp") or 0)  # the planner's rows and etp=None: the automatic degree
-        update["recompute_num_layers"] = int(values.get("recompute_num_layers") or 0)  # None: every layer
-        if "recompute" in update:
-            update["recompute"] = str(update["recompute"])
-        if not isinstance(update.get("rank_order", ""), str):  # a ParallelPlan's tuple of axes: its name
-            update["rank_order"] = rank_order_name(update["rank_order"])
         if values.get("num_nodes"):
             update["num_nodes"] = int(values["num_nodes"])
         s = self.state

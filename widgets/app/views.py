@@ -39,6 +39,7 @@ from workbench_widgets.plots.timeline import (
     refresh_timeline_figure,
 )
 
+from workbench.specs.axes import PLAN_AXES
 from workbench.specs.rules import CONTROLS
 
 MS_PER_S, GIB = 1e3, 2**30
@@ -64,21 +65,7 @@ LABELS: Mapping[str, str] = MappingProxyType(
         "global_batch_size": "Global batch (sequences)",
         "dtype": "Precision",
         "capacity_factor": "MoE capacity factor (empty: dropless)",
-        "dp": "dp (derived)",
-        "tp": "tp",
-        "pp": "pp",
-        "cp": "cp",
-        "ulysses": "ulysses (of cp, all-to-all)",
-        "ep": "ep",
-        "etp": "etp (0 = automatic)",
-        "vpp": "vpp (virtual stages)",
-        "micro_batch_size": "Micro-batch (sequences)",
-        "rank_order": "Rank order (innermost first)",
-        "zero_stage": "ZeRO stage",
-        "sequence_parallel": "Sequence parallel",
-        "recompute": "Recompute",
-        "recompute_num_layers": "Recomputed layers per chunk (0 = all)",
-        "schedule": "Pipeline schedule",
+        **{a.name: a.app.label for a in PLAN_AXES},
         "backend": "Backend",
         "framework": "Framework profile",
     }

@@ -24,7 +24,7 @@ from bokeh.plotting import figure
 from workbench_widgets.plots._style import GIB, GREY, OKABE_ITO, PLOT_WIDTH_PX, category_colors
 
 from workbench.search.frontier import pareto_mask
-from workbench.specs.plan import PLAN_FIELDS
+from workbench.specs.rules import PLAN_FIELDS
 
 SEARCH_REQUIRED: tuple[str, ...] = ("tokens_per_s", "peak_memory_bytes", "fits")
 SEARCH_COLUMNS: tuple[str, ...] = (

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from workbench.specs.limits import MAX_DEVICES, check_count
-
 TIE_FRAC = 0.067
 """Plans whose objective lies within this share of the best plan's are marked ``tied``: the model cannot tell
 them apart. 6.7 % is the worst plan-ranking miss on the public validation set (``benchmarks/bench_accuracy.py``:
@@ -117,28 +115,6 @@ def _pairwise(cost: np.ndarray, keep_duplicates: bool) -> np.ndarray:
             better |= index[None, :] < index[start : start + len(block), None]
         on[start : start + len(block)] = ~np.any(no_worse & better, axis=1)
     return on
-
-
-def divisors(n: int) -> list[int]:
-    """All positive divisors of ``n`` (a device or expert count, 1..``limits.MAX_DEVICES``) in increasing order.
-
-    Factorises ``n`` by trial division over 2 and the odd numbers up to sqrt(n) (at most 512 steps within the
-    bound), then multiplies out the prime powers: the work is bounded and the answer small (no n <= 2^20 has
-    more than 240 divisors). Raises ValueError for n outside 1..MAX_DEVICES.
-    """
-    check_count("divisors", "n", n, maximum=MAX_DEVICES, limit="MAX_DEVICES")
-    out, rest, p = [1], n, 2
-    while p * p <= rest:
-        power = 0
-        while rest % p == 0:
-            rest //= p
-            power += 1
-        if power:
-            out = [d * p**k for d in out for k in range(power + 1)]
-        p += 1 if p == 2 else 2
-    if rest > 1:
-        out = out + [d * rest for d in out]
-    return sorted(out)
 
 
 def tied_mask(values: ArrayLike, best: float) -> np.ndarray:

@@ -3,7 +3,7 @@
 A chunk is a dict of equal-length numpy arrays (one entry per plan): tp, cp, pp, dp, ep, vpp,
 micro_batch_size, zero_stage, recompute_code, sequence_parallel, schedule_code and num_microbatches
 (0 where dp * micro_batch_size does not divide the global batch). ``rule_reasons`` evaluates the masks of the
-rule table (``workbench.specs.rules.rule_table``) that ``ParallelPlan.validate`` reads, grouped by their
+rule table (``workbench.specs.rule_table.rule_table``) that ``ParallelPlan.validate`` reads, grouped by their
 planner reason.
 """
 
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workbench.specs.rules import REJECTION_REASONS, RuleContext, rule_table
+from workbench.specs.rule_table import rule_table
+from workbench.specs.rules import REJECTION_REASONS, RuleContext
 
 if TYPE_CHECKING:
     from workbench.search.space import PlanSpace
@@ -89,9 +90,9 @@ def plan_columns(space: PlanSpace, start: int, stop: int, global_batch_size: int
 def schedule_rule_mask(
     names: tuple[str, ...], code: np.ndarray, pp: np.ndarray, vpp: np.ndarray, m: np.ndarray
 ) -> np.ndarray:
-    """True where (schedule, pp, vpp, m) breaks a rule of the schedule registry (``SCHEDULE_RULES``; pp > 1
+    """True where (schedule, pp, vpp, m) breaks a rule of the schedules (``workbench.specs.schedule_traits.SCHEDULE_RULES``; pp > 1
     only), ``code`` indexing ``names``."""
-    from workbench.pipeline.schedules import SCHEDULE_RULES
+    from workbench.specs.schedule_traits import SCHEDULE_RULES
 
     cols = {"schedule_code": code, "pp": pp, "vpp": vpp, "num_microbatches": m}
     ctx = RuleContext(schedule_names=names)

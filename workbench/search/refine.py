@@ -11,16 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.specs.plan import (
-    DEFAULT_RANK_ORDER,
-    PLAN_FIELDS,
-    RANK_ORDERS,
-    ParallelPlan,
-    Recompute,
-    rank_order_name,
-)
-
-DEFAULT_ORDER = rank_order_name(DEFAULT_RANK_ORDER)
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.plan import ParallelPlan
+from workbench.specs.rules import PLAN_FIELDS
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
@@ -43,23 +36,11 @@ BREAKDOWN_LABELS: dict[str, str] = {
 
 
 def plan_from_row(row: dict[str, Any]) -> ParallelPlan:
-    """The ``ParallelPlan`` of one result row (a dict with the plan columns of ``SearchResult.plans``)."""
-    return ParallelPlan(
-        dp=int(row["dp"]),
-        tp=int(row["tp"]),
-        pp=int(row["pp"]),
-        cp=int(row["cp"]),
-        ulysses=int(row.get("ulysses", 1)),
-        ep=int(row["ep"]),
-        vpp=int(row["vpp"]),
-        micro_batch_size=int(row["micro_batch_size"]),
-        zero_stage=int(row["zero_stage"]),
-        sequence_parallel=bool(row["sequence_parallel"]),
-        recompute=Recompute(row["recompute"]),
-        recompute_num_layers=int(row["recompute_num_layers"]) if row.get("recompute_num_layers") else None,
-        schedule=str(row["schedule"]),
-        rank_order=RANK_ORDERS[str(row.get("rank_order", DEFAULT_ORDER))],
-    )
+    """The ``ParallelPlan`` of one result row (a dict with the plan columns of ``SearchResult.plans``; an axis
+    missing, null or at its control's ``none_as`` takes ``ParallelPlan``'s default: a recomputed-layer count of
+    0 is every layer)."""
+    values = {a.name: a.plan_value(row.get(a.name)) for a in PLAN_AXES}
+    return ParallelPlan(**{k: v for k, v in values.items() if v is not None})
 
 
 def estimator(backend: str, calibration: Calibration) -> Callable[..., Estimate]:

@@ -1,8 +1,10 @@
 """``SearchResult`` and the schema of its frames.
 
 ``plans`` (polars, one row per plan, best first): ``rank`` (1 = best), ``num_nodes``, ``num_devices``, the plan
-columns (``dp tp pp cp ep vpp micro_batch_size zero_stage`` int, ``sequence_parallel`` bool, ``recompute``
-and ``schedule`` str, ``plan`` the ``ParallelPlan.describe()`` text), ``num_microbatches``, then
+columns (one per plan axis, ``workbench.specs.axes.AXIS_NAMES``: ``dp tp pp cp ulysses ep etp vpp
+micro_batch_size zero_stage zero_shard loss_chunks recompute_num_layers`` int or null, ``sequence_parallel
+offload_optimizer offload_activations vocab_parallel`` bool, ``recompute schedule rank_order`` str), ``plan``
+(the ``ParallelPlan.describe()`` text), ``num_microbatches``, then
 
 - ``step_time_s``, ``tokens_per_s`` (whole cluster), ``mfu`` (0..1, PaLM model FLOPs over the dense peak),
   ``time_to_train_s`` (token budget / tokens_per_s), ``device_hours`` (time * devices / 3600);
@@ -32,7 +34,8 @@ import numpy as np
 from workbench.search.grid import REASONS
 from workbench.search.refine import BREAKDOWN_LABELS, bottleneck, plan_from_row
 from workbench.search.space import RECOMPUTE_CODES
-from workbench.specs.plan import PLAN_FIELDS, RANK_ORDERS
+from workbench.specs.axes import AXIS_NAMES, PLAN_AXES
+from workbench.specs.plan import RANK_ORDERS, ParallelPlan
 
 ORDER_NAMES: tuple[str, ...] = tuple(RANK_ORDERS)
 """``order_code`` i of a plan column means ``ORDER_NAMES[i]`` (``workbench.search.space``)."""
@@ -46,15 +49,11 @@ if TYPE_CHECKING:
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import Workload
 
-PLAN_COLUMNS = (
-    "num_nodes",
-    "num_devices",
-    *PLAN_FIELDS,
-    "ulysses",
-    "rank_order",
-    "plan",
-    "num_microbatches",
-)
+PLAN_COLUMNS = ("num_nodes", "num_devices", *AXIS_NAMES, "plan", "num_microbatches")
+"""The plan's columns: one per plan axis (``workbench.specs.axes``; an axis the planner does not search holds
+``ParallelPlan``'s default), its text and its micro-batch count."""
+FIXED_VALUES: dict[str, Any] = {a.name: getattr(ParallelPlan(), a.name) for a in PLAN_AXES if not a.searched}
+"""The value every searched plan holds on each axis the planner does not search."""
 METRIC_COLUMNS = (
     "step_time_s",
     "tokens_per_s",
@@ -93,6 +92,7 @@ def rows_from_pool(
         row["recompute_num_layers"] = int(row.pop("recompute_layers", 0)) or None
         row["schedule"] = schedule_names[row.pop("schedule_code")]
         row["rank_order"] = ORDER_NAMES[row.pop("order_code", 0)]
+        row |= {k: v for k, v in FIXED_VALUES.items() if k not in row}
         row["plan"] = plan_from_row(row).describe()
         row["memory_capacity_bytes"] = capacity_bytes
         row["fits"] = bool(row["memory_frac"] <= 1.0)

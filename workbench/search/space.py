@@ -22,39 +22,34 @@ import numpy as np
 
 from workbench.cost.placement import level_spans, order_strides, p2p_level_index
 from workbench.pipeline.schedules import SCHEDULE_NAMES, required_vpp
-from workbench.search.frontier import divisors
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.degrees import divisors
 from workbench.specs.estimate import DEFAULT_HEADROOM_FRAC
 from workbench.specs.framework import CP_KINDS, FrameworkProfile
 from workbench.specs.limits import (
     MAX_CANDIDATES,
     MAX_DEVICES,
     MAX_GLOBAL_BATCH_SIZE,
-    MAX_VPP,
     check_count,
     shown,
 )
-from workbench.specs.plan import RANK_ORDERS, Recompute
+from workbench.specs.plan import RANK_ORDERS, Recompute, data_parallel_degree
 
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
 
-AXES: tuple[str, ...] = ("tp", "cp", "ulysses", "pp", "ep", "vpp", "micro_batch_size")
-"""Axes whose degrees ``Constraints.fixed`` and ``Constraints.maximum`` may name."""
+AXES: tuple[str, ...] = tuple(a.name for a in PLAN_AXES if a.constrainable)
+"""Axes whose degrees ``Constraints.fixed`` and ``Constraints.maximum`` may name (``PlanAxis.constrainable``)."""
 
 RECOMPUTE_CODES: tuple[str, ...] = tuple(r.value for r in Recompute)
 """Integer code i of the ``recompute`` column means ``RECOMPUTE_CODES[i]`` (none, selective, full)."""
 
 AXIS_MAXIMUM: dict[str, tuple[int, str]] = {
-    "tp": (MAX_DEVICES, "MAX_DEVICES"),
-    "cp": (MAX_DEVICES, "MAX_DEVICES"),
-    "ulysses": (MAX_DEVICES, "MAX_DEVICES"),
-    "pp": (MAX_DEVICES, "MAX_DEVICES"),
-    "ep": (MAX_DEVICES, "MAX_DEVICES"),
-    "vpp": (MAX_VPP, "MAX_VPP"),
-    "micro_batch_size": (MAX_GLOBAL_BATCH_SIZE, "MAX_GLOBAL_BATCH_SIZE"),
+    a.name: (a.maximum, a.limit) for a in PLAN_AXES if a.constrainable and a.maximum and a.limit
 }
-"""Largest value ``Constraints.fixed`` and ``Constraints.maximum`` accept per axis (``workbench.specs.limits``)."""
+"""Largest value ``Constraints.fixed`` and ``Constraints.maximum`` accept per axis: the axis' bound
+(``workbench.specs.axes``, a constant of ``workbench.specs.limits``)."""
 
 NO_SCHEDULE = "1f1b"
 """Schedule name stored for pp = 1 plans (``ParallelPlan`` ignores it there)."""
@@ -297,7 +292,7 @@ def _layout(
         "vpp": pipeline["vpp"][p_sel],
         "schedule_code": pipeline["schedule_code"][p_sel],
     }
-    cols["dp"] = n // (cols["tp"] * cols["cp"] * cols["pp"])
+    cols["dp"] = data_parallel_degree(n, tp=cols["tp"], pp=cols["pp"], cp=cols["cp"])
     return cols
 
 

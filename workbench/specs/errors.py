@@ -6,10 +6,26 @@ Upper bounds come from :mod:`workbench.specs.limits` (one place, each bound with
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from workbench.specs.limits import check_count, check_real, shown
+
+T = TypeVar("T")
+
+
+def unique_index(records: Iterable[T], key: Callable[[T], str], twice: str) -> Mapping[str, T]:
+    """Read-only key -> record, in the given order (a table of records: rules, schedules, plan axes). Raises
+    ValueError ``twice.format(key)`` when a key appears twice: a registry never drops a duplicate silently."""
+    out: dict[str, T] = {}
+    for record in records:
+        name = key(record)
+        if name in out:
+            raise ValueError(twice.format(repr(name)))
+        out[name] = record
+    return MappingProxyType(out)
 
 
 def _owner(obj: Any) -> str:

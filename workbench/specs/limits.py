@@ -250,17 +250,6 @@ MODEL_MAXIMUM: dict[str, tuple[int, str]] = {
 }
 """``ModelSpec`` field -> (largest value, name of the constant); the Hugging Face reader checks the same."""
 
-PLAN_MAXIMUM: dict[str, tuple[int, str]] = {
-    "dp": (MAX_DEVICES, "MAX_DEVICES"),
-    "tp": (MAX_DEVICES, "MAX_DEVICES"),
-    "pp": (MAX_PP, "MAX_PP"),
-    "cp": (MAX_DEVICES, "MAX_DEVICES"),
-    "ep": (MAX_DEVICES, "MAX_DEVICES"),
-    "vpp": (MAX_VPP, "MAX_VPP"),
-    "micro_batch_size": (MAX_GLOBAL_BATCH_SIZE, "MAX_GLOBAL_BATCH_SIZE"),
-}
-"""``ParallelPlan`` degree -> (largest value, name of the constant)."""
-
 
 def check_token_budget(value: Any) -> float:
     """A training run's token count: a finite number in (0, MAX_TOKEN_BUDGET]; ValueError otherwise."""

@@ -4,20 +4,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.axis_types import (
+    DEFAULT_RANK_ORDER,
+    RANK_ORDERS,
+    Axis,
+    Domain,
+    Recompute,
+    rank_order_name,
+)
 from workbench.specs.errors import check_choice, check_int
 from workbench.specs.hardware import DType
 from workbench.specs.limits import (
     MAX_CAPACITY_FACTOR,
     MAX_DEVICES,
     MAX_GLOBAL_BATCH_SIZE,
-    MAX_LAYERS,
     MAX_SEQ_LEN,
-    PLAN_MAXIMUM,
     check_real,
 )
-from workbench.specs.rules import PLAN_FIELDS as PLAN_FIELDS  # re-exported: the plan's user-chosen fields
+
+__all__ = [  # the plan's named choices are defined with the axis records (workbench.specs.axis_types)
+    "DEFAULT_RANK_ORDER",
+    "RANK_ORDERS",
+    "Axis",
+    "Optimizer",
+    "ParallelPlan",
+    "Recompute",
+    "Workload",
+    "data_parallel_degree",
+    "rank_order_name",
+]
 
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec
@@ -30,43 +50,6 @@ class Optimizer(StrEnum):
     """Adam with decoupled weight decay: two fp32 moments per parameter (Loshchilov & Hutter 2019)."""
     SGD = "sgd"
     """SGD with momentum: one fp32 buffer per parameter."""
-
-
-class Recompute(StrEnum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    """Recompute the attention core only (Korthikanti et al. 2022, arXiv:2205.05198, section 4.3)."""
-    FULL = "full"
-    """Keep only each layer's input; recompute the whole layer in the backward pass."""
-
-
-class Axis(StrEnum):
-    """Parallel dimensions, by the field's names."""
-
-    TP = "tp"
-    CP = "cp"
-    EP = "ep"
-    DP = "dp"
-    PP = "pp"
-
-
-DEFAULT_RANK_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.EP, Axis.DP, Axis.PP)
-"""Innermost first: tensor-parallel ranks are adjacent (inside a node), pipeline stages outermost."""
-
-RANK_ORDERS: dict[str, tuple[Axis, ...]] = {
-    "tp-cp-ep-dp-pp": DEFAULT_RANK_ORDER,
-    "tp-cp-ep-pp-dp": (Axis.TP, Axis.CP, Axis.EP, Axis.PP, Axis.DP),
-}
-"""Named rank orders the planner searches (innermost first). ``tp-cp-ep-dp-pp``: Megatron-Core's default
-``order`` of ``parallel_state.initialize_model_parallel`` and torchtitan's device mesh (pp outermost);
-``tp-cp-ep-pp-dp``: Megatron-Core's ``--use-tp-pp-dp-mapping`` (a pipeline's stages on neighbouring ranks,
-data-parallel replicas outermost), which keeps the pipeline hops inside a node or a rail group when
-tp*cp*pp fits there and moves the gradient reduction out instead."""
-
-
-def rank_order_name(order: tuple[Axis, ...]) -> str:
-    """``tp-cp-ep-dp-pp`` style name of a rank order."""
-    return "-".join(Axis(a).value for a in order)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -110,7 +93,8 @@ class Workload:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParallelPlan:
     """A parallel layout. Devices used = dp * tp * pp * cp; ep splits the experts inside dp * cp * tp.
-    Every degree and their product is bounded by ``workbench.specs.limits.PLAN_MAXIMUM`` and ``MAX_DEVICES``."""
+    Every degree is bounded by its axis' limit (``workbench.specs.axes.PLAN_AXES``), their product by
+    ``workbench.specs.limits.MAX_DEVICES``."""
 
     dp: int = 1
     """Data-parallel replicas (with ZeRO/FSDP: the shard degree). 1 means disabled."""
@@ -176,14 +160,13 @@ class ParallelPlan:
     """Order in which the axes are laid on consecutive ranks, innermost first."""
 
     def __post_init__(self) -> None:
-        for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size"):
-            check_int(self, field, maximum=PLAN_MAXIMUM[field][0], limit=PLAN_MAXIMUM[field][1])
-        check_int(self, "ulysses", maximum=PLAN_MAXIMUM["cp"][0], limit=PLAN_MAXIMUM["cp"][1])
-        check_int(self, "loss_chunks", maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
-        if self.etp is not None:
-            check_int(self, "etp", maximum=MAX_DEVICES, limit="MAX_DEVICES")
-        if self.zero_shard is not None:
-            check_int(self, "zero_shard", maximum=MAX_DEVICES, limit="MAX_DEVICES")
+        for axis in PLAN_AXES:  # every count against its bound (workbench.specs.axes); zero_stage below
+            if (
+                axis.domain is Domain.COUNT
+                and axis.limit is not None
+                and getattr(self, axis.name) is not None
+            ):
+                check_int(self, axis.name, minimum=axis.minimum, maximum=axis.maximum, limit=axis.limit)
         if self.num_devices > MAX_DEVICES:
             raise ValueError(
                 f"ParallelPlan: dp*tp*pp*cp = {self.dp}*{self.tp}*{self.pp}*{self.cp} = {self.num_devices:,} "
@@ -201,13 +184,11 @@ class ParallelPlan:
                 f"ParallelPlan: sequence_parallel must be true or false, got {self.sequence_parallel!r}"
             )
         check_choice(self, "recompute", Recompute)
-        if self.recompute_num_layers is not None:
-            check_int(self, "recompute_num_layers", maximum=MAX_LAYERS, limit="MAX_LAYERS")
-            if self.recompute != Recompute.FULL:
-                raise ValueError(
-                    f"ParallelPlan: recompute_num_layers={self.recompute_num_layers} needs recompute full (got "
-                    f"recompute {self.recompute}); allowed: recompute full, or recompute_num_layers None"
-                )
+        if self.recompute_num_layers is not None and self.recompute != Recompute.FULL:
+            raise ValueError(
+                f"ParallelPlan: recompute_num_layers={self.recompute_num_layers} needs recompute full (got "
+                f"recompute {self.recompute}); allowed: recompute full, or recompute_num_layers None"
+            )
         if self.zero_shard is not None and (self.zero_stage == 0 or (self.dp * self.cp) % self.zero_shard):
             raise ValueError(
                 f"ParallelPlan: zero_shard={self.zero_shard} needs zero_stage >= 1 (got {self.zero_stage}) and must "
@@ -294,8 +275,10 @@ class ParallelPlan:
     def violations(
         self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, *, uneven_stages: bool = False
     ) -> list[Violation]:
-        """Every broken rule of the rule table (``workbench.specs.rules``) as a record: key, control, sentence."""
-        from workbench.specs.rules import RuleContext, plan_violations
+        """Every broken rule of the rule table (``workbench.specs.rule_table``) as a record: key, control,
+        sentence."""
+        from workbench.specs.rule_table import plan_violations
+        from workbench.specs.rules import RuleContext
 
         ctx = RuleContext(
             model=model,
@@ -311,9 +294,21 @@ class ParallelPlan:
         """The plan as the rules read it (``workbench.specs.rules.RULE_COLUMNS``); schedule_code 0 stands for
         ``self.schedule``."""
         row = {
-            f: int(getattr(self, f))
-            for f in ("dp", "tp", "pp", "cp", "ulysses", "ep", "vpp", "micro_batch_size")
+            a.name: int(getattr(self, a.name) or 0)
+            for a in PLAN_AXES
+            if a.rule_column is not None and a.rule_column == a.name
         }
-        row["sequence_parallel"] = int(self.sequence_parallel)
-        row["etp"] = 0 if self.etp is None else int(self.etp)
         return {**row, "schedule_code": 0, "num_microbatches": self.num_microbatches(workload)}
+
+
+def data_parallel_degree(num_devices: int, *, tp: Any, pp: Any, cp: Any) -> Any:
+    """The data-parallel degree that fills ``num_devices`` (dp * tp * pp * cp = devices): devices / (tp*pp*cp).
+
+    ``tp``, ``pp``, ``cp``: ints, or integer numpy arrays of one shape (then the result is an array of dp per
+    plan). Raises ValueError when tp*pp*cp does not divide the devices (of any plan of the arrays).
+    """
+    model_parallel = tp * pp * cp
+    bad = np.asarray(model_parallel)[np.asarray(num_devices % model_parallel) != 0]
+    if bad.size:
+        raise ValueError(f"tp*pp*cp = {int(bad[0])} does not divide the cluster's {num_devices} devices")
+    return num_devices // model_parallel

@@ -2,8 +2,9 @@
 
 A rule is checked three ways from the same record: ``ParallelPlan.violations`` (one plan: a batch of one), the
 planner's grid (``workbench.search.grid``: millions of plans, counted by ``reason``) and the app (the
-choice lists of ``workbench_widgets.app.choices`` and the note under ``control``). The schedule's own
-rules come from the schedule registry (``workbench.pipeline.schedules.registry.SCHEDULE_RULES``).
+choice lists of ``workbench.specs.degrees`` and the note under ``control``). This module holds the records and
+the plan's own rules (``PLAN_RULES``); the schedules' rules are built from their traits
+(``workbench.specs.schedule_traits.SCHEDULE_RULES``) and ``workbench.specs.rule_table`` joins the two.
 
 Plan columns (``RULE_COLUMNS``) are equal-length numpy arrays, one entry per plan: the integer degrees,
 ``sequence_parallel`` (bool), ``schedule_code`` (index into ``RuleContext.schedule_names``) and
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.errors import unique_index
 from workbench.specs.limits import simulated_pairs_sentence, too_many_simulated_pairs
 
 if TYPE_CHECKING:
@@ -30,37 +33,14 @@ Row = Mapping[str, int]
 """One plan's columns as Python ints (booleans as 0/1)."""
 
 RULE_COLUMNS: tuple[str, ...] = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ulysses",
-    "ep",
-    "etp",
-    "vpp",
-    "micro_batch_size",
-    "sequence_parallel",
-    "schedule_code",
+    *(a.rule_column for a in PLAN_AXES if a.rule_column is not None),
     "num_microbatches",
 )
-"""The plan columns a rule mask may read."""
+"""The plan columns a rule mask may read: each plan axis' ``rule_column`` (``workbench.specs.axes``) and the
+micro-batch count."""
 
-PLAN_FIELDS: tuple[str, ...] = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "etp",
-    "vpp",
-    "micro_batch_size",
-    "zero_stage",
-    "sequence_parallel",
-    "recompute",
-    "recompute_num_layers",
-    "schedule",
-)
-"""The fields of ``ParallelPlan`` that a user chooses (all but ``rank_order``), in display order."""
+PLAN_FIELDS: tuple[str, ...] = tuple(a.name for a in PLAN_AXES if a.name != "rank_order")
+"""The fields of ``ParallelPlan`` that a user chooses (every plan axis but ``rank_order``), in display order."""
 
 CONTROLS: tuple[str, ...] = (*PLAN_FIELDS, "cluster")
 """What a user changes to fix a rule: a plan field (``PLAN_FIELDS``) or the cluster
@@ -385,47 +365,5 @@ workbench's own bound: a step's simulated timeline holds at most ``limits.MAX_SI
 
 
 def index_rules(rules: Iterable[Rule]) -> Mapping[str, Rule]:
-    """Rules by key, in order. Raises ValueError on a duplicate key."""
-    out: dict[str, Rule] = {}
-    for rule in rules:
-        if rule.key in out:
-            raise ValueError(f"rule key {rule.key!r} appears twice in the rule table")
-        out[rule.key] = rule
-    return out
-
-
-def rule_table() -> tuple[Rule, ...]:
-    """Every rule: ``PLAN_RULES`` then the schedule registry's ``SCHEDULE_RULES`` (unique keys)."""
-    # The schedule records live one room up (pipeline): this is the core's only specs -> pipeline import,
-    # kept because ParallelPlan.validate must see the schedule rules (import-linter's core-rooms flags it).
-    from workbench.pipeline.schedules.registry import SCHEDULE_RULES
-
-    return tuple(index_rules((*PLAN_RULES, *SCHEDULE_RULES)).values())
-
-
-def rule(key: str) -> Rule:
-    """The rule named ``key``; ValueError listing the keys if there is none."""
-    table = index_rules(rule_table())
-    if key not in table:
-        raise ValueError(f"unknown rule {key!r}; valid keys: {', '.join(table)}")
-    return table[key]
-
-
-def passes(keys: Iterable[str], cols: Columns, ctx: RuleContext) -> np.ndarray:
-    """True where the columns break none of the rules ``keys`` (columns broadcast, e.g. a candidate array
-    against fixed scalars). Only the columns those rules read need be given."""
-    bad: Any = False
-    for key in keys:
-        bad = bad | rule(key).violated(cols, ctx)
-    return ~np.asarray(bad, dtype=bool)
-
-
-def plan_violations(row: Row, ctx: RuleContext) -> list[Violation]:
-    """Every rule of ``rule_table()`` that the plan ``row`` (one value per ``RULE_COLUMNS`` entry) breaks,
-    in table order; the row is checked as a batch of one. ``ParallelPlan.violations`` is the usual entry."""
-    cols = {c: np.array([row[c]]) for c in RULE_COLUMNS}
-    return [
-        Violation(key=r.key, control=r.control, sentence=r.sentence(row, ctx))
-        for r in rule_table()
-        if r.violated(cols, ctx)[0]
-    ]
+    """Rules by key, in order (read-only). Raises ValueError on a duplicate key."""
+    return unique_index(rules, lambda r: r.key, "rule key {} appears twice in the rule table")

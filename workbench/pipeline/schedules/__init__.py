@@ -17,7 +17,6 @@ from workbench.pipeline.schedules.actions import (
 from workbench.pipeline.schedules.registry import (
     REGISTRY,
     SCHEDULE_NAMES,
-    SCHEDULE_RULES,
     SCHEDULES,
     build_schedule,
     default_vpp,
@@ -28,14 +27,14 @@ from workbench.pipeline.schedules.registry import (
     uses_split_backward,
     uses_v_placement,
 )
-from workbench.pipeline.schedules.spec import Placement, ScheduleSpec
+from workbench.pipeline.schedules.spec import ScheduleSpec
+from workbench.specs.schedule_traits import Placement
 
 __all__ = [
     "OPS",
     "REGISTRY",
     "SCHEDULES",
     "SCHEDULE_NAMES",
-    "SCHEDULE_RULES",
     "Action",
     "Overlap",
     "Placement",

@@ -1,9 +1,10 @@
 """The schedule registry: one ``ScheduleSpec`` record per built-in schedule, and what derives from them.
 
-Adding a schedule means adding its generator (in ``classic``, ``vshape``, ``greedy`` or ``bidirectional``) and
-one record to ``SCHEDULES``; the names, vpp defaults, the rules (``SCHEDULE_RULES``), the closed-form families of
-``workbench.pipeline.bubble`` and ``workbench.pipeline.peak`` and the torch class of the real-run backend
-all read the record.
+Adding a schedule means adding its traits (placement, vpp and micro-batch rules) to
+``workbench.specs.schedule_traits.SCHEDULE_TRAITS``, its generator (in ``classic``, ``vshape``, ``greedy`` or
+``bidirectional``) and one record to ``SCHEDULES``; the names, vpp defaults, the rules
+(``workbench.specs.schedule_traits.SCHEDULE_RULES``), the closed-form families of ``workbench.pipeline.bubble``
+and ``workbench.pipeline.peak`` and the torch class of the real-run backend all read the record.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import numpy as np
 
 from workbench.pipeline.schedules import bidirectional, classic, greedy, vshape
 from workbench.pipeline.schedules.actions import Action, Schedule, flatten_cells
-from workbench.pipeline.schedules.rules import schedule_rules
-from workbench.pipeline.schedules.spec import Placement, ScheduleSpec, index_schedules
+from workbench.pipeline.schedules.spec import ScheduleSpec, index_schedules
 from workbench.specs.limits import shown, simulated_size_problem
-from workbench.specs.rules import Rule, RuleContext
+from workbench.specs.rules import RuleContext
+from workbench.specs.schedule_traits import TRAITS, Placement, schedule_rules
 
 Rows = list[list[Action]]
 
@@ -76,16 +77,11 @@ def _dualpipe(p: int, v: int, m: int) -> bidirectional.Cells:
     return bidirectional.dualpipe(p, m)
 
 
-LOOPING, V = Placement.LOOPING, Placement.V
-
 SCHEDULES: tuple[ScheduleSpec, ...] = (
     ScheduleSpec(
-        name="gpipe",
+        traits=TRAITS["gpipe"],
         generator=_gpipe,
-        placement=LOOPING,
         split_backward=False,
-        required_vpp=1,
-        default_vpp=1,
         bubble_family="1f1b",
         peak_family="gpipe",
         source="Huang et al., GPipe, arXiv:1811.06965",
@@ -93,13 +89,9 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         frameworks=(TORCH,),
     ),
     ScheduleSpec(
-        name="1f1b",
+        traits=TRAITS["1f1b"],
         generator=_one_f_one_b,
-        placement=LOOPING,
         split_backward=False,
-        required_vpp=1,
-        default_vpp=1,
-        min_microbatches_per_rank=1,
         bubble_family="1f1b",
         peak_family="1f1b",
         source="Narayanan et al., PipeDream-2BW, arXiv:2006.09503; Megatron-LM SC21, arXiv:2104.04473 Sec. 2.2.1",
@@ -107,14 +99,9 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         frameworks=(MEGATRON, TORCH),
     ),
     ScheduleSpec(
-        name="interleaved-1f1b",
+        traits=TRAITS["interleaved-1f1b"],
         generator=classic.interleaved_1f1b,
-        placement=LOOPING,
         split_backward=False,
-        required_vpp=None,
-        default_vpp=2,
-        min_vpp=2,
-        microbatches_in_rounds=True,
         bubble_family="interleaved",
         peak_family="interleaved-1f1b",
         source="Narayanan et al., Megatron-LM SC21, arXiv:2104.04473 Sec. 2.2",
@@ -122,12 +109,9 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         frameworks=(MEGATRON, TORCH),
     ),
     ScheduleSpec(
-        name="looped-bfs",
+        traits=TRAITS["looped-bfs"],
         generator=classic.looped_bfs,
-        placement=LOOPING,
         split_backward=False,
-        required_vpp=None,
-        default_vpp=1,
         bubble_family="interleaved",
         peak_family="looped-bfs",
         source="Lamy-Poirier, Breadth-First Pipeline Parallelism, arXiv:2211.05953",
@@ -135,13 +119,9 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         frameworks=(TORCH,),
     ),
     ScheduleSpec(
-        name="zb-h1",
+        traits=TRAITS["zb-h1"],
         generator=classic.zb_h1,
-        placement=LOOPING,
         split_backward=True,
-        required_vpp=None,
-        default_vpp=1,
-        microbatches_in_rounds=True,
         bubble_family="zb-h1",
         tiles_across_steps=True,
         peak_family="zb-h1",
@@ -150,12 +130,9 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         frameworks=(ZERO_BUBBLE, TORCH),
     ),
     ScheduleSpec(
-        name="zb-h2",
+        traits=TRAITS["zb-h2"],
         generator=_zb_h2,
-        placement=LOOPING,
         split_backward=True,
-        required_vpp=1,
-        default_vpp=1,
         bubble_family="zb-h2",
         tiles_across_steps=True,
         peak_family="zb-h2",
@@ -163,12 +140,9 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         frameworks=(ZERO_BUBBLE,),
     ),
     ScheduleSpec(
-        name="zbv",
+        traits=TRAITS["zbv"],
         generator=_zbv,
-        placement=V,
         split_backward=True,
-        required_vpp=2,
-        default_vpp=2,
         bubble_family="v",
         tiles_across_steps=True,
         peak_family="zbv",
@@ -177,37 +151,27 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         frameworks=(ZERO_BUBBLE, TORCH),
     ),
     ScheduleSpec(
-        name="v-half",
+        traits=TRAITS["v-half"],
         generator=_v_half,
-        placement=V,
         split_backward=True,
-        required_vpp=2,
-        default_vpp=2,
         bubble_family="capped",
         peak_family="v-half",
         source=CM_PAPER,
         frameworks=(ZERO_BUBBLE,),
     ),
     ScheduleSpec(
-        name="v-min",
+        traits=TRAITS["v-min"],
         generator=_v_min,
-        placement=V,
         split_backward=True,
-        required_vpp=2,
-        default_vpp=2,
         bubble_family="capped",
         peak_family="v-min",
         source=CM_PAPER,
         frameworks=(ZERO_BUBBLE,),
     ),
     ScheduleSpec(
-        name="dualpipev",
+        traits=TRAITS["dualpipev"],
         generator=_dualpipev,
-        placement=V,
         split_backward=True,
-        required_vpp=2,
-        default_vpp=2,
-        min_microbatches_per_rank=2,
         bubble_family="v",
         peak_family="dualpipev",
         source=f"{DSV3_PAPER} Sec. 3.2.1",
@@ -215,17 +179,9 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         frameworks=(DUALPIPE, TORCH),
     ),
     ScheduleSpec(
-        name="dualpipe",
+        traits=TRAITS["dualpipe"],
         generator=_dualpipe,
-        placement=V,
         split_backward=True,
-        required_vpp=2,
-        default_vpp=2,
-        # github.com/deepseek-ai/DualPipe dualpipe/dualpipe.py, DualPipe.step asserts "num_ranks % 2 == 0" and
-        # "num_chunks % 2 == 0 and num_chunks >= num_ranks * 2": pp and m even (rule schedule_directions, from
-        # num_directions=2) and m >= 2 pp (rule schedule_microbatches, from min_microbatches_per_rank=2)
-        min_microbatches_per_rank=2,
-        num_directions=2,
         bubble_family="dualpipe",
         peak_family="dualpipe",
         source=f"{DSV3_PAPER} Sec. 3.2.1, Fig. 5 and Table 2 (bidirectional, two copies of the weights)",
@@ -237,13 +193,15 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
 
 REGISTRY: Mapping[str, ScheduleSpec] = index_schedules(SCHEDULES)
 """Name -> record (read-only; built once, refusing duplicate names)."""
+if list(REGISTRY) != list(TRAITS):  # every schedule the rules know has a generator, in the same order
+    raise ValueError(
+        f"schedule records {list(REGISTRY)} and traits {list(TRAITS)} (workbench.specs.schedule_traits) differ"
+    )
 
 SCHEDULE_NAMES: tuple[str, ...] = tuple(REGISTRY)
 
-SCHEDULE_RULES: tuple[Rule, ...] = schedule_rules(REGISTRY)
-"""The schedules' rows of the rule table (``workbench.specs.rules.rule_table``): they hold for plans with
-pp > 1 and a defined micro-batch count."""
-_ANY_PP_RULES = schedule_rules(REGISTRY, plans_only=False)
+_ANY_PP_RULES = schedule_rules(TRAITS, plans_only=False)
+"""The schedule rules for any pp (building a schedule on its own); a plan's are ``SCHEDULE_RULES``."""
 
 
 def get_schedule(name: str) -> ScheduleSpec:
@@ -255,12 +213,12 @@ def get_schedule(name: str) -> ScheduleSpec:
 
 def required_vpp(name: str) -> int | None:
     """Stages per rank the schedule needs exactly (1 or 2), or None if it takes any allowed value."""
-    return get_schedule(name).required_vpp
+    return get_schedule(name).traits.required_vpp
 
 
 def default_vpp(name: str) -> int:
     """Stages per rank to use when the caller gives none: 2 for V schedules and interleaved-1f1b, else 1."""
-    return get_schedule(name).default_vpp
+    return get_schedule(name).traits.default_vpp
 
 
 def uses_split_backward(name: str) -> bool:
@@ -270,20 +228,20 @@ def uses_split_backward(name: str) -> bool:
 
 def uses_v_placement(name: str) -> bool:
     """True if rank r holds stages r and 2p-1-r (V shape) instead of r, r+p, ... (looping)."""
-    return get_schedule(name).placement is Placement.V
+    return get_schedule(name).traits.placement is Placement.V
 
 
 def num_directions(name: str) -> int:
     """Copies of the model the pipeline holds, one per direction it is fed from: 2 for DualPipe (every rank
     holds two copies' stages: 2x parameters, DeepSeek-V3 Table 2), else 1."""
-    return get_schedule(name).num_directions
+    return get_schedule(name).traits.num_directions
 
 
 def schedule_rule_violations(name: str, *, pp: int, vpp: int, num_microbatches: int) -> list[str]:
     """Sentences naming every rule of schedule ``name`` that (pp, vpp, num_microbatches) breaks; [] if fine.
 
-    The rules are ``SCHEDULE_RULES``, read off the record: its required or minimum vpp and its micro-batch
-    rules (m >= k * pp; m divisible by max(1, m // pp) rounds with vpp >= 2; m divisible by the number of
+    The rules are ``workbench.specs.schedule_traits.schedule_rules``, read off the record's traits: its required
+    or minimum vpp and its micro-batch rules (m >= k * pp; m divisible by max(1, m // pp) rounds with vpp >= 2; m divisible by the number of
     directions). An unknown name is a violation,
     and so is a schedule too large to build and simulate (``workbench.specs.limits.simulated_size_problem``),
     which is checked first so that nothing of its size is ever allocated.
@@ -311,7 +269,7 @@ def build_schedule(name: str, *, pp: int, num_microbatches: int, vpp: int | None
     (``schedule_rule_violations``). Each record's ``source`` and generator docstring cite its paper.
     """
     spec = get_schedule(name)
-    vpp = spec.default_vpp if vpp is None else vpp
+    vpp = spec.traits.default_vpp if vpp is None else vpp
     problems = schedule_rule_violations(name, pp=pp, vpp=vpp, num_microbatches=num_microbatches)
     if problems:
         raise ValueError(
@@ -344,6 +302,6 @@ def _built(spec: Any, name: str, pp: int, vpp: int, num_microbatches: int) -> Sc
         num_stages=pp * vpp,
         stage_to_rank=spec.stage_to_rank(pp, vpp),
         actions=tuple(tuple(row) for row in rows),
-        num_directions=spec.num_directions,
+        num_directions=spec.traits.num_directions,
         overlap_pairs=tuple(pairs) if any(pairs) else (),
     )

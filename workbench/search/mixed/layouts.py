@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.pipeline.schedules import build_schedule, schedule_rule_violations
 from workbench.pipeline.simulate import StageCosts, simulate
-from workbench.search.frontier import divisors as _divisors
+from workbench.specs.degrees import divisors as _divisors
 
 if TYPE_CHECKING:
     from workbench.specs.hardware import ClusterSpec

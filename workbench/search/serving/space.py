@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from workbench.search.frontier import divisors
+from workbench.specs.degrees import divisors
 from workbench.specs.errors import check_int
 from workbench.specs.hardware import DType
 from workbench.specs.limits import MAX_DEVICES, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, check_real, shown
