@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from workbench.search.frontier import pareto_mask
+from workbench.specs.plan import data_parallel_degree
 
 if TYPE_CHECKING:
     from workbench.goodput import FailureModel, GoodputOptions
@@ -141,12 +142,13 @@ def goodput_scaling(
     base = cluster.num_nodes
     counts = node_counts or sorted({base, *(max(1, int(base * 2.0**k)) for k in range(-3, 4))})
     rows: dict[str, list[Any]] = {k: [] for k in SCALING_COLUMNS}
-    model_parallel = plan.tp * plan.pp * plan.cp
     for nodes in counts:
         devices = nodes * cluster.devices_per_node
-        if devices % model_parallel:
+        try:  # a node count whose devices tp*pp*cp does not divide is left out
+            dp = data_parallel_degree(devices, tp=plan.tp, pp=plan.pp, cp=plan.cp)
+        except ValueError:
             continue
-        scaled = replace(plan, dp=devices // model_parallel)
+        scaled = replace(plan, dp=dp)
         try:  # estimate_plan applies every plan rule, with the default framework's uneven stages
             point = estimate_plan(est.model, cluster.with_nodes(nodes), est.workload, scaled)
         except ValueError:

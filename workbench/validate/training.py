@@ -40,7 +40,7 @@ from workbench.specs import limits
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import ModelSpec
-from workbench.specs.plan import ParallelPlan, Recompute, Workload
+from workbench.specs.plan import ParallelPlan, Recompute, Workload, data_parallel_degree
 from workbench.validate.readings import apply_recipe_columns, read_arithmetic
 from workbench.validate.rows import (
     GIB,
@@ -159,7 +159,8 @@ def row_degrees(
     left = n // known
     dp, tp, pp, cp = given.values()
     if dp is None:
-        tp, pp, cp, dp = tp or 1, pp or 1, cp or 1, left
+        tp, pp, cp = tp or 1, pp or 1, cp or 1
+        dp = data_parallel_degree(n, tp=tp, pp=pp, cp=cp)
     elif tp is None and pp is None:
         tp = max(t for t in range(1, min(per_node, left) + 1) if left % t == 0 and heads % t == 0)
         pp, cp = left // tp, cp or 1
