@@ -33,7 +33,7 @@ How torch runs a plan, kept in the stage costs:
 Every field of ``ParallelPlan`` and ``Workload`` is priced or refused by name (``PLAN_FIELD_PRICING``,
 ``WORKLOAD_FIELD_PRICING``; :func:`unsupported` lists what a plan asks that the profile cannot price: a chunked
 loss, vocabulary parallelism, activation offload, an expert tp other than tp, an optimizer other than AdamW, a
-capacity factor). An optimizer step offloaded to the host (``offload_optimizer``) is the step model's host path,
+capacity factor, an FP8 recipe the plan chooses). An optimizer step offloaded to the host (``offload_optimizer``) is the step model's host path,
 not the measured on-device AdamW, with a note.
 
 This module does not import torch: estimating only reads the profile.
@@ -85,6 +85,7 @@ PLAN_FIELD_PRICING: dict[str, str] = {
     "recompute_num_layers": "the share of the blocks recomputed (recompute_share)",
     "schedule": "the simulated schedule (stage 0's backward one fused W in the split-backward ones)",
     "rank_order": "the group strides the step model's communication is priced on",
+    "fp8_recipe": "refused when set: the profile's ops are measured with the recipe it was recorded with",
 }
 """How this backend prices each ``ParallelPlan`` field (``tests/test_torch_profile_backend.py`` holds the keys to
 the plan's fields, so a new axis must say here how it is priced or refused)."""
@@ -123,6 +124,11 @@ def unsupported(model: ModelSpec, workload: Workload, plan: ParallelPlan) -> lis
         out.append(
             f"etp={plan.expert_tp}{default} (the profile splits each expert over tp={plan.tp} like the dense "
             f"MLP; supports etp=tp: etp={plan.tp})"
+        )
+    if plan.fp8_recipe is not None:
+        out.append(
+            f"fp8_recipe={plan.fp8_recipe} (the profile's ops are measured as it recorded them; supports "
+            "fp8_recipe unset)"
         )
     if str(workload.optimizer) != "adamw":
         out.append(f"optimizer={workload.optimizer} (the profile times AdamW; supports optimizer=adamw)")

@@ -247,3 +247,14 @@ def test_model_picker_lists_every_preset_by_family(store: WorkbenchStore) -> Non
     assert all(families.index(f) == i or families[i - 1] == f for i, f in enumerate(families))
     store.state.model_preset = "qwen3-8b"
     assert store.model_spec().num_layers == 36  # Qwen3-8B config.json: num_hidden_layers 36
+
+
+def test_fp8_recipe_control_offers_what_the_stack_offers() -> None:
+    """The app's FP8 recipe control lists the stack's own ("stack") and the recipes its profile offers
+    (profiles/frameworks/megatron-core-2024.toml [offers]); a chosen recipe reaches the plan and its estimate."""
+    store = WorkbenchStore(WorkbenchState(framework="megatron-core-2024"))
+    assert list(store.state.param.fp8_recipe.objects) == ["stack", "current", "delayed", "blockwise"]
+    assert store.plan().fp8_recipe is None
+    store.state.param.update(dtype="fp8", fp8_recipe="delayed")
+    assert store.plan().fp8_recipe == "delayed" and "fp8-delayed" in store.plan().describe()
+    assert store.estimate is not None and store.error == ""

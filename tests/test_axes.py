@@ -11,6 +11,7 @@ import param
 import pytest
 
 from workbench.presets.catalog import load_cluster, load_model
+from workbench.presets.frameworks import load_framework
 from workbench.search import Constraints, search
 from workbench.search.refine import plan_from_row
 from workbench.search.result import PLAN_COLUMNS
@@ -142,6 +143,16 @@ def test_axis_reaches_the_search_and_the_result_columns(axis: PlanAxis, small_se
         from workbench.search.screen import trimmed_recompute
 
         assert callable(trimmed_recompute)
+        return
+    if (
+        axis.enumeration is Enumeration.OFFERED
+    ):  # one screen per value the stack offers (bf16 here: the stack's own)
+        from workbench.search.planner import _offered_choices
+
+        assert _offered_choices(
+            load_framework("generic"), Workload(seq_len=1, global_batch_size=1, dtype=axis.dtype)
+        )
+        assert set(values) == {None}
         return
     in_space = column in space.layout or hasattr(space, column)
     assert in_space, f"{axis.name}: not in the plan space ({column})"

@@ -137,6 +137,18 @@ MEGATRON_CASES = {
         recompute="selective",
     ),
     "uneven-stages": dict(model="llama-3.1-70b", cluster="dgx-h100", nodes=3, dp=1, tp=8, pp=3, gbs=24),
+    "fp8-recipe-chosen": dict(  # the plan's FP8 recipe, among those Megatron-Core offers, over the profile's own
+        model="llama-3.1-70b",
+        cluster="dgx-h100",
+        nodes=8,
+        dtype="fp8",
+        dp=2,
+        tp=4,
+        pp=8,
+        zero_stage=1,
+        sequence_parallel=True,
+        fp8_recipe="blockwise",
+    ),
     "mla-moe-mtp": dict(
         model="deepseek-v3",
         cluster="dgx-h100",
@@ -181,6 +193,8 @@ def test_megatron_args_parse_with_the_pinned_parser(case: str, tmp_path: Path) -
         ]
         assert args["--fp8-recipe"] == ["tensorwise"]  # the profile's current scaling
         assert args["--num-experts"] == ["8"] and args["--moe-router-topk"] == ["2"]
+    if case == "fp8-recipe-chosen":
+        assert args["--fp8-recipe"] == ["blockwise"]
     if case == "mla-moe-mtp":  # 61 layers + 1 MTP block on 16 stages: 3, 14 x 4, and 3 less the MTP block
         assert args["--decoder-first-pipeline-num-layers"] == ["3"]
         assert args["--decoder-last-pipeline-num-layers"] == ["2"]
@@ -305,6 +319,21 @@ def test_torchtitan_job_parses_with_its_config_manager(
             4,
             4,
         )  # 32 / 8; 8 / cp
+
+
+def test_torchtitan_job_takes_the_plans_fp8_recipe(tmp_path: Path, torchtitan_config_manager: Any) -> None:
+    """torchtitan 2025 offers torchao's rowwise recipe beside its tensorwise one: a plan that chooses it gets
+    ``recipe_name = "rowwise"``, as torchtitan's own config manager reads the job file."""
+    tt = load_framework("torchtitan-2025")
+    est = _estimate("llama-3.1-8b", "dgx-h100", 1, gbs=32, dtype="fp8", framework=tt, dp=8, zero_stage=3,
+                    fp8_recipe="rowwise")  # fmt: skip
+    folder = export_training(
+        est, "torchtitan", ModelRef(name="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B"), framework=tt
+    )
+    path = tmp_path / "job.toml"
+    path.write_text(folder.files["job.toml"])
+    job = torchtitan_config_manager().parse_args(["--job.config_file", str(path)])
+    assert job.quantize.linear.float8.recipe_name == "rowwise"
 
 
 def test_torchtitan_refuses_zero1_and_ulysses() -> None:

@@ -356,6 +356,19 @@ class WorkbenchStore(param.Parameterized):
             else ""
         )
 
+    def _offer_profile_choices(self) -> None:
+        """Each plan axis that chooses a profile field (the FP8 recipe) offers the stack's own (its control's
+        ``none_as``) and what the stack offers (``FrameworkProfile.offered``); a chosen value the stack does not
+        offer stays listed, so the plan is refused by name rather than changed silently."""
+        for axis in PLAN_AXES:
+            if axis.profile_field is None:
+                continue
+            value = getattr(self.state, axis.name)
+            target = [axis.app.none_as, *self.framework().offered(axis.profile_field)]
+            target += [value] if value not in target else []
+            if self.state.param[axis.name].objects != target:
+                self.state.param[axis.name].objects = target
+
     def _set_options(self, options: dict[str, list[int]], *, widen: bool) -> None:
         for field, valid in options.items():
             objects = self.state.param[field].objects
@@ -378,6 +391,7 @@ class WorkbenchStore(param.Parameterized):
         self.disabled_schedules = choices.schedule_disabled_reasons(plan, workload, self.framework())
         if self.state.param.schedule.objects != list(self._schedule_names()):
             self.state.param.schedule.objects = list(self._schedule_names())
+        self._offer_profile_choices()
         violations = plan.violations(model, cluster, workload, uneven_stages=self._uneven_stages())
         if violations:
             self.param.update(estimate=None, violations=violations, error="")

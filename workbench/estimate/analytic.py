@@ -149,6 +149,9 @@ def estimate_plan(
     unsupported = cal.framework.unsupported(plan, dtype=workload.dtype)
     if unsupported:
         raise ValueError(f"framework {cal.framework.id} does not run: {'; '.join(unsupported)}")
+    cal = dataclasses.replace(
+        cal, framework=cal.framework.running(plan)
+    )  # the plan's choices among its offers
     est = assemble(
         model, cluster, workload, plan, analytic_costs(model, cluster, workload, plan, cal), backend=backend
     )

@@ -108,6 +108,8 @@ def export_training(
             f"the plan uses {est.plan.num_devices} devices, the cluster has {cluster.num_devices}; a launch runs on "
             "whole nodes: give a plan for every device"
         )
+    if framework is not None:  # the plan's choices among the stack's offers (the FP8 recipe)
+        framework = framework.running(est.plan)
     files, program, env, notes = _stack_files(est, stack, model, framework)
     prelude = PRELUDE.get(stack, "")
     nodes, per_node = cluster.num_nodes, cluster.devices_per_node

@@ -75,6 +75,10 @@ def profile_from_dict(data: dict[str, Any], *, where: str) -> FrameworkProfile:
         k: None if (k == "schedules" and v == "any") else tuple(v) if k in _TUPLES else v
         for k, v in data.items()
     }
+    if "offers" in values:  # [offers] field = [values]
+        if not isinstance(values["offers"], dict):
+            raise ValueError(f"{where}: offers must be a table of lists, got {shown(values['offers'])}")
+        values["offers"] = {k: tuple(v) if isinstance(v, list) else v for k, v in values["offers"].items()}
     try:
         return FrameworkProfile(**values)
     except (TypeError, ValueError) as exc:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from workbench.search import rank
 from workbench.search.frontier import TIE_FRAC, tied_mask
@@ -18,13 +19,16 @@ from workbench.search.result import (
     frame,
     rows_from_pool,
 )
-from workbench.search.run import Progress, ScreenOutcome, screen_all
+from workbench.search.run import Pool, Progress, ScreenOutcome, screen_all
 from workbench.search.space import Constraints, build_space, framework_constraints
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.plan import ParallelPlan
 
 if TYPE_CHECKING:
     from workbench.goodput import FailureModel, GoodputOptions
     from workbench.presets.calibration import Calibration
     from workbench.specs.estimate import Estimate
+    from workbench.specs.framework import FrameworkProfile
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import Workload
@@ -312,10 +316,57 @@ def _screen(
     model: ModelSpec, workload: Workload, setup: _Setup, objective: str, progress: Progress | None
 ) -> ScreenOutcome:
     """The screen of every cluster size at once, or, for a goodput objective over several sizes, of each size on
-    its own (so that every size keeps its best plans)."""
+    its own (so that every size keeps its best plans); once per combination of the values the stack offers on
+    the plan axes that choose a profile field (``_offered_choices``), each screen's plans tagged with theirs."""
+    choices = _offered_choices(setup.cal.framework, workload)
+    if len(choices) == 1:
+        return _screen_once(model, workload, setup, objective, progress)
+    outcomes = []
+    for i, values in enumerate(choices):
+        fw = setup.cal.framework.running(ParallelPlan(**values))
+        screen = replace(setup.screen, calibration=replace(setup.cal, framework=fw))
+        step = None if progress is None else (lambda n, t, i=i: progress(i * t + n, len(choices) * t))
+        outcome = _screen_once(model, workload, replace(setup, screen=screen), objective, step)
+        outcomes.append(_tagged(outcome, values))
+    # the same cluster sizes, screened once per choice
+    return replace(_merge(outcomes), clusters=outcomes[0].clusters)
+
+
+def _screen_once(
+    model: ModelSpec, workload: Workload, setup: _Setup, objective: str, progress: Progress | None
+) -> ScreenOutcome:
+    """``_screen`` under one calibration."""
     if objective in rank.GOODPUT_OBJECTIVES and len(setup.clusters) > 1:
         return _screen_per_size(model, setup.clusters, workload, setup.constraints, progress, setup.screen)
     return setup.screen.screen(model, setup.clusters, workload, setup.constraints, progress)
+
+
+def _offered_choices(framework: FrameworkProfile, workload: Workload) -> list[dict[str, Any]]:
+    """Every combination of the values ``framework`` offers on the plan axes that choose a profile field
+    (``PlanAxis.profile_field``, enumerated ``OFFERED``) and matter under the workload's dtype; ``[{}]`` when it
+    offers one value on each (the plan keeps None: the stack's own)."""
+    axes = [
+        a
+        for a in PLAN_AXES
+        if a.profile_field is not None
+        and (a.dtype is None or a.dtype == str(workload.dtype))
+        and len(framework.offered(a.profile_field)) > 1
+    ]
+    combos = itertools.product(*(framework.offered(a.profile_field or "") for a in axes))
+    return [dict(zip((a.name for a in axes), combo, strict=True)) for combo in combos] or [{}]
+
+
+def _tagged(outcome: ScreenOutcome, values: dict[str, Any]) -> ScreenOutcome:
+    """``outcome`` with a column per axis of ``values`` on every pool (numpy strings, one value each)."""
+    import numpy as np
+
+    def tag(pool: Pool) -> Pool:
+        n = len(pool.get("tp", ()))
+        return pool | {k: np.full(n, v) for k, v in values.items()} if pool else pool
+
+    return replace(
+        outcome, best=tag(outcome.best), frontier=tag(outcome.frontier), misses=tag(outcome.misses)
+    )
 
 
 def _refined_best(

@@ -52,8 +52,9 @@ if TYPE_CHECKING:
 PLAN_COLUMNS = ("num_nodes", "num_devices", *AXIS_NAMES, "plan", "num_microbatches")
 """The plan's columns: one per plan axis (``workbench.specs.axes``; an axis the planner does not search holds
 ``ParallelPlan``'s default), its text and its micro-batch count."""
-FIXED_VALUES: dict[str, Any] = {a.name: getattr(ParallelPlan(), a.name) for a in PLAN_AXES if not a.searched}
-"""The value every searched plan holds on each axis the planner does not search."""
+DEFAULT_VALUES: dict[str, Any] = {a.name: getattr(ParallelPlan(), a.name) for a in PLAN_AXES}
+"""``ParallelPlan``'s value on each axis, held by a searched plan on every axis its screen's pool has no column
+for (an axis the planner does not search, or one the stack offers a single value on)."""
 METRIC_COLUMNS = (
     "step_time_s",
     "tokens_per_s",
@@ -92,7 +93,7 @@ def rows_from_pool(
         row["recompute_num_layers"] = int(row.pop("recompute_layers", 0)) or None
         row["schedule"] = schedule_names[row.pop("schedule_code")]
         row["rank_order"] = ORDER_NAMES[row.pop("order_code", 0)]
-        row |= {k: v for k, v in FIXED_VALUES.items() if k not in row}
+        row |= {k: v for k, v in DEFAULT_VALUES.items() if k not in row}
         row["plan"] = plan_from_row(row).describe()
         row["memory_capacity_bytes"] = capacity_bytes
         row["fits"] = bool(row["memory_frac"] <= 1.0)

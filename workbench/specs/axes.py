@@ -27,6 +27,7 @@ from workbench.specs.axis_types import (
     rank_order_name,
 )
 from workbench.specs.errors import unique_index
+from workbench.specs.framework_values import FP8_RECIPES
 from workbench.specs.limits import (
     MAX_DEVICES,
     MAX_GLOBAL_BATCH_SIZE,
@@ -405,6 +406,30 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             default=False,
         ),
         enumeration=Enumeration.FIXED,
+    ),
+    PlanAxis(
+        name="fp8_recipe",
+        domain=Domain.CHOICE,
+        choices=MappingProxyType({r: r for r in FP8_RECIPES}),
+        optional=True,
+        cli=CliOption(
+            flag="--fp8-recipe",
+            default=None,
+            help="With --dtype fp8: how FP8 tensors are scaled, one the stack offers (`workbench frameworks "
+            "--json`, key offers); default: the stack's own.",
+        ),
+        app=AppControl(
+            kind=Control.CHOICE,
+            label="FP8 recipe (fp8 runs)",
+            doc="How FP8 runs scale their tensors (delayed or current per-tensor, MXFP8, blockwise, torchao "
+            "tensorwise or rowwise), among those the stack offers; stack: the stack's own.",
+            default="stack",
+            objects=("stack", *FP8_RECIPES),
+            none_as="stack",
+        ),
+        enumeration=Enumeration.OFFERED,
+        profile_field="fp8_recipe",
+        dtype="fp8",
     ),
     PlanAxis(
         name="rank_order",

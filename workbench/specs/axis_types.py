@@ -84,6 +84,9 @@ class Enumeration(StrEnum):
     """With full recompute, the fewest layers per chunk that fit (``workbench.search.screen``); else every layer."""
     FIXED = "fixed"
     """Not searched: every plan holds ``ParallelPlan``'s default."""
+    OFFERED = "offered by the stack"
+    """The values the framework profile offers for the axis' ``profile_field`` (``FrameworkProfile.offered``),
+    the planner screening each on its own (``workbench.search.planner``); only under the axis' ``dtype``."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -131,8 +134,9 @@ class AppControl:
     """The app's starting value (the app opens on llama-3.1-70b on 8 DGX H100 nodes: tp 8, pp 8)."""
     objects: tuple[Any, ...] = ()
     """A selector's options at start (the Store narrows ``DEGREE`` ones and fills the schedules)."""
-    none_as: int | None = None
-    """The control's value that stands for the plan's None (etp 0: automatic); None: the axis is never None."""
+    none_as: int | str | None = None
+    """The control's value that stands for the plan's None (etp 0: automatic; the FP8 recipe's ``stack``: the
+    stack's own); None: the axis is never None."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,6 +166,14 @@ class PlanAxis:
     enumeration: Enumeration
     constrainable: bool = False
     """``workbench.search.space.Constraints.fixed`` and ``.maximum`` accept it."""
+    profile_field: str | None = None
+    """The ``FrameworkProfile`` field the plan chooses, among what the stack offers (``FrameworkProfile.offered``:
+    the profile's own value and its ``offers`` list for the field); the plan's None keeps the stack's value.
+    ``FrameworkProfile.running`` lays the plan's choice over the profile and ``unsupported`` refuses a value the
+    stack does not offer, for every such axis: the axis' cost is the profile field's."""
+    dtype: str | None = None
+    """The workload dtype under which the axis matters (the FP8 recipe: fp8); None: always. A plan that sets it
+    under another dtype is refused (``FrameworkProfile.unsupported``) and the planner enumerates it only then."""
 
     def __post_init__(self) -> None:
         problem = None
@@ -173,6 +185,10 @@ class PlanAxis:
             problem = "a constrainable axis is a count bounded by a limits constant"
         elif self.app.none_as is not None and not self.optional:
             problem = "none_as stands for None: only an optional axis has one"
+        elif self.profile_field is not None and not (self.optional and self.domain is Domain.CHOICE):
+            problem = "a profile field's axis is an optional choice (None: the stack's own value)"
+        elif (self.enumeration is Enumeration.OFFERED) != (self.profile_field is not None):
+            problem = "an axis is enumerated as the stack offers exactly when it names a profile field"
         if problem:
             raise ValueError(f"PlanAxis {self.name!r}: {problem}")
 
@@ -190,7 +206,7 @@ class PlanAxis:
     @property
     def app_bounds(self) -> tuple[int, int | None]:
         """An ``INTEGER`` control's range: from ``none_as`` (when set) or ``minimum`` to ``maximum``."""
-        low = self.app.none_as if self.app.none_as is not None else self.minimum
+        low = self.app.none_as if isinstance(self.app.none_as, int) else self.minimum
         return low, self.maximum
 
     def plan_value(self, value: Any) -> Any:

@@ -112,9 +112,45 @@ class FrameworkProfile(FrameworkFields):
         """Attention runs as a fused kernel (some family is named)."""
         return bool(self.attention_kernels)
 
+    def offered(self, field: str) -> tuple[str, ...]:
+        """The values the stack offers for the profile ``field`` a plan axis chooses (``PlanAxis.profile_field``):
+        the profile's own value first, then its ``offers`` list for the field."""
+        own = getattr(self, field)
+        return (own, *(v for v in self.offers.get(field, ()) if v != own))
+
+    def running(self, plan: ParallelPlan) -> FrameworkProfile:
+        """This profile as it runs ``plan``: each plan axis with a ``profile_field`` (``workbench.specs.axes``)
+        that the plan sets replaces the profile's value (the FP8 recipe); ``self`` when the plan sets none. The
+        one place a plan's choice among the stack's offers reaches the cost model (``estimate_plan``, the
+        planner's screen, the exports)."""
+        from workbench.specs.axes import PLAN_AXES
+
+        changes = {
+            a.profile_field: getattr(plan, a.name)
+            for a in PLAN_AXES
+            if a.profile_field is not None and getattr(plan, a.name) is not None
+        }
+        return replace(self, **changes) if changes else self
+
+    def _unoffered(self, plan: ParallelPlan, dtype: str) -> list[str]:
+        """Reasons for the plan's choices among the stack's offers: a value it does not offer, or a choice that
+        matters only under another dtype."""
+        from workbench.specs.axes import PLAN_AXES
+
+        out = []
+        for a in PLAN_AXES:
+            value = getattr(plan, a.name)
+            if a.profile_field is None or value is None:
+                continue
+            if a.dtype is not None and str(dtype) != a.dtype:
+                out.append(f"{a.name} {value} without dtype {a.dtype} (the run is {dtype})")
+            elif value not in self.offered(a.profile_field):
+                out.append(f"{a.name} {value} (offers: {', '.join(self.offered(a.profile_field))})")
+        return out
+
     def unsupported(self, plan: ParallelPlan, *, dtype: str = "bf16") -> list[str]:
         """Reasons ``plan`` is not something this stack runs (empty when it is)."""
-        out = []
+        out = self._unoffered(plan, dtype)
         if plan.pp > 1 and self.schedules is not None and plan.schedule not in self.schedules:
             runs = ", ".join(self.schedules) or "no pipeline parallelism"
             out.append(f"schedule {plan.schedule} (runs: {runs})")
@@ -186,7 +222,25 @@ class FrameworkProfile(FrameworkFields):
             changes["vocab_parallel"] = True
         if self.unsupported_dtype(dtype):
             changes["fp8"] = True
+        offers = self._widened_offers(plan)
+        if offers != self.offers:
+            changes["offers"] = offers
         return replace(self, **changes)
+
+    def _widened_offers(self, plan: ParallelPlan) -> dict[str, tuple[str, ...]]:
+        """``offers`` with each value the plan chooses that the stack does not offer added."""
+        from workbench.specs.axes import PLAN_AXES
+
+        offers = dict(self.offers)
+        for a in PLAN_AXES:
+            value = getattr(plan, a.name)
+            if (
+                a.profile_field is not None
+                and value is not None
+                and value not in self.offered(a.profile_field)
+            ):
+                offers[a.profile_field] = (*offers.get(a.profile_field, ()), value)
+        return offers
 
     def unsupported_dtype(self, dtype: str) -> list[str]:
         """``["fp8 GEMMs"]`` when ``dtype`` is fp8 and the stack has no FP8 recipe, else empty."""
@@ -236,4 +290,5 @@ class FrameworkProfile(FrameworkFields):
                 if on
             ),
             "fitted": ", ".join(self.fitted),
+            "offers": "; ".join(f"{k}: {', '.join(self.offered(k))}" for k in self.offers),
         }

@@ -79,6 +79,10 @@ class FrameworkFields:
     expert_parallel: bool = False
     rank_orders: tuple[str, ...] = ("tp-cp-ep-dp-pp",)
     """Rank orders the stack can lay its groups in (names of ``workbench.specs.plan.RANK_ORDERS``)."""
+    offers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Profile field -> the values the stack offers for it besides the profile's own, for the fields a plan
+    chooses (the ``profile_field`` of ``workbench.specs.axes.PLAN_AXES``: ``fp8_recipe``); ``[offers]`` in a
+    file. A field not listed: the stack runs only its own value."""
     fp8: bool = False
     chunked_loss: bool = False
     """Runs the LM head and the loss chunk by chunk (fused linear cross-entropy; ``ParallelPlan.loss_chunks``)."""
@@ -335,6 +339,7 @@ class FrameworkFields:
                 f"{where}: default_microbatches must be one of {', '.join(DEFAULT_MICROBATCHES)}, "
                 f"got {self.default_microbatches!r}"
             )
+        self._check_offers(where)
         if self.fp8_recipe not in FP8_RECIPES:
             raise ValueError(
                 f"{where}: fp8_recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}"
@@ -419,6 +424,24 @@ class FrameworkFields:
         except (TypeError, ValueError) as exc:
             reason = str(exc).removeprefix(f"framework profile {shown(self.id)}: ")
             raise ValueError(f"{where}: {reason}") from None
+
+    def _check_offers(self, where: str) -> None:
+        """ValueError naming ``where`` for an ``offers`` key no plan axis chooses or a value that axis does not
+        take."""
+        from workbench.specs.axes import PLAN_AXES
+
+        axes = {a.profile_field: a for a in PLAN_AXES if a.profile_field is not None}
+        for key, values in self.offers.items():
+            if key not in axes:
+                raise ValueError(
+                    f"{where}: offers.{key}: no plan axis chooses {key!r}; allowed: {', '.join(axes)}"
+                )
+            bad = [v for v in values if v not in (axes[key].choices or {})]
+            if bad or not isinstance(values, tuple):
+                raise ValueError(
+                    f"{where}: offers.{key} must be a list among {', '.join(axes[key].choices or ())}, got "
+                    f"{shown(values)}"
+                )
 
     def _check_types(self, where: str) -> None:
         """Strings, flags and lists of the right kind (a TOML file may hold any type in any key)."""

@@ -156,6 +156,9 @@ class ParallelPlan:
     layers this recomputes on a mean chunk, ``workbench.cost.step.recompute_share``."""
     schedule: str = "1f1b"
     """Pipeline schedule name (see ``workbench.pipeline.schedules.SCHEDULE_NAMES``); ignored when pp = 1."""
+    fp8_recipe: str | None = None
+    """With an fp8 workload: how the FP8 tensors are scaled (``workbench.specs.framework_values.FP8_RECIPES``),
+    one the stack offers (``FrameworkProfile.offered``); None: the stack's own (``FrameworkProfile.fp8_recipe``)."""
     rank_order: tuple[Axis, ...] = DEFAULT_RANK_ORDER
     """Order in which the axes are laid on consecutive ranks, innermost first."""
 
@@ -167,6 +170,12 @@ class ParallelPlan:
                 and getattr(self, axis.name) is not None
             ):
                 check_int(self, axis.name, minimum=axis.minimum, maximum=axis.maximum, limit=axis.limit)
+            value = getattr(self, axis.name)
+            if axis.profile_field is not None and value is not None and value not in (axis.choices or {}):
+                raise ValueError(
+                    f"ParallelPlan: {axis.name} must be one of {', '.join(axis.choices or ())} or None (the "
+                    f"stack's own), got {value!r}"
+                )
         if self.num_devices > MAX_DEVICES:
             raise ValueError(
                 f"ParallelPlan: dp*tp*pp*cp = {self.dp}*{self.tp}*{self.pp}*{self.cp} = {self.num_devices:,} "
@@ -261,6 +270,8 @@ class ParallelPlan:
             parts.append(f"rc-{self.recompute}{self.recompute_num_layers or ''}")
         if self.pp > 1:
             parts.append(self.schedule)
+        if self.fp8_recipe is not None:
+            parts.append(f"fp8-{self.fp8_recipe}")
         if self.rank_order != DEFAULT_RANK_ORDER:
             parts.append(f"order {rank_order_name(self.rank_order)}")
         return " ".join(parts)
