@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import needs_chromium, served_app_page
+from workbench.presets import catalog
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -43,7 +44,10 @@ def test_mixed_tab_plans_the_typed_pools_and_draws_the_selected_plan() -> None:
     ):
         page.goto(app.url, wait_until="load", timeout=90_000)
         page.locator(".bk-tab", has_text="Mixed cluster").first.click()
-        page.locator(".wb-mixed-model_preset select").first.select_option("llama-3.1-8b")
+        label = next(
+            k for k, v in catalog.model_choices().items() if v == "llama-3.1-8b"
+        )  # "<family> · <id>"
+        page.locator(".wb-mixed-model_preset select").first.select_option(label=label)
         _type(page, ".wb-mixed-seq_len", "2048")
         _type(page, ".wb-mixed-global_batch_size", "32")
         _type(page, ".wb-mixed-text", "dgx-h100:1+dgx-a100:1+dgx-a100:1")

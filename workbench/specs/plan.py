@@ -167,7 +167,7 @@ class ParallelPlan:
             if (
                 axis.domain is Domain.COUNT
                 and axis.limit is not None
-                and getattr(self, axis.name) is not None
+                and (getattr(self, axis.name) is not None or not axis.optional)
             ):
                 check_int(self, axis.name, minimum=axis.minimum, maximum=axis.maximum, limit=axis.limit)
             value = getattr(self, axis.name)
