@@ -1,4 +1,5 @@
-"""Memory of one serving engine's device: weights, the activation peak vLLM profiles, the memory outside PyTorch,
+"""Memory of one serving engine's device: weights, the activation peak vLLM profiles (its dummy forward, and in
+vLLM V1 the dummy sampler run after it: ``activation_peak_bytes``), the memory outside PyTorch,
 and the KV cache that fits beside them (vLLM's sizing; TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` is turned
 into the same share by ``workbench.validate.serving_specs``).
 
