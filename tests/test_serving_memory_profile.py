@@ -65,3 +65,10 @@ def test_kv_capacity_of_the_rtx4090_run_by_hand() -> None:
 def test_profile_sampler_bytes_out_of_range_names_the_field() -> None:
     with pytest.raises(ValueError, match="profile_sampler_bytes_per_logit"):
         EngineProfile(id="x", name="x", profile_sampler_bytes_per_logit=-1.0)
+
+
+def test_each_data_parallel_rank_profiles_its_own_sequences() -> None:
+    """Two attention-DP ranks of 128 sequences each (the engine's 256) profile 128 sequences apiece: 28 x 128 x
+    128256 + 2 x (1024 + 128) x 4096 = 469,106,688 B, above the forward's share of 1,024 tokens (104,857,600 B)."""
+    plan = ServingPlan(tp=1, attention_dp=2, max_num_seqs=256, max_num_batched_tokens=2048)
+    assert activation_peak_bytes(LLAMA_8B, plan, 28.0) == 469_106_688

@@ -93,7 +93,8 @@ def activation_peak_bytes(model: ModelSpec, rp: ServingPlan, sampler_bytes_per_l
     the forward has freed its intermediates (vLLM V1 ``GPUModelRunner.profile_run``: ``_dummy_run`` then
     ``_dummy_sampler_run``), so the peak is the larger of the forward's and the sampler's, b N vocab, beside the
     hidden states the forward returned (T + N rows of h, 16-bit; ``EngineProfile.profile_sampler_bytes_per_logit``
-    gives b and its derivation)."""
+    gives b and its derivation); with attention data parallelism each rank is an engine of its own and profiles
+    its share, N / attention_dp sequences."""
     m = model
     t = rp.max_num_batched_tokens / rp.attention_dp
     h = m.hidden_size
@@ -106,7 +107,8 @@ def activation_peak_bytes(model: ModelSpec, rp: ServingPlan, sampler_bytes_per_l
     seqs = min(rp.max_num_seqs, rp.max_num_batched_tokens)
     if sampler_bytes_per_logit <= 0.0:
         return forward + seqs * m.vocab_size * 4.0
-    sampler = sampler_bytes_per_logit * seqs * m.vocab_size + ACT_BYTES * (t + seqs) * h
+    rank_seqs = math.ceil(seqs / rp.attention_dp)  # each data-parallel rank profiles its own engine's caps
+    sampler = sampler_bytes_per_logit * rank_seqs * m.vocab_size + ACT_BYTES * (t + rank_seqs) * h
     return max(forward, sampler)
 
 
