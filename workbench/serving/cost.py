@@ -195,7 +195,7 @@ class ReplicaCost:
         self._attention = AttentionCost(model, cluster.device, rp, calibration, self._engine, hbm_bytes_per_s=bw,
                                         families=attention_kernels)  # fmt: skip
         self._eager_floor_s = self._layers.eager_floor_s()
-        self._capacity = kv_capacity_tokens(model, cluster.device, rp)
+        self._capacity = kv_capacity_tokens(model, cluster.device, rp, engine.profile_sampler_bytes_per_logit)
         self._draft: DraftCost | None = None
         self._verify = 1  # positions the target computes per decode sequence and iteration
         if rp.speculative is not None:
@@ -288,9 +288,11 @@ class ReplicaCost:
         return weight_bytes_per_device(self._model, self._role_plan)
 
     def activation_peak_bytes(self) -> float:
-        """Peak activation memory of one forward on one device, as vLLM profiles it (``workbench.serving.memory``),
-        bytes."""
-        return activation_peak_bytes(self._model, self._role_plan)
+        """Peak activation memory of the engine's start-up profile on one device (the forward, and the dummy
+        sampler run where the engine profiles one: ``workbench.serving.memory``), bytes."""
+        return activation_peak_bytes(
+            self._model, self._role_plan, self._engine.profile_sampler_bytes_per_logit
+        )
 
     def reserve_bytes(self) -> float:
         """Memory outside weights, activations and KV on one device (``workbench.serving.memory``), bytes."""

@@ -1,4 +1,5 @@
-"""Memory of one serving engine's device: weights, the activation peak vLLM profiles, the memory outside PyTorch,
+"""Memory of one serving engine's device: weights, the activation peak vLLM profiles (its dummy forward, and in
+vLLM V1 the dummy sampler run after it: ``activation_peak_bytes``), the memory outside PyTorch,
 and the KV cache that fits beside them (vLLM's sizing; TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` is turned
 into the same share by ``workbench.validate.serving_specs``).
 
@@ -80,12 +81,20 @@ def weight_bytes_per_device(model: ModelSpec, rp: ServingPlan) -> float:
     return total + tables * table + 2.0 * m.hidden_size  # + the final norm
 
 
-def activation_peak_bytes(model: ModelSpec, rp: ServingPlan) -> float:
-    """Peak activation memory of one forward over ``max_num_batched_tokens`` tokens on one device, as vLLM's
-    profiling run sees it: the residual stream and normed input (2 x T x h) plus the larger of the attention
-    projections (T (q + 2 kv) / tp) and the MLP intermediates (gate-up output and activation, 3 T f / tp; for MoE
-    vLLM's fused_moe caches T k (3 f / etp + h)), 16-bit, plus fp32 logits of ``max_num_seqs`` sequences (gathered
-    on every rank), bytes."""
+def activation_peak_bytes(model: ModelSpec, rp: ServingPlan, sampler_bytes_per_logit: float = 0.0) -> float:
+    """Peak activation memory of the engine's start-up profile on one device, bytes.
+
+    The forward over ``max_num_batched_tokens`` tokens, as vLLM's profiling run sees it: the residual stream and
+    normed input (2 x T x h) plus the larger of the attention projections (T (q + 2 kv) / tp) and the MLP
+    intermediates (gate-up output and activation, 3 T f / tp; for MoE vLLM's fused_moe caches T k (3 f / etp + h)),
+    16-bit. With ``sampler_bytes_per_logit`` = 0 (an engine that profiles no sampler run) fp32 logits of
+    ``max_num_seqs`` sequences (gathered on every rank) are added to it. With ``sampler_bytes_per_logit`` = b > 0
+    the engine runs a dummy sampler over N = min(``max_num_seqs``, ``max_num_batched_tokens``) sequences after
+    the forward has freed its intermediates (vLLM V1 ``GPUModelRunner.profile_run``: ``_dummy_run`` then
+    ``_dummy_sampler_run``), so the peak is the larger of the forward's and the sampler's, b N vocab, beside the
+    hidden states the forward returned (T + N rows of h, 16-bit; ``EngineProfile.profile_sampler_bytes_per_logit``
+    gives b and its derivation); with attention data parallelism each rank is an engine of its own and profiles
+    its share, N / attention_dp sequences."""
     m = model
     t = rp.max_num_batched_tokens / rp.attention_dp
     h = m.hidden_size
@@ -94,8 +103,13 @@ def activation_peak_bytes(model: ModelSpec, rp: ServingPlan) -> float:
     if m.is_moe:
         routed = rp.max_num_batched_tokens * m.experts_per_token
         mlp = max(mlp, routed * (3.0 * m.moe_ffn_hidden_size / rp.expert_tp + h))
-    logits = min(rp.max_num_seqs, rp.max_num_batched_tokens) * m.vocab_size * 4.0
-    return ACT_BYTES * (2.0 * t * h + max(attn, mlp)) + logits
+    forward = ACT_BYTES * (2.0 * t * h + max(attn, mlp))
+    seqs = min(rp.max_num_seqs, rp.max_num_batched_tokens)
+    if sampler_bytes_per_logit <= 0.0:
+        return forward + seqs * m.vocab_size * 4.0
+    rank_seqs = math.ceil(seqs / rp.attention_dp)  # each data-parallel rank profiles its own engine's caps
+    sampler = sampler_bytes_per_logit * rank_seqs * m.vocab_size + ACT_BYTES * (t + rank_seqs) * h
+    return max(forward, sampler)
 
 
 def bounded_kv_capacity_tokens(
@@ -129,15 +143,18 @@ def reserve_bytes(rp: ServingPlan) -> float:
     return NON_TORCH_BYTES_MULTI_DEVICE if rp.devices_per_engine > 1 else NON_TORCH_BYTES_ONE_DEVICE
 
 
-def kv_capacity_tokens(model: ModelSpec, device: DeviceSpec, rp: ServingPlan) -> int:
+def kv_capacity_tokens(
+    model: ModelSpec, device: DeviceSpec, rp: ServingPlan, sampler_bytes_per_logit: float = 0.0
+) -> int:
     """(HBM x gpu_memory_utilization - weights - peak activation - reserve) / KV bytes per token per device,
     floored to whole blocks, times the attention-DP ranks (each keeps its own cache). vLLM's sizing
     (``determine_num_available_blocks``: total memory x utilisation - weights - non-torch - activation peak), with
-    our estimates of each term. Raises ValueError when not one block fits."""
+    our estimates of each term (``sampler_bytes_per_logit``: see ``activation_peak_bytes``). Raises ValueError
+    when not one block fits."""
     budget = device.hbm_bytes * rp.gpu_memory_utilization_frac
     weights, acts, reserve = (
         weight_bytes_per_device(model, rp),
-        activation_peak_bytes(model, rp),
+        activation_peak_bytes(model, rp, sampler_bytes_per_logit),
         reserve_bytes(rp),
     )
     layer_bytes = kv_bytes_per_token_layer(model, rp.kv_cache_dtype, rp.tp)

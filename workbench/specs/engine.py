@@ -101,6 +101,13 @@ class EngineProfile:
     backend) instead of separate prefill and decode kernels: with FlashAttention-2 each decode query then fills a
     whole query tile per query head (``workbench.serving.cost_attention.VARLEN_TILE_ROWS``)."""
 
+    profile_sampler_bytes_per_logit: float = 0.0
+    """Bytes per (sequence, vocabulary entry) the engine's start-up memory profile holds at the peak of its dummy
+    sampler run over ``max_num_seqs`` sequences, which runs after the dummy forward, so the profiled activation
+    peak is the larger of the two (vLLM V1 ``GPUModelRunner.profile_run``: ``_dummy_run`` then
+    ``_dummy_sampler_run`` with top-k and top-p set; ``workbench.serving.memory.activation_peak_bytes``). 0: the
+    engine profiles no sampler run, and the peak is the forward's plus fp32 logits. 0..256."""
+
     kv_transfer_layerwise: bool = False
     """A disaggregated prefill engine sends each layer's KV as soon as that layer is computed, overlapping the
     transfer with the rest of the prefill (Splitwise, Patel et al. ISCA 2024, section 4.3; vLLM-Ascend's
@@ -136,6 +143,8 @@ class EngineProfile:
         if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
             raise ValueError(f"{where}: graph_batch_sizes must rise strictly, got {list(sizes)}")
         object.__setattr__(self, "graph_batch_sizes", tuple(sizes))
+        check_real(where, "profile_sampler_bytes_per_logit", self.profile_sampler_bytes_per_logit, minimum=0.0,
+                   min_open=False, maximum=256.0, unit="bytes")  # fmt: skip
         check_count(where, "layer_kernels", self.layer_kernels, minimum=0, maximum=64)
         check_count(where, "fp8_quant_kernels", self.fp8_quant_kernels, minimum=0, maximum=8)
         if self.moe_dispatch not in MOE_DISPATCHES:
