@@ -148,3 +148,25 @@ def test_offloaded_layers_need_activation_offload() -> None:
     plan = ParallelPlan(dp=8, offload_activations=True, offload_activation_layers=4)
     assert "offload-act4" in plan.describe()
     assert "offload-act " in ParallelPlan(dp=8, offload_activations=True).describe() + " "
+
+
+def test_grace_blackwell_hides_the_recipes_offload_behind_two_layers() -> None:
+    """GB200: NVLink-C2C 900 GB/s bidirectional between a Grace and its two GPUs, 225 GB/s per GPU and
+    direction. Megatron-Bridge's GB200 Llama 3 70B FP8 recipe offloads 40 of 80 layers (mbs 2, seq 8192): each
+    copy has two layers' forward to hide behind, and takes less, so the layer time is unchanged."""
+    cluster = load_cluster("gb200-nvl72", 16)
+    assert cluster.storage is not None and cluster.storage.device_to_host_bytes_per_s == 900e9 / 2 / 2
+    model, work = load_model("llama-3.1-70b"), Workload(seq_len=8192, global_batch_size=256, dtype="fp8")
+    ctx = step.StepContext.build(model, cluster, work, load_calibration("default"))
+    base = step.plan_columns(ParallelPlan(dp=64, micro_batch_size=2, zero_stage=3), work)
+    off = step.plan_columns(
+        ParallelPlan(
+            dp=64, micro_batch_size=2, zero_stage=3, offload_activations=True, offload_activation_layers=40
+        ),
+        work,
+    )
+    plain, moved = step.layer_pair(ctx, base).dense, step.layer_pair(ctx, off).dense
+    trip = float(step.activation_sizes(ctx, base).dense_layer) / 225e9
+    assert trip < 2 * float(plain.compute_f_s)
+    assert float(moved.compute_f_s) == float(plain.compute_f_s)
+    assert float(moved.compute_i_s) == float(plain.compute_i_s)
