@@ -78,6 +78,7 @@ PLAN_FIELD_PRICING: dict[str, str] = {
     "vocab_parallel": "refused with pp > 1: the profile's embedding and head run whole on the first and last stage",
     "offload_optimizer": "the step model's host path (optimizer_s), not the measured AdamW (noted); no device states",
     "offload_activations": "refused: the stages keep the measured activations on the device",
+    "offload_activation_layers": "refused with offload_activations, which it needs (ParallelPlan refuses it alone)",
     "sequence_parallel": "tensor-parallel communication kind and the input full recompute keeps (the profile's "
     "blocks are measured without sequence parallelism: their stored activations as measured)",
     "recompute": "full: each block's measured forward again before its backward, its input kept; selective: "

@@ -288,14 +288,19 @@ def test_the_app_command_line_builds_the_apps_plan(composer) -> None:  # type: i
     store = composer.store
     s = store.state
     s.param.update(recompute="full", recompute_num_layers=2, loss_chunks=2, offload_optimizer=True)
+    s.param.update(offload_activation_layers=3)  # without activation offload: no count (None)
     try:
+        assert store.plan().offload_activation_layers is None
+        s.param.update(offload_activations=True)
         args = shlex.split(cli_command(s))[2:]
         ctx = estimate_cmd.make_context("estimate", args)
         built = build_inputs(dict(ctx.params))[3]
         assert built == store.plan()
         assert store.plan().recompute_num_layers == 2 and store.plan().loss_chunks == 2
+        assert store.plan().offload_activation_layers == 3
     finally:
         s.param.update(recompute="selective", recompute_num_layers=0, loss_chunks=1, offload_optimizer=False)
+        s.param.update(offload_activations=False, offload_activation_layers=0)
 
 
 def test_load_plan_round_trips_every_axis(composer) -> None:  # type: ignore[no-untyped-def]

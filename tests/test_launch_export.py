@@ -245,6 +245,44 @@ def test_bridge_overrides_are_config_container_fields(tmp_path: Path) -> None:
     assert values["train.global_batch_size"] == "64"
 
 
+def test_partial_activation_offload_exports_as_megatron_and_bridge_run_it(tmp_path: Path) -> None:
+    """The Megatron-Bridge 25.11 GB200 Llama 3 70B FP8-CS recipe's layout (FSDP, 40 layers offloaded): the
+    pinned parser takes ``--cpu-offloading-num-layers 40`` and Bridge's override sets the model's
+    ``cpu_offloading`` fields as its perf scripts do (_set_recompute_overrides); what TransformerConfig refuses
+    (every layer, pp > 1, recompute) is refused by name."""
+    kw = dict(dp=64, zero_stage=3, micro_batch_size=2, offload_activations=True, offload_activation_layers=40)
+    est = _estimate("llama-3.1-70b", "gb200-nvl72", 16, seq=8192, gbs=256, dtype="fp8", **kw)
+    folder = export_training(est, "megatron-core", ModelRef(name="m", hf_id="org/m"), framework=MCORE)
+    args = _parse_megatron(folder.files["pretrain_gpt.args"].splitlines(), _megatron_parser())
+    assert args["--cpu-offloading-num-layers"] == ["40"] and "--recompute-granularity" not in args
+    bridge = export_training(est, "megatron-bridge", ModelRef(name="llama-3.1-70b"), framework=MCORE)
+    known = set((FIXTURES / "megatron_bridge_v0.6.0_fields.txt").read_text().splitlines())
+    values = dict(line.split("=", 1) for line in bridge.files["overrides.txt"].splitlines())
+    offload = {k: v for k, v in values.items() if "offload" in k}
+    assert offload == {
+        "model.cpu_offloading_num_layers": "40",
+        "model.cpu_offloading": "true",
+        "model.cpu_offloading_weights": "false",
+    }
+    assert set(offload) <= known
+    refusals = {
+        "set offload_activation_layers": dict(dp=8, offload_activations=True),
+        "without pipeline parallelism": dict(
+            dp=2, pp=4, gbs=32, offload_activations=True, offload_activation_layers=2
+        ),
+        "without activation recompute": dict(
+            dp=8, recompute="full", offload_activations=True, offload_activation_layers=2
+        ),
+        r"must be below num_layers \(32\)": dict(
+            dp=8, offload_activations=True, offload_activation_layers=32
+        ),
+    }
+    for why, plan in refusals.items():
+        est = _estimate("llama-3.1-8b", "dgx-h100", 1, **{"gbs": 64, **plan})
+        with pytest.raises(ExportRefused, match=why):
+            export_training(est, "megatron-core", ModelRef(name="m"), framework=MCORE)
+
+
 @pytest.fixture
 def torchtitan_config_manager() -> Any:
     """torchtitan's ConfigManager, imported without torchtitan/__init__ (which loads Triton MoE kernels)."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from workbench.cost import step
+from workbench.cost.activations import offload_share
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.presets.frameworks import load_framework
@@ -87,3 +88,85 @@ def test_frameworks_say_which_levers_they_run():
     with pytest.raises(ValueError, match="loss_chunks"):
         ParallelPlan(loss_chunks=0)
     assert "ce/4" in plan.describe() and "offload-opt" in plan.describe()
+
+
+def _te29_peak_layers(model_layers: int, offloaded: int) -> int:
+    """Most layers' activations held at once in the forward pass under Transformer Engine 2.9's
+    ``AsyncDoubleBufferGroupOffloadHandler`` (transformer_engine/pytorch/cpu_offload.py, release_v2.9), replayed
+    here from its ``layer_window_map`` rule: groups 0..N-1 are offloaded; group i is freed when the forward of
+    layer window[i] = (L // N) (i + 1) - 1 (+ the remainder spread over the first groups) ends."""
+    window, constant = {}, 0
+    for i in range(offloaded):
+        window[i] = (model_layers // offloaded) * (i + 1) - 1
+        if i < model_layers % offloaded:
+            window[i] += i + 1
+            constant = i + 1
+        else:
+            window[i] += constant
+    peak = 0
+    for layer in range(
+        model_layers
+    ):  # during layer `layer`: every layer so far, less the groups freed before
+        freed = sum(1 for i in range(offloaded) if window[i] < layer)
+        peak = max(peak, layer + 1 - freed)
+    return peak
+
+
+@pytest.mark.parametrize("offloaded", [1, 8, 20, 31])
+def test_partial_activation_offload_holds_what_transformer_engine_holds(offloaded: int) -> None:
+    """Megatron-Core ``--cpu-offloading-num-layers N`` on a 32-layer model (pp 1): the layers held at the peak
+    are those of Transformer Engine 2.9's handler replayed above (32 - N + 1: the kept layers and the last
+    offloaded group still being copied out)."""
+    base = step.activation_sizes(CTX, _cols())
+    part = step.activation_sizes(CTX, _cols(offload_activations=True, offload_activation_layers=offloaded))
+    layer = float(base.dense_layer)
+    held = MODEL.num_layers * float(part.dense_layer) + float(part.recompute_work - base.recompute_work)
+    assert held / layer == pytest.approx(_te29_peak_layers(MODEL.num_layers, offloaded), rel=1e-12)
+    assert offload_share(MODEL, _cols()) == 0.0
+    everything = _cols(offload_activations=True, offload_activation_layers=MODEL.num_layers)
+    assert float(offload_share(MODEL, everything)) == 1.0  # N at or above the rank's layers: every layer
+
+
+def test_partial_activation_offload_hides_each_copy_behind_its_window() -> None:
+    """8 of 32 layers offloaded: each offloaded layer's copy out runs over the 4 layers up to its sync point, so
+    the mean layer's forward grows by 8/32 * max(0, bytes / PCIe - 4 forwards), likewise its backward."""
+    base = _cols()
+    sizes = step.activation_sizes(CTX, base)
+    plain = step.layer_pair(CTX, base).dense
+    moved = step.layer_pair(CTX, _cols(offload_activations=True, offload_activation_layers=8)).dense
+    trip = float(sizes.dense_layer) / 50e9
+    f, b = float(plain.compute_f_s), float(plain.compute_i_s + plain.compute_w_s)
+    assert float(moved.compute_f_s) == pytest.approx(f + 0.25 * max(0.0, trip - 4 * f), rel=1e-12)
+    assert float(moved.compute_i_s) == pytest.approx(
+        float(plain.compute_i_s) + 0.25 * max(0.0, trip - 4 * b), rel=1e-12
+    )
+
+
+def test_offloaded_layers_need_activation_offload() -> None:
+    with pytest.raises(ValueError, match="offload_activation_layers=4 needs offload_activations true"):
+        ParallelPlan(offload_activation_layers=4)
+    plan = ParallelPlan(dp=8, offload_activations=True, offload_activation_layers=4)
+    assert "offload-act4" in plan.describe()
+    assert "offload-act " in ParallelPlan(dp=8, offload_activations=True).describe() + " "
+
+
+def test_grace_blackwell_hides_the_recipes_offload_behind_two_layers() -> None:
+    """GB200: NVLink-C2C 900 GB/s bidirectional between a Grace and its two GPUs, 225 GB/s per GPU and
+    direction. Megatron-Bridge's GB200 Llama 3 70B FP8 recipe offloads 40 of 80 layers (mbs 2, seq 8192): each
+    copy has two layers' forward to hide behind, and takes less, so the layer time is unchanged."""
+    cluster = load_cluster("gb200-nvl72", 16)
+    assert cluster.storage is not None and cluster.storage.device_to_host_bytes_per_s == 900e9 / 2 / 2
+    model, work = load_model("llama-3.1-70b"), Workload(seq_len=8192, global_batch_size=256, dtype="fp8")
+    ctx = step.StepContext.build(model, cluster, work, load_calibration("default"))
+    base = step.plan_columns(ParallelPlan(dp=64, micro_batch_size=2, zero_stage=3), work)
+    off = step.plan_columns(
+        ParallelPlan(
+            dp=64, micro_batch_size=2, zero_stage=3, offload_activations=True, offload_activation_layers=40
+        ),
+        work,
+    )
+    plain, moved = step.layer_pair(ctx, base).dense, step.layer_pair(ctx, off).dense
+    trip = float(step.activation_sizes(ctx, base).dense_layer) / 225e9
+    assert trip < 2 * float(plain.compute_f_s)
+    assert float(moved.compute_f_s) == float(plain.compute_f_s)
+    assert float(moved.compute_i_s) == float(plain.compute_i_s)

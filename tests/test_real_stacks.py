@@ -197,3 +197,32 @@ def test_validate_gives_a_fit_verdict_per_row(tmp_path: Path) -> None:
     assert [r["id"] for r in result["not_fitting"]] == ["MBRIDGE_2511-022X"]
     other = run_validation(_write([never_ran], tmp_path / "never.csv"))
     assert other["rows"][0]["fits"] is False and other["not_fitting"] == []  # it never ran: not listed
+
+
+def test_megatron_bridge_offloading_recipe_fits_with_its_offloaded_layers(tmp_path: Path) -> None:
+    """MBRIDGE_2511-002: Llama 3 70B on 64 GB300, FP8, Megatron-FSDP, mbs 2; its recipe offloads the activations
+    of 20 of the 80 layers (llama3_workload_base_configs.py @5776a6d90, cpu_offloading_num_layers=20), read from
+    the row's offload_activation_layers column. The device then holds 80 - 20 + 1 layers (Transformer Engine
+    2.9 frees an offloaded group only when its window's last forward ends) and the loss keeps the 16-bit logits
+    alone (Transformer Engine's fused cross-entropy writes its gradient into them): it fits; without the
+    column it does not."""
+    from workbench.validate import run_validation
+
+    row = _rows("MBRIDGE_2511-002")[0]
+    assert row["offload_activation_layers"] == "20"
+    blank = {**row, "id": "MBRIDGE_2511-002X", "offload_activation_layers": ""}
+    result = run_validation(_write([row, blank], tmp_path / "rows.csv"))
+    by_id = {r["id"]: r for r in result["rows"]}
+    assert "offload-act20" in by_id["MBRIDGE_2511-002"]["plan"]
+    assert by_id["MBRIDGE_2511-002"]["fits"] is True
+    assert [r["id"] for r in result["not_fitting"]] == ["MBRIDGE_2511-002X"]
+    model, cluster = load_model("llama-3.1-70b"), load_cluster("gb300-nvl72", num_nodes=16)
+    workload = Workload(seq_len=8192, global_batch_size=256, dtype="fp8")
+    plan = ParallelPlan(
+        dp=64, micro_batch_size=2, zero_stage=3, offload_activations=True, offload_activation_layers=20
+    )
+    est = estimate_plan(model, cluster, workload, plan, calibration=load_calibration())
+    tokens = 2 * 8192
+    layers = _te_fp8_layer_bytes_per_token(8192, 8192, 1024, 28672, 64) * tokens * (80 - 20 + 1)
+    logits = tokens * 128256 * 2
+    assert est.memory.row(0, named=True)["activations_bytes"] == pytest.approx(layers + logits, rel=0.02)

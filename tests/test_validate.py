@@ -354,6 +354,8 @@ def test_codes_are_read_case_insensitively_and_papers_schedule_names_are_the_sch
         ("num_layers", "24.5", "num_layers: 24.5 must be an integer"),
         ("sequence_parallel", "yes", "sequence_parallel: 'yes' is not true or false"),
         ("gated_mlp", "1", "gated_mlp: '1' is not true or false"),
+        ("offload_activation_layers", "0", "offload_activation_layers: 0 must be an integer >= 1"),
+        ("offload_activation_layers", "2.5", "offload_activation_layers: 2.5 must be an integer"),
     ],
 )
 def test_a_cell_that_is_not_its_columns_kind_is_refused_by_name(column: str, value: str, reason: str) -> None:

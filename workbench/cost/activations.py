@@ -3,7 +3,8 @@ evaluated on plan columns), and the share of the layers a plan recomputes.
 
 Sources: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
 arXiv:2205.05198 (per-layer activations, selective and partial recompute); Megatron-Core ``--cpu-offloading``
-for the offloaded working set.
+and ``--cpu-offloading-num-layers`` (Transformer Engine 2.9 ``AsyncDoubleBufferGroupOffloadHandler``, the
+release Megatron-Bridge 25.11 pins) for the offloaded share and working set.
 """
 
 from __future__ import annotations
@@ -29,6 +30,26 @@ OFFLOAD_WORKING_LAYERS = 2
 """Layers of activations a device keeps while the rest are offloaded: the one whose backward runs and the
 one being fetched back ahead of it (Megatron-Core ``--cpu-offloading``, Transformer Engine's
 ``get_cpu_offload_context`` with double buffering)."""
+
+
+OFFLOAD_IN_FLIGHT_LAYERS = 1
+"""Offloaded layers still on the device at the end of the forward pass when only some layers are offloaded:
+Transformer Engine 2.9's ``AsyncDoubleBufferGroupOffloadHandler`` frees offloaded group i only when the forward of
+layer ``layer_window_map[i]`` ends (the last group's window is the rank's last layer), so the last offloaded
+group's activations are still held, being copied out, while the last layer runs
+(transformer_engine/pytorch/cpu_offload.py, ``synchronize_on_group_commit_forward``)."""
+
+
+def offload_share(model: ModelSpec, cols: Cols) -> Array:
+    """Share of a pipeline rank's layers whose saved activations go to host memory: 0 without
+    ``offload_activations``; 1 with it and ``offload_layers`` 0 (``ParallelPlan.offload_activation_layers``
+    None: every layer); else ``min(1, N pp / num_layers)``, N of the mean rank's ``num_layers / pp`` layers
+    (Megatron-Core passes ``cpu_offloading_num_layers`` to Transformer Engine's ``get_cpu_offload_context``,
+    whose handler offloads the groups (layers) 0..N-1 it sees). One fraction in [0, 1] per plan."""
+    off = np.asarray(cols.get("offload_activations", False), dtype=bool)
+    n = np.asarray(cols.get("offload_layers", 0))
+    per_rank = model.num_layers / np.asarray(cols["pp"])
+    return np.where(off, np.where(n > 0, np.minimum(1.0, n / per_rank), 1.0), 0.0)
 
 
 def recompute_share(model: ModelSpec, cols: Cols) -> Array:
@@ -102,11 +123,15 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
             moe = blend_recompute(
                 share, partial, moe, layer_activation_bytes(ctx.moe_parts, selective_op=op, **kept)
             )
-    off = np.asarray(cols.get("offload_activations", False), dtype=bool)
-    working = np.where(off, OFFLOAD_WORKING_LAYERS * np.maximum(dense, moe), 0.0)
+    # Offloaded layers keep nothing between their forward and backward; every offloaded layer: a working set of
+    # OFFLOAD_WORKING_LAYERS; some of them: the kept layers store as before, plus the group still being copied
+    off = offload_share(model, cols)
+    some = (off > 0) & (off < 1)
+    in_flight = np.where(some, OFFLOAD_IN_FLIGHT_LAYERS, np.where(off >= 1, OFFLOAD_WORKING_LAYERS, 0))
+    working = in_flight * np.maximum(dense, moe)
     return ActivationSizes(
-        dense_layer=np.where(off, 0.0, dense),
-        moe_layer=np.where(off, 0.0, moe),
+        dense_layer=(1 - off) * dense,
+        moe_layer=(1 - off) * moe,
         embedding=tok * model.hidden_size * ACT_BYTES / np.where(cols["sequence_parallel"], tp, 1),
         recompute_work=recompute_working_bytes(ctx.moe_parts, **kw) + working,
         logits=logits_bytes(

@@ -125,6 +125,7 @@ def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray
         "loss_chunks": plan.loss_chunks,
         "offload_optimizer": plan.offload_optimizer,
         "offload_activations": plan.offload_activations,
+        "offload_layers": plan.offload_activation_layers or 0,
         "vocab_parallel": plan.vocab_parallel,
         "pp": plan.pp,
         "dp": plan.dp,

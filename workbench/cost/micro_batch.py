@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from workbench.cost.activations import activation_sizes, blend_recompute, partial_recompute
+from workbench.cost.activations import activation_sizes, blend_recompute, offload_share, partial_recompute
 from workbench.cost.comm import all_gather_s, all_reduce_s, p2p_s, reduce_scatter_s
 from workbench.cost.context import (
     Array,
@@ -129,12 +129,17 @@ def layer_columns(cols: Cols) -> tuple[str, ...] | None:
 def _offload_transfers(ctx: StepContext, cols: Cols, layer: LayerCosts, stored_bytes: Array) -> LayerCosts:
     """``layer`` with its activations' trip to the host and back: the copy out runs during the layer's
     forward, the copy in during the backward of the layer after it (one ahead), each exposed only beyond that
-    compute (:func:`workbench.cost.overlap.overlap`); the exposed part is added to the compute."""
+    compute (:func:`workbench.cost.overlap.overlap`); the exposed part is added to the compute. With a share s
+    of the layers offloaded (``offload_share``), each offloaded layer's copy runs over the 1/s layers up to its
+    sync point (Transformer Engine 2.9 ``layer_window_map``: group i syncs after layer (L/N)(i+1) - 1, its
+    reload starts there in the backward) and the mean layer carries s of that exposed time."""
     pcie = host_path(ctx)[0]
-    on = np.asarray(cols.get("offload_activations", False), dtype=bool)
+    share = offload_share(ctx.model, cols)
+    on = share > 0
+    window = 1 / np.where(on, share, 1.0)
     trip = stored_bytes / pcie
-    out = overlap(trip, layer.compute_f_s, on=True).exposed
-    back = overlap(trip, layer.compute_i_s + layer.compute_w_s, on=True).exposed
+    out = share * overlap(trip, window * layer.compute_f_s, on=True).exposed
+    back = share * overlap(trip, window * (layer.compute_i_s + layer.compute_w_s), on=True).exposed
     return layer._replace(
         compute_f_s=layer.compute_f_s + np.where(on, out, 0.0),
         compute_i_s=layer.compute_i_s + np.where(on, back, 0.0),

@@ -74,12 +74,20 @@ def check_megatron(plan: ParallelPlan, stack: str = "megatron-core") -> None:
             "it keeps the embedding on the first and the head on the last stage",
         )
     if plan.offload_activations:
-        raise ExportRefused(
-            stack,
-            "offload_activations",
-            True,
-            "the pinned release offloads named modules only (--fine-grained-activation-offloading)",
+        # TransformerConfig.__post_init__ (core_v0.19.0): cpu_offloading needs 0 <= cpu_offloading_num_layers <
+        # num_layers, pipeline_model_parallel_size 1 and no recompute_granularity
+        why = (
+            "it offloads fewer layers than the model has (--cpu-offloading-num-layers N < num_layers): set "
+            "offload_activation_layers"
+            if plan.offload_activation_layers is None
+            else "its CPU offloading runs without pipeline parallelism (pp=1)"
+            if plan.pp > 1
+            else "its CPU offloading runs without activation recompute (recompute none)"
+            if plan.recompute != "none"
+            else None
         )
+        if why is not None:
+            raise ExportRefused(stack, "offload_activations", True, why)
     if plan.offload_optimizer and plan.zero_stage == 0:
         raise ExportRefused(
             stack,
@@ -193,6 +201,14 @@ def plan_args(est: Estimate, framework: FrameworkProfile | None, stack: str = "m
     a = ["--tensor-model-parallel-size", str(plan.tp), "--pipeline-model-parallel-size", str(plan.pp)]
     if plan.vpp > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", str(plan.vpp)]
+    layers = plan.offload_activation_layers
+    if plan.offload_activations and layers is not None and layers >= est.model.num_layers:
+        raise ExportRefused(
+            stack,
+            "offload_activation_layers",
+            layers,
+            f"--cpu-offloading-num-layers must be below num_layers ({est.model.num_layers})",
+        )
     edges = uneven_edges(est.model, plan, stack) if plan.pp > 1 else None
     if edges is not None:
         a += [
@@ -249,6 +265,8 @@ def _memory_args(plan: ParallelPlan) -> list[str]:
         a += ["--num-distributed-optimizer-instances", str(plan.dp * plan.cp // plan.zero_shard)]
     if plan.offload_optimizer:
         a += ["--optimizer-cpu-offload", "--optimizer-offload-fraction", "1.0"]
+    if plan.offload_activations:  # N > 0 switches cpu_offloading on (arguments.py validate_args)
+        a += ["--cpu-offloading-num-layers", str(plan.offload_activation_layers)]
     if plan.recompute == "selective":
         a += ["--recompute-granularity", "selective"]
     elif plan.recompute == "full":
@@ -314,9 +332,12 @@ def bridge_override(est: Estimate, framework: FrameworkProfile | None) -> dict[s
         ("--decoder-first-pipeline-num-layers", "num_layers_in_first_pipeline_stage"),
         ("--decoder-last-pipeline-num-layers", "num_layers_in_last_pipeline_stage"),
         ("--recompute-num-layers", "recompute_num_layers"),
+        ("--cpu-offloading-num-layers", "cpu_offloading_num_layers"),
     ):
         if flag in values:
             model[key] = int(values[flag])
+    if "cpu_offloading_num_layers" in model:  # as Bridge's perf overrides set it (_set_recompute_overrides)
+        model.update(cpu_offloading=True, cpu_offloading_weights=False)
     for flag, key in (
         ("--recompute-granularity", "recompute_granularity"),
         ("--recompute-method", "recompute_method"),

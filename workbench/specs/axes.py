@@ -391,6 +391,28 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         enumeration=Enumeration.FIXED,
     ),
     PlanAxis(
+        name="offload_activation_layers",
+        domain=Domain.COUNT,
+        maximum=MAX_LAYERS,
+        limit="MAX_LAYERS",
+        optional=True,
+        cli=CliOption(
+            flag="--offload-activation-layers",
+            default=None,
+            help="With --offload-activations: offload only the first N layers of each pipeline rank "
+            "(Megatron's --cpu-offloading-num-layers); default every layer.",
+        ),
+        app=AppControl(
+            kind=Control.INTEGER,
+            label="Offloaded layers per rank (0 = all)",
+            doc="With activation offload: only the first N layers of each pipeline rank send their saved "
+            "activations to host memory (Megatron's --cpu-offloading-num-layers); 0: every layer.",
+            default=0,
+            none_as=0,
+        ),
+        enumeration=Enumeration.FIXED,
+    ),
+    PlanAxis(
         name="vocab_parallel",
         domain=Domain.FLAG,
         cli=CliOption(

@@ -144,7 +144,13 @@ class ParallelPlan:
     offload_activations: bool = False
     """Each layer's saved activations go to host memory after its forward and come back before its backward,
     overlapped with the neighbouring layers' compute (Megatron-Core ``--cpu-offloading``); the device keeps
-    a working set of ``workbench.cost.step.OFFLOAD_WORKING_LAYERS`` layers."""
+    a working set of ``workbench.cost.activations.OFFLOAD_WORKING_LAYERS`` layers."""
+    offload_activation_layers: int | None = None
+    """With ``offload_activations``: only the first N layers a pipeline rank holds send their saved activations
+    to host memory; the others keep them on the device (Megatron-Core ``--cpu-offloading-num-layers N``,
+    Transformer Engine ``get_cpu_offload_context(num_layers=N)``: groups 0..N-1 are offloaded). None: every
+    layer. N at or above the rank's layers offloads every layer. Priced by
+    ``workbench.cost.activations.offload_share``."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism alongside tp (norms and dropout sharded over the sequence)."""
     recompute: Recompute = Recompute.NONE
@@ -197,6 +203,11 @@ class ParallelPlan:
             raise ValueError(
                 f"ParallelPlan: recompute_num_layers={self.recompute_num_layers} needs recompute full (got "
                 f"recompute {self.recompute}); allowed: recompute full, or recompute_num_layers None"
+            )
+        if self.offload_activation_layers is not None and not self.offload_activations:
+            raise ValueError(
+                f"ParallelPlan: offload_activation_layers={self.offload_activation_layers} needs "
+                "offload_activations true; allowed: offload_activations true, or offload_activation_layers None"
             )
         if self.zero_shard is not None and (self.zero_stage == 0 or (self.dp * self.cp) % self.zero_shard):
             raise ValueError(
@@ -261,7 +272,7 @@ class ParallelPlan:
             name
             for name, on in (
                 ("offload-opt", self.offload_optimizer),
-                ("offload-act", self.offload_activations),
+                (f"offload-act{self.offload_activation_layers or ''}", self.offload_activations),
                 ("vocab-par", self.vocab_parallel and self.pp > 1),
             )
             if on

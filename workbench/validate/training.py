@@ -257,6 +257,9 @@ def _row_plan(
         assumed.append("dtype")
     if model.num_layers % (pp * vpp):
         assumed.append("uneven_layers")
+    # this copy's column (profiles/validation/README.md): the layers whose activations the recipe offloads
+    column = "offload_activation_layers"
+    offloaded = cell_count(row, column) if cell_number(row, column) is not None else None
     plan = ParallelPlan(
         dp=dp,
         tp=tp,
@@ -269,6 +272,8 @@ def _row_plan(
         sequence_parallel=sp,
         recompute=Recompute(recompute),
         schedule=schedule,
+        offload_activations=offloaded is not None,
+        offload_activation_layers=offloaded,
     )
     return plan, Workload(seq_len=seq_len, global_batch_size=gbs, dtype=DType(dtype))
 

@@ -71,7 +71,7 @@ def _counts(maximum: int, *columns: str, minimum: int = 1) -> dict[str, tuple[bo
 
 
 NUMERIC_COLUMNS: dict[str, tuple[bool, float, float, bool]] = {
-    **_counts(limits.MAX_LAYERS, "num_layers"),
+    **_counts(limits.MAX_LAYERS, "num_layers", "offload_activation_layers"),
     **_counts(limits.MAX_HIDDEN_SIZE, "hidden_size"),
     **_counts(limits.MAX_ATTENTION_HEADS, "num_attention_heads", "num_key_value_heads"),
     **_counts(limits.MAX_FFN_HIDDEN_SIZE, "ffn_hidden_size", "moe_ffn_hidden_size"),
