@@ -57,8 +57,8 @@ class EventLoop:
         self.first_token = [math.nan] * n  # lists: one scalar store per token event (arrays at the end)
         self.finish = [math.nan] * n
         self.preemptions = np.zeros(n, dtype=np.int64)
-        self.engine_of = np.full(n, -1, dtype=np.int64)
-        self.prefill_engine_of = np.full(n, -1, dtype=np.int64)
+        self.engine_of = [-1] * n
+        self.prefill_engine_of = [-1] * n
         # prompt tokens found in the prefix cache: whole blocks, at least one token left to compute
         self.hit: list[int] | None = None
         if prefix_hit_rate > 0.0:
@@ -81,11 +81,20 @@ class EventLoop:
         """Process arrivals (known ones from a pointer, before heap events at the same time) and heap events in
         time order until nothing is left."""
         arrival, heap, engines = self.arrival.tolist(), self.heap, self.engines
-        route, complete, schedule, pop = self.route, self.complete, self.schedule, heapq.heappop
+        pick, enqueue, complete, schedule, pop = (
+            self.pick,
+            self.enqueue,
+            self.complete,
+            self.schedule,
+            heapq.heappop,
+        )
+        prefill_engine_of = self.prefill_engine_of
         n_known, ptr = self.next_closed, 0
         while True:
             if ptr < n_known and (not heap or arrival[ptr] <= heap[0][0]):
-                route(ptr, arrival[ptr], 0)
+                eng = pick(0)  # route(ptr, arrival[ptr], 0), inline
+                prefill_engine_of[ptr] = eng.index
+                enqueue(eng, ptr, arrival[ptr])
                 ptr += 1
                 continue
             if not heap:
@@ -93,7 +102,7 @@ class EventLoop:
             t, priority, _, a, b = pop(heap)
             if priority == 0:
                 self.kv_ready[a] = True
-                self.enqueue(engines[b], a, t)
+                enqueue(engines[b], a, t)
                 continue
             eng = engines[a]
             if b == eng.gen:
@@ -135,26 +144,25 @@ class EventLoop:
         """Cut a decode run after its first iteration that ends at or after ``t``."""
         k, t0, slope = eng.k, eng.t0, eng.slope
         elapsed = t - eng.start
-
-        def ends(x: int) -> float:  # end of the x-th iteration, from the run's start
-            return x * t0 + slope * x * (x - 1) / 2
-
+        # the end of the x-th iteration from the run's start is x * t0 + slope * x * (x - 1) / 2 (written out below)
         if slope:
             b = t0 - slope / 2
             x = math.ceil((-b + math.sqrt(max(b * b + 2 * slope * elapsed, 0.0))) / slope)
         else:
             x = math.ceil(elapsed / t0) if t0 > 0 else 1
         x = min(max(x, 1), k)
-        while x > 1 and ends(x - 1) >= elapsed:
+        while x > 1 and (x - 1) * t0 + slope * (x - 1) * (x - 2) / 2 >= elapsed:
             x -= 1
-        while x < k and ends(x) < elapsed:
+        while x < k and x * t0 + slope * x * (x - 1) / 2 < elapsed:
             x += 1
         if x < k:
             eng.k = x
             row = self.rows[eng.row]
             self.rows[eng.row] = (*row[:2], x, *row[3:])
-            eng.gen += 1
-            _push(self.heap, (eng.start + ends(x), 1, next(self.seq), eng.index, eng.gen))
+            eng.gen = gen = eng.gen + 1
+            _push(
+                self.heap, (eng.start + (x * t0 + slope * x * (x - 1) / 2), 1, next(self.seq), eng.index, gen)
+            )
 
     # ---- one engine step: finish the work in flight, then schedule the next ----
     def complete(self, eng: _Engine, t: float) -> None:
@@ -434,7 +442,7 @@ class EventLoop:
             first_token_s=np.array(self.first_token, dtype=np.float64) + emit_delay_s,
             finish_s=np.array(self.finish, dtype=np.float64) + emit_delay_s,
             preemptions=self.preemptions,
-            engine=self.engine_of,
-            prefill_engine=self.prefill_engine_of,
+            engine=np.array(self.engine_of, dtype=np.int64),
+            prefill_engine=np.array(self.prefill_engine_of, dtype=np.int64),
             iterations=iteration_table(table, caps),
         )
