@@ -391,6 +391,14 @@ def _check_packed(s: Schedule, packed: np.ndarray, offsets: np.ndarray) -> None:
         raise ValueError(f"Schedule {s.name!r}: stage {st} micro-batch {mbi} has {has}; it needs {need}")
 
 
+def decoded_rows(packed: np.ndarray, offsets: np.ndarray) -> list[list[Action]]:
+    """Per rank, the ``Action`` of each row of ``packed`` ((n, 3) stage, op code, micro-batch; rank r's rows are
+    ``offsets[r]:offsets[r + 1]``)."""
+    stage, op, mb = (packed[:, k].tolist() for k in range(3))
+    flat = list(map(Action._make, zip(stage, map(OPS.__getitem__, op), mb, strict=True)))
+    return [flat[a:b] for a, b in itertools.pairwise(offsets.tolist())]
+
+
 class ActionRows(Sequence[tuple[Action, ...]]):
     """Per rank, the ``Action`` tuples of a packed schedule, decoded from the array when first read.
 
@@ -406,10 +414,7 @@ class ActionRows(Sequence[tuple[Action, ...]]):
 
     def _decoded(self) -> tuple[tuple[Action, ...], ...]:
         if self._rows is None:
-            stage, op, mb = (self.packed[:, k].tolist() for k in range(3))
-            flat = list(map(Action._make, zip(stage, map(OPS.__getitem__, op), mb, strict=True)))
-            bounds = self.offsets.tolist()
-            self._rows = tuple(tuple(flat[a:b]) for a, b in itertools.pairwise(bounds))
+            self._rows = tuple(tuple(row) for row in decoded_rows(self.packed, self.offsets))
         return self._rows
 
     def __len__(self) -> int:

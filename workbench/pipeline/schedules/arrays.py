@@ -1,4 +1,5 @@
-"""The looping-placement schedules of ``classic`` built as arrays: what ``build_schedule`` runs for them.
+"""Schedules built as arrays: the looping-placement family of ``classic`` here, the V schedules in ``vshape``
+(ZB-V, DualPipeV, which write ints as they go); what ``build_schedule`` runs for them.
 
 A 405B plan's schedule holds 10^5-10^6 actions and a search refines a dozen of them; made one ``Action`` at a
 time in Python the build cost 2x the simulation (issue 52). Here every rank's order is a few numpy operations
@@ -7,7 +8,7 @@ on the action positions, and the schedule keeps only its packed ``(stage, op cod
 
 The orders are those of ``workbench.pipeline.schedules.classic`` (the readable form, which cites the papers):
 tests/test_schedule_arrays.py checks the two agree action for action for every schedule at many (pp, vpp, m),
-and tests/test_schedules.py checks these against torch's own ``pipeline_order``.
+and tests/test_schedules.py checks both these and the V schedules against torch's own ``pipeline_order``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class PackedRows(NamedTuple):
     offsets: np.ndarray
 
 
-def _joined(rows: list[np.ndarray]) -> PackedRows:
+def joined(rows: list[np.ndarray]) -> PackedRows:
+    """Per-rank (k, 3) arrays as one ``PackedRows``."""
     offsets = np.zeros(len(rows) + 1, dtype=np.int64)
     np.cumsum([len(r) for r in rows], out=offsets[1:])
     return PackedRows(np.concatenate(rows).astype(np.int64, copy=False), offsets)
@@ -54,7 +56,7 @@ def _count_within(group: np.ndarray) -> np.ndarray:
 def gpipe(pp: int, vpp: int, m: int) -> PackedRows:
     """``classic.gpipe``: all forwards, then all backwards, in micro-batch order."""
     mbs = np.arange(m)
-    return _joined(
+    return joined(
         [
             np.concatenate([_actions(np.full(m, r), _F, mbs), _actions(np.full(m, r), _B, mbs)])
             for r in range(pp)
@@ -66,7 +68,7 @@ def looped_bfs(pp: int, vpp: int, m: int) -> PackedRows:
     """``classic.looped_bfs``: every micro-batch through each of a rank's stages in turn, backwards reversed."""
     chunk = np.repeat(np.arange(vpp), m)
     mbs = np.tile(np.arange(m), vpp)
-    return _joined(
+    return joined(
         [
             np.concatenate(
                 [_actions(chunk * pp + r, _F, mbs), _actions((chunk * pp + r)[::-1], _B, mbs[::-1])]
@@ -126,4 +128,4 @@ def _warmup_steady_cooldown(
             done = max(0, total - r)
             parts.append(_actions(b_stage[done:], _W, b_mb[done:]))
         rows.append(np.concatenate(parts))
-    return _joined(rows)
+    return joined(rows)

@@ -154,6 +154,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source=f"{ZB_PAPER}, ZB-V (Sec. 6, Fig. 8)",
         torch_class="ScheduleZBVZeroBubble",
         frameworks=(ZERO_BUBBLE, TORCH),
+        array_generator=vshape.zbv_arrays,
     ),
     ScheduleSpec(
         traits=TRAITS["v-half"],
@@ -182,6 +183,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source=f"{DSV3_PAPER} Sec. 3.2.1",
         torch_class="ScheduleDualPipeV",
         frameworks=(DUALPIPE, TORCH),
+        array_generator=vshape.dualpipev_arrays,
     ),
     ScheduleSpec(
         traits=TRAITS["dualpipe"],
