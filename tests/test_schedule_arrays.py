@@ -1,7 +1,9 @@
-"""The array build of the schedules (``build_schedule``, issue 52) equals the readable generators of the records
+"""The array build of the schedules (``build_schedule``, issue 52) equals the records' generators
 (``reference_schedule``: one ``Action`` at a time) action for action, for every registered schedule; the lazily
 decoded ``ActionRows`` behave as the tuple of tuples they stand for; a packed schedule is checked as strictly as
-one built from rows."""
+one built from rows. For the looping family the generators are independent readable code (``classic``); ZB-V,
+DualPipeV and DualPipe write ints as they go and their rows are decoded from those, so their oracles are torch's
+``pipeline_order`` (tests/test_schedules.py) and DualPipe's rules (tests/test_dualpipe.py)."""
 
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ def test_array_generators_follow_the_readable_ones_off_the_rules_too(arrayed, re
     """Also where the rules refuse the shape (m not a multiple of the rounds, m < pp): the two agree anyway."""
     for pp, vpp, m in itertools.product((1, 2, 3, 5, 8), (1, 2, 3, 4), (1, 2, 3, 5, 7, 12, 17, 24)):
         rows = readable(pp, vpp, m)
-        packed, offsets = arrayed(pp, vpp, m)
+        packed, offsets, _ = arrayed(pp, vpp, m)
         expected = [(a.stage, OPS.index(a.op), a.microbatch) for row in rows for a in row]
         assert packed.tolist() == [list(t) for t in expected], (pp, vpp, m)
         assert offsets.tolist() == list(itertools.accumulate((len(r) for r in rows), initial=0))
@@ -90,7 +92,7 @@ def test_action_rows_read_as_the_tuple() -> None:
 def test_a_packed_schedule_is_checked_like_rows() -> None:
     good = arrays.gpipe(1, 1, 2)
     ok = {"name": "x", "pp": 1, "vpp": 1, "num_microbatches": 2, "num_stages": 1, "stage_to_rank": (0,)}
-    assert Schedule(**ok, actions=ActionRows(*good)).num_actions == 4
+    assert Schedule(**ok, actions=ActionRows(good.packed, good.offsets)).num_actions == 4
     dup = good.packed.copy()
     dup[1] = dup[0]  # 0F0 twice, 0F1 missing
     with pytest.raises(ValueError, match="0F0 appears more than once"):
@@ -100,4 +102,7 @@ def test_a_packed_schedule_is_checked_like_rows() -> None:
     with pytest.raises(ValueError, match="out of range"):
         Schedule(**ok, actions=ActionRows(far, good.offsets))
     with pytest.raises(ValueError, match="one row per rank"):
-        Schedule(**{**ok, "pp": 2, "num_stages": 2, "stage_to_rank": (0, 1)}, actions=ActionRows(*good))
+        Schedule(
+            **{**ok, "pp": 2, "num_stages": 2, "stage_to_rank": (0, 1)},
+            actions=ActionRows(good.packed, good.offsets),
+        )

@@ -270,20 +270,23 @@ class Schedule:
 
     def cells(self) -> list[list[Cell]]:
         """Per rank, the order with each overlapped pair as one ``Overlap`` (the inverse of ``flatten_cells``)."""
-        out: list[list[Cell]] = []
-        for r, row in enumerate(self.actions):
-            starts = set(self.overlap_pairs[r]) if self.overlap_pairs else set()
-            cells: list[Cell] = []
-            k = 0
-            while k < len(row):
-                if k in starts:
-                    cells.append(Overlap(row[k], row[k + 1]))
-                    k += 2
-                else:
-                    cells.append(row[k])
-                    k += 1
-            out.append(cells)
-        return out
+        pairs = self.overlap_pairs or ((),) * self.pp
+        return [cells_of(row, starts) for row, starts in zip(self.actions, pairs, strict=True)]
+
+
+def cells_of(row: Sequence[Action], starts: Iterable[int]) -> list[Cell]:
+    """One rank's order with the actions at ``starts`` and the next one as an ``Overlap`` each."""
+    opening = set(starts)
+    cells: list[Cell] = []
+    k = 0
+    while k < len(row):
+        if k in opening:
+            cells.append(Overlap(row[k], row[k + 1]))
+            k += 2
+        else:
+            cells.append(row[k])
+            k += 1
+    return cells
 
 
 def _check_overlap_pairs(s: Schedule, packed: np.ndarray, offsets: np.ndarray) -> None:

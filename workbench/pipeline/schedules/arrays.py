@@ -28,6 +28,9 @@ class PackedRows(NamedTuple):
 
     packed: np.ndarray
     offsets: np.ndarray
+    overlap_pairs: tuple[tuple[int, ...], ...] = ()
+    """Per rank (or empty: none), the positions k whose actions k and k + 1 run as one overlapped F&B pair
+    (``Schedule.overlap_pairs``)."""
 
 
 def joined(rows: list[np.ndarray]) -> PackedRows:

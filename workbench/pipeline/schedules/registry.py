@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -194,6 +194,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source=f"{DSV3_PAPER} Sec. 3.2.1, Fig. 5 and Table 2 (bidirectional, two copies of the weights)",
         torch_class=None,  # torch 2.13 ships ScheduleDualPipeV only; its stages form one chain, not two
         frameworks=(DUALPIPE,),
+        array_generator=bidirectional.dualpipe_arrays,
     ),
 )
 """Every built-in schedule, in the order of the literature."""
@@ -299,9 +300,9 @@ def _built(
     spec: Any, name: str, pp: int, vpp: int, num_microbatches: int, *, from_rows: bool = False
 ) -> Schedule:
     if spec.array_generator is not None and not from_rows:
-        packed, offsets = spec.array_generator(pp, vpp, num_microbatches)
+        packed, offsets, overlap = spec.array_generator(pp, vpp, num_microbatches)
         actions: Any = ActionRows(packed, offsets)
-        pairs: list[tuple[int, ...]] = []
+        pairs: Sequence[tuple[int, ...]] = overlap
     else:
         rows, pairs = flatten_cells(spec.generator(pp, vpp, num_microbatches))
         actions = tuple(tuple(row) for row in rows)

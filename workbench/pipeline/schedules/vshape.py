@@ -52,7 +52,8 @@ class _Emitter:
 
 def zbv(pp: int, m: int) -> Rows:
     """ZB-V as ``Action`` rows (``zbv_arrays``)."""
-    return decoded_rows(*zbv_arrays(pp, 2, m))
+    built = zbv_arrays(pp, 2, m)
+    return decoded_rows(built.packed, built.offsets)
 
 
 def zbv_arrays(pp: int, vpp: int, m: int) -> PackedRows:
@@ -104,7 +105,8 @@ def _triple(e: _Emitter, stage: int) -> None:
 
 def dualpipev(pp: int, m: int) -> Rows:
     """DualPipeV as ``Action`` rows (``dualpipev_arrays``)."""
-    return decoded_rows(*dualpipev_arrays(pp, 2, m))
+    built = dualpipev_arrays(pp, 2, m)
+    return decoded_rows(built.packed, built.offsets)
 
 
 def dualpipev_arrays(pp: int, vpp: int, m: int) -> PackedRows:
