@@ -498,7 +498,7 @@ def test_an_earlier_request_handed_off_later_passes_a_blocked_head(max_run: int)
 
 
 def test_decode_columns_match_a_plain_list_through_inserts_and_finishes() -> None:
-    """``EngineState`` keeps the running decodes as columns sorted by finish, with a fast path for one request in
+    """``EngineState`` keeps the running decodes sorted by finish (``d``: the columns), with a fast path for one request in
     or one out: against a plain list, over random arrivals (one or several at a time, ties on the finish step
     included) and finishes, the columns, the KV-offset sum and the finished ids agree at every step."""
     from workbench.serving.engine_state import EngineState
@@ -525,7 +525,7 @@ def test_decode_columns_match_a_plain_list_through_inserts_and_finishes() -> Non
         ended = [r for r in plain if r[0] <= eng.steps]
         if plain and plain[0][0] == eng.steps:
             done = eng.drop_finished()
-            assert sorted(done.tolist()) == sorted(r[1] for r in ended)
+            assert sorted(done) == sorted(r[1] for r in ended)
             plain = [r for r in plain if r[0] > eng.steps]
         assert eng.n == len(plain) and eng.off_sum == sum(r[2] for r in plain)
         assert eng.d[0].tolist() == [r[0] for r in plain]

@@ -8,8 +8,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from heapq import heappush as _push
 
 import numpy as np
+from numpy import array as _array
 
 from workbench.serving.engine_state import EMPTY as _EMPTY
 from workbench.serving.engine_state import EngineState as _Engine
@@ -42,6 +44,7 @@ class EventLoop:
         self.out = requests.output_tokens.tolist()
         self.arrival = requests.arrival_s.copy()
         self.engines, self.pools = engines, pools
+        self.single = (len(pools[0]) == 1, len(pools[1]) == 1)
         self.chunked, self.max_seqs, self.max_tokens = chunked, max_num_seqs, max_num_batched_tokens
         self.prefill_first = prefill_first
         self.reserve_full = kv_admission == "full"
@@ -51,11 +54,11 @@ class EventLoop:
         self.rr = [0, 0]
         self.generated = [0] * n
         self.kv_ready = [False] * n
-        self.first_token = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
+        self.first_token = [math.nan] * n  # lists: one scalar store per token event (arrays at the end)
+        self.finish = [math.nan] * n
         self.preemptions = np.zeros(n, dtype=np.int64)
-        self.engine_of = np.full(n, -1, dtype=np.int64)
-        self.prefill_engine_of = np.full(n, -1, dtype=np.int64)
+        self.engine_of = [-1] * n
+        self.prefill_engine_of = [-1] * n
         # prompt tokens found in the prefix cache: whole blocks, at least one token left to compute
         self.hit: list[int] | None = None
         if prefix_hit_rate > 0.0:
@@ -63,7 +66,8 @@ class EventLoop:
             hits = np.floor(requests.input_tokens * prefix_hit_rate / b).astype(np.int64) * b
             self.hit = np.minimum(hits, requests.input_tokens - 1).tolist()
         self.heap: list[tuple[float, int, int, int, int]] = []
-        self.seq = 0
+        self.seq = itertools.count(1)  # ties in the heap: (time_s, priority, seq)
+        self.num_requests = n
         self.next_closed = n if requests.concurrency is None else requests.concurrency
         # ROW_FIELDS numbers per started batch (a head iteration or a decode run)
         self.rows: list[tuple[float, ...]] = []
@@ -71,18 +75,26 @@ class EventLoop:
     # ---- events ----
     def push(self, time_s: float, priority: int, a: int, b: int) -> None:
         """priority 0: a KV hand-off (request a to engine b); 1: engine a's step of generation b."""
-        self.seq += 1
-        heapq.heappush(self.heap, (time_s, priority, self.seq, a, b))
+        _push(self.heap, (time_s, priority, next(self.seq), a, b))
 
     def run(self) -> None:
         """Process arrivals (known ones from a pointer, before heap events at the same time) and heap events in
         time order until nothing is left."""
         arrival, heap, engines = self.arrival.tolist(), self.heap, self.engines
-        route, complete, schedule, pop = self.route, self.complete, self.schedule, heapq.heappop
+        pick, enqueue, complete, schedule, pop = (
+            self.pick,
+            self.enqueue,
+            self.complete,
+            self.schedule,
+            heapq.heappop,
+        )
+        prefill_engine_of = self.prefill_engine_of
         n_known, ptr = self.next_closed, 0
         while True:
             if ptr < n_known and (not heap or arrival[ptr] <= heap[0][0]):
-                route(ptr, arrival[ptr], 0)
+                eng = pick(0)  # route(ptr, arrival[ptr], 0), inline
+                prefill_engine_of[ptr] = eng.index
+                enqueue(eng, ptr, arrival[ptr])
                 ptr += 1
                 continue
             if not heap:
@@ -90,7 +102,7 @@ class EventLoop:
             t, priority, _, a, b = pop(heap)
             if priority == 0:
                 self.kv_ready[a] = True
-                self.enqueue(engines[b], a, t)
+                enqueue(engines[b], a, t)
                 continue
             eng = engines[a]
             if b == eng.gen:
@@ -100,7 +112,7 @@ class EventLoop:
     def pick(self, pool_index: int) -> _Engine:
         """The engine of pool 0 (arrivals) or 1 (hand-offs) that takes the next request; counts it on it."""
         pool = self.pools[pool_index]
-        if len(pool) == 1:
+        if self.single[pool_index]:
             eng = pool[0]
         elif self.least_loaded:
             eng = min(pool, key=lambda e: e.load)
@@ -123,7 +135,7 @@ class EventLoop:
         if not eng.busy:
             eng.busy = True
             eng.gen += 1
-            self.push(t, 1, eng.index, eng.gen)
+            _push(self.heap, (t, 1, next(self.seq), eng.index, eng.gen))
         elif eng.k > 1 and eng.waiting[0] == i and eng.n + len(eng.prefilling) < self.max_seqs:
             # a new queue head may be admitted at the next iteration (a blocked head stays blocked in a run)
             self.truncate(eng, t)
@@ -132,26 +144,25 @@ class EventLoop:
         """Cut a decode run after its first iteration that ends at or after ``t``."""
         k, t0, slope = eng.k, eng.t0, eng.slope
         elapsed = t - eng.start
-
-        def ends(x: int) -> float:  # end of the x-th iteration, from the run's start
-            return x * t0 + slope * x * (x - 1) / 2
-
+        # the end of the x-th iteration from the run's start is x * t0 + slope * x * (x - 1) / 2 (written out below)
         if slope:
             b = t0 - slope / 2
             x = math.ceil((-b + math.sqrt(max(b * b + 2 * slope * elapsed, 0.0))) / slope)
         else:
             x = math.ceil(elapsed / t0) if t0 > 0 else 1
         x = min(max(x, 1), k)
-        while x > 1 and ends(x - 1) >= elapsed:
+        while x > 1 and (x - 1) * t0 + slope * (x - 1) * (x - 2) / 2 >= elapsed:
             x -= 1
-        while x < k and ends(x) < elapsed:
+        while x < k and x * t0 + slope * x * (x - 1) / 2 < elapsed:
             x += 1
         if x < k:
             eng.k = x
             row = self.rows[eng.row]
             self.rows[eng.row] = (*row[:2], x, *row[3:])
-            eng.gen += 1
-            self.push(eng.start + ends(x), 1, eng.index, eng.gen)
+            eng.gen = gen = eng.gen + 1
+            _push(
+                self.heap, (eng.start + (x * t0 + slope * x * (x - 1) / 2), 1, next(self.seq), eng.index, gen)
+            )
 
     # ---- one engine step: finish the work in flight, then schedule the next ----
     def complete(self, eng: _Engine, t: float) -> None:
@@ -168,13 +179,15 @@ class EventLoop:
         eng.k = 0
         if eng.steps == eng.next_end:
             done = eng.drop_finished()
-            self.finish[done] = t
-            finished += done.size
+            finish = self.finish
+            for i in done:
+                finish[i] = t
+            finished += len(done)
             if self.reserve_full:
                 eng.reserved -= int(_sum(-(-self.full_tokens[done] // eng.block)))
         if finished:
             eng.load -= finished
-            if self.next_closed < len(self.prompt):
+            if self.next_closed < self.num_requests:
                 self.closed_loop_arrivals(finished, t)
 
     def complete_prefills(self, eng: _Engine, t: float) -> int:
@@ -226,16 +239,16 @@ class EventLoop:
 
     def preempt_youngest(self, eng: _Engine) -> None:
         young_pf = max((e[0] for e in eng.prefilling), default=-1)
-        young_d = int(eng.d[1].max()) if eng.n else -1
+        young_d = max(eng.ids) if eng.n else -1
         if young_pf > young_d:
             entry = next(e for e in eng.prefilling if e[0] == young_pf)
             eng.prefilling.remove(entry)
             eng.pf_blocks -= entry[3]
             i = young_pf
         else:
-            j = int(eng.d[1].argmax())
+            j = eng.ids.index(young_d)
             i = young_d
-            self.generated[i] = self.out[i] - (int(eng.d[0, j]) - eng.steps)
+            self.generated[i] = self.out[i] - (eng.ends[j] - eng.steps)
             eng.drop(j)
         self.kv_ready[i] = False
         self.preemptions[i] += 1
@@ -287,32 +300,47 @@ class EventLoop:
     ) -> None:
         """Start one iteration with prefill chunks (and the running decodes when ``decoding``): price it, record
         its row, push the engine's next event."""
-        n = eng.n
-        eng.decoding = decoding and n > 0
-        eng.next_end = int(eng.d[0, 0]) if n else -1
+        n, steps = eng.n, eng.steps
+        eng.decoding = with_decodes = decoding and n > 0
+        eng.next_end = eng.ends[0] if n else -1
         eng.start, eng.head, eng.k = t, True, 0
-        kv_tokens = eng.off_sum + n * eng.steps - (0 if decoding else n)
-        kv_tokens += sum(e[2] + e[4] for e in eng.prefilling)
-        ctx = eng.d[2] + eng.steps if eng.decoding else _EMPTY
-        head_s = eng.cost.iteration_s(np.array(new_tokens), np.array(context), ctx)
+        kv_tokens = eng.off_sum + n * steps - (0 if decoding else n)
+        for e in eng.prefilling:
+            kv_tokens += e[2] + e[4]
+        ctx = eng.off_view + steps if with_decodes else _EMPTY
+        head_s = eng.cost.iteration_s(_array(new_tokens), _array(context), ctx)
         if not 0.0 <= head_s < math.inf:
             self.bad_time(eng, head_s)
-        num_decode = n if eng.decoding else 0
         self.rows.append(
-            (eng.index, t, 1, head_s, 0.0, sum(new_tokens), num_decode, kv_tokens, len(eng.waiting))
+            (
+                eng.index,
+                t,
+                1,
+                head_s,
+                0.0,
+                sum(new_tokens),
+                n if with_decodes else 0,
+                kv_tokens,
+                len(eng.waiting),
+            )
         )
-        eng.gen += 1
-        self.push(t + head_s, 1, eng.index, eng.gen)
+        eng.gen = gen = eng.gen + 1
+        _push(self.heap, (t + head_s, 1, next(self.seq), eng.index, gen))
 
     def start_run(self, eng: _Engine, t: float, preempted: bool) -> None:
         """Start a run of decode-only iterations up to the next event that changes the batch (the first finish,
         the KV pool running out; one iteration after a preemption), priced at both ends and interpolated."""
         n, steps, b = eng.n, eng.steps, eng.block
-        ctx = eng.d[2] + steps
+        ctx = eng.off_view + steps
         ctx_sum = eng.off_sum + n * steps
-        eng.next_end = end = int(eng.d[0, 0])
+        eng.next_end = end = eng.ends[0]
         eng.start, eng.head, eng.decoding = t, False, True
-        k = 1 if preempted else min(end - steps, self.max_run)
+        if preempted:
+            k = 1
+        else:
+            k = end - steps
+            if k > self.max_run:
+                k = self.max_run
         cap = eng.cap_blocks - eng.pf_blocks
         if k > 1 and (ctx_sum + n * (k + b - 2)) // b > cap and int(_sum((ctx + (k + b - 2)) // b)) > cap:
             lo, hi = 0, k - 1  # the iteration lo fits, hi does not
@@ -320,17 +348,18 @@ class EventLoop:
                 mid = (lo + hi) // 2
                 lo, hi = (mid, hi) if int(_sum((ctx + (mid + b - 1)) // b)) <= cap else (lo, mid)
             k = hi
-        cost = eng.cost
-        t0 = cost.iteration_s(_EMPTY, _EMPTY, ctx)
-        t1 = cost.iteration_s(_EMPTY, _EMPTY, ctx + (k - 1)) if k > 1 else t0
+        price = eng.cost.iteration_s
+        t0 = price(_EMPTY, _EMPTY, ctx)
+        t1 = price(_EMPTY, _EMPTY, ctx + (k - 1)) if k > 1 else t0
         if not (0.0 <= t0 < math.inf and 0.0 <= t1 < math.inf):
             self.bad_time(eng, t1 if 0.0 <= t0 < math.inf else t0)
         slope = (t1 - t0) / (k - 1) if k > 1 else 0.0
         eng.k, eng.t0, eng.slope = k, t0, slope
-        eng.row = len(self.rows)
-        self.rows.append((eng.index, t, k, t0, slope, 0, n, ctx_sum, len(eng.waiting)))
-        eng.gen += 1
-        self.push(t + k * t0 + slope * k * (k - 1) / 2, 1, eng.index, eng.gen)
+        rows = self.rows
+        eng.row = len(rows)
+        rows.append((eng.index, t, k, t0, slope, 0, n, ctx_sum, len(eng.waiting)))
+        eng.gen = gen = eng.gen + 1
+        _push(self.heap, (t + k * t0 + slope * k * (k - 1) / 2, 1, next(self.seq), eng.index, gen))
 
     def bad_time(self, eng: _Engine, value: float) -> None:
         raise ValueError(
@@ -410,10 +439,10 @@ class EventLoop:
         return sim_result(
             self.req,
             arrival_s=self.arrival,
-            first_token_s=self.first_token + emit_delay_s,
-            finish_s=self.finish + emit_delay_s,
+            first_token_s=np.array(self.first_token, dtype=np.float64) + emit_delay_s,
+            finish_s=np.array(self.finish, dtype=np.float64) + emit_delay_s,
             preemptions=self.preemptions,
-            engine=self.engine_of,
-            prefill_engine=self.prefill_engine_of,
+            engine=np.array(self.engine_of, dtype=np.int64),
+            prefill_engine=np.array(self.prefill_engine_of, dtype=np.int64),
             iterations=iteration_table(table, caps),
         )

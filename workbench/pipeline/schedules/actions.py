@@ -14,11 +14,11 @@ from __future__ import annotations
 import csv
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import NamedTuple, cast
+from typing import NamedTuple, cast, overload
 
 import numpy as np
 
@@ -170,8 +170,9 @@ class Schedule:
     """Number of pipeline stages, ``pp * vpp``."""
     stage_to_rank: tuple[int, ...]
     """Rank holding each stage, indexed by stage."""
-    actions: tuple[tuple[Action, ...], ...]
-    """Per rank, the compute actions in execution order."""
+    actions: Sequence[tuple[Action, ...]]
+    """Per rank, the compute actions in execution order: a tuple of tuples, or (``build_schedule``'s array
+    builds) an ``ActionRows`` that decodes them from ``packed`` when read and compares equal to that tuple."""
     num_directions: int = 1
     """Model copies fed from opposite ends of the pipeline (1; DualPipe: 2). It divides num_stages and
     num_microbatches."""
@@ -207,18 +208,18 @@ class Schedule:
             raise ValueError(
                 f"Schedule {self.name!r}: every rank must hold vpp={self.vpp} stages, got {counts}"
             )
-        if len(self.actions) != self.pp:
-            raise ValueError(
-                f"Schedule {self.name!r}: actions must have one row per rank ({self.pp}), got {len(self.actions)}"
-            )
         d = self.num_directions
         if d not in (1, 2) or self.num_stages % d or self.num_microbatches % d:
             raise ValueError(
                 f"Schedule {self.name!r}: num_directions must be 1 or 2 and divide num_stages={self.num_stages} "
                 f"and num_microbatches={self.num_microbatches}, got {d!r}"
             )
-        _check_overlap_pairs(self)
-        packed, offsets = _pack(self)
+        if isinstance(self.actions, ActionRows):
+            packed, offsets = self.actions.packed, self.actions.offsets
+        else:
+            packed, offsets = _encode(self)
+        _check_packed(self, packed, offsets)
+        _check_overlap_pairs(self, packed, offsets)
         packed.flags.writeable = False
         offsets.flags.writeable = False
         object.__setattr__(self, "packed", packed)
@@ -269,23 +270,26 @@ class Schedule:
 
     def cells(self) -> list[list[Cell]]:
         """Per rank, the order with each overlapped pair as one ``Overlap`` (the inverse of ``flatten_cells``)."""
-        out: list[list[Cell]] = []
-        for r, row in enumerate(self.actions):
-            starts = set(self.overlap_pairs[r]) if self.overlap_pairs else set()
-            cells: list[Cell] = []
-            k = 0
-            while k < len(row):
-                if k in starts:
-                    cells.append(Overlap(row[k], row[k + 1]))
-                    k += 2
-                else:
-                    cells.append(row[k])
-                    k += 1
-            out.append(cells)
-        return out
+        pairs = self.overlap_pairs or ((),) * self.pp
+        return [cells_of(row, starts) for row, starts in zip(self.actions, pairs, strict=True)]
 
 
-def _check_overlap_pairs(s: Schedule) -> None:
+def cells_of(row: Sequence[Action], starts: Iterable[int]) -> list[Cell]:
+    """One rank's order with the actions at ``starts`` and the next one as an ``Overlap`` each."""
+    opening = set(starts)
+    cells: list[Cell] = []
+    k = 0
+    while k < len(row):
+        if k in opening:
+            cells.append(Overlap(row[k], row[k + 1]))
+            k += 2
+        else:
+            cells.append(row[k])
+            k += 1
+    return cells
+
+
+def _check_overlap_pairs(s: Schedule, packed: np.ndarray, offsets: np.ndarray) -> None:
     """Every overlapped pair is an F then a B or I on one rank, pairs apart, positions in order."""
     if not s.overlap_pairs:
         return
@@ -293,10 +297,17 @@ def _check_overlap_pairs(s: Schedule) -> None:
         raise ValueError(
             f"Schedule {s.name!r}: overlap_pairs must have one row per rank ({s.pp}), got {len(s.overlap_pairs)}"
         )
-    for r, (row, starts) in enumerate(zip(s.actions, s.overlap_pairs, strict=True)):
+    ops = packed[:, 1]
+    for r, starts in enumerate(s.overlap_pairs):
+        first, size = int(offsets[r]), int(offsets[r + 1] - offsets[r])
         last = -2
         for k in starts:
-            ok = k >= last + 2 and 0 <= k < len(row) - 1 and row[k].op == "F" and row[k + 1].op in ("B", "I")
+            ok = (
+                k >= last + 2
+                and 0 <= k < size - 1
+                and ops[first + k] == _OPCODE["F"]
+                and ops[first + k + 1] in (_OPCODE["B"], _OPCODE["I"])
+            )
             if not ok:
                 raise ValueError(
                     f"Schedule {s.name!r}: rank {r} overlap at position {k} must open an F followed by a B or I, "
@@ -305,12 +316,14 @@ def _check_overlap_pairs(s: Schedule) -> None:
             last = k
 
 
-def _pack(s: Schedule) -> tuple[np.ndarray, np.ndarray]:
-    """Encode and check the actions with array operations (schedules reach 10^5-10^6 actions)."""
+def _encode(s: Schedule) -> tuple[np.ndarray, np.ndarray]:
+    """The actions as a packed array and rank offsets, at C speed (schedules reach 10^5-10^6 actions)."""
+    if len(s.actions) != s.pp:
+        raise ValueError(
+            f"Schedule {s.name!r}: actions must have one row per rank ({s.pp}), got {len(s.actions)}"
+        )
     flat = list(itertools.chain.from_iterable(s.actions))
     offsets = np.cumsum([0] + [len(row) for row in s.actions]).astype(np.int64)
-    if not flat:
-        raise ValueError(f"Schedule {s.name!r}: has no actions")
     n = len(flat)
     try:  # map and itemgetter run at C speed (zip(*flat) over 10^5 actions does not)
         op = np.fromiter(map(_OPCODE.__getitem__, map(itemgetter(1), flat)), dtype=np.int64, count=n)
@@ -322,18 +335,41 @@ def _pack(s: Schedule) -> tuple[np.ndarray, np.ndarray]:
         ) from None
     stage_col = np.fromiter(map(itemgetter(0), flat), dtype=np.int64, count=n)
     mb_col = np.fromiter(map(itemgetter(2), flat), dtype=np.int64, count=n)
-    packed = np.column_stack([stage_col, op, mb_col])
-    stage, mb = packed[:, 0], packed[:, 2]
+    return np.column_stack([stage_col, op, mb_col]).reshape(n, 3), offsets
+
+
+def _action_at(packed: np.ndarray, k: int) -> Action:
+    stage, op, mb = (int(x) for x in packed[k])
+    return Action(stage, OPS[op] if 0 <= op < len(OPS) else str(op), mb)
+
+
+def _check_packed(s: Schedule, packed: np.ndarray, offsets: np.ndarray) -> None:
+    """Check the packed actions with array operations: in range, on their stage's rank, each at most once, and
+    every routed (stage, micro-batch) complete."""
+    if len(offsets) != s.pp + 1:
+        raise ValueError(
+            f"Schedule {s.name!r}: actions must have one row per rank ({s.pp}), got {len(offsets) - 1}"
+        )
+    if not len(packed):
+        raise ValueError(f"Schedule {s.name!r}: has no actions")
+    stage, op, mb = packed[:, 0], packed[:, 1], packed[:, 2]
     rank = np.repeat(np.arange(s.pp), np.diff(offsets))
-    bad = np.flatnonzero((stage < 0) | (stage >= s.num_stages) | (mb < 0) | (mb >= s.num_microbatches))
+    bad = np.flatnonzero(
+        (stage < 0)
+        | (stage >= s.num_stages)
+        | (mb < 0)
+        | (mb >= s.num_microbatches)
+        | (op < 0)
+        | (op >= len(OPS))
+    )
     if bad.size:
         raise ValueError(
-            f"Schedule {s.name!r}: action {flat[bad[0]]} on rank {rank[bad[0]]} is out of range "
+            f"Schedule {s.name!r}: action {_action_at(packed, bad[0])} on rank {rank[bad[0]]} is out of range "
             f"(stages 0..{s.num_stages - 1}, microbatches 0..{s.num_microbatches - 1})"
         )
     misplaced = np.flatnonzero(np.asarray(s.stage_to_rank)[stage] != rank)
     if misplaced.size:
-        a = flat[misplaced[0]]
+        a = _action_at(packed, misplaced[0])
         raise ValueError(
             f"Schedule {s.name!r}: action {a} is on rank {rank[misplaced[0]]} but stage {a.stage} lives on rank "
             f"{s.stage_to_rank[a.stage]}"
@@ -356,7 +392,61 @@ def _pack(s: Schedule) -> tuple[np.ndarray, np.ndarray]:
         has = "".join(op for op, c in zip(OPS, (f, b, i, w), strict=True) if c[st, mbi]) or "nothing"
         need = "F and either B or I+W" if routed[st, mbi] else "nothing (another direction's micro-batch)"
         raise ValueError(f"Schedule {s.name!r}: stage {st} micro-batch {mbi} has {has}; it needs {need}")
-    return packed, offsets
+
+
+def decoded_rows(packed: np.ndarray, offsets: np.ndarray) -> list[list[Action]]:
+    """Per rank, the ``Action`` of each row of ``packed`` ((n, 3) stage, op code, micro-batch; rank r's rows are
+    ``offsets[r]:offsets[r + 1]``)."""
+    stage, op, mb = (packed[:, k].tolist() for k in range(3))
+    flat = list(map(Action._make, zip(stage, map(OPS.__getitem__, op), mb, strict=True)))
+    return [flat[a:b] for a, b in itertools.pairwise(offsets.tolist())]
+
+
+class ActionRows(Sequence[tuple[Action, ...]]):
+    """Per rank, the ``Action`` tuples of a packed schedule, decoded from the array when first read.
+
+    ``packed``: (n, 3) int64 rows (stage, op code, micro-batch), rank-major; ``offsets``: pp + 1 int64, rank r's
+    actions are ``packed[offsets[r]:offsets[r + 1]]``. Equal to (and hashes as) the tuple of tuples it decodes
+    to, so a schedule built from arrays equals one built from ``Action`` rows action for action."""
+
+    __slots__ = ("_rows", "offsets", "packed")
+
+    def __init__(self, packed: np.ndarray, offsets: np.ndarray) -> None:
+        self.packed, self.offsets = packed, offsets
+        self._rows: tuple[tuple[Action, ...], ...] | None = None
+
+    def _decoded(self) -> tuple[tuple[Action, ...], ...]:
+        if self._rows is None:
+            self._rows = tuple(tuple(row) for row in decoded_rows(self.packed, self.offsets))
+        return self._rows
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Action, ...]: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[tuple[Action, ...], ...]: ...
+    def __getitem__(self, index: int | slice) -> tuple[Action, ...] | tuple[tuple[Action, ...], ...]:
+        return self._decoded()[index]
+
+    def __iter__(self) -> Iterator[tuple[Action, ...]]:
+        return iter(self._decoded())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ActionRows):
+            return bool(
+                np.array_equal(self.offsets, other.offsets) and np.array_equal(self.packed, other.packed)
+            )
+        if isinstance(other, tuple):
+            return self._decoded() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._decoded())
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
 
 
 def schedule_from_rows(

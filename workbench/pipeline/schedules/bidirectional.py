@@ -9,40 +9,59 @@ with a backward of the other as one overlapped F&B unit (``Overlap``, torch's ``
 
 from __future__ import annotations
 
-from workbench.pipeline.schedules.actions import Action, Cell, Overlap
+import numpy as np
+
+from workbench.pipeline.schedules.actions import Cell, cells_of, decoded_rows
+from workbench.pipeline.schedules.arrays import PackedRows, joined
 
 Cells = list[list[Cell]]
 
 
+_F, _B, _I, _W = range(4)  # op codes: indices in actions.OPS
+
+
 class _Rank:
     """One rank's order: per-stage micro-batch counters (the second copy's start at m/2), a FIFO of W passes
-    owed by I passes (DualPipe's ``WeightGradStore``) and the cells written so far."""
+    owed by I passes (DualPipe's ``WeightGradStore``), the actions written so far as (stage, op code, micro-batch)
+    ints and the positions that open an overlapped pair."""
 
-    def __init__(self, base: dict[int, int]) -> None:
-        self.cells: list[Cell] = []
-        self.next: dict[tuple[int, str], int] = {}
-        self.base = base
-        self.owed_w: list[Action] = []
+    def __init__(self, base: list[int]) -> None:
+        self.out: list[int] = []  # flat: stage, op code, micro-batch, stage, ...
+        self.starts: list[int] = []
+        self.next_f = list(base)
+        self.next_back = list(base)  # B and I both take the stage's next backward
+        self.owed_w: list[tuple[int, int]] = []
 
-    def take(self, stage: int, op: str) -> Action:
-        kind = "F" if op == "F" else "back"  # B and I both take the stage's next backward
-        mb = self.next.get((stage, kind), self.base[stage])
-        self.next[(stage, kind)] = mb + 1
-        if op == "I":
-            self.owed_w.append(Action(stage, "W", mb))
-        return Action(stage, op, mb)
+    def take(self, stage: int, op: int) -> int:
+        counter = self.next_f if op == _F else self.next_back
+        mb = counter[stage]
+        counter[stage] = mb + 1
+        if op == _I:
+            self.owed_w.append((stage, mb))
+        return mb
 
-    def run(self, stage: int, op: str) -> None:
-        self.cells.append(self.take(stage, op))
+    def run(self, stage: int, op: int) -> None:
+        self.out += (stage, op, self.take(stage, op))
 
     def pair(self, f_stage: int, b_stage: int) -> None:
-        self.cells.append(Overlap(self.take(f_stage, "F"), self.take(b_stage, "B")))
+        self.starts.append(len(self.out) // 3)
+        f_mb = self.take(f_stage, _F)
+        self.out += (f_stage, _F, f_mb, b_stage, _B, self.take(b_stage, _B))
 
     def weight(self) -> None:
-        self.cells.append(self.owed_w.pop(0))
+        stage, mb = self.owed_w.pop(0)
+        self.out += (stage, _W, mb)
 
 
 def dualpipe(pp: int, m: int) -> Cells:
+    """DualPipe's per-rank orders as cells (``dualpipe_arrays``; an ``Overlap`` for each overlapped pair)."""
+    built = dualpipe_arrays(pp, 2, m)
+    rows = decoded_rows(built.packed, built.offsets)
+    pairs = built.overlap_pairs or ((),) * pp
+    return [cells_of(row, starts) for row, starts in zip(rows, pairs, strict=True)]
+
+
+def dualpipe_arrays(pp: int, vpp: int, m: int) -> PackedRows:
     """DualPipe's per-rank orders: eight phases per rank, as in DeepSeek's reference implementation.
 
     With h = min(r, p-1-r) and "near"/"far" the copy whose first stage is nearer to / farther from rank r:
@@ -54,42 +73,43 @@ def dualpipe(pp: int, m: int) -> Cells:
     Source: DeepSeek-AI, DeepSeek-V3 Technical Report, arXiv:2412.19437 Sec. 3.2.1, Fig. 5 and Table 2;
     github.com/deepseek-ai/DualPipe, ``dualpipe/dualpipe.py`` (``DualPipe.step``), read and re-derived here.
     """
-    half, rows = pp // 2, []
-    base = {s: (0 if s < pp else m // 2) for s in range(2 * pp)}
+    half, rows, pairs = pp // 2, [], []
+    base = [0 if s < pp else m // 2 for s in range(2 * pp)]
     for r in range(pp):
         h = min(r, pp - 1 - r)
         down, up = r, 2 * pp - 1 - r
         near, far = (down, up) if r < half else (up, down)
         e = _Rank(base)
         for _ in range(2 * (half - h - 1)):
-            e.run(near, "F")
+            e.run(near, _F)
         for _ in range(h + 1):
-            e.run(near, "F")
-            e.run(far, "F")
+            e.run(near, _F)
+            e.run(far, _F)
         for _ in range(half - h - 1):
-            e.run(far, "I")
+            e.run(far, _I)
             e.weight()
-            e.run(far, "F")
+            e.run(far, _F)
         for i in range(m // 2 - pp + h + 1):
             if i == 0 and h == half - 1:  # the middle ranks keep their first pair apart (smaller bubble)
-                e.run(near, "F")
-                e.run(far, "B")
+                e.run(near, _F)
+                e.run(far, _B)
             else:
                 e.pair(near, far)
             e.pair(far, near)
         for _ in range(half - h - 1):
-            e.run(far, "B")
+            e.run(far, _B)
             e.pair(far, near)
         split = False
         for i in range(h + 1):
             split = split or (i == (h + 1) // 2 and h % 2 == 1)
-            e.run(far, "I" if split else "B")
+            e.run(far, _I if split else _B)
             split = split or (i == (h + 1) // 2 and h % 2 == 0)
-            e.run(near, "I" if split else "B")
+            e.run(near, _I if split else _B)
         for _ in range(half - h - 1):
             e.weight()
-            e.run(near, "I")
+            e.run(near, _I)
         while e.owed_w:
             e.weight()
-        rows.append(e.cells)
-    return rows
+        rows.append(np.array(e.out, dtype=np.int64).reshape(-1, 3))
+        pairs.append(tuple(e.starts))
+    return joined(rows)._replace(overlap_pairs=tuple(pairs) if any(pairs) else ())

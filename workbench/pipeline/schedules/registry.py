@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from workbench.pipeline.schedules import bidirectional, classic, greedy, vshape
-from workbench.pipeline.schedules.actions import Action, Schedule, flatten_cells
+from workbench.pipeline.schedules import arrays, bidirectional, classic, greedy, vshape
+from workbench.pipeline.schedules.actions import Action, ActionRows, Schedule, flatten_cells
 from workbench.pipeline.schedules.spec import ScheduleSpec, index_schedules
 from workbench.specs.limits import shown, simulated_size_problem
 from workbench.specs.rules import RuleContext
@@ -87,6 +87,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source="Huang et al., GPipe, arXiv:1811.06965",
         torch_class="ScheduleGPipe",
         frameworks=(TORCH,),
+        array_generator=arrays.gpipe,
     ),
     ScheduleSpec(
         traits=TRAITS["1f1b"],
@@ -97,6 +98,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source="Narayanan et al., PipeDream-2BW, arXiv:2006.09503; Megatron-LM SC21, arXiv:2104.04473 Sec. 2.2.1",
         torch_class="Schedule1F1B",
         frameworks=(MEGATRON, TORCH),
+        array_generator=arrays.one_f_one_b,
     ),
     ScheduleSpec(
         traits=TRAITS["interleaved-1f1b"],
@@ -107,6 +109,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source="Narayanan et al., Megatron-LM SC21, arXiv:2104.04473 Sec. 2.2",
         torch_class="ScheduleInterleaved1F1B",
         frameworks=(MEGATRON, TORCH),
+        array_generator=arrays.interleaved_1f1b,
     ),
     ScheduleSpec(
         traits=TRAITS["looped-bfs"],
@@ -117,6 +120,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source="Lamy-Poirier, Breadth-First Pipeline Parallelism, arXiv:2211.05953",
         torch_class="ScheduleLoopedBFS",
         frameworks=(TORCH,),
+        array_generator=arrays.looped_bfs,
     ),
     ScheduleSpec(
         traits=TRAITS["zb-h1"],
@@ -128,6 +132,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source=f"{ZB_PAPER}, handcrafted ZB-H1 (Sec. 3.1, Fig. 3)",
         torch_class="ScheduleInterleavedZeroBubble",
         frameworks=(ZERO_BUBBLE, TORCH),
+        array_generator=arrays.zb_h1,
     ),
     ScheduleSpec(
         traits=TRAITS["zb-h2"],
@@ -149,6 +154,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source=f"{ZB_PAPER}, ZB-V (Sec. 6, Fig. 8)",
         torch_class="ScheduleZBVZeroBubble",
         frameworks=(ZERO_BUBBLE, TORCH),
+        array_generator=vshape.zbv_arrays,
     ),
     ScheduleSpec(
         traits=TRAITS["v-half"],
@@ -177,6 +183,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source=f"{DSV3_PAPER} Sec. 3.2.1",
         torch_class="ScheduleDualPipeV",
         frameworks=(DUALPIPE, TORCH),
+        array_generator=vshape.dualpipev_arrays,
     ),
     ScheduleSpec(
         traits=TRAITS["dualpipe"],
@@ -187,6 +194,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         source=f"{DSV3_PAPER} Sec. 3.2.1, Fig. 5 and Table 2 (bidirectional, two copies of the weights)",
         torch_class=None,  # torch 2.13 ships ScheduleDualPipeV only; its stages form one chain, not two
         frameworks=(DUALPIPE,),
+        array_generator=bidirectional.dualpipe_arrays,
     ),
 )
 """Every built-in schedule, in the order of the literature."""
@@ -270,11 +278,7 @@ def build_schedule(name: str, *, pp: int, num_microbatches: int, vpp: int | None
     """
     spec = get_schedule(name)
     vpp = spec.traits.default_vpp if vpp is None else vpp
-    problems = schedule_rule_violations(name, pp=pp, vpp=vpp, num_microbatches=num_microbatches)
-    if problems:
-        raise ValueError(
-            f"schedule {name!r} with pp={pp}, vpp={vpp}, m={num_microbatches}: " + " ".join(problems)
-        )
+    _refuse_broken_rules(name, pp, vpp, num_microbatches)
     with _gc_paused():  # 10^5-10^6 new tuples: the collector's passes over them would be wasted work
         return _built(spec, name, pp, vpp, num_microbatches)
 
@@ -292,8 +296,16 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _built(spec: Any, name: str, pp: int, vpp: int, num_microbatches: int) -> Schedule:
-    rows, pairs = flatten_cells(spec.generator(pp, vpp, num_microbatches))
+def _built(
+    spec: Any, name: str, pp: int, vpp: int, num_microbatches: int, *, from_rows: bool = False
+) -> Schedule:
+    if spec.array_generator is not None and not from_rows:
+        packed, offsets, overlap = spec.array_generator(pp, vpp, num_microbatches)
+        actions: Any = ActionRows(packed, offsets)
+        pairs: Sequence[tuple[int, ...]] = overlap
+    else:
+        rows, pairs = flatten_cells(spec.generator(pp, vpp, num_microbatches))
+        actions = tuple(tuple(row) for row in rows)
     return Schedule(
         name=name,
         pp=pp,
@@ -301,7 +313,24 @@ def _built(spec: Any, name: str, pp: int, vpp: int, num_microbatches: int) -> Sc
         num_microbatches=num_microbatches,
         num_stages=pp * vpp,
         stage_to_rank=spec.stage_to_rank(pp, vpp),
-        actions=tuple(tuple(row) for row in rows),
+        actions=actions,
         num_directions=spec.traits.num_directions,
         overlap_pairs=tuple(pairs) if any(pairs) else (),
     )
+
+
+def reference_schedule(name: str, *, pp: int, num_microbatches: int, vpp: int) -> Schedule:
+    """The schedule as the record's readable ``generator`` makes it, one ``Action`` at a time: the reference
+    ``build_schedule``'s array build must equal action for action (tests/test_schedule_arrays.py). Same errors."""
+    spec = get_schedule(name)
+    _refuse_broken_rules(name, pp, vpp, num_microbatches)
+    with _gc_paused():
+        return _built(spec, name, pp, vpp, num_microbatches, from_rows=True)
+
+
+def _refuse_broken_rules(name: str, pp: int, vpp: int, num_microbatches: int) -> None:
+    problems = schedule_rule_violations(name, pp=pp, vpp=vpp, num_microbatches=num_microbatches)
+    if problems:
+        raise ValueError(
+            f"schedule {name!r} with pp={pp}, vpp={vpp}, m={num_microbatches}: " + " ".join(problems)
+        )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from workbench.pipeline.schedules.actions import Cell
+from workbench.pipeline.schedules.arrays import PackedRows
 from workbench.pipeline.schedules.classic import looping_placement
 from workbench.pipeline.schedules.vshape import v_placement
 from workbench.specs.errors import unique_index
@@ -19,6 +20,9 @@ from workbench.specs.schedule_traits import Placement, ScheduleTraits
 Generator = Callable[[int, int, int], Sequence[Sequence[Cell]]]
 """(pp, vpp, num_microbatches) -> per pipeline rank, its compute actions in order (an ``Overlap`` for an
 overlapped F&B pair)."""
+
+ArrayGenerator = Callable[[int, int, int], PackedRows]
+"""(pp, vpp, num_microbatches) -> the same orders as packed arrays (``workbench.pipeline.schedules.arrays``)."""
 
 
 def stage_to_rank(placement: Placement, pp: int, vpp: int) -> tuple[int, ...]:
@@ -57,6 +61,9 @@ class ScheduleSpec:
     """Class of ``torch.distributed.pipelining.schedules`` that runs it; None: run from its CSV form."""
     frameworks: tuple[str, ...] = ()
     """Training stacks that ship it (besides this workbench)."""
+    array_generator: ArrayGenerator | None = None
+    """The generator's orders built as arrays, what ``build_schedule`` runs when given (no ``Action`` object
+    per action: 10^5-10^6 of them in a large plan's schedule); None: build from ``generator``."""
 
     @property
     def name(self) -> str:
