@@ -35,9 +35,54 @@ def _megatron_parser(fixture: str = "megatron_lm_core_r0.19.0_args.txt") -> dict
     out = {}
     for line in (FIXTURES / fixture).read_text().splitlines():
         if line and not line.startswith("#"):
-            name, kind, choices = line.split("\t")
+            name, kind, choices = line.split("\t")[:3]  # vLLM's fixtures add a type column
             out[name] = (kind, choices.split(",") if choices else [])
     return out
+
+
+def _human_readable_int(value: str) -> int:
+    """vLLM's ``human_readable_int`` (vllm/utils/argparse_utils.py): an integer, or one with a k/M/G/T suffix."""
+    import re
+
+    assert re.fullmatch(r"\d+|\d+(\.\d+)?[kKmMgGtT]", value), value
+    return 0
+
+
+_VALUE_TYPES: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "human_readable_int": _human_readable_int,
+    "loads": json.loads,
+    "parse_dataclass": json.loads,  # vllm/engine/arg_utils.py parse_dataclass: a JSON object of the config's fields
+}
+"""The Python check of each argparse type a vLLM option table names (optional:NAME also takes "None")."""
+
+
+def _parse_vllm(tokens: list[str], fixture: str, what: str) -> dict[str, list[str]]:
+    """Parse ``tokens`` against a vLLM-family option table (flags, kinds, choices), then convert each value with
+    the check of the type the real parser gives it (``int`` for the sizes, ``float`` for the memory share, JSON for
+    config objects); fails on a type the table names that has no check here."""
+    parsed = _parse_megatron(tokens, _megatron_parser(fixture), what)
+    types = {}
+    for line in (FIXTURES / fixture).read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, _, kind = line.split("\t")
+            types[name] = kind
+    for flag, values in parsed.items():
+        kind = types[flag]
+        optional = kind.startswith("optional:")
+        kind = kind.removeprefix("optional:")
+        for v in values:
+            if optional and v in ("", "None"):
+                continue
+            assert kind in _VALUE_TYPES or not kind, f"{flag}: no check for vLLM's type {kind!r}"
+            if kind:
+                try:
+                    _VALUE_TYPES[kind](v)
+                except ValueError as e:
+                    raise AssertionError(f"{flag} {v!r} is not a {kind} ({what})") from e
+    return parsed
 
 
 def _estimate(
@@ -478,8 +523,9 @@ SERVE = [
 
 @pytest.mark.parametrize("engine", ["vllm-v1", "sglang", "trtllm"])
 def test_cli_serve_export_lays_the_plan_on_each_engine(engine: str, tmp_path: Path) -> None:
-    """Not parser-checked (the engines need a GPU build): the degrees and limits in the command are those of the
-    plan, in each engine's terms (SGLang and TensorRT-LLM count attention-dp ranks in their tp size)."""
+    """Each engine's options checked against its own parser's option table (tests/fixtures/launch/), and the
+    degrees and limits in the command are those of the plan, in each engine's terms (SGLang and TensorRT-LLM count
+    attention-dp ranks in their tp size)."""
     import yaml
 
     out = tmp_path / engine
@@ -512,8 +558,11 @@ def test_cli_serve_export_lays_the_plan_on_each_engine(engine: str, tmp_path: Pa
     def value(flag: str) -> str:
         return words[words.index(flag) + 1]
 
-    if engine == "vllm-v1":
+    if (
+        engine == "vllm-v1"
+    ):  # every option, its kind, choices and value type as vLLM 0.33.0's own parser has them
         assert words[:3] == ["vllm", "serve", "mistralai/Mixtral-8x7B-v0.1"]
+        _parse_vllm(words[3:-1], "vllm_0.33.0_serve_args.txt", "vllm serve 0.33.0")
         assert (value("--tensor-parallel-size"), value("--data-parallel-size")) == ("4", "2")
         assert "--enable-expert-parallel" in words and value("--kv-cache-dtype") == "fp8"
         assert value("--max-num-seqs") == "128"
@@ -584,7 +633,9 @@ def test_cli_plan_exports_its_first_plan(tmp_path: Path) -> None:
 
 def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> None:
     """The DynamoGraphDeployment follows ai-dynamo/dynamo's examples/backends/vllm/deploy/disagg.yaml (7893f268):
-    a Frontend and prefill/decode dynamo.vllm workers; replicas and GPUs per pod are the plan's."""
+    a Frontend and prefill/decode dynamo.vllm workers; replicas and GPUs per pod are the plan's. Each worker's
+    arguments are checked against the option table of ai-dynamo 1.6.1's own dynamo.vllm parser (with the vLLM
+    0.31.0 it pins): every flag, kind, choice and value type."""
     import yaml
 
     from workbench.launch.serving import export_serving
@@ -592,7 +643,12 @@ def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> Non
 
     plan = ServingPlan(
         disaggregation=Disaggregation(
-            prefill_workers=3, prefill_tp=2, decode_workers=1, decode_tp=4, decode_attention_dp=2
+            prefill_workers=3,
+            prefill_tp=2,
+            decode_workers=1,
+            decode_tp=4,
+            decode_attention_dp=2,
+            decode_dtypes=("fp8", "fp8", "fp8"),
         ),
         max_num_seqs=64,
     )
@@ -618,17 +674,28 @@ def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> Non
     )
     gpus = sum(s["replicas"] * int(s["resources"]["limits"]["gpu"]) for s in (prefill, decode))
     assert gpus == plan.num_devices == 3 * 2 + 1 * 4 * 2
-    args = decode["extraPodSpec"]["mainContainer"]["args"]
-    assert args[:2] == ["--model", "meta-llama/Llama-3.1-8B"] and args[-2:] == [
-        "--disaggregation-mode",
-        "decode",
-    ]
-    assert (
-        args[args.index("--tensor-parallel-size") + 1] == "4"
-        and args[args.index("--data-parallel-size") + 1] == "2"
-    )
-    assert args[args.index("--max-num-seqs") + 1] == "64"
-    assert decode["extraPodSpec"]["mainContainer"]["command"] == ["python3", "-m", "dynamo.vllm"]
+    parsed = {}
+    for role, service in (("prefill", prefill), ("decode", decode)):
+        container = service["extraPodSpec"]["mainContainer"]
+        assert container["command"] == ["python3", "-m", "dynamo.vllm"]
+        parsed[role] = _parse_vllm(
+            container["args"], "dynamo_1.6.1_vllm_worker_args.txt", "dynamo.vllm 1.6.1"
+        )
+        assert parsed[role]["--model"] == ["meta-llama/Llama-3.1-8B"]
+        assert parsed[role]["--disaggregation-mode"] == [role]
+        # dynamo 1.6.1 refuses a prefill worker without a KV connector (dynamo/vllm/args.py)
+        kv_transfer = json.loads(parsed[role]["--kv-transfer-config"][0])
+        assert kv_transfer == {
+            "kv_connector": "NixlConnector",
+            "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[role],
+        }
+    assert parsed["decode"]["--tensor-parallel-size"] == ["4"] and parsed["decode"][
+        "--data-parallel-size"
+    ] == ["2"]
+    assert parsed["decode"]["--max-num-seqs"] == ["64"]
+    # the roles' own dtypes: the decode engines are fp8 with an fp8 KV cache, the prefill engines the plan's bf16
+    assert (parsed["decode"]["--quantization"], parsed["decode"]["--kv-cache-dtype"]) == (["fp8"], ["fp8"])
+    assert "--quantization" not in parsed["prefill"] and parsed["prefill"]["--kv-cache-dtype"] == ["auto"]
     with pytest.raises(ExportRefused, match="dynamo cannot run engine=sglang"):
         export_serving(plan, "sglang", ModelRef(name="m"), prediction)
 

@@ -3,16 +3,16 @@
 Argument names: vLLM ``vllm serve`` (vllm/engine/arg_utils.py EngineArgs), SGLang ``python -m
 sglang.launch_server`` (python/sglang/srt/server_args.py ServerArgs), TensorRT-LLM ``trtllm-serve`` with
 ``--extra_llm_api_options`` (tensorrt_llm/commands/serve.py; the YAML keys are LlmArgs fields); a disaggregated
-plan becomes a Dynamo DynamoGraphDeployment of ``dynamo.vllm`` prefill and decode workers. The SGLang arguments are
-checked in the tests against SGLang 0.5.23's own parser options, the ``trtllm-serve`` options against those of
-its source at a pinned commit; vLLM and Dynamo are not parser-checked (they do not install without a GPU build
-here); see docs/launch.md.
+plan becomes a Dynamo DynamoGraphDeployment of ``dynamo.vllm`` prefill and decode workers. The tests check the
+``vllm serve`` arguments against vLLM 0.33.0's own parser options, the Dynamo workers' arguments against those of
+ai-dynamo 1.6.1's ``dynamo.vllm`` parser (with the vLLM 0.31.0 it pins), the SGLang arguments against SGLang
+0.5.23's parser options (each built from the PyPI wheel on CPU), the ``trtllm-serve`` options against those of
+its source at a pinned commit; see docs/launch.md.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.launch.stacks import SERVING_ENGINES, LaunchFolder, ModelRef, shell_words
@@ -143,10 +143,19 @@ def _trtllm_command(plan: ServingPlan, model: ModelRef, ep: int) -> list[str]:
     ]
 
 
-DYNAMO_RELEASE = "ai-dynamo/dynamo examples/backends/vllm/deploy/disagg.yaml at 7893f268"
+DYNAMO_RELEASE = "ai-dynamo 1.6.1 (examples/backends/vllm/deploy/disagg.yaml at ai-dynamo/dynamo 7893f268)"
 """The DynamoGraphDeployment the export follows: a Frontend, and prefill and decode ``dynamo.vllm`` workers
 (``componentType: worker``, ``subComponentType``, ``--disaggregation-mode prefill|decode``), GPUs per pod in
 ``resources.limits.gpu``."""
+
+DYNAMO_KV_TRANSFER = {
+    "prefill": {"kv_connector": "NixlConnector", "kv_role": "kv_producer"},
+    "decode": {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"},
+}
+"""vLLM ``--kv-transfer-config`` of each role: ai-dynamo 1.6.1 refuses a prefill worker without one
+(dynamo/vllm/args.py: "When using --disaggregation-mode prefill, you must explicitly provide
+--kv-transfer-config"); these are the NIXL settings its profiler writes into the deployments it generates
+(dynamo/profiler/utils/config_modifiers/vllm.py DEFAULT_VLLM_KV_TRANSFER_CONFIG)."""
 
 
 def dynamo_deployment(plan: ServingPlan, engine: str, model: ModelRef, image: str) -> dict[str, Any]:
@@ -169,23 +178,28 @@ def dynamo_deployment(plan: ServingPlan, engine: str, model: ModelRef, image: st
             "extraPodSpec": {"mainContainer": {"image": image}},
         }
     }
-    roles = (
-        ("prefill", d.prefill_workers, d.prefill_tp, d.prefill_ep, d.prefill_attention_dp),
-        ("decode", d.decode_workers, d.decode_tp, d.decode_ep, d.decode_attention_dp),
-    )
-    for role, workers, tp, ep, adp in roles:
-        one = replace(plan, disaggregation=None, replicas=1, tp=tp, ep=ep, attention_dp=adp)
+    for role in ("prefill", "decode"):
+        one = plan.role_plan(role)  # the role's layout and dtypes, replicas = its workers
         args = serve_command(one, "vllm", model)[3:]  # less `vllm serve MODEL`
+        kv_transfer = json.dumps(DYNAMO_KV_TRANSFER[role], separators=(",", ":"))
         services[f"Vllm{role.capitalize()}Worker"] = {
             "componentType": "worker",
             "subComponentType": role,
-            "replicas": workers,
-            "resources": {"limits": {"gpu": str(tp * adp)}},
+            "replicas": one.replicas,
+            "resources": {"limits": {"gpu": str(one.tp * one.attention_dp * one.pp)}},
             "extraPodSpec": {
                 "mainContainer": {
                     "image": image,
                     "command": ["python3", "-m", "dynamo.vllm"],
-                    "args": ["--model", model.reference, *args, "--disaggregation-mode", role],
+                    "args": [
+                        "--model",
+                        model.reference,
+                        *args,
+                        "--disaggregation-mode",
+                        role,
+                        "--kv-transfer-config",
+                        kv_transfer,
+                    ],
                 }
             },
         }
