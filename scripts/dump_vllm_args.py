@@ -20,6 +20,9 @@ also takes ``None``). Two options take any string in the parser and are checked 
 their choices are those lists: ``--kv-cache-dtype`` (the ``vllm.config.cache.CacheDType`` literal) and ``--quantization``
 (``vllm.model_executor.layers.quantization.QUANTIZATION_METHODS``).
 
+``... WHEEL DEPS --speculative`` writes ``vllm_<VERSION>_speculative_config.txt``: the fields of vLLM's
+``SpeculativeConfig`` (the JSON object ``--speculative-config`` takes) with the choices of their Literal types.
+
 ``... WHEEL DEPS --check FILE`` parses FILE's command (a ``serve.sh``: the words after ``vllm serve``; a
 ``dynamo.yaml``: each worker's args) with the real parser and prints the parsed values.
 """
@@ -79,6 +82,29 @@ def dynamo_parser() -> tuple[argparse.ArgumentParser, Any]:
     return parser, engine
 
 
+def _literal_values(annotation: Any) -> list[str]:
+    """The string values of the ``Literal``s in an annotation (through unions; nested Literals flatten)."""
+    from typing import Literal, get_args, get_origin
+
+    if get_origin(annotation) is Literal:
+        return [str(v) for v in get_args(annotation)]
+    return [v for arg in get_args(annotation) for v in _literal_values(arg)]
+
+
+def print_speculative_fields() -> None:
+    """One ``FIELD<TAB>choices`` line per field of vLLM's ``SpeculativeConfig`` (the JSON ``--speculative-config``
+    takes; vllm/config/speculative.py), choices from the field's Literal type."""
+    import dataclasses
+    import typing
+
+    from vllm.config.speculative import SpeculativeConfig
+
+    hints = typing.get_type_hints(SpeculativeConfig)
+    for field in dataclasses.fields(SpeculativeConfig):
+        if field.init:
+            print(f"{field.name}\t{','.join(_literal_values(hints[field.name]))}")
+
+
 def print_table(parser: argparse.ArgumentParser) -> None:
     config = _config_choices()
     for name, action in parser._option_string_actions.items():
@@ -122,10 +148,13 @@ def main() -> None:
         "--dynamo", help="the unpacked ai-dynamo wheel: dump or check dynamo.vllm's worker parser"
     )
     cli.add_argument("--check", help="parse this serve.sh or dynamo.yaml with the real parser")
+    cli.add_argument("--speculative", action="store_true", help="dump SpeculativeConfig's fields instead")
     opts = cli.parse_args()
     sys.path[:0] = [opts.wheel, opts.deps] + ([opts.dynamo] if opts.dynamo else [])
     if opts.check:
         check(opts.check, bool(opts.dynamo))
+    elif opts.speculative:
+        print_speculative_fields()
     else:
         print_table(dynamo_parser()[0] if opts.dynamo else serve_parser())
 

@@ -597,6 +597,72 @@ def test_serve_export_refuses_generic_engines_and_disaggregated_plans(tmp_path: 
         serve_command(plan, "vllm", ModelRef(name="m"))
 
 
+SGLANG_SPEC_ALGORITHMS = {
+    "EAGLE",
+    "EAGLE3",
+    "STANDALONE",
+    "NGRAM",
+    "DFLASH",
+    "UNO",
+    "DSPARK",
+    "FROZEN_KV_MTP",
+    "NEXTN",
+}
+"""SGLang 0.5.23's --speculative-algorithm values (its parser takes any string): the SpeculativeAlgorithm members of
+sglang/srt/speculative/spec_info.py and the NEXTN alias of spec_registry.py (_RESERVED_ALIASES), read from the
+PyPI wheel."""
+
+
+@pytest.mark.parametrize("method", ["mtp", "eagle", "eagle3", "draft", "ngram"])
+def test_serve_export_writes_the_plans_speculative_decoding(method: str) -> None:
+    """vLLM: --speculative-config is a JSON object of vLLM 0.33.0's SpeculativeConfig fields (from the real class)
+    with a method it knows and the plan's k; SGLang: the chain of k top-1 draft steps and k + 1 verified tokens,
+    its options checked against SGLang 0.5.23's parser table."""
+    from workbench.launch.serving import EAGLE_HEAD, export_serving, serve_command
+    from workbench.specs.serving import ServingPlan
+    from workbench.specs.speculative import SpeculativeDecoding
+
+    draft_model = "llama-3.1-8b" if method == "draft" else None
+    spec = SpeculativeDecoding(
+        method=method, num_speculative_tokens=3, acceptance_rate=0.7, draft_model=draft_model
+    )
+    plan = ServingPlan(tp=4, speculative=spec)
+    model = ModelRef(name="llama-3.1-70b", hf_id="meta-llama/Llama-3.1-70B")
+    draft = ModelRef(name="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B") if draft_model else None
+    words = serve_command(plan, "vllm", model, draft)
+    parsed = _parse_vllm(words[3:], "vllm_0.33.0_serve_args.txt", "vllm serve 0.33.0")
+    config = json.loads(parsed["--speculative-config"][0])
+    schema = {}
+    for line in (FIXTURES / "vllm_0.33.0_speculative_config.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, choices = line.split("\t")
+            schema[name] = choices.split(",") if choices else []
+    assert schema and set(config) <= set(schema), set(config) - set(schema)
+    assert config["method"] in schema["method"] and config["num_speculative_tokens"] == 3
+    expected_model = {"eagle": EAGLE_HEAD, "eagle3": EAGLE_HEAD, "draft": "meta-llama/Llama-3.1-8B"}
+    assert config.get("model") == expected_model.get(method)
+
+    words = serve_command(plan, "sglang", model, draft)
+    start = words.index("--model-path")
+    sglang = _parse_megatron(
+        words[start:], _megatron_parser("sglang_0.5.23_server_args.txt"), "sglang 0.5.23"
+    )
+    if method == "ngram":  # the tree width of SGLang's NGRAM is not in the plan: left to the README
+        assert "--speculative-algorithm" not in sglang
+        readme = export_serving(plan, "sglang", model, {"summary": _SUMMARY}).files["README.md"]
+        assert "speculative decoding (ngram, k=3) is in the prediction but not in these files" in readme
+    else:
+        assert sglang["--speculative-algorithm"][0] in SGLANG_SPEC_ALGORITHMS
+        assert (sglang["--speculative-num-steps"], sglang["--speculative-num-draft-tokens"]) == (["3"], ["4"])
+        assert sglang["--speculative-eagle-topk"] == ["1"]
+        assert sglang.get("--speculative-draft-model-path") == (
+            [expected_model[method]] if method in expected_model else None
+        )
+
+
+_SUMMARY = {"ttft_s": 0.2, "tpot_s": 0.02, "output_tokens_per_s": 1000.0}
+
+
 def test_cli_plan_exports_its_first_plan(tmp_path: Path) -> None:
     out = tmp_path / "best"
     args = [
@@ -640,6 +706,7 @@ def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> Non
 
     from workbench.launch.serving import export_serving
     from workbench.specs.serving import Disaggregation, ServingPlan
+    from workbench.specs.speculative import SpeculativeDecoding
 
     plan = ServingPlan(
         disaggregation=Disaggregation(
@@ -651,6 +718,7 @@ def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> Non
             decode_dtypes=("fp8", "fp8", "fp8"),
         ),
         max_num_seqs=64,
+        speculative=SpeculativeDecoding(method="mtp", num_speculative_tokens=2, accepted_length=2.5),
     )
     prediction = {"summary": {"ttft_s": 0.2, "tpot_s": 0.02}}
     folder = export_serving(
@@ -696,6 +764,12 @@ def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> Non
     # the roles' own dtypes: the decode engines are fp8 with an fp8 KV cache, the prefill engines the plan's bf16
     assert (parsed["decode"]["--quantization"], parsed["decode"]["--kv-cache-dtype"]) == (["fp8"], ["fp8"])
     assert "--quantization" not in parsed["prefill"] and parsed["prefill"]["--kv-cache-dtype"] == ["auto"]
+    # speculative decoding on the decode engines only (a prefill engine emits one token per prompt)
+    assert json.loads(parsed["decode"]["--speculative-config"][0]) == {
+        "method": "mtp",
+        "num_speculative_tokens": 2,
+    }
+    assert "--speculative-config" not in parsed["prefill"]
     with pytest.raises(ExportRefused, match="dynamo cannot run engine=sglang"):
         export_serving(plan, "sglang", ModelRef(name="m"), prediction)
 

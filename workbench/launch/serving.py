@@ -29,9 +29,30 @@ _KV = {"vllm": {"fp8": "fp8"}, "sglang": {"fp8": "fp8_e4m3"}, "trtllm": {"fp8": 
 """KV-cache dtype -> each engine's name for it (16-bit caches follow the model: ``auto``)."""
 
 
-def serve_command(plan: ServingPlan, engine: str, model: ModelRef) -> list[str]:
-    """The words of the command that starts one engine (one replica) of ``plan``.
-    Raises ``ExportRefused`` for a disaggregated plan (Dynamo is not exported yet) or an ep the engine cannot set."""
+_VLLM_SPEC_METHOD = {
+    "mtp": "mtp",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "draft": "draft_model",
+    "ngram": "ngram",
+}
+"""SpecMethod -> vLLM ``SpeculativeConfig.method`` (vllm/config/speculative.py ``SpeculativeMethod``, vLLM 0.33.0)."""
+
+_SGLANG_SPEC_ALGORITHM = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft": "STANDALONE"}
+"""SpecMethod -> SGLang ``--speculative-algorithm`` (sglang/srt/speculative/spec_info.py ``SpeculativeAlgorithm``
+and the ``NEXTN`` alias of spec_registry.py, SGLang 0.5.23). Its NGRAM drafts a token tree whose width
+(``--speculative-num-draft-tokens``) the plan does not give, so ngram is left to the README."""
+
+EAGLE_HEAD = "CHANGE-TO-THE-EAGLE-HEAD"
+"""Stands for the EAGLE/EAGLE-3 draft head checkpoint (trained for the target model; the plan does not name it)."""
+
+
+def serve_command(
+    plan: ServingPlan, engine: str, model: ModelRef, draft: ModelRef | None = None
+) -> list[str]:
+    """The words of the command that starts one engine (one replica) of ``plan``; ``draft`` names the draft model
+    of ``--speculative draft`` (default: its preset id). Raises ``ExportRefused`` for a disaggregated plan (that
+    is a Dynamo deployment) or an ep the engine cannot set."""
     if plan.disaggregation is not None:
         raise ExportRefused(
             engine,
@@ -48,9 +69,9 @@ def serve_command(plan: ServingPlan, engine: str, model: ModelRef) -> list[str]:
     kv = _KV[engine].get(str(plan.kv_cache_dtype), "auto")
     quant = _QUANT.get(str(plan.weight_dtype))
     if engine == "vllm":
-        return _vllm_command(plan, model, ep, kv, quant)
+        return _vllm_command(plan, model, ep, kv, quant) + _vllm_speculative(plan, draft)
     if engine == "sglang":
-        return _sglang_command(plan, model, ep, kv, quant)
+        return _sglang_command(plan, model, ep, kv, quant) + _sglang_speculative(plan, draft)
     if engine == "trtllm":
         return _trtllm_command(plan, model, ep)
     raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(SERVING_ENGINES[:3])}")
@@ -86,6 +107,60 @@ def _vllm_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: s
     ]
     words += ["--enable-chunked-prefill"] if plan.scheduler == "sarathi" else ["--no-enable-chunked-prefill"]
     return words + (["--quantization", quant] if quant else [])
+
+
+def _draft_reference(plan: ServingPlan, draft: ModelRef | None) -> str:
+    spec = plan.speculative
+    assert spec is not None
+    if spec.method in ("eagle", "eagle3"):
+        return EAGLE_HEAD
+    return draft.reference if draft is not None else str(spec.draft_model)
+
+
+def _vllm_speculative(plan: ServingPlan, draft: ModelRef | None) -> list[str]:
+    """``--speculative-config`` JSON (vLLM ``SpeculativeConfig`` fields): the method, k proposed tokens and, for
+    EAGLE heads and draft models, the draft ``model``; nothing without speculative decoding."""
+    spec = plan.speculative
+    if spec is None:
+        return []
+    config: dict[str, Any] = {
+        "method": _VLLM_SPEC_METHOD[str(spec.method)],
+        "num_speculative_tokens": spec.num_speculative_tokens,
+    }
+    if spec.method in ("eagle", "eagle3", "draft"):
+        config["model"] = _draft_reference(plan, draft)
+    return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+
+
+def _sglang_speculative(plan: ServingPlan, draft: ModelRef | None) -> list[str]:
+    """SGLang's chain speculation: k draft steps of top-1 (``--speculative-eagle-topk 1``), k + 1 tokens verified
+    (the draft's k and the target's own; SGLang's MTP hook requires steps + 1), the draft model path for EAGLE
+    heads and draft models; nothing for ngram (see ``_SGLANG_SPEC_ALGORITHM``) or without speculative decoding."""
+    spec = plan.speculative
+    if spec is None or str(spec.method) not in _SGLANG_SPEC_ALGORITHM:
+        return []
+    k = spec.num_speculative_tokens
+    words = ["--speculative-algorithm", _SGLANG_SPEC_ALGORITHM[str(spec.method)]]
+    words += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
+    words += ["--speculative-num-draft-tokens", str(k + 1)]
+    if spec.method in ("eagle", "eagle3", "draft"):
+        words += ["--speculative-draft-model-path", _draft_reference(plan, draft)]
+    return words
+
+
+def _speculative_notes(plan: ServingPlan, engine: str) -> list[str]:
+    """README lines for what the export could not write of the plan's speculative decoding."""
+    spec = plan.speculative
+    if spec is None:
+        return []
+    what = f"speculative decoding ({spec.method}, k={spec.num_speculative_tokens})"
+    if engine == "trtllm" or (engine == "sglang" and str(spec.method) not in _SGLANG_SPEC_ALGORITHM):
+        return [
+            f"- {what} is in the prediction but not in these files: add it to the engine's options by hand;"
+        ]
+    if spec.method in ("eagle", "eagle3"):
+        return [f"- {what}: replace {EAGLE_HEAD} with the EAGLE head checkpoint trained for the model;"]
+    return []
 
 
 def _sglang_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: str | None) -> list[str]:
@@ -158,7 +233,9 @@ DYNAMO_KV_TRANSFER = {
 (dynamo/profiler/utils/config_modifiers/vllm.py DEFAULT_VLLM_KV_TRANSFER_CONFIG)."""
 
 
-def dynamo_deployment(plan: ServingPlan, engine: str, model: ModelRef, image: str) -> dict[str, Any]:
+def dynamo_deployment(
+    plan: ServingPlan, engine: str, model: ModelRef, image: str, draft: ModelRef | None = None
+) -> dict[str, Any]:
     """A Dynamo ``DynamoGraphDeployment`` (nvidia.com/v1alpha1) of a disaggregated plan: one service per role with
     ``replicas`` = its engines and each worker's vLLM arguments from the role's layout. Raises ``ExportRefused``
     for an aggregated plan or an engine other than vLLM (the workers are ``dynamo.vllm``)."""
@@ -180,7 +257,7 @@ def dynamo_deployment(plan: ServingPlan, engine: str, model: ModelRef, image: st
     }
     for role in ("prefill", "decode"):
         one = plan.role_plan(role)  # the role's layout and dtypes, replicas = its workers
-        args = serve_command(one, "vllm", model)[3:]  # less `vllm serve MODEL`
+        args = serve_command(one, "vllm", model, draft)[3:]  # less `vllm serve MODEL`
         kv_transfer = json.dumps(DYNAMO_KV_TRANSFER[role], separators=(",", ":"))
         services[f"Vllm{role.capitalize()}Worker"] = {
             "componentType": "worker",
@@ -228,13 +305,18 @@ def trtllm_options(plan: ServingPlan) -> dict[str, Any]:
 
 
 def export_serving(
-    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any]
+    plan: ServingPlan,
+    engine: str,
+    model: ModelRef,
+    prediction: dict[str, Any],
+    draft: ModelRef | None = None,
 ) -> LaunchFolder:
     """The launch folder of a serving plan: ``serve.sh`` (one engine; start ``replicas`` of them behind a
-    router), TensorRT-LLM's ``llm_api_options.yaml``, ``prediction.json`` and a README."""
+    router), TensorRT-LLM's ``llm_api_options.yaml``, ``prediction.json`` and a README; ``draft``: the draft
+    model of ``--speculative draft``."""
     if plan.disaggregation is not None:
-        return _dynamo_folder(plan, engine, model, prediction)
-    words = serve_command(plan, engine, model)
+        return _dynamo_folder(plan, engine, model, prediction, draft)
+    words = serve_command(plan, engine, model, draft)
     script = (
         "#!/usr/bin/env bash\n# Written by `workbench serve export`: one engine of the plan "
         f'{plan.describe()}.\nset -euo pipefail\nHERE=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)\n'
@@ -258,6 +340,7 @@ def export_serving(
             "",
             "## Before the first run, check",
             f"- the model: {model.reference} (a pre-quantised checkpoint when the weights are not 16-bit);",
+            *_speculative_notes(plan, engine),
             f"- start `serve.sh` on each of the {plan.replicas} engine(s) and put a router in front when more than one;",
             "- the engine version: flags follow the releases named in workbench/launch/serving.py.",
             "",
@@ -271,10 +354,10 @@ def export_serving(
 
 
 def _dynamo_folder(
-    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any]
+    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any], draft: ModelRef | None
 ) -> LaunchFolder:
     image = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:CHANGE-TO-YOUR-TAG"
-    deployment = dynamo_deployment(plan, engine, model, image)
+    deployment = dynamo_deployment(plan, engine, model, image, draft)
     s = prediction["summary"]
     readme = "\n".join(
         [
@@ -285,6 +368,7 @@ def _dynamo_folder(
             "",
             "## Before the first run, check",
             "- the container image tag in every service (`image:`), and the Hugging Face token secret your cluster needs;",
+            *_speculative_notes(plan.role_plan("decode"), "vllm"),
             "- then `kubectl apply -f dynamo.yaml` in a namespace with the Dynamo operator.",
             "",
         ]
