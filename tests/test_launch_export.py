@@ -597,6 +597,42 @@ def test_serve_export_refuses_generic_engines_and_disaggregated_plans(tmp_path: 
         serve_command(plan, "vllm", ModelRef(name="m"))
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8", "fp4", "int4"])
+def test_serve_export_dtypes_are_names_the_engines_know(dtype: str) -> None:
+    """Every weight and KV-cache dtype a plan can hold becomes a --quantization / --kv-cache-dtype value within the
+    choices of vLLM 0.33.0's and SGLang 0.5.23's own tables (vLLM's from the lists its config checks them with)."""
+    from workbench.specs.serving import ServingPlan
+
+    model = ModelRef(name="llama-3.1-70b", hf_id="meta-llama/Llama-3.1-70B")
+    plan = ServingPlan(tp=2, weight_dtype=dtype, kv_cache_dtype=dtype)
+    if dtype == "int4":  # no engine has an int4 KV cache of this kind: refused, not written as 16-bit
+        for engine in ("vllm", "sglang", "trtllm"):
+            with pytest.raises(ExportRefused, match=f"{engine} cannot run kv_cache_dtype=int4"):
+                serve_command_words(plan, engine, model)
+        plan = ServingPlan(tp=2, weight_dtype=dtype)
+    vllm = _parse_vllm(
+        serve_command_words(plan, "vllm", model)[3:], "vllm_0.33.0_serve_args.txt", "vllm serve 0.33.0"
+    )
+    words = serve_command_words(plan, "sglang", model)
+    sglang = _parse_megatron(
+        words[words.index("--model-path") :],
+        _megatron_parser("sglang_0.5.23_server_args.txt"),
+        "sglang 0.5.23",
+    )
+    quantised = dtype in ("fp8", "fp4", "int4")
+    assert ("--quantization" in vllm, "--quantization" in sglang) == (quantised, quantised)
+    kv = {"fp8": ("fp8", "fp8_e4m3"), "fp4": ("nvfp4", "nvfp4")}.get(
+        dtype, ("auto", "auto")
+    )  # 16-bit: the model's
+    assert (vllm["--kv-cache-dtype"], sglang["--kv-cache-dtype"]) == ([kv[0]], [kv[1]])
+
+
+def serve_command_words(plan: Any, engine: str, model: ModelRef) -> list[str]:
+    from workbench.launch.serving import serve_command
+
+    return serve_command(plan, engine, model)
+
+
 SGLANG_SPEC_ALGORITHMS = {
     "EAGLE",
     "EAGLE3",

@@ -25,8 +25,15 @@ from workbench.launch.stacks import ExportRefused
 _QUANT = {"fp8": "fp8", "int4": "awq", "fp4": "modelopt_fp4"}
 """Weight dtype -> the engines' ``--quantization`` name (pre-quantised checkpoints: check README)."""
 
-_KV = {"vllm": {"fp8": "fp8"}, "sglang": {"fp8": "fp8_e4m3"}, "trtllm": {"fp8": "fp8"}}
-"""KV-cache dtype -> each engine's name for it (16-bit caches follow the model: ``auto``)."""
+_KV = {
+    "vllm": {"fp8": "fp8", "fp4": "nvfp4"},
+    "sglang": {"fp8": "fp8_e4m3", "fp4": "nvfp4"},
+    "trtllm": {"fp8": "fp8"},
+}
+"""KV-cache dtype -> each engine's name for it (16-bit caches follow the model: ``auto``): vLLM 0.33.0's
+``CacheDType`` (vllm/config/cache.py), SGLang 0.5.23's ``--kv-cache-dtype`` choices, TensorRT-LLM's
+``kv_cache_config.dtype``. A dtype an engine has no name for here (an int4 cache; fp4 on TensorRT-LLM) is refused,
+not written as a 16-bit cache the prediction did not price."""
 
 
 _VLLM_SPEC_METHOD = {
@@ -52,7 +59,7 @@ def serve_command(
 ) -> list[str]:
     """The words of the command that starts one engine (one replica) of ``plan``; ``draft`` names the draft model
     of ``--speculative draft`` (default: its preset id). Raises ``ExportRefused`` for a disaggregated plan (that
-    is a Dynamo deployment) or an ep the engine cannot set."""
+    is a Dynamo deployment), an ep the engine cannot set or a KV-cache dtype it has no name for (``_KV``)."""
     if plan.disaggregation is not None:
         raise ExportRefused(
             engine,
@@ -66,15 +73,22 @@ def serve_command(
         raise ExportRefused(
             engine, "ep", ep, f"its expert parallelism spans the engine's tp*attention_dp = {world} ranks"
         )
+    if engine not in _KV:
+        raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(SERVING_ENGINES[:3])}")
     kv = _KV[engine].get(str(plan.kv_cache_dtype), "auto")
+    if kv == "auto" and str(plan.kv_cache_dtype) not in ("bf16", "fp16"):
+        raise ExportRefused(
+            engine,
+            "kv_cache_dtype",
+            plan.kv_cache_dtype,
+            f"this export writes its KV cache as 16-bit (auto) or {', '.join(_KV[engine])}",
+        )
     quant = _QUANT.get(str(plan.weight_dtype))
     if engine == "vllm":
         return _vllm_command(plan, model, ep, kv, quant) + _vllm_speculative(plan, draft)
     if engine == "sglang":
         return _sglang_command(plan, model, ep, kv, quant) + _sglang_speculative(plan, draft)
-    if engine == "trtllm":
-        return _trtllm_command(plan, model, ep)
-    raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(SERVING_ENGINES[:3])}")
+    return _trtllm_command(plan, model, ep)  # engine is trtllm: the others were checked against _KV
 
 
 def _vllm_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: str | None) -> list[str]:
