@@ -627,6 +627,20 @@ def test_serve_export_dtypes_are_names_the_engines_know(dtype: str) -> None:
     assert (vllm["--kv-cache-dtype"], sglang["--kv-cache-dtype"]) == ([kv[0]], [kv[1]])
 
 
+def test_serve_export_without_chunked_prefill_parses_on_both_vllm_tables() -> None:
+    """The ``vllm`` scheduler (whole prefills) turns chunked prefill off with ``--no-enable-chunked-prefill``: the
+    spelling both vLLM 0.31.0 (Dynamo's) and 0.33.0 register (0.33.0 shows ``--disable-chunked-prefill`` in its
+    help and keeps this one as a hidden alias), with pp stages as vLLM's pipeline size."""
+    from workbench.specs.serving import ServingPlan
+
+    model = ModelRef(name="llama-3.1-70b", hf_id="meta-llama/Llama-3.1-70B")
+    words = serve_command_words(ServingPlan(tp=2, pp=2, scheduler="vllm"), "vllm", model)[3:]
+    for fixture in ("vllm_0.33.0_serve_args.txt", "dynamo_1.6.1_vllm_worker_args.txt"):
+        parsed = _parse_vllm(words, fixture, fixture)
+        assert parsed["--no-enable-chunked-prefill"] == [] and "--enable-chunked-prefill" not in parsed
+        assert parsed["--pipeline-parallel-size"] == ["2"]
+
+
 def serve_command_words(plan: Any, engine: str, model: ModelRef) -> list[str]:
     from workbench.launch.serving import serve_command
 
