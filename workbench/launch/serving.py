@@ -19,6 +19,7 @@ from workbench.launch.stacks import SERVING_ENGINES, LaunchFolder, ModelRef, she
 
 if TYPE_CHECKING:
     from workbench.specs.serving import ServingPlan
+    from workbench.specs.speculative import SpeculativeDecoding
 
 from workbench.launch.stacks import ExportRefused
 
@@ -123,9 +124,8 @@ def _vllm_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: s
     return words + (["--quantization", quant] if quant else [])
 
 
-def _draft_reference(plan: ServingPlan, draft: ModelRef | None) -> str:
-    spec = plan.speculative
-    assert spec is not None
+def _draft_reference(spec: SpeculativeDecoding, draft: ModelRef | None) -> str:
+    """The draft ``model`` of an EAGLE head (``EAGLE_HEAD``: the plan does not name it) or a draft model."""
     if spec.method in ("eagle", "eagle3"):
         return EAGLE_HEAD
     return draft.reference if draft is not None else str(spec.draft_model)
@@ -142,7 +142,7 @@ def _vllm_speculative(plan: ServingPlan, draft: ModelRef | None) -> list[str]:
         "num_speculative_tokens": spec.num_speculative_tokens,
     }
     if spec.method in ("eagle", "eagle3", "draft"):
-        config["model"] = _draft_reference(plan, draft)
+        config["model"] = _draft_reference(spec, draft)
     return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
 
 
@@ -158,7 +158,7 @@ def _sglang_speculative(plan: ServingPlan, draft: ModelRef | None) -> list[str]:
     words += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
     words += ["--speculative-num-draft-tokens", str(k + 1)]
     if spec.method in ("eagle", "eagle3", "draft"):
-        words += ["--speculative-draft-model-path", _draft_reference(plan, draft)]
+        words += ["--speculative-draft-model-path", _draft_reference(spec, draft)]
     return words
 
 
