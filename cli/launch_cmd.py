@@ -167,7 +167,9 @@ def _serve_export(out: str, force: bool, **kw: Any) -> None:
     record = prediction_record(
         "serving", est.summary(), stack=engine, model=ref, specs=specs, command=cli_command()
     )
-    write_launch_folder(export_serving(plan, engine, ref, record), out, force)
+    spec = plan.speculative
+    draft = model_ref(spec.draft_model) if spec is not None and spec.draft_model else None
+    write_launch_folder(export_serving(plan, engine, ref, record, draft), out, force)
     say(f"{engine} launch files for {plan.describe()} written to {shown(out)} (read its README.md first)")
 
 

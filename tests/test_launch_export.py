@@ -35,9 +35,54 @@ def _megatron_parser(fixture: str = "megatron_lm_core_r0.19.0_args.txt") -> dict
     out = {}
     for line in (FIXTURES / fixture).read_text().splitlines():
         if line and not line.startswith("#"):
-            name, kind, choices = line.split("\t")
+            name, kind, choices = line.split("\t")[:3]  # vLLM's fixtures add a type column
             out[name] = (kind, choices.split(",") if choices else [])
     return out
+
+
+def _human_readable_int(value: str) -> int:
+    """vLLM's ``human_readable_int`` (vllm/utils/argparse_utils.py): an integer, or one with a k/M/G/T suffix."""
+    import re
+
+    assert re.fullmatch(r"\d+|\d+(\.\d+)?[kKmMgGtT]", value), value
+    return 0
+
+
+_VALUE_TYPES: dict[str, Any] = {
+    "int": int,
+    "float": float,
+    "str": str,
+    "human_readable_int": _human_readable_int,
+    "loads": json.loads,
+    "parse_dataclass": json.loads,  # vllm/engine/arg_utils.py parse_dataclass: a JSON object of the config's fields
+}
+"""The Python check of each argparse type a vLLM option table names (optional:NAME also takes "None")."""
+
+
+def _parse_vllm(tokens: list[str], fixture: str, what: str) -> dict[str, list[str]]:
+    """Parse ``tokens`` against a vLLM-family option table (flags, kinds, choices), then convert each value with
+    the check of the type the real parser gives it (``int`` for the sizes, ``float`` for the memory share, JSON for
+    config objects); fails on a type the table names that has no check here."""
+    parsed = _parse_megatron(tokens, _megatron_parser(fixture), what)
+    types = {}
+    for line in (FIXTURES / fixture).read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, _, kind = line.split("\t")
+            types[name] = kind
+    for flag, values in parsed.items():
+        kind = types[flag]
+        optional = kind.startswith("optional:")
+        kind = kind.removeprefix("optional:")
+        for v in values:
+            if optional and v in ("", "None"):
+                continue
+            assert kind in _VALUE_TYPES or not kind, f"{flag}: no check for vLLM's type {kind!r}"
+            if kind:
+                try:
+                    _VALUE_TYPES[kind](v)
+                except ValueError as e:
+                    raise AssertionError(f"{flag} {v!r} is not a {kind} ({what})") from e
+    return parsed
 
 
 def _estimate(
@@ -516,8 +561,9 @@ SERVE = [
 
 @pytest.mark.parametrize("engine", ["vllm-v1", "sglang", "trtllm"])
 def test_cli_serve_export_lays_the_plan_on_each_engine(engine: str, tmp_path: Path) -> None:
-    """Not parser-checked (the engines need a GPU build): the degrees and limits in the command are those of the
-    plan, in each engine's terms (SGLang and TensorRT-LLM count attention-dp ranks in their tp size)."""
+    """Each engine's options checked against its own parser's option table (tests/fixtures/launch/), and the
+    degrees and limits in the command are those of the plan, in each engine's terms (SGLang and TensorRT-LLM count
+    attention-dp ranks in their tp size)."""
     import yaml
 
     out = tmp_path / engine
@@ -550,8 +596,11 @@ def test_cli_serve_export_lays_the_plan_on_each_engine(engine: str, tmp_path: Pa
     def value(flag: str) -> str:
         return words[words.index(flag) + 1]
 
-    if engine == "vllm-v1":
+    if (
+        engine == "vllm-v1"
+    ):  # every option, its kind, choices and value type as vLLM 0.33.0's own parser has them
         assert words[:3] == ["vllm", "serve", "mistralai/Mixtral-8x7B-v0.1"]
+        _parse_vllm(words[3:-1], "vllm_0.33.0_serve_args.txt", "vllm serve 0.33.0")
         assert (value("--tensor-parallel-size"), value("--data-parallel-size")) == ("4", "2")
         assert "--enable-expert-parallel" in words and value("--kv-cache-dtype") == "fp8"
         assert value("--max-num-seqs") == "128"
@@ -584,6 +633,122 @@ def test_serve_export_refuses_generic_engines_and_disaggregated_plans(tmp_path: 
     )
     with pytest.raises(ExportRefused, match="vllm cannot run disaggregation"):
         serve_command(plan, "vllm", ModelRef(name="m"))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8", "fp4", "int4"])
+def test_serve_export_dtypes_are_names_the_engines_know(dtype: str) -> None:
+    """Every weight and KV-cache dtype a plan can hold becomes a --quantization / --kv-cache-dtype value within the
+    choices of vLLM 0.33.0's and SGLang 0.5.23's own tables (vLLM's from the lists its config checks them with)."""
+    from workbench.specs.serving import ServingPlan
+
+    model = ModelRef(name="llama-3.1-70b", hf_id="meta-llama/Llama-3.1-70B")
+    plan = ServingPlan(tp=2, weight_dtype=dtype, kv_cache_dtype=dtype)
+    if dtype == "int4":  # no engine has an int4 KV cache of this kind: refused, not written as 16-bit
+        for engine in ("vllm", "sglang", "trtllm"):
+            with pytest.raises(ExportRefused, match=f"{engine} cannot run kv_cache_dtype=int4"):
+                serve_command_words(plan, engine, model)
+        plan = ServingPlan(tp=2, weight_dtype=dtype)
+    vllm = _parse_vllm(
+        serve_command_words(plan, "vllm", model)[3:], "vllm_0.33.0_serve_args.txt", "vllm serve 0.33.0"
+    )
+    words = serve_command_words(plan, "sglang", model)
+    sglang = _parse_megatron(
+        words[words.index("--model-path") :],
+        _megatron_parser("sglang_0.5.23_server_args.txt"),
+        "sglang 0.5.23",
+    )
+    quantised = dtype in ("fp8", "fp4", "int4")
+    assert ("--quantization" in vllm, "--quantization" in sglang) == (quantised, quantised)
+    kv = {"fp8": ("fp8", "fp8_e4m3"), "fp4": ("nvfp4", "nvfp4")}.get(
+        dtype, ("auto", "auto")
+    )  # 16-bit: the model's
+    assert (vllm["--kv-cache-dtype"], sglang["--kv-cache-dtype"]) == ([kv[0]], [kv[1]])
+
+
+def test_serve_export_without_chunked_prefill_parses_on_both_vllm_tables() -> None:
+    """The ``vllm`` scheduler (whole prefills) turns chunked prefill off with ``--no-enable-chunked-prefill``: the
+    spelling both vLLM 0.31.0 (Dynamo's) and 0.33.0 register (0.33.0 shows ``--disable-chunked-prefill`` in its
+    help and keeps this one as a hidden alias), with pp stages as vLLM's pipeline size."""
+    from workbench.specs.serving import ServingPlan
+
+    model = ModelRef(name="llama-3.1-70b", hf_id="meta-llama/Llama-3.1-70B")
+    words = serve_command_words(ServingPlan(tp=2, pp=2, scheduler="vllm"), "vllm", model)[3:]
+    for fixture in ("vllm_0.33.0_serve_args.txt", "dynamo_1.6.1_vllm_worker_args.txt"):
+        parsed = _parse_vllm(words, fixture, fixture)
+        assert parsed["--no-enable-chunked-prefill"] == [] and "--enable-chunked-prefill" not in parsed
+        assert parsed["--pipeline-parallel-size"] == ["2"]
+
+
+def serve_command_words(plan: Any, engine: str, model: ModelRef) -> list[str]:
+    from workbench.launch.serving import serve_command
+
+    return serve_command(plan, engine, model)
+
+
+SGLANG_SPEC_ALGORITHMS = {
+    "EAGLE",
+    "EAGLE3",
+    "STANDALONE",
+    "NGRAM",
+    "DFLASH",
+    "UNO",
+    "DSPARK",
+    "FROZEN_KV_MTP",
+    "NEXTN",
+}
+"""SGLang 0.5.23's --speculative-algorithm values (its parser takes any string): the SpeculativeAlgorithm members of
+sglang/srt/speculative/spec_info.py and the NEXTN alias of spec_registry.py (_RESERVED_ALIASES), read from the
+PyPI wheel."""
+
+
+@pytest.mark.parametrize("method", ["mtp", "eagle", "eagle3", "draft", "ngram"])
+def test_serve_export_writes_the_plans_speculative_decoding(method: str) -> None:
+    """vLLM: --speculative-config is a JSON object of vLLM 0.33.0's SpeculativeConfig fields (from the real class)
+    with a method it knows and the plan's k; SGLang: the chain of k top-1 draft steps and k + 1 verified tokens,
+    its options checked against SGLang 0.5.23's parser table."""
+    from workbench.launch.serving import EAGLE_HEAD, export_serving, serve_command
+    from workbench.specs.serving import ServingPlan
+    from workbench.specs.speculative import SpeculativeDecoding
+
+    draft_model = "llama-3.1-8b" if method == "draft" else None
+    spec = SpeculativeDecoding(
+        method=method, num_speculative_tokens=3, acceptance_rate=0.7, draft_model=draft_model
+    )
+    plan = ServingPlan(tp=4, speculative=spec)
+    model = ModelRef(name="llama-3.1-70b", hf_id="meta-llama/Llama-3.1-70B")
+    draft = ModelRef(name="llama-3.1-8b", hf_id="meta-llama/Llama-3.1-8B") if draft_model else None
+    words = serve_command(plan, "vllm", model, draft)
+    parsed = _parse_vllm(words[3:], "vllm_0.33.0_serve_args.txt", "vllm serve 0.33.0")
+    config = json.loads(parsed["--speculative-config"][0])
+    schema = {}
+    for line in (FIXTURES / "vllm_0.33.0_speculative_config.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, choices = line.split("\t")
+            schema[name] = choices.split(",") if choices else []
+    assert schema and set(config) <= set(schema), set(config) - set(schema)
+    assert config["method"] in schema["method"] and config["num_speculative_tokens"] == 3
+    expected_model = {"eagle": EAGLE_HEAD, "eagle3": EAGLE_HEAD, "draft": "meta-llama/Llama-3.1-8B"}
+    assert config.get("model") == expected_model.get(method)
+
+    words = serve_command(plan, "sglang", model, draft)
+    start = words.index("--model-path")
+    sglang = _parse_megatron(
+        words[start:], _megatron_parser("sglang_0.5.23_server_args.txt"), "sglang 0.5.23"
+    )
+    if method == "ngram":  # the tree width of SGLang's NGRAM is not in the plan: left to the README
+        assert "--speculative-algorithm" not in sglang
+        readme = export_serving(plan, "sglang", model, {"summary": _SUMMARY}).files["README.md"]
+        assert "speculative decoding (ngram, k=3) is in the prediction but not in these files" in readme
+    else:
+        assert sglang["--speculative-algorithm"][0] in SGLANG_SPEC_ALGORITHMS
+        assert (sglang["--speculative-num-steps"], sglang["--speculative-num-draft-tokens"]) == (["3"], ["4"])
+        assert sglang["--speculative-eagle-topk"] == ["1"]
+        assert sglang.get("--speculative-draft-model-path") == (
+            [expected_model[method]] if method in expected_model else None
+        )
+
+
+_SUMMARY = {"ttft_s": 0.2, "tpot_s": 0.02, "output_tokens_per_s": 1000.0}
 
 
 def test_cli_plan_exports_its_first_plan(tmp_path: Path) -> None:
@@ -622,17 +787,26 @@ def test_cli_plan_exports_its_first_plan(tmp_path: Path) -> None:
 
 def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> None:
     """The DynamoGraphDeployment follows ai-dynamo/dynamo's examples/backends/vllm/deploy/disagg.yaml (7893f268):
-    a Frontend and prefill/decode dynamo.vllm workers; replicas and GPUs per pod are the plan's."""
+    a Frontend and prefill/decode dynamo.vllm workers; replicas and GPUs per pod are the plan's. Each worker's
+    arguments are checked against the option table of ai-dynamo 1.6.1's own dynamo.vllm parser (with the vLLM
+    0.31.0 it pins): every flag, kind, choice and value type."""
     import yaml
 
     from workbench.launch.serving import export_serving
     from workbench.specs.serving import Disaggregation, ServingPlan
+    from workbench.specs.speculative import SpeculativeDecoding
 
     plan = ServingPlan(
         disaggregation=Disaggregation(
-            prefill_workers=3, prefill_tp=2, decode_workers=1, decode_tp=4, decode_attention_dp=2
+            prefill_workers=3,
+            prefill_tp=2,
+            decode_workers=1,
+            decode_tp=4,
+            decode_attention_dp=2,
+            decode_dtypes=("fp8", "fp8", "fp8"),
         ),
         max_num_seqs=64,
+        speculative=SpeculativeDecoding(method="mtp", num_speculative_tokens=2, accepted_length=2.5),
     )
     prediction = {"summary": {"ttft_s": 0.2, "tpot_s": 0.02}}
     folder = export_serving(
@@ -656,17 +830,34 @@ def test_a_disaggregated_plan_becomes_a_dynamo_deployment(tmp_path: Path) -> Non
     )
     gpus = sum(s["replicas"] * int(s["resources"]["limits"]["gpu"]) for s in (prefill, decode))
     assert gpus == plan.num_devices == 3 * 2 + 1 * 4 * 2
-    args = decode["extraPodSpec"]["mainContainer"]["args"]
-    assert args[:2] == ["--model", "meta-llama/Llama-3.1-8B"] and args[-2:] == [
-        "--disaggregation-mode",
-        "decode",
-    ]
-    assert (
-        args[args.index("--tensor-parallel-size") + 1] == "4"
-        and args[args.index("--data-parallel-size") + 1] == "2"
-    )
-    assert args[args.index("--max-num-seqs") + 1] == "64"
-    assert decode["extraPodSpec"]["mainContainer"]["command"] == ["python3", "-m", "dynamo.vllm"]
+    parsed = {}
+    for role, service in (("prefill", prefill), ("decode", decode)):
+        container = service["extraPodSpec"]["mainContainer"]
+        assert container["command"] == ["python3", "-m", "dynamo.vllm"]
+        parsed[role] = _parse_vllm(
+            container["args"], "dynamo_1.6.1_vllm_worker_args.txt", "dynamo.vllm 1.6.1"
+        )
+        assert parsed[role]["--model"] == ["meta-llama/Llama-3.1-8B"]
+        assert parsed[role]["--disaggregation-mode"] == [role]
+        # dynamo 1.6.1 refuses a prefill worker without a KV connector (dynamo/vllm/args.py)
+        kv_transfer = json.loads(parsed[role]["--kv-transfer-config"][0])
+        assert kv_transfer == {
+            "kv_connector": "NixlConnector",
+            "kv_role": {"prefill": "kv_producer", "decode": "kv_consumer"}[role],
+        }
+    assert parsed["decode"]["--tensor-parallel-size"] == ["4"] and parsed["decode"][
+        "--data-parallel-size"
+    ] == ["2"]
+    assert parsed["decode"]["--max-num-seqs"] == ["64"]
+    # the roles' own dtypes: the decode engines are fp8 with an fp8 KV cache, the prefill engines the plan's bf16
+    assert (parsed["decode"]["--quantization"], parsed["decode"]["--kv-cache-dtype"]) == (["fp8"], ["fp8"])
+    assert "--quantization" not in parsed["prefill"] and parsed["prefill"]["--kv-cache-dtype"] == ["auto"]
+    # speculative decoding on the decode engines only (a prefill engine emits one token per prompt)
+    assert json.loads(parsed["decode"]["--speculative-config"][0]) == {
+        "method": "mtp",
+        "num_speculative_tokens": 2,
+    }
+    assert "--speculative-config" not in parsed["prefill"]
     with pytest.raises(ExportRefused, match="dynamo cannot run engine=sglang"):
         export_serving(plan, "sglang", ModelRef(name="m"), prediction)
 

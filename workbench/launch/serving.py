@@ -3,35 +3,64 @@
 Argument names: vLLM ``vllm serve`` (vllm/engine/arg_utils.py EngineArgs), SGLang ``python -m
 sglang.launch_server`` (python/sglang/srt/server_args.py ServerArgs), TensorRT-LLM ``trtllm-serve`` with
 ``--extra_llm_api_options`` (tensorrt_llm/commands/serve.py; the YAML keys are LlmArgs fields); a disaggregated
-plan becomes a Dynamo DynamoGraphDeployment of ``dynamo.vllm`` prefill and decode workers. The SGLang arguments are
-checked in the tests against SGLang 0.5.23's own parser options, the ``trtllm-serve`` options against those of
-its source at a pinned commit; vLLM and Dynamo are not parser-checked (they do not install without a GPU build
-here); see docs/launch.md.
+plan becomes a Dynamo DynamoGraphDeployment of ``dynamo.vllm`` prefill and decode workers. The tests check the
+``vllm serve`` arguments against vLLM 0.33.0's own parser options, the Dynamo workers' arguments against those of
+ai-dynamo 1.6.1's ``dynamo.vllm`` parser (with the vLLM 0.31.0 it pins), the SGLang arguments against SGLang
+0.5.23's parser options (each built from the PyPI wheel on CPU), the ``trtllm-serve`` options against those of
+its source at a pinned commit; see docs/launch.md.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from workbench.launch.stacks import SERVING_ENGINES, LaunchFolder, ModelRef, shell_words
 
 if TYPE_CHECKING:
     from workbench.specs.serving import ServingPlan
+    from workbench.specs.speculative import SpeculativeDecoding
 
 from workbench.launch.stacks import ExportRefused
 
 _QUANT = {"fp8": "fp8", "int4": "awq", "fp4": "modelopt_fp4"}
 """Weight dtype -> the engines' ``--quantization`` name (pre-quantised checkpoints: check README)."""
 
-_KV = {"vllm": {"fp8": "fp8"}, "sglang": {"fp8": "fp8_e4m3"}, "trtllm": {"fp8": "fp8"}}
-"""KV-cache dtype -> each engine's name for it (16-bit caches follow the model: ``auto``)."""
+_KV = {
+    "vllm": {"fp8": "fp8", "fp4": "nvfp4"},
+    "sglang": {"fp8": "fp8_e4m3", "fp4": "nvfp4"},
+    "trtllm": {"fp8": "fp8"},
+}
+"""KV-cache dtype -> each engine's name for it (16-bit caches follow the model: ``auto``): vLLM 0.33.0's
+``CacheDType`` (vllm/config/cache.py), SGLang 0.5.23's ``--kv-cache-dtype`` choices, TensorRT-LLM's
+``kv_cache_config.dtype``. A dtype an engine has no name for here (an int4 cache; fp4 on TensorRT-LLM) is refused,
+not written as a 16-bit cache the prediction did not price."""
 
 
-def serve_command(plan: ServingPlan, engine: str, model: ModelRef) -> list[str]:
-    """The words of the command that starts one engine (one replica) of ``plan``.
-    Raises ``ExportRefused`` for a disaggregated plan (Dynamo is not exported yet) or an ep the engine cannot set."""
+_VLLM_SPEC_METHOD = {
+    "mtp": "mtp",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "draft": "draft_model",
+    "ngram": "ngram",
+}
+"""SpecMethod -> vLLM ``SpeculativeConfig.method`` (vllm/config/speculative.py ``SpeculativeMethod``, vLLM 0.33.0)."""
+
+_SGLANG_SPEC_ALGORITHM = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft": "STANDALONE"}
+"""SpecMethod -> SGLang ``--speculative-algorithm`` (sglang/srt/speculative/spec_info.py ``SpeculativeAlgorithm``
+and the ``NEXTN`` alias of spec_registry.py, SGLang 0.5.23). Its NGRAM drafts a token tree whose width
+(``--speculative-num-draft-tokens``) the plan does not give, so ngram is left to the README."""
+
+EAGLE_HEAD = "CHANGE-TO-THE-EAGLE-HEAD"
+"""Stands for the EAGLE/EAGLE-3 draft head checkpoint (trained for the target model; the plan does not name it)."""
+
+
+def serve_command(
+    plan: ServingPlan, engine: str, model: ModelRef, draft: ModelRef | None = None
+) -> list[str]:
+    """The words of the command that starts one engine (one replica) of ``plan``; ``draft`` names the draft model
+    of ``--speculative draft`` (default: its preset id). Raises ``ExportRefused`` for a disaggregated plan (that
+    is a Dynamo deployment), an ep the engine cannot set or a KV-cache dtype it has no name for (``_KV``)."""
     if plan.disaggregation is not None:
         raise ExportRefused(
             engine,
@@ -45,15 +74,22 @@ def serve_command(plan: ServingPlan, engine: str, model: ModelRef) -> list[str]:
         raise ExportRefused(
             engine, "ep", ep, f"its expert parallelism spans the engine's tp*attention_dp = {world} ranks"
         )
+    if engine not in _KV:
+        raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(SERVING_ENGINES[:3])}")
     kv = _KV[engine].get(str(plan.kv_cache_dtype), "auto")
+    if kv == "auto" and str(plan.kv_cache_dtype) not in ("bf16", "fp16"):
+        raise ExportRefused(
+            engine,
+            "kv_cache_dtype",
+            plan.kv_cache_dtype,
+            f"this export writes its KV cache as 16-bit (auto) or {', '.join(_KV[engine])}",
+        )
     quant = _QUANT.get(str(plan.weight_dtype))
     if engine == "vllm":
-        return _vllm_command(plan, model, ep, kv, quant)
+        return _vllm_command(plan, model, ep, kv, quant) + _vllm_speculative(plan, draft)
     if engine == "sglang":
-        return _sglang_command(plan, model, ep, kv, quant)
-    if engine == "trtllm":
-        return _trtllm_command(plan, model, ep)
-    raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(SERVING_ENGINES[:3])}")
+        return _sglang_command(plan, model, ep, kv, quant) + _sglang_speculative(plan, draft)
+    return _trtllm_command(plan, model, ep)  # engine is trtllm: the others were checked against _KV
 
 
 def _vllm_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: str | None) -> list[str]:
@@ -86,6 +122,59 @@ def _vllm_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: s
     ]
     words += ["--enable-chunked-prefill"] if plan.scheduler == "sarathi" else ["--no-enable-chunked-prefill"]
     return words + (["--quantization", quant] if quant else [])
+
+
+def _draft_reference(spec: SpeculativeDecoding, draft: ModelRef | None) -> str:
+    """The draft ``model`` of an EAGLE head (``EAGLE_HEAD``: the plan does not name it) or a draft model."""
+    if spec.method in ("eagle", "eagle3"):
+        return EAGLE_HEAD
+    return draft.reference if draft is not None else str(spec.draft_model)
+
+
+def _vllm_speculative(plan: ServingPlan, draft: ModelRef | None) -> list[str]:
+    """``--speculative-config`` JSON (vLLM ``SpeculativeConfig`` fields): the method, k proposed tokens and, for
+    EAGLE heads and draft models, the draft ``model``; nothing without speculative decoding."""
+    spec = plan.speculative
+    if spec is None:
+        return []
+    config: dict[str, Any] = {
+        "method": _VLLM_SPEC_METHOD[str(spec.method)],
+        "num_speculative_tokens": spec.num_speculative_tokens,
+    }
+    if spec.method in ("eagle", "eagle3", "draft"):
+        config["model"] = _draft_reference(spec, draft)
+    return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+
+
+def _sglang_speculative(plan: ServingPlan, draft: ModelRef | None) -> list[str]:
+    """SGLang's chain speculation: k draft steps of top-1 (``--speculative-eagle-topk 1``), k + 1 tokens verified
+    (the draft's k and the target's own; SGLang's MTP hook requires steps + 1), the draft model path for EAGLE
+    heads and draft models; nothing for ngram (see ``_SGLANG_SPEC_ALGORITHM``) or without speculative decoding."""
+    spec = plan.speculative
+    if spec is None or str(spec.method) not in _SGLANG_SPEC_ALGORITHM:
+        return []
+    k = spec.num_speculative_tokens
+    words = ["--speculative-algorithm", _SGLANG_SPEC_ALGORITHM[str(spec.method)]]
+    words += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
+    words += ["--speculative-num-draft-tokens", str(k + 1)]
+    if spec.method in ("eagle", "eagle3", "draft"):
+        words += ["--speculative-draft-model-path", _draft_reference(spec, draft)]
+    return words
+
+
+def _speculative_notes(plan: ServingPlan, engine: str) -> list[str]:
+    """README lines for what the export could not write of the plan's speculative decoding."""
+    spec = plan.speculative
+    if spec is None:
+        return []
+    what = f"speculative decoding ({spec.method}, k={spec.num_speculative_tokens})"
+    if engine == "trtllm" or (engine == "sglang" and str(spec.method) not in _SGLANG_SPEC_ALGORITHM):
+        return [
+            f"- {what} is in the prediction but not in these files: add it to the engine's options by hand;"
+        ]
+    if spec.method in ("eagle", "eagle3"):
+        return [f"- {what}: replace {EAGLE_HEAD} with the EAGLE head checkpoint trained for the model;"]
+    return []
 
 
 def _sglang_command(plan: ServingPlan, model: ModelRef, ep: int, kv: str, quant: str | None) -> list[str]:
@@ -143,13 +232,24 @@ def _trtllm_command(plan: ServingPlan, model: ModelRef, ep: int) -> list[str]:
     ]
 
 
-DYNAMO_RELEASE = "ai-dynamo/dynamo examples/backends/vllm/deploy/disagg.yaml at 7893f268"
+DYNAMO_RELEASE = "ai-dynamo 1.6.1 (examples/backends/vllm/deploy/disagg.yaml at ai-dynamo/dynamo 7893f268)"
 """The DynamoGraphDeployment the export follows: a Frontend, and prefill and decode ``dynamo.vllm`` workers
 (``componentType: worker``, ``subComponentType``, ``--disaggregation-mode prefill|decode``), GPUs per pod in
 ``resources.limits.gpu``."""
 
+DYNAMO_KV_TRANSFER = {
+    "prefill": {"kv_connector": "NixlConnector", "kv_role": "kv_producer"},
+    "decode": {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"},
+}
+"""vLLM ``--kv-transfer-config`` of each role: ai-dynamo 1.6.1 refuses a prefill worker without one
+(dynamo/vllm/args.py: "When using --disaggregation-mode prefill, you must explicitly provide
+--kv-transfer-config"); these are the NIXL settings its profiler writes into the deployments it generates
+(dynamo/profiler/utils/config_modifiers/vllm.py DEFAULT_VLLM_KV_TRANSFER_CONFIG)."""
 
-def dynamo_deployment(plan: ServingPlan, engine: str, model: ModelRef, image: str) -> dict[str, Any]:
+
+def dynamo_deployment(
+    plan: ServingPlan, engine: str, model: ModelRef, image: str, draft: ModelRef | None = None
+) -> dict[str, Any]:
     """A Dynamo ``DynamoGraphDeployment`` (nvidia.com/v1alpha1) of a disaggregated plan: one service per role with
     ``replicas`` = its engines and each worker's vLLM arguments from the role's layout. Raises ``ExportRefused``
     for an aggregated plan or an engine other than vLLM (the workers are ``dynamo.vllm``)."""
@@ -169,23 +269,28 @@ def dynamo_deployment(plan: ServingPlan, engine: str, model: ModelRef, image: st
             "extraPodSpec": {"mainContainer": {"image": image}},
         }
     }
-    roles = (
-        ("prefill", d.prefill_workers, d.prefill_tp, d.prefill_ep, d.prefill_attention_dp),
-        ("decode", d.decode_workers, d.decode_tp, d.decode_ep, d.decode_attention_dp),
-    )
-    for role, workers, tp, ep, adp in roles:
-        one = replace(plan, disaggregation=None, replicas=1, tp=tp, ep=ep, attention_dp=adp)
-        args = serve_command(one, "vllm", model)[3:]  # less `vllm serve MODEL`
+    for role in ("prefill", "decode"):
+        one = plan.role_plan(role)  # the role's layout and dtypes, replicas = its workers
+        args = serve_command(one, "vllm", model, draft)[3:]  # less `vllm serve MODEL`
+        kv_transfer = json.dumps(DYNAMO_KV_TRANSFER[role], separators=(",", ":"))
         services[f"Vllm{role.capitalize()}Worker"] = {
             "componentType": "worker",
             "subComponentType": role,
-            "replicas": workers,
-            "resources": {"limits": {"gpu": str(tp * adp)}},
+            "replicas": one.replicas,
+            "resources": {"limits": {"gpu": str(one.tp * one.attention_dp * one.pp)}},
             "extraPodSpec": {
                 "mainContainer": {
                     "image": image,
                     "command": ["python3", "-m", "dynamo.vllm"],
-                    "args": ["--model", model.reference, *args, "--disaggregation-mode", role],
+                    "args": [
+                        "--model",
+                        model.reference,
+                        *args,
+                        "--disaggregation-mode",
+                        role,
+                        "--kv-transfer-config",
+                        kv_transfer,
+                    ],
                 }
             },
         }
@@ -214,13 +319,18 @@ def trtllm_options(plan: ServingPlan) -> dict[str, Any]:
 
 
 def export_serving(
-    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any]
+    plan: ServingPlan,
+    engine: str,
+    model: ModelRef,
+    prediction: dict[str, Any],
+    draft: ModelRef | None = None,
 ) -> LaunchFolder:
     """The launch folder of a serving plan: ``serve.sh`` (one engine; start ``replicas`` of them behind a
-    router), TensorRT-LLM's ``llm_api_options.yaml``, ``prediction.json`` and a README."""
+    router), TensorRT-LLM's ``llm_api_options.yaml``, ``prediction.json`` and a README; ``draft``: the draft
+    model of ``--speculative draft``."""
     if plan.disaggregation is not None:
-        return _dynamo_folder(plan, engine, model, prediction)
-    words = serve_command(plan, engine, model)
+        return _dynamo_folder(plan, engine, model, prediction, draft)
+    words = serve_command(plan, engine, model, draft)
     script = (
         "#!/usr/bin/env bash\n# Written by `workbench serve export`: one engine of the plan "
         f'{plan.describe()}.\nset -euo pipefail\nHERE=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)\n'
@@ -244,6 +354,7 @@ def export_serving(
             "",
             "## Before the first run, check",
             f"- the model: {model.reference} (a pre-quantised checkpoint when the weights are not 16-bit);",
+            *_speculative_notes(plan, engine),
             f"- start `serve.sh` on each of the {plan.replicas} engine(s) and put a router in front when more than one;",
             "- the engine version: flags follow the releases named in workbench/launch/serving.py.",
             "",
@@ -257,10 +368,10 @@ def export_serving(
 
 
 def _dynamo_folder(
-    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any]
+    plan: ServingPlan, engine: str, model: ModelRef, prediction: dict[str, Any], draft: ModelRef | None
 ) -> LaunchFolder:
     image = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:CHANGE-TO-YOUR-TAG"
-    deployment = dynamo_deployment(plan, engine, model, image)
+    deployment = dynamo_deployment(plan, engine, model, image, draft)
     s = prediction["summary"]
     readme = "\n".join(
         [
@@ -271,6 +382,7 @@ def _dynamo_folder(
             "",
             "## Before the first run, check",
             "- the container image tag in every service (`image:`), and the Hugging Face token secret your cluster needs;",
+            *_speculative_notes(plan.role_plan("decode"), "vllm"),
             "- then `kubectl apply -f dynamo.yaml` in a namespace with the Dynamo operator.",
             "",
         ]
