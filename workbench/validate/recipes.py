@@ -203,6 +203,8 @@ def _comparison(
         f"{layout} mbs{p.micro_batch_size} on {p.num_devices:,} {case.cluster.device.id}, "
         f"seq {w.seq_len}, global batch {w.global_batch_size}, {w.dtype}"
     )
+    if w.dtype != best.workload.dtype:  # the layout is priced in the user's precision
+        published += f"; priced here in {best.workload.dtype}"
     return ReferenceComparison(
         row_id=case.id,
         source=case.row.get("source", "").split(" [")[0],
