@@ -493,7 +493,9 @@ def test_summary_sets_the_best_plan_beside_the_published_recipe(planned):
     (para,) = re.findall(r'<p class="reference">(.*?)</p>', text, re.S)
     line = " ".join(html.unescape(para).split())
     assert line.startswith("published recipe MBRIDGE_2511-021 (NVIDIA Megatron-Bridge performance summary")
-    assert "on 8 h100-sxm5-80gb, seq 8192, global batch 128, fp8; priced here in bf16)" in line  # the row's run
+    assert (
+        "on 8 h100-sxm5-80gb, seq 8192, global batch 128, fp8; priced here in bf16)" in line
+    )  # the row's run
     plan = ParallelPlan(dp=8, tp=1, pp=1, micro_batch_size=1, zero_stage=3)
     est = estimate_plan(
         model, cluster, workload, plan, calibration=load_calibration(framework=result.framework)
