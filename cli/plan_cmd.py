@@ -312,6 +312,7 @@ def _write_outputs(result: Any, kw: dict[str, Any]) -> None:
             estimates=list(result.estimates),
             command=cli_command(),
             search=result,
+            calibration=kw.get("_calibration"),
             title=f"Plans for {result.model.name}",
             notes=([result.explanation] if result.explanation else [])
             + ([f"price: {result.price['describe']}"] if result.price else []),
@@ -469,7 +470,7 @@ def plan_cmd(as_json: bool, **kw: Any) -> None:
     if as_json:
         echo_json(_summary(result, sizes))
     else:
-        _print_human(result, sizes)
+        _print_human(result, sizes, kw.get("_calibration"))
     if not result.feasible:
         if as_json:
             sys.exit(1)
@@ -559,7 +560,7 @@ def _summary(result: Any, sizes: list[SizeBest]) -> dict[str, Any]:
     return out
 
 
-def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
+def _print_human(result: Any, sizes: list[SizeBest] | None = None, calibration: Any = None) -> None:
     say(_header(result))
     if not result.feasible:
         if result.num_plans:
@@ -585,6 +586,14 @@ def _print_human(result: Any, sizes: list[SizeBest] | None = None) -> None:
     )
     if result.explanation:
         say(f"why: {result.explanation}")
+    if result.estimates and calibration is not None:  # #1 beside the stack's published recipe, if any
+        from workbench.search.frontier import TIE_FRAC
+        from workbench.validate.recipes import reference_comparison
+
+        best, usable = result.estimates[0], usable_bytes(result)
+        ref = reference_comparison(best, result.framework, calibration, usable_bytes=usable)
+        if ref is not None:
+            say(ref.sentence(TIE_FRAC))
     notes = (
         sorted({n for n in result.plans.head(len(shown)).get_column("band_note").to_list() if n})
         if ("band_note" in result.plans.columns)

@@ -116,3 +116,57 @@ def test_search_runs_in_the_background_and_a_row_loads_into_plan() -> None:
             browser.close()
     assert outside == [], f"requests left the machine: {outside}"
     assert console_errors == [], console_errors
+
+
+COMPARE_B_JS = """() => {
+  // (model id, sum of the blocks' right edges) of plan B's timeline on screen in the Compare tab.
+  if (!window.Bokeh || !Bokeh.index) return null;
+  let found = null;
+  const walk = (view) => {
+    const m = view.model;
+    if (m && m.name === "compare-b-timeline") {
+      let sum = 0;
+      for (const r of m.renderers ?? []) {
+        if (r.name !== "blocks" && r.name !== "runs") continue;
+        const d = r.data_source.data;
+        const col = d instanceof Map ? d.get("right") : d["right"];
+        for (const v of Array.from(col ?? [])) sum += Number(v) || 0;
+      }
+      found = [m.id, sum];
+    }
+    for (const child of (view.child_views ?? [])) walk(child);
+  };
+  const idx = Bokeh.index;
+  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
+  roots.forEach(walk);
+  return found;
+}"""
+
+
+def test_compare_writes_plan_b_into_the_figures_on_screen() -> None:
+    """Issue 51 item 10: with A pinned, a tp change of B patches B's timeline in place (the same bokeh model,
+    new blocks) instead of building new figure views, and the page logs no error."""
+    from tests.conftest import served_app_page
+
+    with served_app_page(viewport={"width": 1440, "height": 900}, console=False) as (
+        app,
+        page,
+        outside,
+        errors,
+    ):
+        page.goto(app.url, wait_until="load", timeout=120_000)
+        page.wait_for_function(TIMELINE_TITLE_JS, timeout=120_000)
+        page.locator(".bk-tab", has_text="Compare").first.click()
+        page.locator(".wb-pin button").first.click()
+        page.wait_for_function(COMPARE_B_JS, timeout=60_000)
+        model_id, blocks = page.evaluate(COMPARE_B_JS)
+        select = page.locator(".wb-sidebar .wb-tp select").first
+        current = select.input_value()
+        other = next(o for o in select.locator("option").all_inner_texts() if o.strip() != current)
+        select.select_option(label=other)
+        page.wait_for_function(
+            f"() => {{ const b = ({COMPARE_B_JS})(); return b && b[1] !== {blocks!r}; }}", timeout=60_000
+        )
+        new_id, _ = page.evaluate(COMPARE_B_JS)
+    assert new_id == model_id  # the same figure, written in place
+    assert outside == [] and errors == []

@@ -4,6 +4,7 @@ no drawing while the tab is hidden (a Plan-tab change with a plan pinned costs n
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ pytest.importorskip("panel")
 
 from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
 from workbench_widgets.app.compare_search import delta_markdown  # noqa: E402
+from workbench_widgets.app.page_text import page_text  # noqa: E402
 from workbench_widgets.app.state import WorkbenchState  # noqa: E402
 from workbench_widgets.app.tabs import tab_index  # noqa: E402
 
@@ -83,3 +85,86 @@ def test_tabs_with_their_own_inputs_hide_the_training_sidebar(app: WorkbenchApp)
         app.tabs.active = tab
         assert app.sidebar.visible is shown and app.download.visible is shown, tab
     app.tabs.active = tab_index("plan")
+
+
+@pytest.fixture(scope="module")
+def attached() -> tuple[WorkbenchApp, Any]:
+    """A session's app on tp4 pp2 vpp4 (64 devices) in a bokeh Document, the Compare tab shown, A pinned."""
+    from bokeh.document import Document
+    from panel.io.state import set_curdoc
+
+    app = WorkbenchApp(WorkbenchState())
+    doc = Document()
+    with set_curdoc(doc):
+        doc.add_root(app.panel().get_root(doc))
+        for name, value in (("tp", 4), ("pp", 2), ("schedule", "interleaved-1f1b"), ("vpp", 4)):
+            setattr(app.state, name, value)
+        app.show_tab("compare")
+        app.store.pin()
+    return app, doc
+
+
+def _side_figures(view: Any) -> list[Any]:
+    return [side[i].object for side in view.sides.objects for i in (1, 2)] + [view.breakdown.object]
+
+
+def test_a_change_of_b_is_written_into_the_figures_shown(attached) -> None:
+    """Issue 51 item 10 (the Compare tab <= 300 ms): a change of B's tp or pp adds no bokeh model to the page
+    (the browser patches data instead of building figures) and leaves A's figures as they were; B's figures
+    then show what figures built afresh for B show, A and B on one time axis covering both."""
+    from bokeh.models import GlyphRenderer
+    from panel.io.state import set_curdoc
+    from workbench_widgets.plots import estimate_memory_figure
+    from workbench_widgets.plots.timeline import (
+        content_timeline_figure,
+        estimate_timeline_content,
+        x_range_ms,
+    )
+
+    app, doc = attached
+    view = app.views["compare"]
+    figures, models = _side_figures(view), {m.id for m in doc.models}
+    a_data = {r.name: dict(r.data_source.data) for r in figures[0].renderers if isinstance(r, GlyphRenderer)}
+    for name, value in (("tp", 8), ("pp", 4), ("tp", 4), ("pp", 2)):
+        with set_curdoc(doc):
+            setattr(app.state, name, value)
+        b = app.store.estimate
+        assert b is not None and getattr(b.plan, name) == value
+        assert _side_figures(view) == figures and {m.id for m in doc.models} == models
+        a_now = {r.name: r.data_source.data for r in figures[0].renderers if isinstance(r, GlyphRenderer)}
+        assert all(a_now[k] is a_data[k] or a_now[k] == a_data[k] for k in a_data)  # A untouched
+        content = estimate_timeline_content(b, width=520)
+        fresh = content_timeline_figure(content, stable=True)
+        ours = {r.name: r.data_source.data for r in figures[2].renderers if isinstance(r, GlyphRenderer)}
+        for r in fresh.renderers:
+            if isinstance(r, GlyphRenderer):
+                for key, column in r.data_source.data.items():
+                    assert list(map(str, column)) == list(map(str, ours[r.name][key])), (r.name, key)
+        assert figures[2].title.text == "B: pipeline timeline"
+        assert view.sides.objects[1][0].object.splitlines()[2] == page_text(content.title)
+        assert figures[3].title.text == estimate_memory_figure(b).title.text
+        assert list(figures[3].x_range.factors) == [str(r) for r in sorted(b.memory["rank"].to_list())]
+        a_content = estimate_timeline_content(app.store.pinned, width=520)
+        ends = [x_range_ms(c.span_s) for c in (a_content, content)]
+        span = (min(e[0] for e in ends), max(e[1] for e in ends))
+        for fig in (figures[0], figures[2]):
+            assert (fig.x_range.start, fig.x_range.end) == span
+        assert [f.split(": ")[0] for f in figures[4].y_range.factors] == ["B", "A"]
+
+
+def test_the_plan_tab_draws_only_while_shown(attached) -> None:
+    """A change of B in the Compare tab sends the browser B's figures only: the hidden Plan tab draws the
+    current estimate when it is shown again."""
+    from panel.io.state import set_curdoc
+
+    app, doc = attached
+    plan = app.views["plan"]
+    title = plan.timeline.object.title.text
+    with set_curdoc(doc):
+        app.show_tab("compare")
+        app.state.micro_batch_size = 2 if app.state.micro_batch_size != 2 else 1
+    assert plan.timeline.object.title.text == title  # hidden: not written
+    with set_curdoc(doc):
+        app.show_tab("plan")
+    assert plan.timeline.object.title.text != title
+    assert f"`{app.store.estimate.plan.describe()}`" in plan.summary.object

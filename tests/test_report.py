@@ -479,3 +479,35 @@ def test_figures_draw_the_usable_line_a_rank_legend_and_only_what_they_draw(plan
     if (~mixed["fits"]).any():
         scatter = search_figure(mixed)
         assert [r for r in scatter.renderers if r.name == "infeasible"] and "grey" in scatter.title.text
+
+
+def test_summary_sets_the_best_plan_beside_the_published_recipe(planned):
+    """Megatron-Bridge 25.11 publishes Llama 3 8B on 8 H100 (row MBRIDGE_2511-021: Megatron FSDP, mbs 1): the
+    summary prices that layout on the fixture's node and batch with estimate_plan (the search's default
+    calibration) and says how #1 compares."""
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.presets.calibration import load_calibration
+
+    model, cluster, workload, result, text = planned
+    assert "<h3>Against the stack&#39;s published recipe</h3>" in text
+    (para,) = re.findall(r'<p class="reference">(.*?)</p>', text, re.S)
+    line = " ".join(html.unescape(para).split())
+    assert line.startswith("published recipe MBRIDGE_2511-021 (NVIDIA Megatron-Bridge performance summary")
+    assert (
+        "on 8 h100-sxm5-80gb, seq 8192, global batch 128, fp8; priced here in bf16)" in line
+    )  # the row's run
+    plan = ParallelPlan(dp=8, tp=1, pp=1, micro_batch_size=1, zero_stage=3)
+    est = estimate_plan(
+        model, cluster, workload, plan, calibration=load_calibration(framework=result.framework)
+    )
+    usable = est.memory_capacity_bytes * 0.95 / 2**30
+    assert (
+        f" as {plan.describe()}: {est.tokens_per_s:,.0f} tokens/s, {est.peak_memory_bytes / 2**30:,.1f} GiB of "
+        f"{usable:,.1f} GiB usable; " in line
+    )
+    lead = result.estimates[0].tokens_per_s / est.tokens_per_s - 1
+    assert line.endswith(
+        f"#1 at {lead:+.1%}: the published recipe is within the tie band (6.7%)"
+        if abs(lead) <= 0.067
+        else f"#1 is faster by {lead:.1%}"
+    )

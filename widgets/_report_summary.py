@@ -5,7 +5,9 @@ search) how long the token budget takes on the cluster and for how many device-h
 best plan of each *distinct* layout (``workbench.search.planner.layout_key``: variants that differ only in
 virtual stages, micro-batch, ZeRO stage, recompute or rank order are folded under their layout, as the CLI
 does), each line saying whether the two are within the tie band (``TIE_FRAC``: the model's worst
-plan-ranking miss on published runs), where the ranking cannot tell them apart.
+plan-ranking miss on published runs), where the ranking cannot tell them apart; and, where the stack publishes
+a recipe for the model on the device (``workbench.validate.recipes``), that recipe's layout priced on the same
+cluster and workload beside #1.
 
 Rows of display strings only; the template escapes them.
 """
@@ -19,6 +21,7 @@ from workbench_widgets.plots._style import GIB, MS_PER_S
 from workbench_widgets.plots.memory import usable_memory_bytes
 
 if TYPE_CHECKING:
+    from workbench.presets.calibration import Calibration
     from workbench.search.result import SearchResult
     from workbench.specs.estimate import Estimate
 
@@ -33,12 +36,16 @@ def headroom_frac(search: SearchResult | None) -> float | None:
     return None if search is None else float(search.constraints.memory_headroom_frac)
 
 
-def report_summary(estimates: Sequence[Estimate], search: SearchResult | None = None) -> dict[str, Any]:
-    """``{"plan", "rows", "why", "tie_band"}`` for the report's summary.
+def report_summary(
+    estimates: Sequence[Estimate], search: SearchResult | None = None, calibration: Calibration | None = None
+) -> dict[str, Any]:
+    """``{"plan", "rows", "why", "tie_band", "reference"}`` for the report's summary.
 
     ``plan``: #1's ``describe()``; ``rows``: (measure, value) pairs with units; ``why``: one sentence per
     distinct layout compared (empty without a search of two or more layouts); ``tie_band``: the sentence
-    that explains the ``=`` marks ('' without a search).
+    that explains the ``=`` marks ('' without a search); ``reference``: #1 beside the stack's published recipe
+    (:func:`reference_line`; '' without a search or a recipe). ``calibration``: the one the search priced
+    with (default: the default calibration of the search's stack, as the app prices).
     """
     best = estimates[0]
     usable = usable_memory_bytes(best, headroom_frac(search))
@@ -55,8 +62,9 @@ def report_summary(estimates: Sequence[Estimate], search: SearchResult | None = 
         ("bubble", f"{best.bubble_fraction * 100:.1f} % of the step (critical rank)"),
     ]
     why: list[str] = []
-    tie_band = ""
+    tie_band = reference = ""
     if search is not None and search.plans.height:
+        reference = reference_line(best, search.framework, calibration, usable)
         top = search.plans.row(0, named=True)
         rows += _budget_rows(top, search.token_budget)
         why = _why_lines(search)
@@ -73,7 +81,29 @@ def report_summary(estimates: Sequence[Estimate], search: SearchResult | None = 
         "rows": rows,
         "why": why,
         "tie_band": tie_band,
+        "reference": reference,
     }
+
+
+def reference_line(
+    best: Estimate,
+    framework_id: str,
+    calibration: Calibration | None = None,
+    usable_bytes: float | None = None,
+) -> str:
+    """#1 beside the published recipe of the stack ``framework_id`` for its model on its device, both priced
+    with ``calibration`` (default: the stack's default calibration) on #1's cluster and workload
+    (``workbench.validate.recipes.ReferenceComparison.sentence``, the tie band ``TIE_FRAC``); '' when the stack
+    publishes no recipe of the model."""
+    from workbench.presets.calibration import load_calibration
+    from workbench.search.frontier import TIE_FRAC
+    from workbench.validate.recipes import reference_comparison
+
+    if not framework_id:
+        return ""
+    cal = calibration if calibration is not None else load_calibration(framework=framework_id)
+    ref = reference_comparison(best, framework_id, cal, usable_bytes=usable_bytes)
+    return "" if ref is None else ref.sentence(TIE_FRAC)
 
 
 def _objective_column(search: SearchResult) -> str:

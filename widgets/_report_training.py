@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from bokeh.model import Model
 
     from workbench.goodput import GoodputEstimate
+    from workbench.presets.calibration import Calibration
     from workbench.search.result import SearchResult
     from workbench.specs.estimate import Estimate
 
@@ -67,10 +68,14 @@ def training_intro(best: Estimate) -> list[Block]:
 
 
 def answer_sections(
-    estimates: Sequence[Estimate], plan_index: int, search: SearchResult | None
+    estimates: Sequence[Estimate],
+    plan_index: int,
+    search: SearchResult | None,
+    calibration: Calibration | None = None,
 ) -> list[Section]:
-    """The boxed answer (the best plan and why it wins), the inputs and the ranked plans."""
-    summary = report_summary(estimates, search)
+    """The boxed answer (the best plan, why it wins, the stack's published recipe beside it), the inputs and
+    the ranked plans. ``calibration``: the search's (``report_summary``)."""
+    summary = report_summary(estimates, search, calibration)
     answer: list[Block] = [
         {"kind": "note", "text": f"The best plan (priced by {summary['backend']}) and what it gives."},
         {"kind": "pairs", "rows": summary["rows"], "numeric": True},
@@ -79,6 +84,11 @@ def answer_sections(
         answer += [
             {"kind": "h3", "text": "Why it wins: against the best plan of each other layout"},
             {"kind": "list", "items": summary["why"], "css": "why"},
+        ]
+    if summary["reference"]:
+        answer += [
+            {"kind": "h3", "text": "Against the stack's published recipe"},
+            {"kind": "p", "text": summary["reference"], "css": "reference"},
         ]
     if summary["tie_band"]:
         answer.append({"kind": "note", "text": summary["tie_band"]})

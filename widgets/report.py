@@ -38,6 +38,7 @@ from workbench.serving.sweep import sweep_table
 if TYPE_CHECKING:
     from workbench.goodput import GoodputEstimate
     from workbench.launch.compare import CompareRow
+    from workbench.presets.calibration import Calibration
     from workbench.search.mixed.planner import MixedSearchResult
     from workbench.search.result import SearchResult
     from workbench.serving.estimate import ServingEstimate
@@ -114,10 +115,12 @@ def render_report(
     goodput: tuple[GoodputEstimate, pl.DataFrame | None] | None = None,
     search: SearchResult | None = None,
     app_url: str | None = None,
+    calibration: Calibration | None = None,
 ) -> str:
     """The report's HTML text (see ``write_report``). ``app_url``: the address of the app view this report was
     written from (its query string holds every choice); the page links back to it. Only ``http(s)`` URLs are
-    linked."""
+    linked. ``calibration``: the one ``search`` priced with, for the stack's published recipe beside #1
+    (default: the stack's default calibration)."""
     if search is not None and search_results is None:
         search_results = search.report_frame()
     if not estimates:
@@ -127,7 +130,7 @@ def render_report(
     t = _report_training
     best = estimates[0]
     sections = [
-        *t.answer_sections(estimates, plan_index, search),
+        *t.answer_sections(estimates, plan_index, search, calibration),
         *t.search_sections(search, search_results, search_rows),
     ]
     if validation:

@@ -21,12 +21,18 @@ from bokeh.models import DataRange1d, Range1d
 from bokeh.models.widgets.tables import NumberFormatter
 from workbench_widgets.app.page_text import page_text
 from workbench_widgets.app.store import WorkbenchStore
-from workbench_widgets.app.views import GIB
+from workbench_widgets.app.views import GIB, frozen, in_session
 from workbench_widgets.plots import (
     breakdown_figure,
     estimate_memory_figure,
-    estimate_timeline_figure,
     search_figure,
+)
+from workbench_widgets.plots.breakdown import refresh_breakdown_figure
+from workbench_widgets.plots.memory import refresh_memory_figure, usable_memory_bytes
+from workbench_widgets.plots.timeline import (
+    content_timeline_figure,
+    estimate_timeline_content,
+    refresh_timeline_figure,
 )
 
 TABLE_COLUMNS = (
@@ -224,11 +230,14 @@ class SearchView(param.Parameterized):
         )
 
 
-def shared_ranges(figs: list[Any]) -> None:
+def shared_ranges(figs: list[Any], own: dict[int, dict[str, tuple[Any, ...]]] | None = None) -> None:
     """Give the figures the same numeric x and y extents, covering all of them (same axes side by side).
 
     Ranges without numeric start and end (categorical or automatic) are left alone; an axis drawn reversed
-    (start > end, e.g. lanes top-down) stays reversed.
+    (start > end, e.g. lanes top-down) stays reversed; pan bounds, where set, widen to cover all of them.
+    ``own``: each figure's own extents (``own_extents``, recorded by the caller after it wrote the figure),
+    which it starts from, so that extents shared with an earlier partner do not stick when only the other
+    figure changes.
     """
     for attr in ("x_range", "y_range"):
         ranges = [getattr(f, attr) for f in figs]
@@ -239,9 +248,53 @@ def shared_ranges(figs: list[Any]) -> None:
             for r in ranges
         ):
             continue
-        lo, hi = min(min(r.start, r.end) for r in ranges), max(max(r.start, r.end) for r in ranges)
-        for r in ranges:
-            r.start, r.end = (hi, lo) if r.start > r.end else (lo, hi)
+        extents = [
+            (own or {}).get(id(f), {}).get(attr, (r.start, r.end, r.bounds))
+            for f, r in zip(figs, ranges, strict=True)
+        ]
+        lo = min(min(start, end) for start, end, _ in extents)
+        hi = max(max(start, end) for start, end, _ in extents)
+        bounds = [b for _, _, b in extents if isinstance(b, tuple)]
+        for r, (start, end, b) in zip(ranges, extents, strict=True):
+            r.update(start=hi if start > end else lo, end=lo if start > end else hi)
+            if isinstance(b, tuple):
+                r.bounds = (min(x[0] for x in bounds), max(x[1] for x in bounds))
+
+
+def own_extents(fig: Any) -> dict[str, tuple[Any, ...]]:
+    """``fig``'s x and y (start, end, bounds), as its builder or in-place writer set them."""
+    return {attr: (getattr(fig, attr).start, getattr(fig, attr).end, getattr(fig, attr).bounds)
+            for attr in ("x_range", "y_range")}  # fmt: skip
+
+
+SIDE_WIDTH_PX = 520
+"""Width of each Compare side: the two fit beside the composer at 1,440 px."""
+COMPARE_BREAKDOWN_TITLE = "Where the step time goes: A and B"
+
+
+def _side_figures(
+    name: str, e: Any, content: Any, timeline: pn.pane.Bokeh, memory: pn.pane.Bokeh
+) -> list[Any]:
+    """Write side ``name``'s estimate ``e`` (timeline ``content``) into the figures its panes show, or build them
+    the first time (the timeline ``stable``: a fixed plot area whatever the lanes, as in the Plan tab, so every
+    later plan is written in place); returns the two figures."""
+    t, m = timeline.object, memory.object
+    if t is None:  # one width (SIDE_WIDTH_PX): one stable_key, so every later content is written in place
+        t = content_timeline_figure(content, stable=True)
+        t.name = f"compare-{name.lower()}-timeline"
+        timeline.object = t
+    else:
+        in_session(timeline, lambda: refresh_timeline_figure(t, content))
+    t.title.text = f"{name}: pipeline timeline"  # the plan's caption is above it, in the page
+    usable = usable_memory_bytes(e)
+    if m is None:
+        m = estimate_memory_figure(e, width=SIDE_WIDTH_PX)
+        m.name = f"compare-{name.lower()}-memory"
+        memory.object = m
+    else:
+        in_session(memory, lambda: refresh_memory_figure(m, e.memory, capacity_bytes=e.memory_capacity_bytes,
+                                                         usable_bytes=usable))  # fmt: skip
+    return [t, m]
 
 
 class CompareView(param.Parameterized):
@@ -273,6 +326,11 @@ class CompareView(param.Parameterized):
         self.message = pn.pane.Markdown("")
         self.shown = False
         self._drawn_for: Any = None
+        self._drawn: dict[str, Any] = {}
+        """The estimate each side's figures show (``_draw`` writes a side only when it changed)."""
+        self._panes: list[tuple[pn.pane.Markdown, pn.pane.Bokeh, pn.pane.Bokeh]] = []
+        self._own: dict[int, dict[str, tuple[Any, ...]]] = {}
+        """Each side figure's own ranges (``own_extents`` by figure id), recorded when it is written."""
         self.store.param.watch(self.update, ["pinned", "estimate", "compare_backend"])
         self.update()
 
@@ -289,6 +347,7 @@ class CompareView(param.Parameterized):
             self.message.object = "Pin a plan as A, then change the plan or B's backend to compare."
             self.deltas.object = ""
             self.sides.objects, self.breakdown.visible, self._drawn_for = [], False, None
+            self._drawn = {}
             return
         key = (id(self.store.pinned), id(self.store.estimate), self.store.compare_backend)
         if not self.shown or key == self._drawn_for:
@@ -303,37 +362,57 @@ class CompareView(param.Parameterized):
             self.message.object = self.message.object or "Plan B is not valid: fix the plan in the Plan tab."
             self.deltas.object = ""
             self.sides.objects, self.breakdown.visible = [], False
+            self._drawn = {}
             return
-        self.message.object = ""
-        self.deltas.object = delta_markdown(a, b)
-        timelines = [estimate_timeline_figure(e, width=520) for e in (a, b)]
-        memories = [estimate_memory_figure(e, width=520) for e in (a, b)]
-        shared_ranges(timelines)
-        shared_ranges(memories)
-        sides = []
-        for name, e, t, m in zip("AB", (a, b), timelines, memories, strict=True):
-            caption = t.title.text  # long: in the page, where it wraps, not cut by the canvas
-            t.title.text = f"{name}: pipeline timeline"
-            sides.append(
-                pn.Column(
-                    pn.pane.Markdown(
-                        f"### {name}: `{e.plan.describe()}` [{e.backend}]\n\n{page_text(caption)}"
-                    ),
-                    pn.pane.Bokeh(t, sizing_mode="stretch_width"),
-                    pn.pane.Bokeh(m, sizing_mode="stretch_width"),
-                    sizing_mode="stretch_width",
+        self._draw(a, b)
+
+    def _draw(self, a: Any, b: Any) -> None:
+        """A and B side by side. The figures are built once and then written in place (data, titles, ranges:
+        ``refresh_timeline_figure``, ``refresh_memory_figure``, ``refresh_breakdown_figure``), a side only when
+        its estimate changed, so a change of B sends the browser new data and no new figure (a new figure costs
+        it ~0.5 s to build); under one document hold, so it gets one patch."""
+        panes = self._side_panes()
+        new = not self._drawn
+        with frozen(self.sides, self.breakdown, *(p for side in panes for p in side), models=new):
+            self.message.object = ""
+            self.deltas.object = delta_markdown(a, b)
+            for name, e, (caption, timeline, memory) in zip("AB", (a, b), panes, strict=True):
+                if self._drawn.get(name) is e:
+                    continue
+                self._drawn[name] = e
+                content = estimate_timeline_content(e, width=SIDE_WIDTH_PX)
+                # long: in the page, where it wraps, not cut by the canvas
+                caption.object = (
+                    f"### {name}: `{e.plan.describe()}` [{e.backend}]\n\n{page_text(content.title)}"
                 )
-            )
-        self.sides.objects = sides
-        labels = [f"A: {a.plan.describe()}", f"B: {b.plan.describe()}"]
-        if labels[0] == labels[1]:
-            labels = [f"A: {a.plan.describe()} [{a.backend}]", f"B: {b.plan.describe()} [{b.backend}]"]
-        self.breakdown.param.update(
-            object=breakdown_figure(
-                [a.breakdown, b.breakdown], labels, title="Where the step time goes: A and B"
-            ),
-            visible=True,
-        )
+                for fig in _side_figures(name, e, content, timeline, memory):
+                    self._own[id(fig)] = own_extents(fig)
+            shared_ranges([p.object for p in (panes[0][1], panes[1][1])], self._own)
+            shared_ranges([p.object for p in (panes[0][2], panes[1][2])], self._own)
+            labels = [f"A: {a.plan.describe()}", f"B: {b.plan.describe()}"]
+            if labels[0] == labels[1]:
+                labels = [f"A: {a.plan.describe()} [{a.backend}]", f"B: {b.plan.describe()} [{b.backend}]"]
+            fig = self.breakdown.object
+            if fig is None or not refresh_breakdown_figure(fig, [a, b], labels=labels):
+                fig = breakdown_figure([a.breakdown, b.breakdown], labels, title=COMPARE_BREAKDOWN_TITLE)
+                self.breakdown.param.update(object=fig, visible=True)
+            elif not self.breakdown.visible:
+                self.breakdown.visible = True
+            if new:
+                self.sides.objects = [pn.Column(*side, sizing_mode="stretch_width") for side in panes]
+
+    def _side_panes(self) -> list[tuple[pn.pane.Markdown, pn.pane.Bokeh, pn.pane.Bokeh]]:
+        """(caption, timeline, memory) panes of A and B, made once."""
+        if not self._panes:
+            self._panes = [
+                (
+                    pn.pane.Markdown(""),
+                    pn.pane.Bokeh(None, sizing_mode="stretch_width"),
+                    pn.pane.Bokeh(None, sizing_mode="stretch_width"),
+                )
+                for _ in "AB"
+            ]
+        return self._panes
 
     def panel(self) -> pn.Column:
         return pn.Column(

@@ -332,7 +332,8 @@ class PlanView(param.Parameterized):
     input changed (the placement depends on the plan and the cluster alone, the memory bars on the memory
     table and the capacity). New figures are built only for what needs other models (another node grid,
     another bar count, a timeline that starts or stops panning its lanes); that swap happens under one
-    document hold with the model graph frozen, so the browser still gets a single patch per change.
+    document hold with the model graph frozen, so the browser still gets a single patch per change. Drawn
+    only while its tab is shown (``show``/``hide``): a change of plan B in the Compare tab costs nothing here.
     """
 
     store = param.ClassSelector(class_=WorkbenchStore)
@@ -362,6 +363,8 @@ class PlanView(param.Parameterized):
         self.breakdown = pn.pane.Bokeh(None, css_classes=["wb-breakdown"], sizing_mode="stretch_width")
         self.placement = pn.pane.Bokeh(None, css_classes=["wb-placement"], sizing_mode="stretch_width")
         self._shown: Any = None
+        self.shown = True
+        """Whether the tab is on screen (``show``/``hide``, called by the app on a tab change)."""
         self._placement_key: Any = None
         self._memory_key: Any = None
         self._timeline_key: Any = None
@@ -395,9 +398,19 @@ class PlanView(param.Parameterized):
         self.working[1].object = self.store.working
         self.working.visible = bool(self.store.working)
 
+    def show(self) -> None:
+        """The tab is shown: draw what changed while it was hidden."""
+        self.shown = True
+        self.update()
+
+    def hide(self) -> None:
+        """The tab is hidden: a change made meanwhile (e.g. plan B in the Compare tab) draws nothing here, so
+        the browser gets only the figures on screen."""
+        self.shown = False
+
     def update(self, *_: Any) -> None:
         e = self.store.estimate
-        if e is self._shown and e is not None:
+        if not self.shown or (e is self._shown and e is not None):
             return
         self._shown = e
         panes = (self.timeline, self.memory, self.breakdown, self.placement)

@@ -178,12 +178,15 @@ def same_bars(fig: figure, estimates: Sequence[Estimate]) -> bool:
     return len(fig.y_range.factors) == len(estimates)  # type: ignore[attr-defined]
 
 
-def refresh_breakdown_figure(fig: figure, estimates: Sequence[Estimate]) -> bool:
-    """Write the bars of ``estimates`` into ``fig`` (an ``estimates_breakdown_figure``) in place, with no new
-    bokeh models; False (and nothing changed) unless ``same_bars``."""
+def refresh_breakdown_figure(
+    fig: figure, estimates: Sequence[Estimate], *, labels: Sequence[str] | None = None
+) -> bool:
+    """Write the bars of ``estimates`` into ``fig`` (an ``estimates_breakdown_figure``, or a ``breakdown_figure``
+    of as many bars labelled ``labels``) in place, with no new bokeh models; False (and nothing changed) unless
+    ``same_bars``. ``labels``: the bars' labels (default ``estimate_labels``)."""
     if not same_bars(fig, estimates):
         return False
-    labels = estimate_labels(estimates)
+    labels = list(labels) if labels is not None else estimate_labels(estimates)
     fig.y_range.factors = list(reversed(labels))  # type: ignore[attr-defined]
     parts = next(r for r in fig.renderers if r.name == "parts")
     parts.data_source.data = _stack([e.breakdown for e in estimates], labels)  # type: ignore[attr-defined]

@@ -8,7 +8,9 @@
   :mod:`~workbench.validate.run`) and the error band (:mod:`~workbench.validate.band`);
 - serving: :mod:`~workbench.validate.serving` (on ``serving_csv``, ``serving_specs``, ``serving_workload``,
   ``serving_traces``, ``serving_phase``);
-- a device's kernel table fitted to a measured per-op profile: :mod:`~workbench.validate.calibrate`.
+- a device's kernel table fitted to a measured per-op profile: :mod:`~workbench.validate.calibrate`;
+- a stack's published recipe of a model on a device, priced beside the best plan:
+  :mod:`~workbench.validate.recipes`.
 """
 
 from workbench.validate.fit import FIT_GRID, cross_validate, fit_constants, write_fits
