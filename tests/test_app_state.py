@@ -258,3 +258,16 @@ def test_fp8_recipe_control_offers_what_the_stack_offers() -> None:
     store.state.param.update(dtype="fp8", fp8_recipe="delayed")
     assert store.plan().fp8_recipe == "delayed" and "fp8-delayed" in store.plan().describe()
     assert store.estimate is not None and store.error == ""
+
+
+def test_a_shared_links_plan_applies_in_one_update() -> None:
+    """Panel applies a link's query string as one update: an interleaved plan (pp 2, vpp 4) arrives before the
+    Store has widened the vpp choices for pp 2, and must still be the plan shown; a value that is not valid is
+    moved with the sentence that says so, never refused silently."""
+    store = WorkbenchStore(WorkbenchState())
+    store.state.param.update(tp=4, pp=2, vpp=4, schedule="interleaved-1f1b", micro_batch_size=1)
+    plan = store.plan()
+    assert (plan.tp, plan.pp, plan.vpp, plan.schedule) == (4, 2, 4, "interleaved-1f1b")
+    assert plan.dp == 8 and store.adjusted == "" and store.estimate is not None
+    store.state.param.update(tp=3)  # 3 divides neither the heads nor the 64 devices
+    assert store.plan().tp != 3 and "tp 3 ->" in store.adjusted

@@ -38,3 +38,15 @@ def test_a_link_carries_the_inputs_and_the_plan() -> None:
         assert outside == [], outside
         params = parse_qs(urlparse(page.url).query)
         assert params["model_preset"] == ["llama-3.1-8b"] and params["tp"] == ["2"]
+
+
+def test_a_link_to_an_interleaved_plan_opens_that_plan() -> None:
+    """vpp 4 is valid only once pp 2 and the interleaved schedule are set; the link sets all at once."""
+    with served_app_page(viewport={"width": 1440, "height": 900}) as (app, page, outside, errors):
+        query = "tp=4&pp=2&cp=1&vpp=4&schedule=interleaved-1f1b&micro_batch_size=1"
+        page.goto(f"{app.url}?{query}", wait_until="load", timeout=90_000)
+        page.wait_for_function(TIMELINE_TITLE_JS, timeout=90_000)
+        page.wait_for_function(f"() => ({SUMMARY_JS})().includes('vpp4')", timeout=60_000)
+        text = page.evaluate(SUMMARY_JS)
+        assert "dp8 tp4 pp2 vpp4 mbs1" in text and "interleaved-1f1b" in text, text
+        assert outside == [], outside

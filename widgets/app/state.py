@@ -15,7 +15,7 @@ import param
 
 from workbench.presets.frameworks import DEFAULT_FRAMEWORK, framework_names
 from workbench.specs.axes import AXIS_NAMES, PLAN_AXES
-from workbench.specs.axis_types import Control, PlanAxis
+from workbench.specs.axis_types import Control, Domain, PlanAxis
 from workbench.specs.limits import MAX_CAPACITY_FACTOR
 
 CUSTOM = "custom"
@@ -38,7 +38,12 @@ def plan_parameter(axis: PlanAxis) -> param.Parameter:
     app = axis.app
     if app.kind is Control.DERIVED:
         return param.Integer(default=app.default, bounds=(axis.minimum, None), constant=True, doc=app.doc)
-    if app.kind in (Control.DEGREE, Control.CHOICE):
+    if app.kind is Control.DEGREE or axis.domain is Domain.SCHEDULE:
+        # The Store narrows these options to what is valid for the inputs and moves a value that is not (saying
+        # so), so the selector takes any value: a shared link sets tp, pp, vpp and the schedule in one update,
+        # before the Store has widened the options for them.
+        return param.Selector(default=app.default, objects=list(app.objects), doc=app.doc, check_on_set=False)
+    if app.kind is Control.CHOICE:
         return param.Selector(default=app.default, objects=list(app.objects), doc=app.doc)
     if app.kind is Control.INTEGER:
         return param.Integer(default=app.default, bounds=axis.app_bounds, doc=app.doc)
