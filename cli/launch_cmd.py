@@ -241,6 +241,7 @@ def compare_cmd(
             {
                 "source": measured.source,
                 "num_steps": measured.num_steps,
+                "notes": list(measured.notes),
                 "prediction": str(path),
                 "rows": [
                     {
@@ -260,6 +261,8 @@ def compare_cmd(
         ["metric", "measured", "predicted", "error"],
         [[r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{r.error_frac:+.1%}"] for r in rows],
     )
+    for note in measured.notes:
+        say(f"note: {note}")
 
 
 def _write_compare_report(

@@ -260,3 +260,33 @@ def test_workbench_run_record() -> None:
         compare_run(
             m, {**prediction, "model_ref": {"name": "llama-3.1-8b"}, "summary": {"model": "llama-3.1-8b"}}
         )
+
+
+def test_a_benchmark_of_other_lengths_is_refused_and_failed_requests_are_said(tmp_path: Path) -> None:
+    """The fixture's 64 completed requests carry 64,000 prompt and 12,800 output tokens: 1,000 and 200 per request,
+    the lengths of the prediction below; the same run read against a prediction for 2,000-token prompts is
+    another workload and is refused, and requests vLLM counts as failed are said beside the table."""
+    data = json.loads(_text("vllm_bench_serve.json"))
+    v = read_run_output(json.dumps(data), "vllm.json")
+    assert (v.mean_input_tokens, v.mean_output_tokens, v.notes) == (1000.0, 200.0, ())
+    serve = {}
+    for prompt in (1000, 2000):
+        serve[prompt] = tmp_path / f"serve{prompt}"
+        r = CliRunner().invoke(
+            cli,
+            ["serve", "export", "--engine", "vllm-v1", "--out", str(serve[prompt]), "--model", "llama-3.1-70b",
+             "--cluster", "dgx-h100", "--tp", "8", "--input-tokens", str(prompt), "--output-tokens", "200",
+             "--num-requests", "16"],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+    run = tmp_path / "vllm.json"
+    run.write_text(json.dumps(data | {"failed": 3}))
+    r = CliRunner().invoke(cli, ["compare", str(run), "--prediction", str(serve[1000] / "prediction.json")])
+    assert r.exit_code == 0, r.output
+    assert "note: 3 request(s) failed: the means are over the 64 completed" in r.output
+    r = CliRunner().invoke(cli, ["compare", str(run), "--prediction", str(serve[2000] / "prediction.json")])
+    assert r.exit_code == 1
+    assert (
+        "average 1,000 prompt tokens; the prediction is for 2,000 (input_tokens); allowed: within 10%"
+        in r.output
+    )

@@ -32,6 +32,32 @@ def check_prediction(record: Any, name: str) -> dict[str, Any]:
     return record
 
 
+LENGTH_TOLERANCE = 0.10
+"""How far a serving benchmark's mean prompt or output length may lie from the prediction's before the run counts
+as another workload (a fraction). vLLM's random dataset at its default range ratio 0 and SGLang's ``random`` with
+``--random-range-ratio 1`` produce the requested lengths exactly; a run with ``ignore_eos`` off or a sampled
+dataset (ShareGPT) drifts, and latencies then answer another question than the one predicted."""
+
+
+def _check_lengths(measured: Measured, workload: dict[str, Any], name: str) -> None:
+    """ValueError when the benchmark's mean prompt or output length is more than ``LENGTH_TOLERANCE`` from the
+    prediction's ``input_tokens``/``output_tokens`` (what the run reports and the prediction names only)."""
+    for what, got, key in (
+        ("prompt", measured.mean_input_tokens, "input_tokens"),
+        ("output", measured.mean_output_tokens, "output_tokens"),
+    ):
+        expected = workload.get(key)
+        if got is None or not isinstance(expected, int | float) or expected <= 0:
+            continue
+        if abs(got - expected) > LENGTH_TOLERANCE * expected:
+            raise ValueError(
+                f"{name}: the benchmark's requests average {got:,.0f} {what} tokens; the prediction is for "
+                f"{expected:,.0f} ({key}); allowed: within {LENGTH_TOLERANCE:.0%} (a run of another workload: "
+                "benchmark with the lengths of the prediction, e.g. vllm bench serve --random-input-len and "
+                "--random-output-len with --ignore-eos)"
+            )
+
+
 def compare_run(measured: Measured, prediction: dict[str, Any], name: str = "run output") -> list[CompareRow]:
     """Rows of every figure both sides have. Raises ValueError when the run is of another kind (training vs
     serving) or names another model than the prediction."""
@@ -60,6 +86,8 @@ def compare_run(measured: Measured, prediction: dict[str, Any], name: str = "run
                 f"{name}:{line}: the run has {field_name} = {value}; the prediction is for {field_name} = {expected} "
                 "(a run of another model or plan)"
             )
+    if measured.kind == "serving":
+        _check_lengths(measured, prediction.get("workload", {}), name)
     s = prediction["summary"]
     pairs: list[tuple[str, float | None, float | None]]
     if measured.kind == "training":

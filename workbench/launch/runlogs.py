@@ -11,7 +11,9 @@ Formats, each from the line of the stack's source that prints it:
   grad_norm: G  memory: M GiB(P%)  tps: T  tflops: F  mfu: U%``, with ANSI colours; memory is max reserved);
 - the result JSON of vLLM's serving benchmark (``vllm bench serve --save-result``; vllm-project/vllm
   vllm/benchmarks/serve.py at 009e6d4a: the ``BenchmarkMetrics`` fields ``completed``, ``request_throughput``,
-  ``output_throughput``, ``mean_ttft_ms``, ``mean_tpot_ms`` written under the same names, and ``model_id``) and
+  ``output_throughput``, ``mean_ttft_ms``, ``mean_tpot_ms`` written under the same names, ``total_input_tokens``
+  and ``total_output_tokens`` over the completed requests, ``failed`` where the release writes it, and
+  ``model_id``) and
   of SGLang's ``python -m sglang.bench_serving`` (sgl-project/sglang python/sglang/bench_serving.py: the same key
   names, ``backend`` ``sglang*``, one JSON object per line appended per run);
 - our own ``workbench run --json`` record (its ``measured`` summary: ``step_time_s``, ``tokens_per_s``,
@@ -80,6 +82,10 @@ class Measured:
     tpot_s: float | None = None
     output_tokens_per_s: float | None = None
     requests_per_s: float | None = None
+    mean_input_tokens: float | None = None
+    """Serving: prompt tokens per completed request (``total_input_tokens / completed``)."""
+    mean_output_tokens: float | None = None
+    """Serving: output tokens per completed request (``total_output_tokens / completed``)."""
     model: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     setup: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -206,10 +212,21 @@ def _read_json(text: str, name: str) -> Measured:
             f"{name}: a serving benchmark result needs {', '.join(_SERVING_KEYS)}; missing "
             f"{', '.join(missing)} (or a `workbench run --json` record with step_time_s)"
         )
+    completed = int(data.get("completed", 0))
+    failed = int(data.get("failed", 0) or 0)
+    notes = (f"{failed} request(s) failed: the means are over the {completed} completed",) if failed else ()
+
+    def per_request(key: str) -> float | None:
+        value = data.get(key)
+        return float(value) / completed if isinstance(value, int | float) and completed > 0 else None
+
     return Measured(
         source="sglang-bench" if data.get("backend", "").startswith("sglang") else "vllm-bench",
         kind="serving",
-        num_steps=int(data.get("completed", 0)),
+        num_steps=completed,
+        mean_input_tokens=per_request("total_input_tokens"),
+        mean_output_tokens=per_request("total_output_tokens"),
+        notes=notes,
         ttft_s=_number(data, "mean_ttft_ms", name) / 1e3,
         tpot_s=_number(data, "mean_tpot_ms", name) / 1e3,
         output_tokens_per_s=_number(data, "output_throughput", name),
