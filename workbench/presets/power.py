@@ -3,6 +3,7 @@ besides its devices. Schema and sources: the file's header. Errors name the file
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,15 @@ def _number(t: _Table, key: str, default: Any = ...) -> float:
 def load_power_table(path: str | Path | None = None) -> PowerTable:
     """``profiles/power/devices.toml`` (or ``path``) as a ``PowerTable``; ValueError naming the file and field."""
     path = Path(path) if path is not None else profiles_dir() / "power" / "devices.toml"
-    origin = str(path)
+    if not path.is_file():
+        read_toml(path, "power table")  # its error names the file and what is wrong
+    return _read_power_table(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_power_table(origin: str, mtime_ns: int) -> PowerTable:
+    """The table at ``origin`` as of ``mtime_ns`` (read once per change of the file; a failed read is not kept)."""
+    path = Path(origin)
     keys = {"id", "name", "compute_frac", "memory_frac", "wait_frac", "idle_frac", "devices", "nodes",
             "default_node_overhead_w_per_device"}  # fmt: skip
     top = _Table(read_toml(path, "power table"), origin, keys)

@@ -8,6 +8,7 @@ row's keys but ``device`` (the cluster's device). Every error names the file, th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +73,14 @@ def load_price_table(name_or_path: str | Path = DEFAULT_TABLE) -> PriceTable:
                 f"unknown price table {name_or_path!r} (known: {', '.join(price_table_names())})"
             )
         path = candidate
-    origin = str(path)
+    return _read_price_table(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_price_table(origin: str, mtime_ns: int) -> PriceTable:
+    """The table at ``origin`` as of ``mtime_ns`` (read once per change of the file: the app prices every change
+    of a control; a failed read is not kept)."""
+    path = Path(origin)
     top = _Table(read_toml(path, "price table"), origin, {"id", "name", "prices", "unpriced"})
     rows = tuple(
         price_row_from_toml(r, f"{origin} prices[{i}]") for i, r in enumerate(top.get("prices", list, []))
