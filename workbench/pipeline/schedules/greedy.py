@@ -11,6 +11,7 @@ micro-batch, then the later stage. In-flight means: F started and W not finished
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 from workbench.pipeline.schedules.actions import Action
@@ -37,7 +38,7 @@ def greedy_zero_bubble(
     i_done = [[-1] * m for _ in range(num_stages)]
     next_f = [0] * num_stages
     next_i = [0] * num_stages
-    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
+    pending_w: list[deque[tuple[int, int]]] = [deque() for _ in range(pp)]
     inflight = [0] * pp
     rows: Rows = [[] for _ in range(pp)]
     remaining = 3 * num_stages * m
@@ -69,38 +70,37 @@ def greedy_zero_bubble(
     return rows
 
 
-def _ready(done_step: int, step: int) -> bool:
-    return 0 <= done_step < step
-
-
 def _pick(
     step: int,
     stages: list[int],
     ctx: tuple[list[list[int]], list[list[int]], list[int], list[int], int, int],
     inflight: int,
     cap: int,
-    pending_w: list[tuple[int, int]],
+    pending_w: deque[tuple[int, int]],
 ) -> Action | None:
+    """The action a rank runs at ``step`` (module docstring's rule). Candidates are compared as (micro-batch,
+    -stage) tuples and only the chosen one becomes an ``Action``: this runs once per rank and step."""
     f_done, i_done, next_f, next_i, m, num_stages = ctx
-    best_i: Action | None = None
-    best_f: Action | None = None
+    last = num_stages - 1
+    first_chunk = stages[0] if len(stages) > 1 else -1  # its F leaves one slot for the chunk-1 forwards
+    best_i: tuple[int, int] | None = None
+    best_f: tuple[int, int] | None = None
     for s in stages:
         i = next_i[s]
         if i < m:
-            dep = f_done[s][i] if s == num_stages - 1 else i_done[s + 1][i]
-            if _ready(dep, step) and (best_i is None or (i, -s) < (best_i.microbatch, -best_i.stage)):
-                best_i = Action(s, "I", i)
+            dep = f_done[s][i] if s == last else i_done[s + 1][i]
+            if 0 <= dep < step and (best_i is None or (i, -s) < best_i):
+                best_i = (i, -s)
         j = next_f[s]
-        if j < m and (s == 0 or _ready(f_done[s - 1][j], step)):
-            first_chunk = s == stages[0] and len(stages) > 1
-            room = cap - 1 if first_chunk else cap
-            if inflight < room and (best_f is None or (j, -s) < (best_f.microbatch, -best_f.stage)):
-                best_f = Action(s, "F", j)
+        if j < m and (s == 0 or 0 <= f_done[s - 1][j] < step):
+            room = cap - 1 if s == first_chunk else cap
+            if inflight < room and (best_f is None or (j, -s) < best_f):
+                best_f = (j, -s)
     if best_i is not None:
-        return best_i
+        return Action(-best_i[1], "I", best_i[0])
     if best_f is not None:
-        return best_f
+        return Action(-best_f[1], "F", best_f[0])
     if pending_w:
-        s, i = pending_w.pop(0)
+        s, i = pending_w.popleft()
         return Action(s, "W", i)
     return None
