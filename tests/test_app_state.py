@@ -271,3 +271,9 @@ def test_a_shared_links_plan_applies_in_one_update() -> None:
     assert plan.dp == 8 and store.adjusted == "" and store.estimate is not None
     store.state.param.update(tp=3)  # 3 divides neither the heads nor the 64 devices
     assert store.plan().tp != 3 and "tp 3 ->" in store.adjusted
+    before = store.plan()
+    store.state.param.update(tp="<b>x</b>")  # not a degree at all (a hand-edited link): refused, nothing kept
+    assert store.plan() == before and "tp must be a whole number" in store.refused
+    assert all(isinstance(o, int) for o in store.state.param.tp.objects)
+    store.state.param.update(tp=4)
+    assert store.plan().tp == 4 and store.error == ""

@@ -263,7 +263,16 @@ class WorkbenchStore(param.Parameterized):
 
     def _pass(self, changed: set[str]) -> None:
         for field in changed & set(DEGREE_FIELDS):
-            self._wanted[field] = getattr(self.state, field)
+            value = getattr(self.state, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                # the selectors take any value (a link's query arrives in one update): not a degree at all is
+                # refused here, and dropped from the options it was added to, before the last good pass returns
+                p = self.state.param[field]
+                p.objects = [
+                    o for o in p.objects if isinstance(o, int) and not isinstance(o, bool) and o >= 0
+                ]
+                raise ValueError(f"{field} must be a whole number >= 1, got {short(value)}")
+            self._wanted[field] = value
         if changed & PLAN_CHOICES and not self._loading:
             self._planned_for = None  # the user's own plan now: nothing to call stale
             self.why = ""
