@@ -23,7 +23,7 @@ from workbench_widgets.app.state import APP_PLAN_FIELDS, CUSTOM, DEGREE_FIELDS, 
 from workbench.estimate.registry import backend_names, get_backend
 from workbench.presets import catalog
 from workbench.presets.hf_config import model_from_hf_config
-from workbench.specs.axes import PLAN_AXES
+from workbench.specs.axes import PLAN_AXES, PROFILE_AXES
 from workbench.specs.axis_types import Control
 from workbench.specs.degrees import plan_choices
 from workbench.specs.estimate import Estimate
@@ -369,11 +369,9 @@ class WorkbenchStore(param.Parameterized):
         """Each plan axis that chooses a profile field (the FP8 recipe) offers the stack's own (its control's
         ``none_as``) and what the stack offers (``FrameworkProfile.offered``); a chosen value the stack does not
         offer stays listed, so the plan is refused by name rather than changed silently."""
-        for axis in PLAN_AXES:
-            if axis.profile_field is None:
-                continue
+        for axis in PROFILE_AXES:
             value = getattr(self.state, axis.name)
-            target = [axis.app.none_as, *self.framework().offered(axis.profile_field)]
+            target = [axis.app.none_as, *self.framework().offered(axis.profile_field or "")]
             target += [value] if value not in target else []
             if self.state.param[axis.name].objects != target:
                 self.state.param[axis.name].objects = target

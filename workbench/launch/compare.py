@@ -32,7 +32,7 @@ def check_prediction(record: Any, name: str) -> dict[str, Any]:
     return record
 
 
-LENGTH_TOLERANCE = 0.10
+LENGTH_TOLERANCE_FRAC = 0.10
 """How far a serving benchmark's mean prompt or output length may lie from the prediction's before the run counts
 as another workload (a fraction). vLLM's random dataset at its default range ratio 0 and SGLang's ``random`` with
 ``--random-range-ratio 1`` produce the requested lengths exactly; a run with ``ignore_eos`` off or a sampled
@@ -40,7 +40,7 @@ dataset (ShareGPT) drifts, and latencies then answer another question than the o
 
 
 def _check_lengths(measured: Measured, workload: dict[str, Any], name: str) -> None:
-    """ValueError when the benchmark's mean prompt or output length is more than ``LENGTH_TOLERANCE`` from the
+    """ValueError when the benchmark's mean prompt or output length is more than ``LENGTH_TOLERANCE_FRAC`` from the
     prediction's ``input_tokens``/``output_tokens`` (what the run reports and the prediction names only)."""
     for what, got, key in (
         ("prompt", measured.mean_input_tokens, "input_tokens"),
@@ -49,10 +49,10 @@ def _check_lengths(measured: Measured, workload: dict[str, Any], name: str) -> N
         expected = workload.get(key)
         if got is None or not isinstance(expected, int | float) or expected <= 0:
             continue
-        if abs(got - expected) > LENGTH_TOLERANCE * expected:
+        if abs(got - expected) > LENGTH_TOLERANCE_FRAC * expected:
             raise ValueError(
                 f"{name}: the benchmark's requests average {got:,.0f} {what} tokens; the prediction is for "
-                f"{expected:,.0f} ({key}); allowed: within {LENGTH_TOLERANCE:.0%} (a run of another workload: "
+                f"{expected:,.0f} ({key}); allowed: within {LENGTH_TOLERANCE_FRAC:.0%} (a run of another workload: "
                 "benchmark with the lengths of the prediction, e.g. vllm bench serve --random-input-len and "
                 "--random-output-len with --ignore-eos)"
             )

@@ -15,17 +15,6 @@ from pathlib import Path
 from workbench.presets.catalog import _Table, price_row_from_toml, profiles_dir, read_toml
 from workbench.specs.price import PRICE_KINDS, PriceSpec
 
-ROW_KEYS = {
-    "device",
-    "kind",
-    "usd_per_device_hour",
-    "provider",
-    "region",
-    "date_read",
-    "page_date",
-    "source",
-    "note",
-}
 DEFAULT_TABLE = "cloud"
 
 

@@ -21,7 +21,7 @@ from workbench.search.result import (
 )
 from workbench.search.run import Pool, Progress, ScreenOutcome, screen_all
 from workbench.search.space import Constraints, build_space, framework_constraints
-from workbench.specs.axes import PLAN_AXES
+from workbench.specs.axes import PROFILE_AXES
 from workbench.specs.plan import ParallelPlan
 
 if TYPE_CHECKING:
@@ -347,10 +347,9 @@ def _offered_choices(framework: FrameworkProfile, workload: Workload) -> list[di
     offers one value on each (the plan keeps None: the stack's own)."""
     axes = [
         a
-        for a in PLAN_AXES
-        if a.profile_field is not None
-        and (a.dtype is None or a.dtype == str(workload.dtype))
-        and len(framework.offered(a.profile_field)) > 1
+        for a in PROFILE_AXES
+        if (a.dtype is None or a.dtype == str(workload.dtype))
+        and len(framework.offered(a.profile_field or "")) > 1
     ]
     combos = itertools.product(*(framework.offered(a.profile_field or "") for a in axes))
     return [dict(zip((a.name for a in axes), combo, strict=True)) for combo in combos] or [{}]

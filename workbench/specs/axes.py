@@ -484,6 +484,10 @@ AXES_BY_NAME: Mapping[str, PlanAxis] = unique_index(
 AXIS_NAMES: tuple[str, ...] = tuple(AXES_BY_NAME)
 """The plan axes' names in display order."""
 
+PROFILE_AXES: tuple[PlanAxis, ...] = tuple(a for a in PLAN_AXES if a.profile_field is not None)
+"""The axes that choose a field of the stack's framework profile among what it offers (``PlanAxis.profile_field``:
+the FP8 recipe)."""
+
 
 def plan_axis(name: str) -> PlanAxis:
     """The record of axis ``name``; ValueError listing the axes if there is none."""

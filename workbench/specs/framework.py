@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from workbench.specs.axes import PROFILE_AXES
 from workbench.specs.framework_fields import FrameworkFields
 from workbench.specs.framework_values import (
     CP_KINDS,
@@ -123,11 +124,9 @@ class FrameworkProfile(FrameworkFields):
         that the plan sets replaces the profile's value (the FP8 recipe); ``self`` when the plan sets none. The
         one place a plan's choice among the stack's offers reaches the cost model (``estimate_plan``, the
         planner's screen, the exports)."""
-        from workbench.specs.axes import PLAN_AXES
-
         changes = {
             a.profile_field: getattr(plan, a.name)
-            for a in PLAN_AXES
+            for a in PROFILE_AXES
             if a.profile_field is not None and getattr(plan, a.name) is not None
         }
         return replace(self, **changes) if changes else self
@@ -135,10 +134,8 @@ class FrameworkProfile(FrameworkFields):
     def _unoffered(self, plan: ParallelPlan, dtype: str) -> list[str]:
         """Reasons for the plan's choices among the stack's offers: a value it does not offer, or a choice that
         matters only under another dtype."""
-        from workbench.specs.axes import PLAN_AXES
-
         out = []
-        for a in PLAN_AXES:
+        for a in PROFILE_AXES:
             value = getattr(plan, a.name)
             if a.profile_field is None or value is None:
                 continue
@@ -229,10 +226,8 @@ class FrameworkProfile(FrameworkFields):
 
     def _widened_offers(self, plan: ParallelPlan) -> dict[str, tuple[str, ...]]:
         """``offers`` with each value the plan chooses that the stack does not offer added."""
-        from workbench.specs.axes import PLAN_AXES
-
         offers = dict(self.offers)
-        for a in PLAN_AXES:
+        for a in PROFILE_AXES:
             value = getattr(plan, a.name)
             if (
                 a.profile_field is not None

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from workbench.specs.axes import PROFILE_AXES
 from workbench.specs.framework_values import (
     CP_KINDS,
     CUDA_GRAPH_SCOPES,
@@ -428,9 +429,7 @@ class FrameworkFields:
     def _check_offers(self, where: str) -> None:
         """ValueError naming ``where`` for an ``offers`` key no plan axis chooses or a value that axis does not
         take."""
-        from workbench.specs.axes import PLAN_AXES
-
-        axes = {a.profile_field: a for a in PLAN_AXES if a.profile_field is not None}
+        axes = {a.profile_field or "": a for a in PROFILE_AXES}
         for key, values in self.offers.items():
             if key not in axes:
                 raise ValueError(
