@@ -30,7 +30,9 @@ How torch runs a plan, kept in the stage costs:
   the embedding and the head are not recomputed. Selective recompute is priced as none (the profile
   measures whole blocks), with a note.
 
-Every field of ``ParallelPlan`` and ``Workload`` is priced or refused by name (``PLAN_FIELD_PRICING``,
+Every field of ``ParallelPlan`` and ``Workload`` is priced or refused by name (``field_pricing``: this backend's
+line in ``PLAN_FIELD_PRICING``, else the axis' ``pricing`` in ``workbench.specs.axes``: a step-model term is the
+step model's, a field that changes the measured ops is refused unless it holds the plan's default;
 ``WORKLOAD_FIELD_PRICING``; :func:`unsupported` lists what a plan asks that the profile cannot price: a chunked
 loss, vocabulary parallelism, activation offload, an expert tp other than tp, an optimizer other than AdamW, a
 capacity factor, an FP8 recipe the plan chooses). An optimizer step offloaded to the host (``offload_optimizer``) is the step model's host path,
@@ -55,6 +57,8 @@ from workbench.pipeline.simulate import StageCosts
 from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import profiles_dir
 from workbench.presets.profile_table import OpCost, Profile, find_profile
+from workbench.specs.axes import PLAN_AXES
+from workbench.specs.axis_types import PlanAxis, Pricing
 from workbench.specs.estimate import Estimate
 from workbench.specs.hardware import BYTES_PER_ELEMENT, ClusterSpec
 from workbench.specs.model import ModelSpec
@@ -78,7 +82,6 @@ PLAN_FIELD_PRICING: dict[str, str] = {
     "vocab_parallel": "refused with pp > 1: the profile's embedding and head run whole on the first and last stage",
     "offload_optimizer": "the step model's host path (optimizer_s), not the measured AdamW (noted); no device states",
     "offload_activations": "refused: the stages keep the measured activations on the device",
-    "offload_activation_layers": "refused with offload_activations, which it needs (ParallelPlan refuses it alone)",
     "sequence_parallel": "tensor-parallel communication kind and the input full recompute keeps (the profile's "
     "blocks are measured without sequence parallelism: their stored activations as measured)",
     "recompute": "full: each block's measured forward again before its backward, its input kept; selective: "
@@ -88,8 +91,33 @@ PLAN_FIELD_PRICING: dict[str, str] = {
     "rank_order": "the group strides the step model's communication is priced on",
     "fp8_recipe": "refused when set: the profile's ops are measured with the recipe it was recorded with",
 }
-"""How this backend prices each ``ParallelPlan`` field (``tests/test_torch_profile_backend.py`` holds the keys to
-the plan's fields, so a new axis must say here how it is priced or refused)."""
+"""How this backend prices the ``ParallelPlan`` fields it has its own words for; any other field by its axis'
+``pricing`` (``field_pricing``: a new axis needs no line here)."""
+
+MEASURED_HERE = frozenset(
+    {"tp", "cp", "ep", "etp", "micro_batch_size", "sequence_parallel", "recompute", "recompute_num_layers"}
+    | {"vocab_parallel"}
+)
+"""The fields that change the measured ops (``Pricing.MEASURED_OPS``) which this backend prices from the profile
+or refuses by a rule of its own (``unsupported``); it refuses any other such field unless it holds the plan's
+default."""
+
+_DEFAULT_PLAN = ParallelPlan()
+
+
+def field_pricing(axis: PlanAxis) -> str:
+    """How this backend prices plan field ``axis.name``: its line in ``PLAN_FIELD_PRICING``, else from the row's
+    ``pricing`` (a step-model term: the step model around the measured ops; a field that changes the measured
+    ops: refused unless it holds the plan's default)."""
+    if axis.name in PLAN_FIELD_PRICING:
+        return PLAN_FIELD_PRICING[axis.name]
+    if axis.pricing is Pricing.STEP_MODEL:
+        return (
+            "the step model's term (workbench.cost.step) around the measured ops, as the analytic backend's"
+        )
+    default = getattr(_DEFAULT_PLAN, axis.name)
+    return f"refused unless {axis.name}={default}: it changes the ops one device runs, measured without it"
+
 
 WORKLOAD_FIELD_PRICING: dict[str, str] = {
     "seq_len": "ops measured at the sequence length",
@@ -103,33 +131,24 @@ WORKLOAD_FIELD_PRICING: dict[str, str] = {
 
 def unsupported(model: ModelSpec, workload: Workload, plan: ParallelPlan) -> list[str]:
     """What of ``plan`` and ``workload`` this backend cannot price from a profile, one line each naming the
-    field, its value and what the backend supports (``PLAN_FIELD_PRICING``); empty when it prices all of it."""
-    out = []
-    if plan.loss_chunks != 1:
-        out.append(
-            f"loss_chunks={plan.loss_chunks} (the profile measures the LM head and its loss over the whole "
-            "micro-batch; supports loss_chunks=1)"
-        )
+    field, its value and what the backend supports (``field_pricing``); empty when it prices all of it."""
+    out = [  # the fields that change the measured ops this backend has no rule of its own for
+        f"{a.name}={getattr(plan, a.name)} ({field_pricing(a)}; supports {a.name}={getattr(_DEFAULT_PLAN, a.name)})"
+        for a in PLAN_AXES
+        if a.pricing is Pricing.MEASURED_OPS
+        and a.name not in MEASURED_HERE
+        and getattr(plan, a.name) != getattr(_DEFAULT_PLAN, a.name)
+    ]
     if plan.vocab_parallel and plan.pp > 1:
         out.append(
             f"vocab_parallel=True with pp={plan.pp} (the profile's embedding and LM head run whole on the first "
             "and the last stage; supports vocab_parallel=False)"
-        )
-    if plan.offload_activations:
-        out.append(
-            "offload_activations=True (the stages keep their measured activations on the device; supports "
-            "offload_activations=False)"
         )
     if model.is_moe and plan.expert_tp != plan.tp:
         default = " (the default with ep > 1)" if plan.etp is None else ""
         out.append(
             f"etp={plan.expert_tp}{default} (the profile splits each expert over tp={plan.tp} like the dense "
             f"MLP; supports etp=tp: etp={plan.tp})"
-        )
-    if plan.fp8_recipe is not None:
-        out.append(
-            f"fp8_recipe={plan.fp8_recipe} (the profile's ops are measured as it recorded them; supports "
-            "fp8_recipe unset)"
         )
     if str(workload.optimizer) != "adamw":
         out.append(f"optimizer={workload.optimizer} (the profile times AdamW; supports optimizer=adamw)")

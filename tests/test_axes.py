@@ -20,7 +20,7 @@ from workbench.specs import limits
 from workbench.specs.axes import AXIS_NAMES, PLAN_AXES, plan_axis
 from workbench.specs.axis_types import Control, Domain, Enumeration, PlanAxis
 from workbench.specs.errors import unique_index
-from workbench.specs.plan import Axis, ParallelPlan, Recompute, Workload, data_parallel_degree
+from workbench.specs.plan import RANK_ORDERS, Axis, ParallelPlan, Recompute, Workload, data_parallel_degree
 from workbench.specs.rule_table import rule_table
 from workbench.specs.rules import CONTROLS, PLAN_FIELDS, RULE_COLUMNS
 
@@ -238,6 +238,102 @@ def test_data_parallel_degree() -> None:
         data_parallel_degree(64, tp=np.array([2, 3]), pp=np.array([2, 2]), cp=np.array([2, 2]))
 
 
+def _columns_by_hand(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray]:
+    """``plan_columns`` as it was written out by hand before the table named each axis' cost column (main
+    5349977): the reference the derived columns must equal."""
+    from workbench.cost.memory import RECOMPUTE_CODES
+    from workbench.cost.placement import axis_stride
+
+    cols = {
+        "tp": plan.tp,
+        "cp": plan.cp,
+        "ulysses": plan.ulysses,
+        "loss_chunks": plan.loss_chunks,
+        "offload_optimizer": plan.offload_optimizer,
+        "offload_activations": plan.offload_activations,
+        "offload_layers": plan.offload_activation_layers or 0,
+        "vocab_parallel": plan.vocab_parallel,
+        "pp": plan.pp,
+        "dp": plan.dp,
+        "ep": plan.ep,
+        "etp": plan.expert_tp,
+        "zero_shard": plan.shard_group,
+        "vpp": plan.vpp,
+        "micro_batch_size": plan.micro_batch_size,
+        "zero_stage": plan.zero_stage,
+        "recompute_code": RECOMPUTE_CODES[plan.recompute.value],
+        "recompute_layers": plan.recompute_num_layers or 0,
+        "sequence_parallel": plan.sequence_parallel,
+        "num_microbatches": plan.num_microbatches(workload),
+        "num_devices": plan.num_devices,
+        **{f"{a}_stride": axis_stride(plan, a) for a in ("tp", "cp", "dp", "pp")},
+    }
+    return {k: np.asarray(v) for k, v in cols.items()}
+
+
+def _random_plan(rng: np.random.Generator) -> ParallelPlan:
+    def pick(*values):  # type: ignore[no-untyped-def]
+        return values[int(rng.integers(len(values)))]
+
+    cp = pick(1, 2, 4)
+    dp, zero = pick(1, 2, 8), pick(0, 1, 2, 3)
+    recompute, offload = pick(*Recompute), pick(False, True)
+    return ParallelPlan(
+        dp=dp,
+        tp=pick(1, 2, 8),
+        pp=pick(1, 2, 4),
+        cp=cp,
+        ulysses=pick(*(u for u in (1, 2, 4) if cp % u == 0)),
+        ep=pick(1, 2),
+        etp=pick(None, 1, 2),
+        vpp=pick(1, 2),
+        micro_batch_size=pick(1, 2, 4),
+        zero_stage=zero,
+        zero_shard=pick(None, 1) if zero else None,
+        sequence_parallel=pick(False, True),
+        recompute=recompute,
+        recompute_num_layers=pick(None, 1, 3) if recompute is Recompute.FULL else None,
+        loss_chunks=pick(1, 4),
+        offload_optimizer=pick(False, True),
+        offload_activations=offload,
+        offload_activation_layers=pick(None, 2) if offload else None,
+        vocab_parallel=pick(False, True),
+        fp8_recipe=pick(None, "delayed"),
+        rank_order=pick(*RANK_ORDERS.values()),
+    )
+
+
+def test_cost_columns_derive_from_the_table_as_written_by_hand() -> None:
+    """``plan_columns`` (every row's ``cost_column`` plus the computed ones) equals the hand-written columns on
+    500 random plans: the same names, values and dtypes."""
+    from workbench.cost.step import plan_columns
+
+    rng = np.random.default_rng(44)
+    for _ in range(500):
+        plan = _random_plan(rng)
+        workload = Workload(seq_len=4096, global_batch_size=int(rng.choice([64, 96, 256])))
+        derived, by_hand = plan_columns(plan, workload), _columns_by_hand(plan, workload)
+        assert derived.keys() == by_hand.keys(), plan
+        for k, v in by_hand.items():
+            assert derived[k].dtype == v.dtype and derived[k] == v, (k, plan)
+
+
+@pytest.mark.parametrize("axis", [a for a in PLAN_AXES if a.only_with], ids=lambda a: a.name)
+def test_an_axis_that_needs_another_is_refused_without_it(axis: PlanAxis) -> None:
+    """A row's ``only_with`` is what ``ParallelPlan`` checks: the count set without the other axis' value is
+    refused naming both; with it, accepted."""
+    other, needed = axis.only_with or ("", None)
+    with pytest.raises(
+        ValueError, match=rf"{axis.name}=2 needs {other} {str(needed).lower()} \(got {other} "
+    ):
+        ParallelPlan(**{axis.name: 2})
+    assert getattr(ParallelPlan(**{axis.name: 2, other: needed}), axis.name) == 2
+    assert {a.name: a.only_with for a in PLAN_AXES if a.only_with} == {
+        "recompute_num_layers": ("recompute", "full"),
+        "offload_activation_layers": ("offload_activations", True),
+    }
+
+
 # ---- the app ---------------------------------------------------------------------------------------------
 pytest.importorskip("panel")
 
@@ -301,6 +397,26 @@ def test_the_app_command_line_builds_the_apps_plan(composer) -> None:  # type: i
     finally:
         s.param.update(recompute="selective", recompute_num_layers=0, loss_chunks=1, offload_optimizer=False)
         s.param.update(offload_activations=False, offload_activation_layers=0)
+
+
+@pytest.mark.parametrize("axis", [a for a in PLAN_AXES if a.only_with], ids=lambda a: a.name)
+def test_the_apps_count_is_none_without_the_axis_it_needs(axis: PlanAxis, composer) -> None:  # type: ignore[no-untyped-def]
+    """The app's controls give the plan None for an axis whose ``only_with`` axis lacks its value
+    (``plan_values``), and the control's count with it."""
+    from workbench_widgets.app.specs import plan_values
+
+    s = composer.store.state
+    other, needed = axis.only_with or ("", None)
+    on = plan_axis(other).face_value(needed)
+    off = next(v for v in plan_axis(other).app.objects or (False,) if v != on)
+    before = {axis.name: getattr(s, axis.name), other: getattr(s, other)}
+    try:
+        s.param.update({axis.name: 2, other: on})
+        assert plan_values(s)[axis.name] == 2
+        s.param.update({other: off})
+        assert plan_values(s)[axis.name] is None
+    finally:
+        s.param.update(before)
 
 
 def test_load_plan_round_trips_every_axis(composer) -> None:  # type: ignore[no-untyped-def]

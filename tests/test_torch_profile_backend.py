@@ -12,9 +12,11 @@ import numpy as np
 import polars as pl
 import pytest
 from workbench_backends.torch_profile import (
+    MEASURED_HERE,
     PLAN_FIELD_PRICING,
     WORKLOAD_FIELD_PRICING,
     _fitted_cluster,
+    field_pricing,
     profile_costs,
     unsupported,
 )
@@ -27,6 +29,8 @@ from workbench.estimate.metrics import hardware_flop_per_token, throughput
 from workbench.estimate.registry import get_backend
 from workbench.presets.calibration import Calibration
 from workbench.presets.profile_table import find_profile, host_cluster, read_profile
+from workbench.specs.axes import PLAN_AXES, plan_axis
+from workbench.specs.axis_types import Pricing
 from workbench.specs.estimate import Backend
 from workbench.specs.hardware import ClusterSpec, DeviceSpec, NetworkLevel
 from workbench.specs.plan import ParallelPlan, Workload
@@ -213,7 +217,25 @@ def test_offloaded_optimizer_is_the_step_models_host_path() -> None:
 
 def test_every_plan_and_workload_field_is_priced_or_refused_by_name() -> None:
     """A new plan axis must say how this backend prices it (or refuses it), not pass through silently."""
-    assert set(PLAN_FIELD_PRICING) == {f.name for f in fields(ParallelPlan)}
+    plan_fields = {f.name for f in fields(ParallelPlan)}
+    assert set(PLAN_FIELD_PRICING) <= plan_fields and plan_fields >= MEASURED_HERE
+    for axis in PLAN_AXES:  # a line of its own, else the row's pricing
+        line = field_pricing(axis)
+        assert line == PLAN_FIELD_PRICING.get(axis.name, line) and line
+        if axis.name not in PLAN_FIELD_PRICING:
+            assert ("step model" in line) == (axis.pricing is Pricing.STEP_MODEL)
+
+
+def test_a_field_that_changes_the_measured_ops_is_refused_from_its_row() -> None:
+    """A measured-ops axis with no rule of its own here is refused by name unless it holds the plan's default
+    (the partial activation offload: no line in PLAN_FIELD_PRICING); a step-model axis passes."""
+    prof = read_profile(EXAMPLE_PROFILE)
+    wl = Workload(seq_len=128, global_batch_size=8, dtype="fp32")
+    axis = plan_axis("offload_activation_layers")
+    assert axis.pricing is Pricing.MEASURED_OPS and axis.name not in {*PLAN_FIELD_PRICING, *MEASURED_HERE}
+    said = unsupported(prof.model, wl, ParallelPlan(offload_activations=True, offload_activation_layers=1))
+    assert "offload_activation_layers=1 (refused unless offload_activation_layers=None" in " ".join(said)
+    assert unsupported(prof.model, wl, ParallelPlan(dp=2, zero_stage=1, zero_shard=2)) == []
     assert set(WORKLOAD_FIELD_PRICING) == {f.name for f in fields(Workload)}
 
 

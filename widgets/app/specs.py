@@ -144,15 +144,11 @@ def workload(s: WorkbenchState) -> Workload:
 
 def plan_values(s: WorkbenchState) -> dict[str, Any]:
     """The plan's field values from the controls, axis by axis (``PlanAxis.plan_value``: the etp control's 0 is
-    the automatic degree, ``etp=None``; the rank order is chosen by name); the recomputed layers' count without
-    full recompute is every layer, ``recompute_num_layers=None``; the offloaded layers' count without activation
-    offload is none, ``offload_activation_layers=None``."""
+    the automatic degree, ``etp=None``; the rank order is chosen by name); an axis that applies only with another
+    axis' value (``PlanAxis.only_with``: the recomputed layers' count with full recompute, the offloaded layers'
+    with activation offload) is None without it."""
     values = {a.name: a.plan_value(getattr(s, a.name)) for a in PLAN_AXES}
-    if s.recompute != "full":
-        values["recompute_num_layers"] = None
-    if not s.offload_activations:
-        values["offload_activation_layers"] = None
-    return values
+    return {a.name: values[a.name] if a.applies(values) else None for a in PLAN_AXES}
 
 
 def plan(s: WorkbenchState) -> ParallelPlan:

@@ -23,6 +23,7 @@ import numpy as np
 from workbench.cost.layer import ACT_BYTES, dtype_bytes, routed_load
 from workbench.cost.memory import RECOMPUTE_CODES, ActivationParts, activation_parts
 from workbench.cost.placement import axis_stride
+from workbench.specs.axes import PLAN_AXES
 from workbench.specs.hardware import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
@@ -33,6 +34,9 @@ if TYPE_CHECKING:
 
 Array = Any
 Cols = Mapping[str, Array]
+
+COST_AXES = tuple(a for a in PLAN_AXES if a.cost_column is not None)
+"""The plan axes that are a column of their own in ``plan_columns`` (``PlanAxis.cost_column``)."""
 
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 """HBM traffic of one Adam step per locally owned parameter, bytes (see the module docstring)."""
@@ -117,27 +121,14 @@ class StepContext:
 
 
 def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray]:
-    """One plan as 0-d columns, with the strides of its ``rank_order``."""
-    cols = {
-        "tp": plan.tp,
-        "cp": plan.cp,
-        "ulysses": plan.ulysses,
-        "loss_chunks": plan.loss_chunks,
-        "offload_optimizer": plan.offload_optimizer,
-        "offload_activations": plan.offload_activations,
-        "offload_layers": plan.offload_activation_layers or 0,
-        "vocab_parallel": plan.vocab_parallel,
-        "pp": plan.pp,
-        "dp": plan.dp,
-        "ep": plan.ep,
+    """One plan as 0-d columns: every axis' ``cost_column`` (``workbench.specs.axes.PLAN_AXES``; a None as the
+    row's ``none_as``), and those worked out from several fields: etp (the expert tp in force), zero_shard (the
+    shard group), recompute_code, num_microbatches, num_devices and the strides of its ``rank_order``."""
+    cols = {str(a.cost_column): a.column_value(getattr(plan, a.name)) for a in COST_AXES}
+    cols |= {
         "etp": plan.expert_tp,
         "zero_shard": plan.shard_group,
-        "vpp": plan.vpp,
-        "micro_batch_size": plan.micro_batch_size,
-        "zero_stage": plan.zero_stage,
         "recompute_code": RECOMPUTE_CODES[plan.recompute.value],
-        "recompute_layers": plan.recompute_num_layers or 0,
-        "sequence_parallel": plan.sequence_parallel,
         "num_microbatches": plan.num_microbatches(workload),
         "num_devices": plan.num_devices,
         **{f"{a}_stride": axis_stride(plan, a) for a in ("tp", "cp", "dp", "pp")},

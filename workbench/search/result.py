@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 PLAN_COLUMNS = ("num_nodes", "num_devices", *AXIS_NAMES, "plan", "num_microbatches")
 """The plan's columns: one per plan axis (``workbench.specs.axes``; an axis the planner does not search holds
 ``ParallelPlan``'s default), its text and its micro-batch count."""
+_RENAMED = tuple(a for a in PLAN_AXES if a.cost_column not in (None, a.name))
+"""The axes whose cost column (``PlanAxis.cost_column``, what the search's pools hold) has another name."""
 DEFAULT_VALUES: dict[str, Any] = {a.name: getattr(ParallelPlan(), a.name) for a in PLAN_AXES}
 """``ParallelPlan``'s value on each axis, held by a searched plan on every axis its screen's pool has no column
 for (an axis the planner does not search, or one the stack offers a single value on)."""
@@ -90,7 +92,9 @@ def rows_from_pool(
     for i in range(n):
         row: dict[str, Any] = {k: v[i].item() for k, v in pool.items()}
         row["recompute"] = RECOMPUTE_CODES[row.pop("recompute_code")]
-        row["recompute_num_layers"] = int(row.pop("recompute_layers", 0)) or None
+        for a in _RENAMED:  # a cost column named apart from its axis (recompute_layers): the plan's value
+            if a.cost_column in row:
+                row[a.name] = a.plan_value(row.pop(a.cost_column))
         row["schedule"] = schedule_names[row.pop("schedule_code")]
         row["rank_order"] = ORDER_NAMES[row.pop("order_code", 0)]
         row |= {k: v for k, v in DEFAULT_VALUES.items() if k not in row}

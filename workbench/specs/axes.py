@@ -3,9 +3,12 @@
 ``PLAN_AXES`` is the one list of the training plan's axes. Read off it: the CLI's plan options and their reading
 (``workbench_cli.estimate_cmd``), the app's plan parameters, labels, degree selectors and command line
 (``workbench_widgets.app.state``, ``views``, ``app``), the planner's constrainable axes and their bounds
-(``workbench.search.space``), the result columns (``workbench.search.result``) and the rule table's plan columns
-and controls (``workbench.specs.rules``). Adding an axis is one row here, plus its cost term, its rule, its export
-mapping and its docs; ``tests/test_axes.py`` checks that every row reaches each face. The record's fields are
+(``workbench.search.space``), the result columns (``workbench.search.result``), the rule table's plan columns
+and controls (``workbench.specs.rules``), the cost model's plan columns (``workbench.cost.context.plan_columns``),
+the check that an axis applying only with another's value is None without it (``ParallelPlan``, the app's
+``plan_values``) and how the torch-profile backend prices the field (``pricing``). Adding an axis is one row here
+and its ``ParallelPlan`` field, plus its cost term, its export mapping and its docs (and a rule if it has one);
+``tests/test_axes.py`` checks that every row reaches each face. The record's fields are
 documented in ``workbench.specs.axis_types``.
 """
 
@@ -23,6 +26,7 @@ from workbench.specs.axis_types import (
     Domain,
     Enumeration,
     PlanAxis,
+    Pricing,
     Recompute,
     rank_order_name,
 )
@@ -69,6 +73,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rules=("devices", "batch", "ep_divides_groups"),
         rule_column="dp",
         enumeration=Enumeration.QUOTIENT,
+        pricing=Pricing.STEP_MODEL,
+        cost_column="dp",
     ),
     PlanAxis(
         name="tp",
@@ -90,6 +96,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rule_column="tp",
         enumeration=Enumeration.DEVICE_DIVISORS,
         constrainable=True,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="tp",
     ),
     PlanAxis(
         name="pp",
@@ -110,6 +118,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rule_column="pp",
         enumeration=Enumeration.DEVICE_DIVISORS,
         constrainable=True,
+        pricing=Pricing.STEP_MODEL,
+        cost_column="pp",
     ),
     PlanAxis(
         name="cp",
@@ -124,6 +134,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rule_column="cp",
         enumeration=Enumeration.DEVICE_DIVISORS,
         constrainable=True,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="cp",
     ),
     PlanAxis(
         name="ulysses",
@@ -148,6 +160,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rule_column="ulysses",
         enumeration=Enumeration.CP_DIVISORS,
         constrainable=True,
+        pricing=Pricing.STEP_MODEL,
+        cost_column="ulysses",
     ),
     PlanAxis(
         name="ep",
@@ -166,6 +180,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rule_column="ep",
         enumeration=Enumeration.EXPERT_DIVISORS,
         constrainable=True,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="ep",
     ),
     PlanAxis(
         name="etp",
@@ -189,6 +205,7 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rules=("ep_divides_groups", "etp_divides_experts"),
         rule_column="etp",
         enumeration=Enumeration.FIXED,
+        pricing=Pricing.MEASURED_OPS,
     ),
     PlanAxis(
         name="vpp",
@@ -212,6 +229,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rule_column="vpp",
         enumeration=Enumeration.RANGE,
         constrainable=True,
+        pricing=Pricing.STEP_MODEL,
+        cost_column="vpp",
     ),
     PlanAxis(
         name="micro_batch_size",
@@ -230,6 +249,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rule_column="micro_batch_size",
         enumeration=Enumeration.LIST,
         constrainable=True,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="micro_batch_size",
     ),
     PlanAxis(
         name="zero_stage",
@@ -245,6 +266,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             objects=(0, 1, 2, 3),
         ),
         enumeration=Enumeration.LIST,
+        pricing=Pricing.STEP_MODEL,
+        cost_column="zero_stage",
     ),
     PlanAxis(
         name="zero_shard",
@@ -267,6 +290,7 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             none_as=0,
         ),
         enumeration=Enumeration.FIXED,
+        pricing=Pricing.STEP_MODEL,
     ),
     PlanAxis(
         name="sequence_parallel",
@@ -281,6 +305,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rules=("sequence_parallel_needs_tp",),
         rule_column="sequence_parallel",
         enumeration=Enumeration.LIST,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="sequence_parallel",
     ),
     PlanAxis(
         name="recompute",
@@ -295,6 +321,7 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             objects=tuple(r.value for r in Recompute),
         ),
         enumeration=Enumeration.LIST,
+        pricing=Pricing.MEASURED_OPS,
     ),
     PlanAxis(
         name="recompute_num_layers",
@@ -317,6 +344,9 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             none_as=0,
         ),
         enumeration=Enumeration.FEWEST_FITTING,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="recompute_layers",
+        only_with=("recompute", Recompute.FULL),
     ),
     PlanAxis(
         name="schedule",
@@ -337,6 +367,7 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         rules=_SCHEDULE_RULES,
         rule_column="schedule_code",
         enumeration=Enumeration.LIST,
+        pricing=Pricing.STEP_MODEL,
     ),
     PlanAxis(
         name="loss_chunks",
@@ -357,6 +388,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             default=1,
         ),
         enumeration=Enumeration.FIXED,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="loss_chunks",
     ),
     PlanAxis(
         name="offload_optimizer",
@@ -373,6 +406,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             default=False,
         ),
         enumeration=Enumeration.FIXED,
+        pricing=Pricing.STEP_MODEL,
+        cost_column="offload_optimizer",
     ),
     PlanAxis(
         name="offload_activations",
@@ -389,6 +424,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             default=False,
         ),
         enumeration=Enumeration.FIXED,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="offload_activations",
     ),
     PlanAxis(
         name="offload_activation_layers",
@@ -411,6 +448,9 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             none_as=0,
         ),
         enumeration=Enumeration.FIXED,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="offload_layers",
+        only_with=("offload_activations", True),
     ),
     PlanAxis(
         name="vocab_parallel",
@@ -428,6 +468,8 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             default=False,
         ),
         enumeration=Enumeration.FIXED,
+        pricing=Pricing.MEASURED_OPS,
+        cost_column="vocab_parallel",
     ),
     PlanAxis(
         name="fp8_recipe",
@@ -452,6 +494,7 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         enumeration=Enumeration.OFFERED,
         profile_field="fp8_recipe",
         dtype="fp8",
+        pricing=Pricing.MEASURED_OPS,
     ),
     PlanAxis(
         name="rank_order",
@@ -471,6 +514,7 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
             objects=tuple(RANK_ORDERS),
         ),
         enumeration=Enumeration.LIST,
+        pricing=Pricing.STEP_MODEL,
     ),
 )
 """Every axis of the training plan, in display order (the app's controls, the CLI's options, result columns)."""

@@ -89,6 +89,19 @@ class Enumeration(StrEnum):
     the planner screening each on its own (``workbench.search.planner``); only under the axis' ``dtype``."""
 
 
+class Pricing(StrEnum):
+    """Where a backend that measures ops on one device (the ``torch-profile`` backend) finds an axis' cost; the
+    analytic backend prices every axis with the step model (``workbench.cost.step``)."""
+
+    STEP_MODEL = "step model"
+    """It changes the communication, the pipeline schedule, the memory held besides the stored activations or the
+    host path: what the step model prices around the measured ops, so a measuring backend prices it with the same
+    step-model functions as the analytic backend."""
+    MEASURED_OPS = "measured ops"
+    """It changes what one device computes or stores (an op's shape, its kernels, the activations it keeps): a
+    measuring backend prices it only where it says how, and refuses any value but the plan's default."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CliOption:
     """How ``workbench estimate`` (and every command with its plan options) takes an axis."""
@@ -174,6 +187,16 @@ class PlanAxis:
     dtype: str | None = None
     """The workload dtype under which the axis matters (the FP8 recipe: fp8); None: always. A plan that sets it
     under another dtype is refused (``FrameworkProfile.unsupported``) and the planner enumerates it only then."""
+    cost_column: str | None = None
+    """Its name among the cost model's plan columns (``workbench.cost.context.plan_columns``: the plan's value,
+    its None as ``app.none_as``); None: not a column, or one worked out from several fields there (etp: the expert
+    tp in force, zero_shard: the shard group, recompute: ``recompute_code``)."""
+    only_with: tuple[str, Any] | None = None
+    """(axis, value): the axis applies only while that other axis has that value (offload_activation_layers with
+    offload_activations true, recompute_num_layers with recompute full); the plan's None otherwise.
+    ``ParallelPlan`` refuses it set without, and the app's controls give None without (``applies``)."""
+    pricing: Pricing
+    """How a backend that measures ops on one device prices it (``Pricing``)."""
 
     def __post_init__(self) -> None:
         problem = None
@@ -189,8 +212,23 @@ class PlanAxis:
             problem = "a profile field's axis is an optional choice (None: the stack's own value)"
         elif (self.enumeration is Enumeration.OFFERED) != (self.profile_field is not None):
             problem = "an axis is enumerated as the stack offers exactly when it names a profile field"
+        elif self.cost_column is not None and (
+            self.domain not in (Domain.COUNT, Domain.FLAG) or (self.optional and self.app.none_as is None)
+        ):
+            problem = "a cost column is a count or a flag, its None (when optional) the app's none_as"
+        elif self.only_with is not None and not self.optional:
+            problem = "an axis that applies only with another is optional (None: it does not apply)"
         if problem:
             raise ValueError(f"PlanAxis {self.name!r}: {problem}")
+
+    def applies(self, values: Mapping[str, Any]) -> bool:
+        """Whether the axis applies among the plan's ``values`` (field -> the plan's value): always, or while its
+        ``only_with`` axis has the value named there."""
+        return self.only_with is None or values[self.only_with[0]] == self.only_with[1]
+
+    def column_value(self, value: Any) -> Any:
+        """The plan's value as its cost column holds it: None as ``app.none_as``."""
+        return self.app.none_as if value is None else value
 
     @property
     def searched(self) -> bool:

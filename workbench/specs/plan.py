@@ -191,24 +191,24 @@ class ParallelPlan:
             raise ValueError(f"ParallelPlan: schedule must be a schedule name, got {self.schedule!r}")
         if self.zero_stage not in (0, 1, 2, 3) or isinstance(self.zero_stage, bool):
             raise ValueError(f"ParallelPlan: zero_stage must be one of 0, 1, 2, 3, got {self.zero_stage!r}")
-        for flag in ("offload_optimizer", "offload_activations", "vocab_parallel"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"ParallelPlan: {flag} must be true or false, got {getattr(self, flag)!r}")
-        if not isinstance(self.sequence_parallel, bool):
-            raise ValueError(
-                f"ParallelPlan: sequence_parallel must be true or false, got {self.sequence_parallel!r}"
-            )
+        for axis in PLAN_AXES:  # every flag true or false (or None where the axis is optional)
+            flag = getattr(self, axis.name)
+            if axis.domain is Domain.FLAG and not (
+                isinstance(flag, bool) or (axis.optional and flag is None)
+            ):
+                allowed = "true, false or None" if axis.optional else "true or false"
+                raise ValueError(f"ParallelPlan: {axis.name} must be {allowed}, got {flag!r}")
         check_choice(self, "recompute", Recompute)
-        if self.recompute_num_layers is not None and self.recompute != Recompute.FULL:
-            raise ValueError(
-                f"ParallelPlan: recompute_num_layers={self.recompute_num_layers} needs recompute full (got "
-                f"recompute {self.recompute}); allowed: recompute full, or recompute_num_layers None"
-            )
-        if self.offload_activation_layers is not None and not self.offload_activations:
-            raise ValueError(
-                f"ParallelPlan: offload_activation_layers={self.offload_activation_layers} needs "
-                "offload_activations true; allowed: offload_activations true, or offload_activation_layers None"
-            )
+        values = {a.name: getattr(self, a.name) for a in PLAN_AXES}
+        for (
+            axis
+        ) in PLAN_AXES:  # an axis that applies only with another's value (PlanAxis.only_with) is None without
+            if axis.only_with is not None and values[axis.name] is not None and not axis.applies(values):
+                other, needed = axis.only_with
+                raise ValueError(
+                    f"ParallelPlan: {axis.name}={values[axis.name]} needs {other} {_shown(needed)} (got {other} "
+                    f"{_shown(values[other])}); allowed: {other} {_shown(needed)}, or {axis.name} None"
+                )
         if self.zero_shard is not None and (self.zero_stage == 0 or (self.dp * self.cp) % self.zero_shard):
             raise ValueError(
                 f"ParallelPlan: zero_shard={self.zero_shard} needs zero_stage >= 1 (got {self.zero_stage}) and must "
@@ -321,6 +321,11 @@ class ParallelPlan:
             if a.rule_column is not None and a.rule_column == a.name
         }
         return {**row, "schedule_code": 0, "num_microbatches": self.num_microbatches(workload)}
+
+
+def _shown(value: Any) -> str:
+    """A plan value as the refusals write it: booleans as true/false."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def data_parallel_degree(num_devices: int, *, tp: Any, pp: Any, cp: Any) -> Any:
