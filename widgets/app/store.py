@@ -371,7 +371,8 @@ class WorkbenchStore(param.Parameterized):
         offer stays listed, so the plan is refused by name rather than changed silently."""
         for axis in PROFILE_AXES:
             value = getattr(self.state, axis.name)
-            target = [axis.app.none_as, *self.framework().offered(axis.profile_field or "")]
+            offered = self.framework().offered(axis.profile_field or "")
+            target = [axis.app.none_as, *(axis.face_value(v) for v in offered)]
             target += [value] if value not in target else []
             if self.state.param[axis.name].objects != target:
                 self.state.param[axis.name].objects = target

@@ -21,7 +21,7 @@ from workbench.search.result import (
 )
 from workbench.search.run import Pool, Progress, ScreenOutcome, screen_all
 from workbench.search.space import Constraints, build_space, framework_constraints
-from workbench.specs.axes import PROFILE_AXES
+from workbench.specs.axes import PROFILE_AXES, plan_axis
 from workbench.specs.plan import ParallelPlan
 
 if TYPE_CHECKING:
@@ -356,12 +356,13 @@ def _offered_choices(framework: FrameworkProfile, workload: Workload) -> list[di
 
 
 def _tagged(outcome: ScreenOutcome, values: dict[str, Any]) -> ScreenOutcome:
-    """``outcome`` with a column per axis of ``values`` on every pool (numpy strings, one value each)."""
+    """``outcome`` with a column per axis of ``values`` on every pool (numpy strings, one value each: the value's
+    name, ``PlanAxis.face_value``)."""
     import numpy as np
 
     def tag(pool: Pool) -> Pool:
         n = len(pool.get("tp", ()))
-        return pool | {k: np.full(n, v) for k, v in values.items()} if pool else pool
+        return pool | {k: np.full(n, plan_axis(k).face_value(v)) for k, v in values.items()} if pool else pool
 
     return replace(
         outcome, best=tag(outcome.best), frontier=tag(outcome.frontier), misses=tag(outcome.misses)

@@ -113,11 +113,17 @@ class FrameworkProfile(FrameworkFields):
         """Attention runs as a fused kernel (some family is named)."""
         return bool(self.attention_kernels)
 
-    def offered(self, field: str) -> tuple[str, ...]:
+    def offered(self, field: str) -> tuple[Any, ...]:
         """The values the stack offers for the profile ``field`` a plan axis chooses (``PlanAxis.profile_field``):
         the profile's own value first, then its ``offers`` list for the field."""
         own = getattr(self, field)
         return (own, *(v for v in self.offers.get(field, ()) if v != own))
+
+    def offered_names(self, field: str) -> str:
+        """``offered(field)`` as the plan axis names its values (``PlanAxis.face_value``: the FP8 recipe's own
+        names, ``on``/``off`` for a flag), comma-separated."""
+        axis = next(a for a in PROFILE_AXES if a.profile_field == field)
+        return ", ".join(str(axis.face_value(v)) for v in self.offered(field))
 
     def running(self, plan: ParallelPlan) -> FrameworkProfile:
         """This profile as it runs ``plan``: each plan axis with a ``profile_field`` (``workbench.specs.axes``)
@@ -140,9 +146,9 @@ class FrameworkProfile(FrameworkFields):
             if a.profile_field is None or value is None:
                 continue
             if a.dtype is not None and str(dtype) != a.dtype:
-                out.append(f"{a.name} {value} without dtype {a.dtype} (the run is {dtype})")
+                out.append(f"{a.name} {a.face_value(value)} without dtype {a.dtype} (the run is {dtype})")
             elif value not in self.offered(a.profile_field):
-                out.append(f"{a.name} {value} (offers: {', '.join(self.offered(a.profile_field))})")
+                out.append(f"{a.name} {a.face_value(value)} (offers: {self.offered_names(a.profile_field)})")
         return out
 
     def unsupported(self, plan: ParallelPlan, *, dtype: str = "bf16") -> list[str]:
@@ -224,7 +230,7 @@ class FrameworkProfile(FrameworkFields):
             changes["offers"] = offers
         return replace(self, **changes)
 
-    def _widened_offers(self, plan: ParallelPlan) -> dict[str, tuple[str, ...]]:
+    def _widened_offers(self, plan: ParallelPlan) -> dict[str, tuple[Any, ...]]:
         """``offers`` with each value the plan chooses that the stack does not offer added."""
         offers = dict(self.offers)
         for a in PROFILE_AXES:
@@ -285,5 +291,5 @@ class FrameworkProfile(FrameworkFields):
                 if on
             ),
             "fitted": ", ".join(self.fitted),
-            "offers": "; ".join(f"{k}: {', '.join(self.offered(k))}" for k in self.offers),
+            "offers": "; ".join(f"{k}: {self.offered_names(k)}" for k in self.offers),
         }

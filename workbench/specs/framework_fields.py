@@ -80,7 +80,7 @@ class FrameworkFields:
     expert_parallel: bool = False
     rank_orders: tuple[str, ...] = ("tp-cp-ep-dp-pp",)
     """Rank orders the stack can lay its groups in (names of ``workbench.specs.plan.RANK_ORDERS``)."""
-    offers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    offers: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     """Profile field -> the values the stack offers for it besides the profile's own, for the fields a plan
     chooses (the ``profile_field`` of ``workbench.specs.axes.PLAN_AXES``: ``fp8_recipe``); ``[offers]`` in a
     file. A field not listed: the stack runs only its own value."""
@@ -435,10 +435,11 @@ class FrameworkFields:
                 raise ValueError(
                     f"{where}: offers.{key}: no plan axis chooses {key!r}; allowed: {', '.join(axes)}"
                 )
-            bad = [v for v in values if v not in (axes[key].choices or {})]
+            allowed = (axes[key].choices or {}).values()  # the plan's values (on/off: true/false)
+            bad = [v for v in values if not any(v == a and type(v) is type(a) for a in allowed)]
             if bad or not isinstance(values, tuple):
                 raise ValueError(
-                    f"{where}: offers.{key} must be a list among {', '.join(axes[key].choices or ())}, got "
+                    f"{where}: offers.{key} must be a list among {', '.join(map(shown, allowed))}, got "
                     f"{shown(values)}"
                 )
 

@@ -177,7 +177,11 @@ class ParallelPlan:
             ):
                 check_int(self, axis.name, minimum=axis.minimum, maximum=axis.maximum, limit=axis.limit)
             value = getattr(self, axis.name)
-            if axis.profile_field is not None and value is not None and value not in (axis.choices or {}):
+            if (
+                axis.profile_field is not None
+                and value is not None
+                and value not in (axis.choices or {}).values()
+            ):
                 raise ValueError(
                     f"ParallelPlan: {axis.name} must be one of {', '.join(axis.choices or ())} or None (the "
                     f"stack's own), got {value!r}"
