@@ -61,6 +61,11 @@ def torchtitan_job(est: Estimate, framework: FrameworkProfile | None, hf_assets:
         "expert_tensor_parallel_degree": plan.expert_tp if plan.ep > 1 else 1,
     }
     parallelism.update(_data_parallel(est, stack))
+    if plan.tp > 1 and framework is not None and framework.tp_comm_overlap:
+        if not framework.fused_elementwise:  # torchtitan's maybe_enable_async_tp raises without compile
+            why = "its async TP needs torch.compile of the model (maybe_enable_async_tp), which this profile runs without"
+            raise ExportRefused(stack, "tp_comm_overlap", "on", why)
+        parallelism["enable_async_tensor_parallel"] = True
     if plan.pp > 1:
         parallelism["pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULES[plan.schedule]
         parallelism["pipeline_parallel_microbatch_size"] = plan.micro_batch_size

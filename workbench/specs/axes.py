@@ -497,6 +497,30 @@ PLAN_AXES: tuple[PlanAxis, ...] = (
         pricing=Pricing.MEASURED_OPS,
     ),
     PlanAxis(
+        name="tp_comm_overlap",
+        domain=Domain.CHOICE,
+        choices=MappingProxyType({"on": True, "off": False}),
+        optional=True,
+        cli=CliOption(
+            flag="--tp-comm-overlap",
+            default=None,
+            help="Overlap the tensor-parallel collectives with the GEMMs (Megatron --tp-comm-overlap, torchtitan "
+            "async TP), as the stack offers (`workbench frameworks --json`, key offers); default: the stack's own.",
+        ),
+        app=AppControl(
+            kind=Control.CHOICE,
+            label="TP comm overlap",
+            doc="Overlap the tensor-parallel all-gathers and reduce-scatters with the GEMMs (Megatron's userbuffers, "
+            "torchtitan's async TP), where the stack offers it; stack: the stack's own.",
+            default="stack",
+            objects=("stack", "on", "off"),
+            none_as="stack",
+        ),
+        enumeration=Enumeration.OFFERED,
+        profile_field="tp_comm_overlap",
+        pricing=Pricing.MEASURED_OPS,
+    ),
+    PlanAxis(
         name="rank_order",
         domain=Domain.CHOICE,
         choices=MappingProxyType(RANK_ORDERS),

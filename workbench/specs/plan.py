@@ -165,6 +165,13 @@ class ParallelPlan:
     fp8_recipe: str | None = None
     """With an fp8 workload: how the FP8 tensors are scaled (``workbench.specs.framework_values.FP8_RECIPES``),
     one the stack offers (``FrameworkProfile.offered``); None: the stack's own (``FrameworkProfile.fp8_recipe``)."""
+    tp_comm_overlap: bool | None = None
+    """The tensor-parallel all-gathers and reduce-scatters overlapped with the GEMMs they feed, as the stack offers
+    it (``FrameworkProfile.offered``): Megatron-Core ``--tp-comm-overlap`` (Transformer Engine userbuffers),
+    torchtitan ``parallelism.enable_async_tensor_parallel`` (torch's micro-pipelined TP on symmetric memory, which
+    needs torch.compile: torchtitan/distributed/tensor_parallel.py ``maybe_enable_async_tp``). Priced as the
+    profile field ``tp_comm_overlap`` (``workbench.cost.layer``: one of tp chunks exposed). None: the stack's own.
+    """
     rank_order: tuple[Axis, ...] = DEFAULT_RANK_ORDER
     """Order in which the axes are laid on consecutive ranks, innermost first."""
 
@@ -287,6 +294,8 @@ class ParallelPlan:
             parts.append(self.schedule)
         if self.fp8_recipe is not None:
             parts.append(f"fp8-{self.fp8_recipe}")
+        if self.tp_comm_overlap is not None:
+            parts.append("tp-overlap" if self.tp_comm_overlap else "no-tp-overlap")
         if self.rank_order != DEFAULT_RANK_ORDER:
             parts.append(f"order {rank_order_name(self.rank_order)}")
         return " ".join(parts)
