@@ -320,6 +320,19 @@ def test_cost_columns_derive_from_the_table_as_written_by_hand() -> None:
             assert derived[k].dtype == v.dtype and derived[k] == v, (k, plan)
 
 
+def test_every_count_and_flag_is_a_cost_column_or_computed() -> None:
+    """A count or a flag reaches the cost model as its ``cost_column``; only etp (the expert tp in force) and
+    zero_shard (the shard group) are worked out in ``plan_columns`` instead, so a new axis cannot be left out."""
+    from workbench.cost.step import plan_columns
+
+    computed = {
+        a.name for a in PLAN_AXES if a.domain in (Domain.COUNT, Domain.FLAG) and a.cost_column is None
+    }
+    assert computed == {"etp", "zero_shard"}
+    cols = plan_columns(ParallelPlan(), Workload(seq_len=1, global_batch_size=1))
+    assert {a.cost_column for a in PLAN_AXES if a.cost_column} | computed <= set(cols)
+
+
 @pytest.mark.parametrize("axis", [a for a in PLAN_AXES if a.only_with], ids=lambda a: a.name)
 def test_an_axis_that_needs_another_is_refused_without_it(axis: PlanAxis) -> None:
     """A row's ``only_with`` is what ``ParallelPlan`` checks: the count set without the other axis' value is
