@@ -12,7 +12,7 @@ activation peak and the KV capacity per device are in :mod:`workbench.serving.me
 Engine execution (:class:`~workbench.specs.engine.EngineProfile`, named by ``ServingPlan.engine``): an iteration
 costs its GPU time plus the engine's exposed host time per iteration (``step_overhead_s``), and no less than the
 host work of its requests (``host_per_request_s``; added per pipeline stage where the engine serialises it,
-``pp_host_serial``); every kernel takes at least ``MIN_KERNEL_S``; an iteration the engine launches eagerly (vLLM
+``pp_host_serial``, all stages but the last); every kernel takes at least ``MIN_KERNEL_S``; an iteration the engine launches eagerly (vLLM
 V0 prefills) takes at least its kernel count times ``eager_kernel_s``, the CPU's launch time.
 
 Layout (``shared/validation/README.md``): the engine has ``attention_dp`` attention ranks of ``tp`` devices and
@@ -359,7 +359,7 @@ class ReplicaCost:
         """Seconds of one iteration (see :class:`IterationCost`): all layers in turn (pp stages summed), both
         ends, pp hand-offs, at least the CPU's launch time (kernels x ``eager_kernel_s``) when the engine launches
         the iteration eagerly, no shorter than the host work of its requests (``EngineProfile.host_per_request_s``;
-        under pipeline parallelism with ``pp_host_serial`` that work is added once per stage), and the engine's
+        under pipeline parallelism with ``pp_host_serial`` that work is added once per stage but the last), and the engine's
         ``step_overhead_s``. A decode-only iteration runs at the engine's
         padded CUDA-graph batch (``EngineProfile.padded_decode_batch``). Attention-DP ranks take equal shares of the
         batch; the decodes of a mixed iteration share the prefills' varlen attention call where the engine runs
@@ -423,10 +423,12 @@ class ReplicaCost:
     def _with_host_s(self, gpu_s: float, requests: int) -> float:
         """An iteration's GPU time with the host work of its ``requests`` (``EngineProfile.host_per_request_s``):
         beside the GPU (max of the two), or, where the engine runs it after each pipeline stage's forward
-        (``pp_host_serial``), once per stage on top of the forward."""
+        (``pp_host_serial``), once per stage but the last on top of the forward (the last stage samples
+        asynchronously and overlaps its host work with its next micro-batch)."""
         host = self._host_per_request_s * requests
-        if self._engine.pp_host_serial and self._role_plan.pp > 1:
-            return gpu_s + self._role_plan.pp * host
+        pp = self._role_plan.pp
+        if self._engine.pp_host_serial and pp > 1:
+            return gpu_s + (pp - 1) * host
         return max(gpu_s, host)
 
     def pipeline_depth(self, num_seqs: int, context_tokens: int) -> int:

@@ -65,8 +65,9 @@ class EngineProfile:
     iteration lasts max(GPU time, host time) (``step_overhead_s`` is added after that). 0..``MAX_HOST_S``."""
     pp_host_serial: bool = False
     """Under pipeline parallelism every stage runs its host work for a micro-batch after its forward of that
-    micro-batch, not beside it (TensorRT-LLM 1.0 ``PyExecutor._executor_loop_pp``): a micro-batch's passage
-    through the pp stages then takes its forward plus pp times its host time (``host_per_request_s``)."""
+    micro-batch, not beside it (TensorRT-LLM 1.0 ``PyExecutor._executor_loop_pp``; its last rank samples
+    asynchronously and overlaps): a micro-batch's passage through the pp stages then takes its forward plus pp - 1
+    times its host time (``host_per_request_s``)."""
     decode_cuda_graphs: bool = True
     """Decode-only iterations (up to ``max_graph_batch`` sequences) replay a captured CUDA graph: no per-kernel
     CPU launch cost."""
