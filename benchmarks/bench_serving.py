@@ -56,13 +56,17 @@ def main() -> None:
         groups = result["mape_by_source_metric"][key]
         detail = ", ".join(f"{g} {100 * v:.1f}%" for g, v in groups.items())
         print(f"MAPE source {key:22s} {100 * value:5.1f}%  ({detail})")
+    for key, groups in result["mape_by_engine_metric"].items():
+        detail = ", ".join(f"{g} {100 * v:.1f}%" for g, v in groups.items())
+        print(f"MAPE engine {key:22s} ({detail})")
     print(
         f"engine constants (no fitted constant; minimum kernel time {1e6 * MIN_KERNEL_S:.1f} us on every device):"
     )
     for name in sorted({r["engine"] for r in result["rows"]}):
         e = load_engine(name)
         print(
-            f"  {name:13s} host {1e3 * e.step_overhead_s:.1f} ms/iteration, eager launch {1e6 * e.eager_kernel_s:.0f} "
+            f"  {name:13s} host {1e3 * e.step_overhead_s:.1f} ms/iteration + {1e6 * e.host_per_request_s:.1f} "
+            f"us/request (after each PP stage {e.pp_host_serial}), eager launch {1e6 * e.eager_kernel_s:.0f} "
             f"us/kernel (graphs: decode {e.decode_cuda_graphs}, mixed {e.mixed_cuda_graphs}), {e.layer_kernels} "
             f"small kernels/layer, +{e.fp8_quant_kernels} per fp8 GEMM input, KV admission {e.kv_admission}, "
             f"async output {e.async_output}, MoE dispatch {e.moe_dispatch}, one varlen attention call {e.varlen_attention}"

@@ -255,6 +255,12 @@ def _serving(path: Any, calibration: str, as_json: bool) -> None:
         ["source", "MAPE"],
         [[k, _pct(v)] for k, v in result["mape_by_source"].items()],
     )
+    groups = sorted({g for by in result["mape_by_engine_metric"].values() for g in by})
+    print_table(
+        "Serving MAPE per engine profile and metric",
+        ["engine", *groups],
+        [[eng, *(_pct(by.get(g)) for g in groups)] for eng, by in result["mape_by_engine_metric"].items()],
+    )
 
 
 def _pct(v: float | None) -> str:

@@ -74,5 +74,8 @@ def test_validate_scores_the_serving_file():
     assert {"ttft", "tpot", "throughput"} <= set(out["mape_by_metric"])
     tpot = [r["ape"] for r in out["rows"] if r["group"] == "tpot"]
     assert out["mape_by_metric"]["tpot"] == pytest.approx(sum(tpot) / len(tpot))
+    trt = [r["ape"] for r in out["rows"] if r["engine"] == "trtllm" and r["group"] == "throughput"]
+    assert trt and out["mape_by_engine_metric"]["trtllm"]["throughput"] == pytest.approx(sum(trt) / len(trt))
+    assert set(out["mape_by_engine_metric"]) == {r["engine"] for r in out["rows"]}
     assert all(s["reason"] for s in out["skipped"])
     assert len({r["id"] for r in out["rows"]}) + len(out["skipped"]) == 46  # every row scored or skipped

@@ -25,6 +25,7 @@ _UNIT_KEYS = {
     "step_overhead_ms": ("step_overhead_s", 1e-3),
     "step_overhead_us": ("step_overhead_s", 1e-6),
     "eager_kernel_us": ("eager_kernel_s", 1e-6),
+    "host_per_request_us": ("host_per_request_s", 1e-6),
 }
 """File keys with a unit -> (field, factor to seconds)."""
 

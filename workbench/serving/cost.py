@@ -10,9 +10,10 @@ collectives) and the attention cores (:mod:`workbench.serving.cost_attention`). 
 activation peak and the KV capacity per device are in :mod:`workbench.serving.memory` (re-exported here).
 
 Engine execution (:class:`~workbench.specs.engine.EngineProfile`, named by ``ServingPlan.engine``): an iteration
-costs its GPU time plus the engine's exposed host time per iteration (``step_overhead_s``); every kernel takes at
-least ``MIN_KERNEL_S``; an iteration the engine launches eagerly (vLLM V0 prefills) takes at least its kernel
-count times ``eager_kernel_s``, the CPU's launch time.
+costs its GPU time plus the engine's exposed host time per iteration (``step_overhead_s``), and no less than the
+host work of its requests (``host_per_request_s``; added per pipeline stage where the engine serialises it,
+``pp_host_serial``, all stages but the last); every kernel takes at least ``MIN_KERNEL_S``; an iteration the engine launches eagerly (vLLM
+V0 prefills) takes at least its kernel count times ``eager_kernel_s``, the CPU's launch time.
 
 Layout (``shared/validation/README.md``): the engine has ``attention_dp`` attention ranks of ``tp`` devices and
 ``pp`` stages. Attention-DP ranks are assumed to carry equal shares of the batch (tokens and KV). MoE experts
@@ -147,7 +148,8 @@ class ReplicaCost:
     """Analytic per-iteration cost of one engine of ``role`` (``both``, ``prefill`` or ``decode``) of ``plan``
     serving ``model`` on ``cluster``, priced with ``calibration``'s kernel tables (only the tables and the
     framework's ``collective_efficiency_frac``: the training-fitted framework constants are not applied) and the
-    serving engine profile ``engine`` (``step_overhead_s`` overrides its host time per iteration). Satisfies
+    serving engine profile ``engine`` (``step_overhead_s`` overrides its host time per iteration, and then drops
+    its host time per request, ``EngineProfile.host_per_request_s``: a draft model has none of its own). Satisfies
     :class:`IterationCost`. Every number is fixed at construction; the constructor reads no file:
     :meth:`ReplicaCost.of` loads the presets a plan names (its engine profile, its draft model) and builds it.
 
@@ -160,7 +162,7 @@ class ReplicaCost:
     __slots__ = (
         "_attention", "_cal", "_capacity", "_cluster", "_draft", "_eager_floor_s", "_engine", "_graph_sizes",
         "_layers", "_layer_groups", "_logits_table", "_prefill_table", "_verify",
-        "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
+        "_host_per_request_s", "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
     )  # fmt: skip
 
     def __init__(
@@ -189,6 +191,7 @@ class ReplicaCost:
         self._engine = engine
         overhead = self._engine.step_overhead_s if step_overhead_s is None else step_overhead_s
         self._step_overhead_s = float(overhead)
+        self._host_per_request_s = self._engine.host_per_request_s if step_overhead_s is None else 0.0
         bw = calibration.device(cluster.device).hbm_efficiency_frac * cluster.device.hbm_bytes_per_s
         self._layers = LayerCost(model, cluster, rp, calibration, self._engine, hbm_bytes_per_s=bw)
         self._layer_groups = attention_layer_groups(model)
@@ -355,7 +358,9 @@ class ReplicaCost:
     ) -> float:
         """Seconds of one iteration (see :class:`IterationCost`): all layers in turn (pp stages summed), both
         ends, pp hand-offs, at least the CPU's launch time (kernels x ``eager_kernel_s``) when the engine launches
-        the iteration eagerly, and the engine's ``step_overhead_s``. A decode-only iteration runs at the engine's
+        the iteration eagerly, no shorter than the host work of its requests (``EngineProfile.host_per_request_s``;
+        under pipeline parallelism with ``pp_host_serial`` that work is added once per stage but the last), and the engine's
+        ``step_overhead_s``. A decode-only iteration runs at the engine's
         padded CUDA-graph batch (``EngineProfile.padded_decode_batch``). Attention-DP ranks take equal shares of the
         batch; the decodes of a mixed iteration share the prefills' varlen attention call where the engine runs
         one (``AttentionCost.varlen_decode_layer_s``). Raises ValueError when the two prefill arrays differ in
@@ -374,6 +379,7 @@ class ReplicaCost:
                 "iteration_s: new tokens and decode contexts must be >= 1, prefill contexts >= 0"
             )
         cached = float(dec.sum()) if n_dec else 0.0
+        requests = n_pre + n_dec  # before CUDA-graph padding: the host loops over real requests only
         if n_dec and not n_pre and self._graph_sizes:
             # a padded CUDA graph per attention rank: dummy sequences with a one-token cache fill its batch
             ranks = self._role_plan.attention_dp
@@ -412,7 +418,18 @@ class ReplicaCost:
         gpu = layers + heads + attention + draft
         if not self._engine.graph_launched(prefill_tokens, n_dec):
             gpu = max(gpu, self._eager_floor_s)
-        return gpu + self._step_overhead_s
+        return self._with_host_s(gpu, requests) + self._step_overhead_s
+
+    def _with_host_s(self, gpu_s: float, requests: int) -> float:
+        """An iteration's GPU time with the host work of its ``requests`` (``EngineProfile.host_per_request_s``):
+        beside the GPU (max of the two), or, where the engine runs it after each pipeline stage's forward
+        (``pp_host_serial``), once per stage but the last on top of the forward (the last stage samples
+        asynchronously and overlaps its host work with its next micro-batch)."""
+        host = self._host_per_request_s * requests
+        pp = self._role_plan.pp
+        if self._engine.pp_host_serial and pp > 1:
+            return gpu_s + (pp - 1) * host
+        return max(gpu_s, host)
 
     def pipeline_depth(self, num_seqs: int, context_tokens: int) -> int:
         """Batches the engine's pipeline keeps busy at a decode batch of ``num_seqs`` sequences of

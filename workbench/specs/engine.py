@@ -58,6 +58,16 @@ class EngineProfile:
     step_overhead_s: float = 1.0e-3
     """Host time per iteration that the GPU waits for (scheduler, input preparation, GPU->CPU sync of the
     sampled tokens, output processing not overlapped with the next iteration). 0..``MAX_HOST_S``."""
+    host_per_request_s: float = 0.0
+    """Host time per request an iteration schedules (the engine's Python loop over its requests: scheduling, input
+    preparation, updating each request with its sampled token, responses). An engine that overlaps its host work
+    with the GPU (``step_overhead_s`` = 0: an overlap scheduler) still waits for it when it is the longer: the
+    iteration lasts max(GPU time, host time) (``step_overhead_s`` is added after that). 0..``MAX_HOST_S``."""
+    pp_host_serial: bool = False
+    """Under pipeline parallelism every stage runs its host work for a micro-batch after its forward of that
+    micro-batch, not beside it (TensorRT-LLM 1.0 ``PyExecutor._executor_loop_pp``; its last rank samples
+    asynchronously and overlaps): a micro-batch's passage through the pp stages then takes its forward plus pp - 1
+    times its host time (``host_per_request_s``)."""
     decode_cuda_graphs: bool = True
     """Decode-only iterations (up to ``max_graph_batch`` sequences) replay a captured CUDA graph: no per-kernel
     CPU launch cost."""
@@ -121,11 +131,11 @@ class EngineProfile:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{where}: {name} must be a non-empty string, got {shown(value)}")
-        for name in ("step_overhead_s", "eager_kernel_s"):
+        for name in ("step_overhead_s", "eager_kernel_s", "host_per_request_s"):
             check_real(where, name, getattr(self, name), minimum=0.0, min_open=False, maximum=MAX_HOST_S,
                        unit="s")  # fmt: skip
         for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention",
-                     "kv_transfer_layerwise"):  # fmt: skip
+                     "kv_transfer_layerwise", "pp_host_serial"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{where}: {name} must be true or false, got {shown(getattr(self, name))}")
         if self.chunked_prefill is not None and not isinstance(self.chunked_prefill, bool):

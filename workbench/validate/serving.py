@@ -197,7 +197,9 @@ def validate_serving(
     """Score every row of a serving validation file. Returns ``rows`` (one per row and measured statistic),
     ``skipped`` (id, source_key, reason: rows the specs cannot express or the simulation refuses),
     ``mape_by_metric`` (keys ``ttft``, ``tpot``, ``throughput``, and ``kv_capacity`` when a row gives it) and
-    ``mape_by_source`` and ``mape_by_source_metric`` (source -> metric group -> MAPE). Raises ValueError/FileNotFoundError for a bad file (``read_serving_rows``)."""
+    ``mape_by_source`` and ``mape_by_source_metric`` (source -> metric group -> MAPE), and
+    ``mape_by_engine_metric`` (the engine profile that priced the row, ``vllm-v0`` ... ``trtllm`` -> metric group ->
+    MAPE). Raises ValueError/FileNotFoundError for a bad file (``read_serving_rows``)."""
     from workbench.presets.calibration import load_calibration
 
     cal = load_calibration(calibration)
@@ -210,8 +212,10 @@ def validate_serving(
         except ValueError as exc:
             skipped.append(skipped_row(case.id, case.source_key, exc).as_dict())
     by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_engine: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by_source[r["source_key"]].append(r)
+        by_engine[r["engine"]].append(r)
     return {
         "data": str(path),
         "rows": rows,
@@ -220,6 +224,9 @@ def validate_serving(
         "mape_by_source": mape_by(rows, "source_key"),
         "mape_by_source_metric": {
             src: mape_by(members, "group") for src, members in sorted(by_source.items())
+        },
+        "mape_by_engine_metric": {
+            eng: mape_by(members, "group") for eng, members in sorted(by_engine.items())
         },
     }
 
