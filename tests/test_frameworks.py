@@ -254,11 +254,12 @@ def test_fsdp_under_a_pipeline_keeps_the_stage_gathered_on_torchtitan() -> None:
 
 
 def test_ring_attention_uses_the_kernels_its_implementation_wraps() -> None:
-    """torchtitan 2024's ring attention wraps FlashAttention-2 only: with cp > 1 the step costs what it costs
-    under a profile that names only fa2; with cp = 1 what it costs under its cuDNN preference."""
-    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100")
+    """torchtitan's ring attention wraps FlashAttention-2 only: with cp > 1 the step costs what it costs under a
+    profile that names only fa2; with cp = 1 what it costs under its cuDNN preference (torchtitan 2025 on B200,
+    where torchtitan asks SDPA for cuDNN first)."""
+    model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-b200")
     work = Workload(seq_len=32768, global_batch_size=8, dtype="bf16")
-    titan = load_calibration(framework="torchtitan-2024")
+    titan = load_calibration(framework="torchtitan-2025")
     fw = titan.framework
     only = {
         k: dataclasses.replace(
@@ -275,6 +276,74 @@ def test_ring_attention_uses_the_kernels_its_implementation_wraps() -> None:
     assert step(ring, titan) == pytest.approx(step(ring, only["fa2"]), rel=1e-12)
     assert step(ring, titan) != pytest.approx(step(ring, only["cudnn"]), rel=1e-3)
     assert step(flat, titan) == pytest.approx(step(flat, only["cudnn"]), rel=1e-12)
+
+
+def test_torchtitan_2024_attention_is_the_flash_attention_2_of_its_torch() -> None:
+    """torchtitan @9dec370 calls F.scaled_dot_product_attention on torch main of 2024-12-23, where cuDNN SDPA
+    was opt-in (pytorch/pytorch#138522; #142132 measures default SDPA on H100 at 329 TFLOP/s beside cuDNN's
+    631): the causal attention of a Llama head (128) at 8K runs at the FlashAttention-2 rate of the FA3 paper
+    (Shah et al. 2024, Fig. 5: FA2 on H100 SXM5, head dim 128, causal, 8K: 333 TFLOP/s forward, 299
+    backward, over the 989.4 TFLOP/s dense BF16 peak), as the Grand Teton H100 table of the benchmark's rows
+    reads them; Megatron-Core on the same GPU runs cuDNN, faster."""
+    device = load_cluster("meta-grand-teton-h100").device
+    titan = load_calibration(framework="torchtitan-2024").attention(
+        device, dtype="bf16", seq_len=8192, head_dim=128
+    )
+    assert float(titan[0]) == pytest.approx(333 / 989.4, abs=1e-3)
+    assert float(titan[1]) == pytest.approx(299 / 989.4, abs=1e-3)
+    mcore = load_calibration(framework="megatron-core-2024").attention(
+        device, dtype="bf16", seq_len=8192, head_dim=128
+    )
+    assert float(mcore[0]) > 1.5 * float(titan[0])
+
+
+@pytest.mark.parametrize("name", ["megatron-core-2024", "torchtitan-2024", "generic"])
+def test_fp8_gemms_run_at_the_tables_scaled_gemm_rate_and_the_casts_are_priced_once(name: str) -> None:
+    """The H100 FP8 GEMM curve is a GEMM measured with its scales applied: its plateau (0.721 of 1978.9 TFLOP/s)
+    is within 2% of the MAMF table's cuBLAS FP8 GEMM with per-tensor scales, 1402.6 TFLOP/s (stas00/
+    ml-engineering compute/accelerator/README.md). So an FP8 weight GEMM takes flop / (peak x table fraction)
+    (over the kernel efficiency), with no further FP8 derate, and the amax and cast of its input are one memory
+    op of FP8_CAST_BYTES per value: quantising the 4096 + 4096 + 4096 + 14336 = 26,624 values per token that a
+    Llama-3.1-8B layer's GEMMs read (tp 1) under current/tensorwise scaling: 6 bytes each."""
+    from workbench.cost.elementwise_ops import FP8_CAST_BYTES
+    from workbench.cost.flops import layer_ops
+    from workbench.cost.layer import device_rates
+    from workbench.cost.op_time import Op, op_times
+
+    cal = load_calibration(framework=name)
+    device = load_cluster("meta-grand-teton-h100").device  # the published H100 fractions (no measured table)
+    rates = device_rates(device, "fp8", cal)
+    flop = 2.0 * 8192 * 4096 * 14336
+    plateau = float(matmul_efficiency_frac(flop, rates.mm_curve))
+    assert plateau * 1978.9 == pytest.approx(1402.6, rel=0.02)
+    gemm = op_times(
+        [Op("mlp_up", "matmul", flop, 0.0)],
+        peak_flop_per_s=rates.mm_peak,
+        gemm_curve=rates.mm_curve,
+        hbm_bytes_per_s=rates.hbm_bytes_per_s,
+        attention=None,
+        matmul_scale=rates.mm_scale,
+    )
+    assert gemm.fwd_s == pytest.approx(flop / (rates.mm_peak * plateau), rel=1e-9)
+    recipe = cal.framework.fp8_recipe
+    casts = [
+        op
+        for op in layer_ops(
+            load_model("llama-3.1-8b"),
+            tokens=1,
+            seq_len=8192,
+            tp=1,
+            ep=1,
+            sequence_parallel=False,
+            act_bytes=2.0,
+            fp8_recipe=recipe,
+        )
+        if op.name == "fp8_casts"
+    ]
+    assert len(casts) == 1 and recipe in ("current", "tensorwise")
+    assert (
+        float(casts[0].bytes) == pytest.approx(6.0 * 26624) == pytest.approx(FP8_CAST_BYTES[recipe] * 26624)
+    )
 
 
 def test_blank_micro_batch_of_a_row_follows_the_stacks_default() -> None:

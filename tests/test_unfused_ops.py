@@ -97,6 +97,66 @@ def test_pass_counts_match_the_aten_ops_of_the_eager_code() -> None:
     assert got == pytest.approx(UNFUSED_MODEL_OP_PASSES["expert_bias"], rel=0.02)
 
 
+def test_torchtitan_2024_eager_norm_and_rotary_passes_match_its_aten_ops() -> None:
+    """torchtitan @9dec370's RMSNorm and apply_rotary_emb written out as its model code runs them without
+    torch.compile (bf16 activations, a bf16 weight as FSDP2's param_dtype casts it), bytes counted at the ATen
+    level: the norm's chain beyond a fused norm's one read and one write (2 forward, 4 backward by the memory-op
+    rule) and the complex rotation."""
+    torch.manual_seed(0)
+    n, h = 1024, 512
+
+    def rmsnorm(x: list[torch.Tensor]) -> torch.Tensor:
+        t = x[0].float()
+        return (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x[0]) * x[1]
+
+    inp = torch.randn(n, h, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.ones(h, dtype=torch.bfloat16, requires_grad=True)
+    fwd, bwd = _passes(rmsnorm, [inp, weight], n * h)
+    assert (fwd - 2.0, bwd - 4.0) == pytest.approx(UNFUSED_MODEL_OP_PASSES["rmsnorm_fp32"], rel=0.02)
+
+    s, heads, d = 256, 40, 128  # Llama 3.1 8B: 32 query + 8 key heads of 128
+    freqs = torch.polar(torch.ones(s, d // 2), torch.randn(s, d // 2)).view(1, s, 1, d // 2)
+
+    def rotary(x: list[torch.Tensor]) -> torch.Tensor:
+        z = torch.view_as_complex(x[0].float().reshape(*x[0].shape[:-1], -1, 2))
+        return torch.view_as_real(z * freqs).flatten(3).type_as(x[0])
+
+    q = torch.randn(1, s, heads, d, dtype=torch.bfloat16, requires_grad=True)
+    assert _passes(rotary, [q], q.numel()) == pytest.approx(UNFUSED_MODEL_OP_PASSES["rope_complex"], rel=0.03)
+
+
+def test_torchtitan_eager_norm_and_rotary_only_without_compile() -> None:
+    """A Llama 3.1 8B layer (hidden 4096, 32 + 8 heads of 128) under torchtitan 2024: compiled, no extra op;
+    eager, two norms of 4096 values and the rotation of (32 + 8) x 128 values per token, split over tp (the
+    norms only with sequence parallelism)."""
+    llama, tokens, tp = load_model("llama-3.1-8b"), 8192.0, 2
+    eager = load_framework("torchtitan-2024").unfused_model_ops
+    common = dict(tokens=tokens, tp=tp, act_bytes=2.0, moe_layer=False, unfused=eager)
+    assert unfused_model_ops(llama, **common) == []  # type: ignore[arg-type]
+    ops = {
+        o.name: o for o in unfused_model_ops(llama, fused_elementwise=False, sequence_parallel=True, **common)
+    }  # type: ignore[arg-type]
+    assert ops["rmsnorm_fp32_unfused"].bytes == pytest.approx(16 * 2 * 2 * 8192 * 4096 / 2)
+    assert ops["rmsnorm_fp32_unfused"].backward_bytes == pytest.approx(44 * 2 * 2 * 8192 * 4096 / 2)
+    assert ops["rope_complex_unfused"].bytes == pytest.approx(10 * 2 * 8192 * 40 * 128 / 2)
+    no_sp = {o.name: o for o in unfused_model_ops(llama, fused_elementwise=False, **common)}  # type: ignore[arg-type]
+    assert no_sp["rmsnorm_fp32_unfused"].bytes == pytest.approx(16 * 2 * 2 * 8192 * 4096)
+    # Megatron-Core's profile lists neither: its TE norms and fused RoPE run the same with or without them
+    mcore = load_framework("megatron-core-2024").unfused_model_ops
+    assert (
+        unfused_model_ops(
+            llama,
+            tokens=tokens,
+            tp=tp,
+            act_bytes=2.0,
+            moe_layer=False,
+            unfused=mcore,
+            fused_elementwise=False,
+        )
+        == []
+    )
+
+
 ALL = ("yarn_rope", "glu_clamp", "expert_bias")
 
 
@@ -187,7 +247,8 @@ def test_profile_rejects_an_unknown_unfused_op() -> None:
     prof = load_framework("megatron-core-2024")
     with pytest.raises(ValueError, match=r"unfused_model_ops \['alibi'\] unknown; allowed: yarn_rope"):
         dataclasses.replace(prof, unfused_model_ops=("alibi",))
-    assert load_framework("torchtitan-2024").unfused_model_ops == ()
+    assert load_framework("torchtitan-2024").unfused_model_ops == ("rmsnorm_fp32", "rope_complex")
+    assert load_framework("torchtitan-2025").unfused_model_ops == ()
 
 
 def test_hf_configs_give_the_features() -> None:

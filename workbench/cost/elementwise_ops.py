@@ -11,7 +11,7 @@ import numpy as np
 
 from workbench.cost.memory import FP8_TILE_BYTES
 from workbench.cost.op_time import Array, Op
-from workbench.specs.model import AttentionKind, ModelSpec
+from workbench.specs.model import AttentionKind, ModelSpec, NormKind
 
 
 def cheap_recompute_ops(
@@ -104,6 +104,8 @@ UNFUSED_MODEL_OP_PASSES: dict[str, tuple[float, float]] = {
     "yarn_rope": (12.0, 14.0),
     "glu_clamp": (8.0, 15.0),
     "expert_bias": (6.0, 8.0),
+    "rmsnorm_fp32": (16.0, 44.0),
+    "rope_complex": (10.0, 10.0),
 }
 """(forward, backward) values read plus written per value of the tensor each unfused model op works on
 (``workbench.specs.framework.UNFUSED_MODEL_OPS``), for the kernels of Megatron-Core 0.15 (NVIDIA/Megatron-LM
@@ -120,7 +122,16 @@ backward counted op by op in ``tests/test_unfused_ops.py``):
   fused activation: 8; backward 15 (each clamp's gradient builds its mask from the saved input and selects).
 - ``expert_bias``, per value of the routed experts' output: ``experts.TEGroupedMLP._apply_bias`` forms
   ``bias * prob`` per expert (write: 1), adds it (read 2, write 1) and concatenates the experts (2): 6;
-  backward 8 (the bias and probability gradients each multiply the output gradient and reduce the product)."""
+  backward 8 (the bias and probability gradients each multiply the output gradient and reduce the product).
+- ``rmsnorm_fp32``, per value of each norm's input (two norms a layer, four with ``post_norms``): torchtitan
+  2024's ``norms.RMSNorm`` (pytorch/torchtitan @9dec370, the commit of its 2024-12 benchmarks) runs
+  ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight``: a copy to fp32 (2 + 4 bytes), the
+  square (4 + 4), the mean (4), the product (4 + 4), the copy back (4 + 2) and the weight (2 + 2): 36 bytes, 18
+  values; backward 48. Counted here beyond the read and the write of a fused norm that ``elementwise_op``
+  prices already (2 forward, 4 backward): 16 and 44.
+- ``rope_complex``, per value of the local query and key heads: torchtitan 2024's ``apply_rotary_emb`` casts
+  each to fp32 (2 + 4 bytes), multiplies by the complex frequencies (8 + 8 per pair) and casts back (4 + 2): 10
+  values; backward 10. A compiled block fuses the rotation into neighbouring kernels (left unpriced there)."""
 
 
 def unfused_model_ops(
@@ -132,12 +143,16 @@ def unfused_model_ops(
     moe_layer: bool,
     unfused: tuple[str, ...],
     capacity_factor: float = 1.0,
+    sequence_parallel: Array = False,
+    fused_elementwise: bool = True,
 ) -> list[Op]:
     """The unfused element-wise kernels of one layer's model features the stack (``unfused``:
     ``FrameworkProfile.unfused_model_ops``) does not fuse, one device, one micro-batch, as memory ops of
     ``UNFUSED_MODEL_OP_PASSES``: YaRN RoPE on the local query and key heads (MLA applies its rotary part in its
     own fused path), the clamp of a clamped GLU on the dense MLP or the routed experts, and the routed experts'
-    output bias. ``tokens`` = b*s/cp on this device (scalar or array, broadcast); each op's ``bytes`` and
+    output bias; where the stack does not compile (not ``fused_elementwise``) the fp32 RMSNorm chain (split
+    over tp with ``sequence_parallel``) and the complex rotary embedding of a RoPE model (no learned positions,
+    not MLA). ``tokens`` = b*s/cp on this device (scalar or array, broadcast); each op's ``bytes`` and
     ``backward_bytes`` are HBM bytes (``act_bytes`` per value). Empty for a model without these features."""
     h, routed = model.hidden_size, model.experts_per_token * capacity_factor
     values: dict[str, Array] = {}
@@ -150,6 +165,14 @@ def unfused_model_ops(
         values["glu_clamp"] = tokens * width / tp
     if "expert_bias" in unfused and model.expert_bias and moe_layer:
         values["expert_bias"] = tokens * routed * h / tp
+    if not fused_elementwise and "rmsnorm_fp32" in unfused and model.norm is NormKind.RMSNORM:
+        norms = 4 if model.post_norms else 2
+        values["rmsnorm_fp32"] = norms * tokens * h / np.where(sequence_parallel, tp, 1)
+    rotary = model.num_learned_positions == 0 and model.attention is not AttentionKind.MLA
+    if not fused_elementwise and "rope_complex" in unfused and rotary:
+        values["rope_complex"] = (
+            tokens * (model.num_attention_heads + model.num_key_value_heads) * model.head_dim / tp
+        )
     ops = []
     for name, n in values.items():
         fwd, bwd = UNFUSED_MODEL_OP_PASSES[name]

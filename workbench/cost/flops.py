@@ -285,6 +285,8 @@ def layer_ops(
         moe_layer=moe_layer,
         unfused=unfused,
         capacity_factor=capacity_factor,
+        sequence_parallel=sequence_parallel,
+        fused_elementwise=fused_elementwise,
     )
     if fp8_recipe is not None:
         ops.append(
