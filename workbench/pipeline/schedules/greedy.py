@@ -7,16 +7,27 @@ ready action, preferring (1) an I (it is on the critical path), (2) an F if the 
 count stays under its cap (a chunk-0 F also leaves one slot free for the chunk-1 forwards of
 V placement, so the pipeline can always drain), (3) the oldest pending W. Ties go to the lowest
 micro-batch, then the later stage. In-flight means: F started and W not finished.
+
+The rule does not read the F, I and W costs (every action is one step), so a schedule depends only on its
+placement, micro-batches and caps. ``greedy_zero_bubble`` is the readable form; ``greedy_zero_bubble_arrays``
+(what ``build_schedule`` runs, issue 52) keeps counters instead of finish steps and writes ints, 3-4x faster
+and equal action for action (tests/test_greedy_golden.py).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Sequence
 
-from workbench.pipeline.schedules.actions import Action
+import numpy as np
+
+from workbench.pipeline.schedules.actions import OPS, Action
+from workbench.pipeline.schedules.arrays import PackedRows, joined
 
 Rows = list[list[Action]]
+
+_F, _B, _I, _W = range(4)  # op codes: indices in actions.OPS
 
 
 def greedy_zero_bubble(
@@ -47,9 +58,7 @@ def greedy_zero_bubble(
     while remaining:
         chosen = [_pick(step, local[r], ctx, inflight[r], cap_chunks[r], pending_w[r]) for r in range(pp)]
         if all(c is None for c in chosen):
-            raise ValueError(
-                f"greedy schedule stuck at step {step} with caps {list(cap_chunks)}; raise the cap"
-            )
+            raise _stuck(step, cap_chunks)
         for r, action in enumerate(chosen):
             if action is None:
                 continue
@@ -104,3 +113,111 @@ def _pick(
         s, i = pending_w.popleft()
         return Action(s, "W", i)
     return None
+
+
+def greedy_zero_bubble_arrays(
+    *, stage_to_rank: Sequence[int], num_microbatches: int, cap_chunks: Sequence[int]
+) -> PackedRows:
+    """``greedy_zero_bubble``'s rows as packed arrays (``arrays.PackedRows``), action for action, built in a
+    fraction of the time: what ``build_schedule`` runs for ZB-H2, V-Half and V-Min (issue 52).
+
+    The rule's state is counters, not per-action finish steps: a stage runs its F (and its I) in micro-batch
+    order and every action takes one step, so "F of (s-1, j) finished before this step" is ``next_f[s-1] > j``
+    at the step's start, and "I of (s+1, i) (F of the last stage, i) finished" is ``next_i[s+1] > i``
+    (``next_f[last] > i``). Each step reads a copy of the counters taken at its start and writes the live
+    ones; actions are written as ints ``(micro-batch * num_stages + stage) * 4 + op code``. Placements of one
+    or two stages per rank (every registered greedy schedule) run a loop written for them; any other (a rank
+    of three stages, or of none) is built by ``greedy_zero_bubble`` and packed. Same errors as ``greedy_zero_bubble``;
+    tests/test_greedy_golden.py checks the two agree on many shapes.
+    """
+    pp, num_stages, m = len(cap_chunks), len(stage_to_rank), num_microbatches
+    local = [[s for s in range(num_stages) if stage_to_rank[s] == r] for r in range(pp)]
+    if {len(stages) for stages in local} - {1, 2}:
+        rows = greedy_zero_bubble(stage_to_rank=stage_to_rank, num_microbatches=m, cap_chunks=cap_chunks)
+        return joined(
+            [np.array([(s, OPS.index(op), i) for s, op, i in row], np.int64).reshape(-1, 3) for row in rows]
+        )
+    min_cap = 2 if num_stages > pp else 1
+    if min(cap_chunks) < min_cap:
+        raise ValueError(f"cap_chunks must be >= {min_cap} on every rank, got {list(cap_chunks)}")
+    # counters[s] = next F of stage s, counters[S + s] = next I; counters[2S] = m: stage 0's F never waits
+    f_dep = [s - 1 if s else 2 * num_stages for s in range(num_stages)]
+    i_dep = [num_stages + s + 1 for s in range(num_stages - 1)] + [num_stages - 1]
+    codes = _ranks_codes(local, f_dep, i_dep, m, cap_chunks)
+    lengths = [len(c) for c in codes]
+    flat = np.fromiter(itertools.chain.from_iterable(codes), dtype=np.int64, count=sum(lengths))
+    packed = np.empty((len(flat), 3), dtype=np.int64)
+    mb_stage, packed[:, 1] = np.divmod(flat, 4)
+    packed[:, 2], packed[:, 0] = np.divmod(mb_stage, num_stages)
+    offsets = np.zeros(pp + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return PackedRows(packed, offsets)
+
+
+def _stuck(step: int, cap_chunks: Sequence[int]) -> ValueError:
+    return ValueError(f"greedy schedule stuck at step {step} with caps {list(cap_chunks)}; raise the cap")
+
+
+def _ranks_codes(
+    local: list[list[int]], f_dep: list[int], i_dep: list[int], m: int, cap_chunks: Sequence[int]
+) -> list[list[int]]:
+    """Per rank, the action codes of the rule for ranks holding stages a < b (V placement) or one stage (taken
+    as a = b, so that both candidates are the same): an I (lower micro-batch first, b on a tie), else an F under
+    the cap (with two stages, a's F leaves one slot free), else the oldest W."""
+    num_stages = len(f_dep)
+    counters = [0] * (2 * num_stages) + [m]
+    ranks, out = [], []
+    for r, stages in enumerate(local):
+        a, b = stages[0], stages[-1]
+        row: list[int] = []
+        pending: deque[int] = deque()
+        out.append(row)
+        ranks.append(
+            (r, a, num_stages + a, f_dep[a], i_dep[a], 4 * a, b, num_stages + b, f_dep[b], i_dep[b], 4 * b)
+            + (cap_chunks[r] - (a != b), cap_chunks[r], row.append, pending)
+        )
+    inflight = [0] * len(local)
+    per_mb = 4 * num_stages
+    remaining = 3 * num_stages * m
+    step = 0
+    while remaining:
+        start = counters[:]  # the rule reads the state as it was when the step began
+        left = remaining
+        for r, fa, ia, fa_dep, ia_dep, ca, fb, ib, fb_dep, ib_dep, cb, room_a, room_b, emit, pending in ranks:
+            i, j = start[ia], start[ib]
+            if j < m and j < start[ib_dep] and (j <= i or not (i < m and i < start[ia_dep])):
+                counters[ib] = j + 1
+                code = j * per_mb + cb
+            elif i < m and i < start[ia_dep]:
+                counters[ia] = i + 1
+                code = i * per_mb + ca
+            else:
+                held = inflight[r]
+                i, j = start[fa], start[fb]
+                if (
+                    j < m
+                    and j < start[fb_dep]
+                    and held < room_b
+                    and (j <= i or not (i < m and i < start[fa_dep] and held < room_a))
+                ):
+                    counters[fb] = j + 1
+                    emit(j * per_mb + cb)
+                    inflight[r] = held + 1
+                    remaining -= 1
+                elif i < m and i < start[fa_dep] and held < room_a:
+                    counters[fa] = i + 1
+                    emit(i * per_mb + ca)
+                    inflight[r] = held + 1
+                    remaining -= 1
+                elif pending:
+                    emit(pending.popleft())
+                    inflight[r] = held - 1
+                    remaining -= 1
+                continue
+            emit(code + _I)
+            pending.append(code + _W)
+            remaining -= 1
+        if remaining == left:
+            raise _stuck(step, cap_chunks)
+        step += 1
+    return out
