@@ -161,19 +161,21 @@ def _stuck(step: int, cap_chunks: Sequence[int]) -> ValueError:
 def _ranks_codes(
     local: list[list[int]], f_dep: list[int], i_dep: list[int], m: int, cap_chunks: Sequence[int]
 ) -> list[list[int]]:
-    """Per rank, the action codes of the rule for ranks holding stages a < b (V placement) or one stage (taken
-    as a = b, so that both candidates are the same): an I (lower micro-batch first, b on a tie), else an F under
-    the cap (with two stages, a's F leaves one slot free), else the oldest W."""
+    """Per rank, the action codes of the rule for ranks holding stages a < b (V placement) or one stage (its b;
+    its a reads the counter that stays at m, so it is never a candidate): an I (lower micro-batch first, b on a
+    tie), else an F under the cap (with two stages, a's F leaves one slot free), else the oldest W."""
     num_stages = len(f_dep)
     counters = [0] * (2 * num_stages) + [m]
+    never = 2 * num_stages  # counters[never] stays m: stage 0's F input, a one-stage rank's a
     ranks, out = [], []
     for r, stages in enumerate(local):
         a, b = stages[0], stages[-1]
         row: list[int] = []
         pending: deque[int] = deque()
         out.append(row)
+        fa, ia = (a, num_stages + a) if a != b else (never, never)  # one stage: only b is a candidate
         ranks.append(
-            (r, a, num_stages + a, f_dep[a], i_dep[a], 4 * a, b, num_stages + b, f_dep[b], i_dep[b], 4 * b)
+            (r, fa, ia, f_dep[a], i_dep[a], 4 * a, b, num_stages + b, f_dep[b], i_dep[b], 4 * b)
             + (cap_chunks[r] - (a != b), cap_chunks[r], row.append, pending)
         )
     inflight = [0] * len(local)
