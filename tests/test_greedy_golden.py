@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 
-from workbench.pipeline.schedules import build_schedule
+from workbench.pipeline.schedules import build_schedule, greedy
 from workbench.pipeline.schedules.actions import OPS, decoded_rows
 from workbench.pipeline.schedules.greedy import greedy_zero_bubble, greedy_zero_bubble_arrays
 
@@ -117,3 +117,23 @@ def test_array_builder_refuses_a_cap_too_small_as_the_readable_one_does() -> Non
     for stages, caps in (([0, 1], [0, 1]), ([0, 1, 1, 0], [2, 1])):
         with pytest.raises(ValueError, match="cap_chunks must be >= "):
             greedy_zero_bubble_arrays(stage_to_rank=stages, num_microbatches=4, cap_chunks=caps)
+
+
+def test_repeated_steady_state_equals_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One stage per rank: the array builder repeats the period it finds (``greedy._SteadyState``); the rows
+    equal the readable rule's where it does, on ZB-H2's caps and others, looping and shuffled placements."""
+    repeated = []
+    rows_of = greedy._SteadyState.rows
+    monkeypatch.setattr(
+        greedy._SteadyState, "rows", lambda self: repeated.append(self.repeats is not None) or rows_of(self)
+    )
+    rng = random.Random(6)
+    for pp, m_per_pp in itertools.product((2, 3, 4, 6, 8, 12, 16), (3, 4, 8, 11)):
+        stages = list(range(pp))
+        rng.shuffle(stages)
+        for placement, cap in itertools.product((list(range(pp)), stages), (2 * pp - 1, pp, pp + 2)):
+            kwargs = {"stage_to_rank": placement, "num_microbatches": m_per_pp * pp, "cap_chunks": [cap] * pp}
+            built = greedy_zero_bubble_arrays(**kwargs)
+            rows = greedy_zero_bubble(**kwargs)
+            assert decoded_rows(built.packed, built.offsets) == rows, kwargs
+    assert sum(repeated) > len(repeated) // 2  # most of these shapes do repeat a period
