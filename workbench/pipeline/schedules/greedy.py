@@ -129,8 +129,8 @@ def greedy_zero_bubble_arrays(
     ones; actions are written as ints ``(micro-batch * num_stages + stage) * 4 + op code``. Placements of one
     or two stages per rank (every registered greedy schedule) run a loop written for them; any other (a rank
     of three stages, or of none) is built by ``greedy_zero_bubble`` and packed. With one stage per rank the
-    steps between two states equal up to a shift of micro-batches are repeated, not run (``_SteadyState``). Same errors as ``greedy_zero_bubble``;
-    tests/test_greedy_golden.py checks the two agree on many shapes.
+    steps between two states equal up to a shift of micro-batches are repeated, not run (``_SteadyState``).
+    Same errors as ``greedy_zero_bubble``; tests/test_greedy_golden.py checks the two agree on many shapes.
     """
     pp, num_stages, m = len(cap_chunks), len(stage_to_rank), num_microbatches
     local = [[s for s in range(num_stages) if stage_to_rank[s] == r] for r in range(pp)]
@@ -240,7 +240,7 @@ class _SteadyState:
     len .. next_i - 1). Nothing in the rule reads a micro-batch index except against another counter or m, so
     from a state equal to an earlier one plus k the ranks run the same actions plus k, as long as every
     counter stays below m. ZB-H2 reaches its steady state (a period of 3 steps, k = 1) within about 6p steps;
-    the search stops after ``search_steps`` (a few times the stages) if the state never repeats."""
+    the search stops after ``search_steps`` (16 times the stages) if the state never repeats."""
 
     def __init__(
         self,
@@ -268,9 +268,10 @@ class _SteadyState:
             self.seen[key] = (step, base, lengths)
             return step, remaining
         self.search_steps = -1  # found: no more searching
-        first_step, first_base, first_lengths = self.seen[key]
-        shift = base - first_base
-        copies = (self.m - 1 - max(live)) // shift
+        first_step, first_base, first_lengths = self.seen.pop(key)
+        self.seen.clear()
+        shift = base - first_base  # >= 1: an action ran in between (else stuck), so a counter moved
+        copies = (self.m - 1 - max(live)) // shift if shift > 0 else 0
         if copies <= 0:
             return step, remaining
         moved = copies * shift * 4 * self.num_stages
