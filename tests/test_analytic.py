@@ -7,11 +7,12 @@ import dataclasses
 import pytest
 from workbench_backends.analytic import AnalyticBackend
 
-from workbench.estimate.analytic import estimate_plan
+from workbench.estimate.analytic import _cached_schedule, estimate_plan
 from workbench.estimate.registry import get_backend
 from workbench.presets.calibration import Calibration, load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.specs.estimate import MEMORY_COLUMNS, TIMELINE_COLUMNS, Backend
+from workbench.specs.limits import SCHEDULE_CACHE_SIZE
 from workbench.specs.plan import ParallelPlan, Workload
 from workbench.validate import DEFAULT_DATA
 
@@ -99,3 +100,27 @@ def test_korthikanti_figure1_memory_golden() -> None:
     rows = [r for r in read_rows(DATA) if r["source_key"] == "KORTHIKANTI22_F1"]
     result = validate_rows(rows, calibration=load_calibration())
     assert len(result["rows"]) == 4 and result["memory_mape"] <= 0.05
+
+
+def test_plans_of_one_pipeline_shape_build_their_schedule_once() -> None:
+    """Refining plans that differ in their costs but not in (schedule, pp, micro-batches, vpp) builds the schedule
+    once (issue 52: a plan run's refinement built the same greedy zero-bubble schedule again per plan); the cache is
+    bounded by ``limits.SCHEDULE_CACHE_SIZE``."""
+    _cached_schedule.cache_clear()
+    cal = load_calibration("default").with_framework("zero-bubble-2024")
+    steps = set()
+    for recompute, sp in (("none", False), ("selective", True), ("full", True)):
+        plan = ParallelPlan(
+            tp=2,
+            pp=2,
+            dp=2,
+            vpp=2,
+            micro_batch_size=1,
+            schedule="v-half",
+            recompute=recompute,
+            sequence_parallel=sp,
+        )
+        steps.add(estimate_plan(MODEL, CLUSTER, WORK, plan, calibration=cal).step_time_s)
+    assert len(steps) == 3  # three different costings
+    info = _cached_schedule.cache_info()
+    assert (info.misses, info.hits, info.maxsize) == (1, 2, SCHEDULE_CACHE_SIZE)

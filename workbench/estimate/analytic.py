@@ -21,6 +21,7 @@ from workbench.pipeline import bubble
 from workbench.pipeline.schedules import num_directions
 from workbench.pipeline.simulate import StageCosts
 from workbench.presets.calibration import Calibration, load_calibration
+from workbench.specs.limits import SCHEDULE_CACHE_SIZE
 
 if TYPE_CHECKING:
     from workbench.pipeline.schedules import Schedule
@@ -37,11 +38,10 @@ def build_pipeline(plan: ParallelPlan, num_microbatches: int) -> Schedule:
     return _cached_schedule(plan.schedule, plan.pp, num_microbatches, plan.vpp)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=SCHEDULE_CACHE_SIZE)
 def _cached_schedule(name: str, pp: int, num_microbatches: int, vpp: int) -> Schedule:
     """Schedules are frozen data; an app re-costing one plan shape reuses the built one, and a search's
-    refinement the shapes its top plans share. 16, not more: a large plan's schedule holds 10^5-10^6 actions
-    (tens of MB each; 128 kept the 405B search at 1.5 GB, issue 52)."""
+    refinement the shapes its top plans share (bound and reason: ``limits.SCHEDULE_CACHE_SIZE``)."""
     from workbench.pipeline.schedules import build_schedule
 
     return build_schedule(name, pp=pp, num_microbatches=num_microbatches, vpp=vpp)

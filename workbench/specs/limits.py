@@ -101,6 +101,15 @@ Megatron's 1T GPT runs pp=64 with m=512 (arXiv:2104.04473 Table 1), 32,768 pairs
 MAX_MICROBATCHES = MAX_SIMULATED_STAGE_MICROBATCHES
 """Micro-batches of one schedule (the pair bound with pp = vpp = 1)."""
 
+SCHEDULE_CACHE_SIZE = 16
+"""Built schedules one process keeps (``workbench.estimate.analytic.build_pipeline``, least recently used out),
+keyed by (schedule, pp, micro-batches, vpp): a search refines its top plans, which share a few pipeline shapes
+(20 refined ``plan --framework zero-bubble-2024`` plans of llama-3.1-70b on 16 DGX H100 nodes build 9), and the
+app re-costs one shape on every control change. The key holds no cost: no generator reads one (the greedy
+zero-bubble rule runs every action in one unit step). 16, not more: a schedule at the pair bound above holds
+786,432 actions, 19 MB packed (more once its ``Action`` rows are read), so 16 stay within a few hundred MB;
+128 kept the 405B search at 1.5 GB (issue 52)."""
+
 MAX_ACTION_TIME = 1e12
 """Duration of one schedule action given in ``workbench schedule`` (any one unit; seconds by convention: 30,000
 years). Sums over the ~10^6 actions the pair bound allows stay finite."""

@@ -1,5 +1,6 @@
 """Schedules built as arrays: the looping-placement family of ``classic`` here, the V schedules in ``vshape``
-(ZB-V, DualPipeV, which write ints as they go); what ``build_schedule`` runs for them.
+(ZB-V, DualPipeV, which write ints as they go) and the greedy ZB-H2, V-Half and V-Min in ``greedy``; what
+``build_schedule`` runs for them.
 
 A 405B plan's schedule holds 10^5-10^6 actions and a search refines a dozen of them; made one ``Action`` at a
 time in Python the build cost 2x the simulation (issue 52). Here every rank's order is a few numpy operations

@@ -49,6 +49,13 @@ def _zb_h2(p: int, v: int, m: int) -> Rows:
     )
 
 
+def _zb_h2_arrays(p: int, v: int, m: int) -> arrays.PackedRows:
+    """``_zb_h2`` as packed arrays."""
+    return greedy.greedy_zero_bubble_arrays(
+        stage_to_rank=classic.looping_placement(p, 1), num_microbatches=m, cap_chunks=[2 * p - 1] * p
+    )
+
+
 def _zbv(p: int, v: int, m: int) -> Rows:
     return vshape.zbv(p, m)
 
@@ -59,14 +66,30 @@ def _v_capped(full_stage_units: int, p: int, m: int) -> Rows:
     )
 
 
+def _v_capped_arrays(full_stage_units: int, p: int, m: int) -> arrays.PackedRows:
+    return greedy.greedy_zero_bubble_arrays(
+        stage_to_rank=vshape.v_placement(p), num_microbatches=m, cap_chunks=[2 * full_stage_units] * p
+    )
+
+
 def _v_half(p: int, v: int, m: int) -> Rows:
     """V-Half: V placement capped at (p+2)//2 micro-batches' activations per rank."""
     return _v_capped((p + 2) // 2, p, m)
 
 
+def _v_half_arrays(p: int, v: int, m: int) -> arrays.PackedRows:
+    """``_v_half`` as packed arrays."""
+    return _v_capped_arrays((p + 2) // 2, p, m)
+
+
 def _v_min(p: int, v: int, m: int) -> Rows:
     """V-Min: V placement capped at (p+4)//3 micro-batches' activations per rank."""
     return _v_capped((p + 4) // 3, p, m)
+
+
+def _v_min_arrays(p: int, v: int, m: int) -> arrays.PackedRows:
+    """``_v_min`` as packed arrays."""
+    return _v_capped_arrays((p + 4) // 3, p, m)
 
 
 def _dualpipev(p: int, v: int, m: int) -> Rows:
@@ -143,6 +166,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         peak_family="zb-h2",
         source=f"{ZB_PAPER}, handcrafted ZB-H2 (up to 2p-1 micro-batches in flight)",
         frameworks=(ZERO_BUBBLE,),
+        array_generator=_zb_h2_arrays,
     ),
     ScheduleSpec(
         traits=TRAITS["zbv"],
@@ -164,6 +188,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         peak_family="v-half",
         source=CM_PAPER,
         frameworks=(ZERO_BUBBLE,),
+        array_generator=_v_half_arrays,
     ),
     ScheduleSpec(
         traits=TRAITS["v-min"],
@@ -173,6 +198,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         peak_family="v-min",
         source=CM_PAPER,
         frameworks=(ZERO_BUBBLE,),
+        array_generator=_v_min_arrays,
     ),
     ScheduleSpec(
         traits=TRAITS["dualpipev"],
