@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from workbench.presets.calibration import Calibration
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.estimate import ServingEstimate, serve_estimate
@@ -47,6 +49,7 @@ METRIC_GROUPS: dict[str, str] = {
     "ttft_median_s": "ttft",
     "ttft_p99_s": "ttft",
     "tpot_mean_s": "tpot",
+    "tpot_token_weighted_s": "tpot",
     "tpot_p99_s": "tpot",
     "output_tokens_per_s": "throughput",
     "total_tokens_per_s": "throughput",
@@ -120,6 +123,15 @@ def row_cases(rows: list[dict[str, str]]) -> tuple[list[ServingCase], list[Skipp
     return build_cases(rows, row_case)
 
 
+def token_weighted_tpot_s(requests: pl.DataFrame) -> float:
+    """Mean TPOT weighted by tokens, as ``serving_csv.TOKEN_WEIGHTED_TPOT`` defines it: sum over requests of
+    (finish_s - first_token_s), over the sum of their output_tokens (first tokens included), seconds. Requests are
+    the simulator's ``RequestSimResult.requests`` columns; NaN when no token was generated."""
+    decode_s = (requests["finish_s"] - requests["first_token_s"]).sum()
+    tokens = requests["output_tokens"].sum()
+    return float(decode_s) / float(tokens) if tokens else float("nan")
+
+
 def predicted(est: ServingEstimate) -> dict[str, float]:
     """The simulation's value of every measured statistic (``METRIC_GROUPS`` keys), SI units."""
     sim, devices = est.sim, est.plan.num_devices
@@ -130,6 +142,7 @@ def predicted(est: ServingEstimate) -> dict[str, float]:
         "ttft_median_s": sim.ttft.p50_s,
         "ttft_p99_s": sim.ttft.p99_s,
         "tpot_mean_s": sim.tpot.mean_s,
+        "tpot_token_weighted_s": token_weighted_tpot_s(sim.requests),
         "tpot_p99_s": sim.tpot.p99_s,
         "output_tokens_per_s": sim.output_tokens_per_s,
         "total_tokens_per_s": sim.output_tokens_per_s + inputs / duration,
