@@ -6,7 +6,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from workbench.validate.serving import METRIC_GROUPS, token_weighted_tpot_s
+from workbench.serving.results import token_weighted_tpot_s
+from workbench.validate.serving import METRIC_GROUPS
 from workbench.validate.serving_csv import (
     DEFAULT_SERVING_DATA,
     TOKEN_WEIGHTED_TPOT,

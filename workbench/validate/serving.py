@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from workbench.presets.calibration import Calibration
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.estimate import ServingEstimate, serve_estimate
 from workbench.serving.phases import PhaseBatch, phase_predictions
+from workbench.serving.results import token_weighted_tpot_s
 from workbench.serving.steady import steady_window
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
@@ -121,15 +120,6 @@ def row_cases(rows: list[dict[str, str]]) -> tuple[list[ServingCase], list[Skipp
     """``row_case`` of every row, split into the expressible cases and the skipped rows with their reason (file
     order kept; :func:`workbench.validate.rows.build_cases`)."""
     return build_cases(rows, row_case)
-
-
-def token_weighted_tpot_s(requests: pl.DataFrame) -> float:
-    """Mean TPOT weighted by tokens, as ``serving_csv.TOKEN_WEIGHTED_TPOT`` defines it: sum over requests of
-    (finish_s - first_token_s), over the sum of their output_tokens (first tokens included), seconds. Requests are
-    the simulator's ``RequestSimResult.requests`` columns; NaN when no token was generated."""
-    decode_s = (requests["finish_s"] - requests["first_token_s"]).sum()
-    tokens = requests["output_tokens"].sum()
-    return float(decode_s) / float(tokens) if tokens else float("nan")
 
 
 def predicted(est: ServingEstimate) -> dict[str, float]:
