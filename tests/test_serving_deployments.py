@@ -170,6 +170,8 @@ def test_closed_loop_steady_state_is_littles_law():
     assert steady["requests_per_s"] == pytest.approx(c / (n_out * tau), rel=0.02)
     assert steady["ttft_mean_s"] == pytest.approx(tau, rel=1e-6)
     assert steady["tpot_mean_s"] == pytest.approx(tau, rel=1e-6)
+    # token-weighted (APEX+'s reading): O - 1 decode iterations over the O tokens each request generates
+    assert steady["tpot_token_weighted_s"] == pytest.approx(tau * (n_out - 1) / n_out, rel=1e-6)
 
 
 def test_closed_loop_ttft_does_not_depend_on_the_run_length():

@@ -135,6 +135,18 @@ class RequestSimResult:
         ).select(TIMELINE_COLUMNS)
 
 
+def token_weighted_tpot_s(requests: pl.DataFrame) -> float:
+    """Mean TPOT weighted by tokens: the sum over requests of (finish_s - first_token_s) over the sum of their
+    output_tokens, first tokens included, in seconds; NaN when no token was generated. ``requests`` has the columns
+    of ``RequestSimResult.requests``. It is the TPOT that APEX+'s ``vllm/trace.py`` (microsoft/apex_plus@8769096)
+    reads from vLLM V0's /metrics, ``time_per_output_token_seconds_sum / generation_tokens_total``: one
+    observation per decode step of each request over every generated token, V0's ``LLMEngine._get_stats``
+    counting "One generation token per finished prefill"."""
+    decode_s = (requests["finish_s"] - requests["first_token_s"]).sum()
+    tokens = requests["output_tokens"].sum()
+    return float(decode_s) / float(tokens) if tokens else float("nan")
+
+
 def sim_result(
     requests: Requests,
     *,

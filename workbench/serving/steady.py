@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.serving.results import token_weighted_tpot_s
 from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ def steady_window(sim: RequestSimResult, concurrency: int) -> dict[str, float]:
     client's first (warm-up) and before the last ``concurrency`` (the drain, when fewer are in flight);
     throughputs from the requests finishing between the first and the last of those requests' arrivals (all
     clients busy), as completions per second (Little's law) times their mean tokens. Keys: ``ttft_mean_s``,
-    ``ttft_median_s``, ``ttft_p99_s``, ``tpot_mean_s``, ``tpot_p99_s``, ``requests_per_s``,
+    ``ttft_median_s``, ``ttft_p99_s``, ``tpot_mean_s``, ``tpot_p99_s``, ``tpot_token_weighted_s``
+    (``workbench.serving.results.token_weighted_tpot_s``), ``requests_per_s``,
     ``output_tokens_per_s``, ``input_tokens_per_s``. Raises ValueError with fewer than 3 x concurrency
     requests."""
     req = sim.requests
@@ -78,6 +80,7 @@ def steady_window(sim: RequestSimResult, concurrency: int) -> dict[str, float]:
         "ttft_p99_s": q(ttft, 99),
         "tpot_mean_s": float(tpot.mean()) if tpot.size else math.nan,
         "tpot_p99_s": q(tpot, 99),
+        "tpot_token_weighted_s": token_weighted_tpot_s(mid),
         "requests_per_s": rate,
         "output_tokens_per_s": rate * float(done["output_tokens"].to_numpy().mean())
         if done.height

@@ -24,6 +24,7 @@ from workbench.presets.calibration import Calibration
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.estimate import ServingEstimate, serve_estimate
 from workbench.serving.phases import PhaseBatch, phase_predictions
+from workbench.serving.results import token_weighted_tpot_s
 from workbench.serving.steady import steady_window
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
@@ -47,6 +48,7 @@ METRIC_GROUPS: dict[str, str] = {
     "ttft_median_s": "ttft",
     "ttft_p99_s": "ttft",
     "tpot_mean_s": "tpot",
+    "tpot_token_weighted_s": "tpot",
     "tpot_p99_s": "tpot",
     "output_tokens_per_s": "throughput",
     "total_tokens_per_s": "throughput",
@@ -130,6 +132,7 @@ def predicted(est: ServingEstimate) -> dict[str, float]:
         "ttft_median_s": sim.ttft.p50_s,
         "ttft_p99_s": sim.ttft.p99_s,
         "tpot_mean_s": sim.tpot.mean_s,
+        "tpot_token_weighted_s": token_weighted_tpot_s(sim.requests),
         "tpot_p99_s": sim.tpot.p99_s,
         "output_tokens_per_s": sim.output_tokens_per_s,
         "total_tokens_per_s": sim.output_tokens_per_s + inputs / duration,

@@ -199,11 +199,22 @@ def _check_values(row: dict[str, str], where: str) -> None:
         )
 
 
+TOKEN_WEIGHTED_TPOT = "tpot_token_weighted_s"
+"""Key of a mean TPOT the row's source weights by tokens (``statistic_notes`` says ``token-weighted``, the
+README's term): the decode time of all requests over all tokens they generated, first tokens included. APEX+'s
+``vllm/trace.py`` (microsoft/apex_plus@8769096) computes it from vLLM V0's /metrics as ``tpot =
+tpot_sum/num_gen_tokens``: ``time_per_output_token_seconds_sum`` (one observation per decode step of each
+request) over ``generation_tokens_total`` (which V0's ``LLMEngine._get_stats`` counts with "One generation token
+per finished prefill")."""
+
+
 def row_measured(row: dict[str, str]) -> dict[str, float]:
-    """The filled ``measured_*`` columns in SI units, keyed as ``MEASURED`` names them."""
+    """The filled ``measured_*`` columns in SI units, keyed as ``MEASURED`` names them; a mean TPOT that
+    ``statistic_notes`` calls token-weighted is keyed ``TOKEN_WEIGHTED_TPOT`` instead of ``tpot_mean_s``."""
     out = {}
+    token_weighted = "token-weighted" in row.get("statistic_notes", "").lower()
     for col, (key, factor) in MEASURED.items():
         value = cell_number(row, col)
         if value is not None:
-            out[key] = value * factor
+            out[TOKEN_WEIGHTED_TPOT if key == "tpot_mean_s" and token_weighted else key] = value * factor
     return out
