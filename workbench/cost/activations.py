@@ -146,12 +146,22 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
             model,
             tokens=tok,
             tp=tp,
-            bytes_per_logit=ctx.cal.framework.loss_bytes_per_logit,
+            bytes_per_logit=loss_bytes_per_logit(ctx, tp),
             loss_chunks=cols.get("loss_chunks", 1),
         ),
         freed_at_input_grad_frac=freed_frac,
         **_pipeline_runtime_sizes(ctx, cols, tok),
     )
+
+
+def loss_bytes_per_logit(ctx: StepContext, tp: Array) -> Array:
+    """Bytes per logit of the loss at its peak: ``FrameworkProfile.loss_parallel_bytes_per_logit`` where
+    tp > 1 and the profile sets it (the loss on vocabulary-sharded logits), else ``loss_bytes_per_logit``."""
+    fw = ctx.cal.framework
+    sharded = (
+        fw.loss_parallel_bytes_per_logit if fw.loss_parallel_bytes_per_logit > 0 else fw.loss_bytes_per_logit
+    )
+    return np.where(np.asarray(tp) > 1, sharded, fw.loss_bytes_per_logit)
 
 
 def _pipeline_runtime_sizes(ctx: StepContext, cols: Cols, tok: Array) -> dict[str, Array]:

@@ -130,6 +130,13 @@ class FrameworkFields:
     logits_bytes``): 10 = the 16-bit logits, their fp32 upcast and its fp32 gradient; PyTorch's
     ``cross_entropy`` on an fp32 upcast whose 16-bit input is freed before the backward peaks at 12 (the saved
     log-softmax, its incoming gradient and the input gradient, all fp32)."""
+    loss_parallel_bytes_per_logit: float = 0.0
+    """``loss_bytes_per_logit`` where tp > 1 and the stack computes the loss on the vocabulary-sharded logits
+    (torch.distributed.tensor.parallel ``loss_parallel``, torchtitan's default with TP); 0: the same as
+    without TP. torch 2.13.0 ``torch/distributed/tensor/parallel/loss.py``: the log-softmax keeps its fp32
+    output (``_log_softmax`` line 218) and the fused backward allocates a zero fp32 gradient, ``exp`` of the
+    saved output and their sum before the product (``_nll_loss_and_log_softmax_backward`` lines 470 and
+    518), 16 bytes per logit at the peak."""
     optimizer_moment_bytes: float = 4.0
     """Bytes per stored optimizer moment (Adam keeps two per parameter): fp32 4; DeepSeek-V3 keeps them in
     BF16, 2 (arXiv:2412.19437 section 3.3.3, "Low-Precision Optimizer States")."""

@@ -109,6 +109,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "context_bytes": (0.0, 2.0**50, False),
     "optimizer_moment_bytes": (0.0, 8.0, True),
     "loss_bytes_per_logit": (0.0, 64.0, False),
+    "loss_parallel_bytes_per_logit": (0.0, 64.0, False),
 }
 """Numeric field -> (lowest, highest, lowest excluded): every number finite. The efficiency shares divide a time,
 so they exclude 0; overlap and fragmentation shares may be 0; the upper ends of the non-fractions are far above
