@@ -112,7 +112,7 @@ def test_per_op_sac_keeps_between_full_and_megatron_selective() -> None:
 
 
 _LOSS_PEAK = r"""
-import gc, sys
+import gc, os
 import torch
 import torch.nn.functional as F
 
@@ -129,13 +129,7 @@ def rss(key):
 h = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
 w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
 y = torch.randint(0, vocab, (tokens,))
-
-
-def step():  # torchtitan's train step: the loss on an fp32 upcast, pred freed before the backward
-    pred = h @ w.t()
-    loss = F.cross_entropy(pred.float(), y)
-    del pred
-    loss.backward()
+STEP
 
 
 step()
@@ -146,6 +140,16 @@ open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size
 step()
 print((rss("VmHWM") - base) / (tokens * vocab))
 """
+"""Peak resident bytes per logit of one loss step (``STEP``: a function ``step`` on h, w, y), measured twice
+in a fresh process: the second call, after a warm-up."""
+
+_PLAIN_STEP = """
+def step():  # torchtitan's train step: the loss on an fp32 upcast, pred freed before the backward
+    pred = h @ w.t()
+    loss = F.cross_entropy(pred.float(), y)
+    del pred
+    loss.backward()
+"""
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc peak-RSS reset")
@@ -154,7 +158,11 @@ def test_torchtitan_loss_peak_bytes_per_logit_matches_torch() -> None:
     bytes of that loss path over the number of logits, measured in a fresh process on the CPU (the autograd
     graph, and so what is alive when, is the same on a GPU)."""
     out = subprocess.run(
-        [sys.executable, "-c", _LOSS_PEAK], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", _LOSS_PEAK.replace("STEP", _PLAIN_STEP)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     measured = float(out.stdout.split()[-1])
     assert load_framework("torchtitan-2024").loss_bytes_per_logit == pytest.approx(measured, abs=0.5)
@@ -162,11 +170,8 @@ def test_torchtitan_loss_peak_bytes_per_logit_matches_torch() -> None:
     assert float(logits_bytes(model, tokens=8192, tp=1, bytes_per_logit=12.0)) == 8192 * model.vocab_size * 12
 
 
-_LOSS_PARALLEL_PEAK = r"""
-import gc, os
-import torch
+_LOSS_PARALLEL_STEP = """
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.parallel import loss_parallel
@@ -174,19 +179,6 @@ from torch.distributed.tensor.parallel import loss_parallel
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
 dist.init_process_group("gloo", rank=0, world_size=1)
 mesh = init_device_mesh("cpu", (1,))
-torch.set_num_threads(1)
-tokens, vocab, hidden = 2048, 8192, 64
-
-
-def rss(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key):
-            return int(line.split()[1]) * 1024
-
-
-h = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
-w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
-y = torch.randint(0, vocab, (tokens,))
 
 
 def step():  # torchtitan's train step with TP: the logits sharded over the vocabulary, the loss in loss_parallel
@@ -195,16 +187,6 @@ def step():  # torchtitan's train step with TP: the logits sharded over the voca
         loss = F.cross_entropy(pred.float(), y)
         del pred
         loss.backward()
-
-
-step()
-h.grad = w.grad = None
-gc.collect()
-base = rss("VmRSS")
-open("/proc/self/clear_refs", "w").write("5")
-step()
-print((rss("VmHWM") - base) / (tokens * vocab))
-dist.destroy_process_group()
 """
 
 
@@ -223,7 +205,7 @@ def test_torchtitan_loss_parallel_peak_bytes_per_logit_matches_torch() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     out = subprocess.run(
-        [sys.executable, "-c", _LOSS_PARALLEL_PEAK],
+        [sys.executable, "-c", _LOSS_PEAK.replace("STEP", _LOSS_PARALLEL_STEP)],
         capture_output=True,
         text=True,
         check=True,
