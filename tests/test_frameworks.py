@@ -347,18 +347,24 @@ def test_fp8_gemms_run_at_the_tables_scaled_gemm_rate_and_the_casts_are_priced_o
 
 
 def test_blank_micro_batch_of_a_row_follows_the_stacks_default() -> None:
-    """torchtitan splits a data-parallel rank's batch into pp x vpp micro-batches when none is set; Megatron
-    rows default to one sample per micro-batch."""
+    """torchtitan of 2024-12 splits a data-parallel rank's batch into pp micro-batches when none is set
+    (@9dec370 build_pipeline_schedule: n_microbatches = pipeline_parallel_degree), interleaved or not; the
+    rule of 2025-01 to 2025-04 split it into pp x vpp (``stages``); torchtitan since 2025-04 and Megatron rows
+    default to one sample per micro-batch."""
     from workbench.validate import row_case
 
     row = next(r for r in read_rows(VALIDATION) if r["id"] == "TORCHTITAN_2412-013")
     assert not row["micro_batch_size"] and row["global_batch_size"] == "256"
     case = row_case(row)
-    assert case.plan.micro_batch_size == 256 // 8 // 8  # local batch 32 over 8 stages
+    assert case.plan.micro_batch_size == 256 // 8 // 8  # local batch 32 over 8 pipeline ranks
     interleaved = row_case({**row, "schedule": "interleaved-1f1b", "vpp": "2"})
-    assert interleaved.plan.micro_batch_size == 256 // 8 // 16
+    assert interleaved.plan.micro_batch_size == 256 // 8 // 8  # still 8 micro-batches, not 16 stages
+    stages = dataclasses.replace(case.framework, default_microbatches="stages")
+    by_stages = row_case({**row, "schedule": "interleaved-1f1b", "vpp": "2"}, framework=stages)
+    assert by_stages.plan.micro_batch_size == 256 // 8 // 16
     no_batch = row_case({**row, "global_batch_size": ""})
-    assert no_batch.workload.global_batch_size == 8 * 8  # dp x stages micro-batches of one sample
+    assert no_batch.workload.global_batch_size == 8 * 8  # dp x pp micro-batches of one sample
+    assert row_case(row, framework=load_framework("torchtitan-2025")).plan.micro_batch_size == 1
     megatron = row_case(row, framework=load_framework("megatron-core-2024"))
     assert megatron.plan.micro_batch_size == 1
 

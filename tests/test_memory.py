@@ -112,7 +112,7 @@ def test_per_op_sac_keeps_between_full_and_megatron_selective() -> None:
 
 
 _LOSS_PEAK = r"""
-import gc, sys
+import gc, os
 import torch
 import torch.nn.functional as F
 
@@ -129,13 +129,7 @@ def rss(key):
 h = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
 w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
 y = torch.randint(0, vocab, (tokens,))
-
-
-def step():  # torchtitan's train step: the loss on an fp32 upcast, pred freed before the backward
-    pred = h @ w.t()
-    loss = F.cross_entropy(pred.float(), y)
-    del pred
-    loss.backward()
+STEP
 
 
 step()
@@ -146,6 +140,16 @@ open("/proc/self/clear_refs", "w").write("5")  # reset the peak resident size
 step()
 print((rss("VmHWM") - base) / (tokens * vocab))
 """
+"""Peak resident bytes per logit of one loss step (``STEP``: a function ``step`` on h, w, y), measured twice
+in a fresh process: the second call, after a warm-up."""
+
+_PLAIN_STEP = """
+def step():  # torchtitan's train step: the loss on an fp32 upcast, pred freed before the backward
+    pred = h @ w.t()
+    loss = F.cross_entropy(pred.float(), y)
+    del pred
+    loss.backward()
+"""
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc peak-RSS reset")
@@ -154,9 +158,70 @@ def test_torchtitan_loss_peak_bytes_per_logit_matches_torch() -> None:
     bytes of that loss path over the number of logits, measured in a fresh process on the CPU (the autograd
     graph, and so what is alive when, is the same on a GPU)."""
     out = subprocess.run(
-        [sys.executable, "-c", _LOSS_PEAK], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", _LOSS_PEAK.replace("STEP", _PLAIN_STEP)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     measured = float(out.stdout.split()[-1])
     assert load_framework("torchtitan-2024").loss_bytes_per_logit == pytest.approx(measured, abs=0.5)
     model = load_model("llama-3.1-8b")
     assert float(logits_bytes(model, tokens=8192, tp=1, bytes_per_logit=12.0)) == 8192 * model.vocab_size * 12
+
+
+_LOSS_PARALLEL_STEP = """
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.parallel import loss_parallel
+
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo", rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+
+
+def step():  # torchtitan's train step with TP: the logits sharded over the vocabulary, the loss in loss_parallel
+    pred = DTensor.from_local(h @ w.t(), mesh, [Shard(1)])
+    with loss_parallel():
+        loss = F.cross_entropy(pred.float(), y)
+        del pred
+        loss.backward()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc peak-RSS reset")
+def test_torchtitan_loss_parallel_peak_bytes_per_logit_matches_torch() -> None:
+    """With tp > 1 torchtitan computes the loss on vocabulary-sharded logits under ``loss_parallel`` (the
+    profile's ``loss_parallel_bytes_per_logit``): measured as above, on a one-rank gloo mesh (the same code
+    path; its all-reduces are over one rank), and priced only where tp > 1."""
+    import os
+    import socket
+
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not built in")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = subprocess.run(
+        [sys.executable, "-c", _LOSS_PEAK.replace("STEP", _LOSS_PARALLEL_STEP)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PORT": str(port)},
+    )
+    measured = float(out.stdout.split()[-1])
+    titan = load_framework("torchtitan-2024")
+    assert titan.loss_parallel_bytes_per_logit == pytest.approx(measured, abs=0.5)
+    assert measured > titan.loss_bytes_per_logit + 2  # not the plain cross-entropy's peak
+    model = load_model("llama-3.1-70b")
+    cal = Calibration().with_framework(titan)
+    ctx = step.StepContext.build(
+        model, load_cluster("dgx-h100"), Workload(seq_len=8192, global_batch_size=64), cal
+    )
+    for tp, per_logit in ((1, titan.loss_bytes_per_logit), (8, titan.loss_parallel_bytes_per_logit)):
+        plan = ParallelPlan(dp=64 // tp, tp=tp, micro_batch_size=1)
+        logits = step.activation_sizes(ctx, step.plan_columns(plan, ctx.workload)).logits
+        assert float(logits) == pytest.approx(8192 * model.vocab_size / tp * per_logit, rel=1e-12)

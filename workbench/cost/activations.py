@@ -2,7 +2,8 @@
 evaluated on plan columns), and the share of the layers a plan recomputes.
 
 Sources: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-arXiv:2205.05198 (per-layer activations, selective and partial recompute); Megatron-Core ``--cpu-offloading``
+arXiv:2205.05198 (per-layer activations, selective and partial recompute); torch.distributed.pipelining's
+per-micro-batch buffers (``FrameworkProfile.pipeline_stage_buffers``, ``pipeline_keeps_outputs``); Megatron-Core ``--cpu-offloading``
 and ``--cpu-offloading-num-layers`` (Transformer Engine 2.9 ``AsyncDoubleBufferGroupOffloadHandler``, the
 release Megatron-Bridge 25.11 pins) for the offloaded share and working set.
 """
@@ -91,6 +92,13 @@ class ActivationSizes(NamedTuple):
     """The logits of one micro-batch on the rank that holds the LM head."""
     freed_at_input_grad_frac: Array
     """Share of a layer's stored activations freed when its I pass ends (split backward; 0 with recompute)."""
+    pipeline_edge: Array = 0.0
+    """One micro-batch's tensor between two pipeline stages (the block output, 16-bit, split over tp under
+    sequence parallelism) where the stack's pipeline runtime keeps per-micro-batch buffers
+    (``FrameworkProfile.pipeline_stage_buffers``, pp > 1); else 0. See ``pipeline_buffer_bytes``."""
+    kept_output: Array = 0.0
+    """One micro-batch's output of the last pipeline stage (the 16-bit logits, vocabulary split over tp) that
+    the runtime keeps until the step ends (``FrameworkProfile.pipeline_keeps_outputs``, pp > 1); else 0."""
 
 
 def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
@@ -138,17 +146,64 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
             model,
             tokens=tok,
             tp=tp,
-            bytes_per_logit=ctx.cal.framework.loss_bytes_per_logit,
+            bytes_per_logit=loss_bytes_per_logit(ctx, tp),
             loss_chunks=cols.get("loss_chunks", 1),
         ),
         freed_at_input_grad_frac=freed_frac,
+        **_pipeline_runtime_sizes(ctx, cols, tok),
     )
 
 
+def loss_bytes_per_logit(ctx: StepContext, tp: Array) -> Array:
+    """Bytes per logit of the loss at its peak: ``FrameworkProfile.loss_parallel_bytes_per_logit`` where
+    tp > 1 and the profile sets it (the loss on vocabulary-sharded logits), else ``loss_bytes_per_logit``."""
+    fw = ctx.cal.framework
+    sharded = (
+        fw.loss_parallel_bytes_per_logit if fw.loss_parallel_bytes_per_logit > 0 else fw.loss_bytes_per_logit
+    )
+    return np.where(np.asarray(tp) > 1, sharded, fw.loss_bytes_per_logit)
+
+
+def _pipeline_runtime_sizes(ctx: StepContext, cols: Cols, tok: Array) -> dict[str, Array]:
+    """``ActivationSizes.pipeline_edge`` and ``kept_output`` of the plans (0 where pp = 1 or the stack's
+    pipeline runtime keeps neither)."""
+    fw, model, tp = ctx.cal.framework, ctx.model, cols["tp"]
+    piped = np.asarray(cols["pp"]) > 1
+    edge = tok * model.hidden_size * ACT_BYTES / np.where(cols["sequence_parallel"], tp, 1)
+    logits = tok * model.vocab_size / tp * ACT_BYTES
+    return {
+        "pipeline_edge": np.where(piped & fw.pipeline_stage_buffers, edge, 0.0),
+        "kept_output": np.where(piped & fw.pipeline_keeps_outputs, logits, 0.0),
+    }
+
+
 def stored_activation_bytes(sizes: ActivationSizes, held: Holdings) -> Array:
-    """Activations one micro-batch leaves stored on what ``held`` holds until its backward."""
+    """Activations one micro-batch leaves stored on what ``held`` holds until its backward: its layers', the
+    embedding output on the first stage, and with per-micro-batch pipeline buffers
+    (``ActivationSizes.pipeline_edge``) the stage output kept for the backward on every stage but the last,
+    less the stage input on every stage but the first (that input lies in a receive buffer
+    ``pipeline_buffer_bytes`` counts for every micro-batch): +1 edge on the first stage, -1 on the last, 0 on
+    the others."""
+    first = np.asarray(held["embedding"], dtype=float)
+    last = np.asarray(held["head"], dtype=float)
     return (
         held["dense"] * sizes.dense_layer
         + held["moe"] * sizes.moe_layer
         + held["embedding"] * sizes.embedding
+        + (first - last) * sizes.pipeline_edge
     )
+
+
+def pipeline_buffer_bytes(sizes: ActivationSizes, held: Holdings, cols: Cols) -> Array:
+    """Bytes a pipeline rank's runtime holds for the whole step, whatever the schedule
+    (``FrameworkProfile.pipeline_stage_buffers`` and ``pipeline_keeps_outputs``): on each of its ``vpp``
+    stages one activation receive buffer per micro-batch (stages but the first) and one output-gradient receive
+    buffer per micro-batch (stages but the last), ``pipeline_edge`` each; on the rank with the last stage the
+    outputs of all ``num_microbatches`` micro-batches, ``kept_output`` each (torch.distributed.pipelining
+    ``output_chunks``: the last one's is alive at the last backward, the earlier ones since their forward). 0
+    where pp = 1 (the fields are 0 there)."""
+    m, vpp = cols["num_microbatches"], cols["vpp"]
+    first = np.asarray(held["embedding"], dtype=float)
+    last = np.asarray(held["head"], dtype=float)
+    receive = m * sizes.pipeline_edge * ((vpp - first) + (vpp - last))
+    return receive + last * m * sizes.kept_output

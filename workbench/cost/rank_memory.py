@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from workbench.cost.activations import ActivationSizes, activation_sizes
+from workbench.cost.activations import ActivationSizes, activation_sizes, pipeline_buffer_bytes
 from workbench.cost.context import Array, Cols, StepContext, expert_dp, shard_group, tokens, zero_exec
 from workbench.cost.holdings import Holdings, params_held
 from workbench.cost.layer import ACT_BYTES
@@ -67,7 +67,8 @@ def static_memory(
     sequence-parallel all-gather output of one layer when tp > 1, ZeRO-3's gathered weights of the current and
     the prefetched layer, and in FP8 runs the ``fp8_weight_copies`` of the layers' weights: all local ones, or
     the two gathered layers under ZeRO-3) and ``activation_extra_bytes`` (the recompute working set, plus the
-    logits on the rank that holds the LM head). ``sizes``: ``activation_sizes(ctx, cols)`` and ``shared``:
+    logits on the rank that holds the LM head, plus the pipeline runtime's buffers,
+    ``activations.pipeline_buffer_bytes``). ``sizes``: ``activation_sizes(ctx, cols)`` and ``shared``:
     ``static_shared(ctx, cols)`` when the caller has them already (neither depends on the rank)."""
     dense, expert = params_held(ctx, cols, held)
     shared = static_shared(ctx, cols) if shared is None else shared
@@ -89,6 +90,7 @@ def static_memory(
         "buffers_bytes": buffers + 0.0 * dense,
         "activation_extra_bytes": sizes.recompute_work
         + (held["head"] + held["mtp"]) * sizes.logits
+        + pipeline_buffer_bytes(sizes, held, cols)
         + 0.0 * dense,
     }
 

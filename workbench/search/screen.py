@@ -212,7 +212,13 @@ def _stored_peak_bytes(
             family, chunks_last, pp=pp, m=m, freed_frac=sizes.freed_at_input_grad_frac
         )
     per_chunk = (held["dense"] * sizes.dense_layer + held["moe"] * sizes.moe_layer) / vpp  # the rank's mean
-    return chunks * per_chunk + held["embedding"] * first_stage * sizes.embedding
+    # per-micro-batch pipeline buffers (step.stored_activation_bytes): the first stage keeps its output, the
+    # last stage's input is a receive buffer counted in static_memory (its in-flight count: the rank's mean)
+    edge = (
+        np.asarray(held["embedding"], dtype=float) * first_stage
+        - np.asarray(held["head"], dtype=float) * chunks / vpp
+    ) * sizes.pipeline_edge
+    return chunks * per_chunk + held["embedding"] * first_stage * sizes.embedding + edge
 
 
 def _rank_total(

@@ -100,8 +100,11 @@ class FrameworkFields:
     """Lets pipeline stages hold different numbers of layers."""
     default_microbatches: str = "mbs1"
     """How the stack splits a data-parallel rank's batch under pp > 1 when the micro-batch size is not set:
-    ``mbs1`` (one sample per micro-batch) or ``stages`` (as many micro-batches as pipeline stages, pp x vpp;
-    torchtitan's ``pipeline_parallel_microbatches`` default). Used for blank fields of validation rows."""
+    ``mbs1`` (one sample per micro-batch; torchtitan's ``pipeline_parallel_microbatch_size`` default 1 since
+    2025-04), ``stages`` (as many micro-batches as pipeline stages, pp x vpp; torchtitan from 2025-01-07 to
+    2025-04) or ``pp`` (as many as pipeline ranks; torchtitan of 2024-12, ``build_pipeline_schedule``:
+    ``n_microbatches = pipeline_parallel_degree`` when ``pipeline_parallel_microbatches`` is unset). Used for
+    blank fields of validation rows."""
 
     # -- how it runs a plan ---------------------------------------------------------------------------
     attention_kernels: tuple[str, ...] = ("fa2",)
@@ -127,6 +130,13 @@ class FrameworkFields:
     logits_bytes``): 10 = the 16-bit logits, their fp32 upcast and its fp32 gradient; PyTorch's
     ``cross_entropy`` on an fp32 upcast whose 16-bit input is freed before the backward peaks at 12 (the saved
     log-softmax, its incoming gradient and the input gradient, all fp32)."""
+    loss_parallel_bytes_per_logit: float = 0.0
+    """``loss_bytes_per_logit`` where tp > 1 and the stack computes the loss on the vocabulary-sharded logits
+    (torch.distributed.tensor.parallel ``loss_parallel``, torchtitan's default with TP); 0: the same as
+    without TP. torch 2.13.0 ``torch/distributed/tensor/parallel/loss.py``: the log-softmax keeps its fp32
+    output (``_log_softmax`` line 218) and the fused backward allocates a zero fp32 gradient, ``exp`` of the
+    saved output and their sum before the product (``_nll_loss_and_log_softmax_backward`` lines 470 and
+    518), 16 bytes per logit at the peak."""
     optimizer_moment_bytes: float = 4.0
     """Bytes per stored optimizer moment (Adam keeps two per parameter): fp32 4; DeepSeek-V3 keeps them in
     BF16, 2 (arXiv:2412.19437 section 3.3.3, "Low-Precision Optimizer States")."""
@@ -216,6 +226,24 @@ class FrameworkFields:
     the stage's weights stay gathered and its gradients accumulate unsharded (in ``grad_bytes_per_param``)
     across micro-batches, so there is one all-gather and one reduce-scatter per step, and the memory of
     weights and gradients is that of ZeRO-1."""
+    pipeline_stage_buffers: bool = False
+    """The pipeline runtime keeps a receive buffer per micro-batch and the stage outputs until their backward
+    (torch.distributed.pipelining): each stage allocates, once, one activation receive buffer per micro-batch
+    (every stage but the first; the buffer is the stage's input, so it is the saved input of its first layer
+    while the micro-batch is in flight) and one output-gradient receive buffer per micro-batch (every stage
+    but the last), and keeps each micro-batch's output in ``fwd_cache`` until its backward (torch 2.13.0
+    ``torch/distributed/pipelining/stage.py``: ``PipelineStage._setup_forward_recv_info`` lines 2251-2270,
+    ``_setup_backward_recv_info`` lines 329-333 with ``PipelineStage._create_grad_recv_info`` line 2314,
+    ``forward_one_chunk`` line 913; the torch 2.5/2.6 ``PipelineStage._prepare_forward_infra`` has the same
+    loop ``for chunk_id in range(num_microbatches)`` over ``_make_tensor_from_meta``). False: the stage output is freed once sent and receive buffers live for one
+    transfer (Megatron-Core ``deallocate_output_tensor``, ``p2p_communication`` allocating per receive).
+    Priced by ``workbench.cost.activations.pipeline_buffer_bytes``."""
+    pipeline_keeps_outputs: bool = False
+    """The last pipeline stage keeps every micro-batch's output (the logits) until the step ends: torch
+    .distributed.pipelining appends each output of the last stage to ``output_chunks`` for the step's return
+    value (torch 2.13.0 ``stage.py`` ``forward_one_chunk`` line 908; ``return_outputs`` defaults to True,
+    ``schedules.py`` line 489). torchtitan passes ``return_outputs=False`` since 2025-10-22 (pytorch/torchtitan
+    e5ef99aab, "Update PP to release memory earlier", #1922)."""
     kernel_efficiency_frac: float = 1.0
     """Share of the kernel tables' microbenchmarked rates the stack sustains over a whole training step:
     power-limited sustained clocks (microbenchmarks run short bursts near boost), the model's real GEMM and

@@ -14,7 +14,7 @@ CP_KINDS = ("ring", "ulysses", "usp")
 ``cp_comm_type="p2p"``), DeepSpeed-Ulysses' all-to-all of heads (Jacobs et al. 2023, arXiv:2309.14509; TE
 ``"a2a"``) and the hybrid USP (Fang & Zhao 2024, arXiv:2405.07719; TE ``"a2a+p2p"``)."""
 
-DEFAULT_MICROBATCHES = ("mbs1", "stages")
+DEFAULT_MICROBATCHES = ("mbs1", "stages", "pp")
 """Values of ``FrameworkProfile.default_microbatches``."""
 
 FP8_RECIPES = ("delayed", "current", "mxfp8", "blockwise", "tensorwise", "rowwise")
@@ -112,6 +112,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "context_bytes": (0.0, 2.0**50, False),
     "optimizer_moment_bytes": (0.0, 8.0, True),
     "loss_bytes_per_logit": (0.0, 64.0, False),
+    "loss_parallel_bytes_per_logit": (0.0, 64.0, False),
 }
 """Numeric field -> (lowest, highest, lowest excluded): every number finite. The efficiency shares divide a time,
 so they exclude 0; overlap and fragmentation shares may be 0; the upper ends of the non-fractions are far above
@@ -141,6 +142,8 @@ FLAG_FIELDS = (
     "dropout",
     "master_weights",
     "fsdp_reshard_with_pp",
+    "pipeline_stage_buffers",
+    "pipeline_keeps_outputs",
     "tp_comm_overlap",
     "cp_comm_overlap",
     "ep_comm_overlap",

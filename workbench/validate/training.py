@@ -60,6 +60,7 @@ from workbench.validate.training_model import complete_model, row_cluster
 from workbench.validate.tuning import (
     default_micro_batch_size,
     largest_fitting_micro_batch,
+    microbatches_per_rank,
     tuned_recompute,
     whole_micro_batches,
 )
@@ -235,7 +236,7 @@ def _row_plan(
         schedule = "interleaved-1f1b" if vpp > 1 else "1f1b"
         if pp > 1:
             assumed.append("schedule")
-    mbs = _count(row, "micro_batch_size", default_micro_batch_size(row, fw, dp=dp, stages=pp * vpp), assumed)
+    mbs = _count(row, "micro_batch_size", default_micro_batch_size(row, fw, dp=dp, pp=pp, vpp=vpp), assumed)
     seq_len = cell_count(row, "seq_len")
     reading = read_arithmetic(row, model, cluster.device, seq_len=seq_len, num_devices=n)
     assumed.extend(reading.notes)
@@ -249,7 +250,7 @@ def _row_plan(
     else:
         sp = tp > 1 and fw.default_sequence_parallel
         assumed.append("sequence_parallel")
-    per_rank = (pp * vpp if fw.default_microbatches == "stages" else 2 * pp) if pp > 1 else 1
+    per_rank = microbatches_per_rank(fw, pp=pp, vpp=vpp)
     gbs = _count(row, "global_batch_size", dp * mbs * per_rank, assumed)
     gbs = whole_micro_batches(row, gbs, dp * mbs, assumed)
     dtype = row["dtype"] or reading.dtype or "bf16"

@@ -95,13 +95,23 @@ def tuned_recompute(
     return plan
 
 
-def default_micro_batch_size(row: dict[str, str], fw: FrameworkProfile, *, dp: int, stages: int) -> int:
+def default_micro_batch_size(row: dict[str, str], fw: FrameworkProfile, *, dp: int, pp: int, vpp: int) -> int:
     """The micro-batch size of a row that gives none: the stack's ``default_microbatches`` rule (``stages``:
-    the data-parallel rank's batch split into pp x vpp micro-batches, when the row gives the global batch and
-    pp > 1), else 1."""
+    the data-parallel rank's batch split into pp x vpp micro-batches, ``pp``: into pp micro-batches, when the
+    row gives the global batch and pp > 1), else 1."""
     gbs = cell_number(row, "global_batch_size")
-    if fw.default_microbatches == "stages" and stages > 1 and gbs is not None and dp > 0:
+    count = microbatches_per_rank(fw, pp=pp, vpp=vpp)
+    if fw.default_microbatches != "mbs1" and pp > 1 and gbs is not None and dp > 0:
         local = int(gbs) // dp
-        if local % stages == 0 and local >= stages:
-            return local // stages
+        if local % count == 0 and local >= count:
+            return local // count
     return 1
+
+
+def microbatches_per_rank(fw: FrameworkProfile, *, pp: int, vpp: int) -> int:
+    """Micro-batches per step of a data-parallel rank under the stack's ``default_microbatches`` rule when
+    pp > 1 (``stages``: pp x vpp; ``pp``: pp; ``mbs1``: 2 pp, this module's own default, as many as keep a
+    1F1B pipeline full twice over); 1 when pp = 1."""
+    if pp <= 1:
+        return 1
+    return {"stages": pp * vpp, "pp": pp}.get(fw.default_microbatches, 2 * pp)
