@@ -103,6 +103,8 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
         for key, column in _main(fresh).data_source.data.items():
             assert np.array_equal(np.asarray(column), np.asarray(_main(timeline).data_source.data[key])), key
         assert timeline.yaxis[0].major_label_overrides == fresh.yaxis[0].major_label_overrides
+        ours, theirs = (_main(f).glyph.fill_color.transform for f in (timeline, fresh))  # op code -> colour
+        assert (list(ours.palette), ours.low, ours.high) == (list(theirs.palette), theirs.low, theirs.high)
         stable = content_timeline_figure(content, stable=True)
         assert (timeline.frame_height, timeline.height) == (stable.frame_height, stable.height)
         assert timeline.y_range.start == stable.y_range.start and timeline.y_range.end == stable.y_range.end
@@ -122,11 +124,13 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
 
 
 def test_exact_timeline_rows_carry_no_per_row_names(served) -> None:
-    """Lanes and op names reach the hover through formatters, not as a string per block: the patch of a
-    change stays small (text columns are the op and its colour only)."""
+    """Lanes, op names and colours reach the page through formatters and a colour mapper, not as a string
+    per block: every column of a change is numbers, which bokeh sends as binary buffers (issue 51 item 10);
+    the op code names the op of its timeline row."""
     app, _ = served
     content = estimate_timeline_content(app.store.estimate)
     assert not content.aggregated
-    text_columns = {k for k, v in content.data.items() if not isinstance(v, np.ndarray)}
-    assert text_columns == {"op", "color"}
-    assert content.data["lane"].dtype == np.int32
+    assert all(isinstance(v, np.ndarray) and v.dtype.kind in "iuf" for v in content.data.values())
+    assert content.data["lane"].dtype == np.int32 and content.data["op_code"].dtype == np.uint8
+    ops = [content.legend_ops[c] for c in content.data["op_code"]]
+    assert ops == app.store.estimate.timeline["op"].to_list()

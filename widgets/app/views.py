@@ -95,19 +95,48 @@ PLAN_CONTROLS = APP_PLAN_FIELDS
 WIDTH = 260
 
 
+class OnePatch:
+    """A control whose change from the page is applied under one document hold (``panel.io.document.hold``):
+    what the change moves, the URL's query (``pn.state.location``), the other controls' options and values
+    and every figure, reaches the browser as one PATCH-DOC message instead of one per watcher (three before:
+    query, options, figures), so BokehJS applies and lays out the page once. Panel holds a notebook comm's
+    changes so (``Syncable._schedule_change``) but not a served session's."""
+
+    def _process_events(self, events: dict[str, Any]) -> None:
+        with hold():
+            super()._process_events(events)  # type: ignore[misc]
+
+
+class IntInput(OnePatch, pn.widgets.IntInput):
+    """``pn.widgets.IntInput`` applying a change under one hold (``OnePatch``)."""
+
+
+class FloatInput(OnePatch, pn.widgets.FloatInput):
+    """``pn.widgets.FloatInput`` applying a change under one hold (``OnePatch``)."""
+
+
+class Checkbox(OnePatch, pn.widgets.Checkbox):
+    """``pn.widgets.Checkbox`` applying a change under one hold (``OnePatch``)."""
+
+
+class Select(OnePatch, pn.widgets.Select):
+    """``pn.widgets.Select`` applying a change under one hold (``OnePatch``)."""
+
+
 def control(state: WorkbenchState, name: str) -> pn.widgets.Widget:
-    """The widget of one State parameter, labelled with its unit; css class ``wb-<name>`` for tests."""
+    """The widget of one State parameter, labelled with its unit; css class ``wb-<name>`` for tests. A change
+    from the page reaches the browser back as one patch (``OnePatch``)."""
     p = state.param[name]
     kwargs: dict[str, Any] = {"label": LABELS.get(name, name), "width": WIDTH, "css_classes": [f"wb-{name}"]}
     if isinstance(p, param.Integer) and not p.constant:
-        return pn.widgets.IntInput.from_param(p, **kwargs)
+        return IntInput.from_param(p, **kwargs)
     if isinstance(p, param.Number) and not isinstance(p, param.Integer):
-        return pn.widgets.FloatInput.from_param(p, **kwargs)
+        return FloatInput.from_param(p, **kwargs)
     if isinstance(p, param.Integer):
-        return pn.widgets.IntInput.from_param(p, disabled=True, **kwargs)
+        return IntInput.from_param(p, disabled=True, **kwargs)
     if isinstance(p, param.Boolean):
-        return pn.widgets.Checkbox.from_param(p, **kwargs)
-    return pn.widgets.Select.from_param(p, **kwargs)
+        return Checkbox.from_param(p, **kwargs)
+    return Select.from_param(p, **kwargs)
 
 
 NOTE_OF_CONTROL: Mapping[str, str] = MappingProxyType({"cluster": "num_nodes"})
