@@ -134,3 +134,31 @@ def test_exact_timeline_rows_carry_no_per_row_names(served) -> None:
     assert content.data["lane"].dtype == np.int32 and content.data["op_code"].dtype == np.uint8
     ops = [content.legend_ops[c] for c in content.data["op_code"]]
     assert ops == app.store.estimate.timeline["op"].to_list()
+
+
+def test_a_notice_shown_or_hidden_lays_out_nothing_again(served) -> None:
+    """The schedule 1f1b moves vpp 4 -> 1, which the adjusted notice says, and the notice goes again when the
+    interleaved schedule is back; neither sends a change of ``visible`` to the page (BokehJS answers one with a
+    layout pass of the whole page that repaints every figure: about 100 ms of the page's CPU)."""
+    from workbench_widgets.app.views import is_shown
+
+    app, doc = served
+    opening = {name: getattr(app.state, name) for name in ("cp", "tp", "pp", "schedule", "vpp")}
+    view = app.views["plan"]
+    try:
+        for name, value in (("cp", 1), ("tp", 4), ("pp", 2), ("schedule", "interleaved-1f1b"), ("vpp", 4)):
+            _set(app, doc, name, value)
+        (model,) = [m for m, _ in view.adjusted._models.values() if m.document is doc]  # what the page has
+
+        def on_page() -> tuple[bool, str | None]:
+            return model.visible, dict(model.styles).get("display")
+
+        assert not is_shown(view.adjusted) and on_page() == (True, "none")
+        _set(app, doc, "schedule", "1f1b")
+        assert app.state.vpp == 1 and is_shown(view.adjusted) and "vpp 4 -&gt; 1" in view.adjusted.object
+        assert on_page() == (True, None)
+        _set(app, doc, "schedule", "interleaved-1f1b")
+        assert app.state.vpp == 4 and not is_shown(view.adjusted) and on_page() == (True, "none")
+    finally:
+        with set_curdoc(doc):
+            app.state.param.update(**opening)
