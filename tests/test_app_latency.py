@@ -162,3 +162,23 @@ def test_a_notice_shown_or_hidden_lays_out_nothing_again(served) -> None:
     finally:
         with set_curdoc(doc):
             app.state.param.update(**opening)
+
+
+def test_every_control_answers_a_change_with_one_patch_at_once(session) -> None:
+    """Each composer control applies a change from the page under one document hold (``OnePatch``: URL,
+    options and figures in one PATCH-DOC message), and a list or a checkbox without Panel's 50 ms debounce
+    (one event per choice, nothing to merge); the numeric inputs keep the debounce."""
+    import panel as pn
+    from workbench_widgets.app.views import OnePatch
+
+    app, _ = session
+    widgets = app.composer.widgets
+    assert all(isinstance(w, OnePatch) for w in widgets.values()), [
+        n for n, w in widgets.items() if not isinstance(w, OnePatch)
+    ]
+    discrete = [w for w in widgets.values() if isinstance(w, pn.widgets.Select | pn.widgets.Checkbox)]
+    assert len(discrete) >= len(("tp", "pp", "schedule", "model_preset")) and all(
+        "value" in w._priority_changes for w in discrete
+    )
+    numeric = [w for w in widgets.values() if isinstance(w, pn.widgets.IntInput | pn.widgets.FloatInput)]
+    assert numeric and not any("value" in w._priority_changes for w in numeric)

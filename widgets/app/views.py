@@ -11,7 +11,7 @@ import html
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 import panel as pn
 import param
@@ -116,11 +116,18 @@ class FloatInput(OnePatch, pn.widgets.FloatInput):
 
 
 class Checkbox(OnePatch, pn.widgets.Checkbox):
-    """``pn.widgets.Checkbox`` applying a change under one hold (``OnePatch``)."""
+    """``pn.widgets.Checkbox`` applying a change under one hold (``OnePatch``), at once (``Select``)."""
+
+    _priority_changes: ClassVar[list[str]] = ["value"]
 
 
 class Select(OnePatch, pn.widgets.Select):
-    """``pn.widgets.Select`` applying a change under one hold (``OnePatch``)."""
+    """``pn.widgets.Select`` applying a change under one hold (``OnePatch``), at once: Panel waits 50 ms
+    (``Syncable._debounce``) before it handles a change from a served page, to merge a burst of them (typing,
+    dragging); a choice in a list is one event, so its ``value`` is a priority change (Panel's own
+    ``_priority_changes``, as Tabulator's data), handled on the next turn of the session's loop."""
+
+    _priority_changes: ClassVar[list[str]] = ["value"]
 
 
 HIDDEN: Mapping[str, str] = MappingProxyType({"display": "none"})
