@@ -19,6 +19,13 @@ message before that arrived (the server's share, the network's and the wait for 
 the rest is BokehJS applying the patch, laying out and painting. ``received``: the kilobytes the page got
 over the websocket from the change until 300 ms after the figures showed (binary buffers included).
 
+CPU time beside the wall time (on a shared machine wall times stretch with the load, CPU times much less),
+from the change to the painted figures: ``page CPU``, the CPU time of Chromium's renderer process (every
+thread: script, style, layout, paint, raster; Linux ``/proc/<pid>/task/*/schedstat``); ``srv CPU``, the CPU
+time of the served app's thread (its event loop: the session's callbacks, serialising and writing the patch).
+``page task``: the page's main-thread task time (Chrome's ``Performance.getMetrics`` ``TaskDuration``, a wall
+time of the tasks, so it stretches with the load too).
+
 Server time: the same change made on a WorkbenchApp attached to a bokeh ``Document`` in this process (as a
 session's callback would run it), timed from the State's new value until the figures are written.
 
@@ -32,6 +39,7 @@ import argparse
 import json
 import os
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -283,8 +291,43 @@ def _timed(
     }
 
 
+def thread_cpu_s(thread: threading.Thread) -> float:
+    """CPU time (s) ``thread`` has used so far (Linux and macOS: its POSIX CPU clock); NaN where not offered."""
+    if thread.ident is None or not hasattr(time, "pthread_getcpuclockid"):
+        return float("nan")
+    return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+
+
+def renderer_cpu_s() -> float:
+    """CPU time (s) used so far by the Chromium renderer processes started from this process (all their
+    threads; Linux ``/proc``); NaN elsewhere."""
+    proc = Path("/proc")
+    if not (proc / "self" / "task").is_dir():
+        return float("nan")
+    children: dict[int, list[int]] = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            if b"--type=renderer" not in (proc / str(pid) / "cmdline").read_bytes():
+                continue
+            for task in (proc / str(pid) / "task").iterdir():
+                total += int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def browser_times(server: dict[str, dict[str, Any]], repeat: int) -> dict[str, dict[str, Any]]:
-    """Per control: median browser time (s) and median kB received over the websocket per change."""
+    """Per control: median and spread of the browser time (s), median page and server CPU time (s) and
+    median kB received over the websocket per change."""
     from playwright.sync_api import sync_playwright
     from workbench_widgets.app.server import ThreadedApp
 
@@ -304,6 +347,13 @@ def browser_times(server: dict[str, dict[str, Any]], repeat: int) -> dict[str, d
 
             page.route("**/*", route)
             page.add_init_script(f"({PATCH_CLOCK_JS})()")
+            cdp = page.context.new_cdp_session(page)
+            cdp.send("Performance.enable")
+
+            def task_s() -> float:
+                metrics = cdp.send("Performance.getMetrics")["metrics"]
+                return float(next(m["value"] for m in metrics if m["name"] == "TaskDuration"))
+
             received: list[int] = []
             page.on(
                 "websocket",
@@ -338,11 +388,15 @@ def browser_times(server: dict[str, dict[str, Any]], repeat: int) -> dict[str, d
                     page.wait_for_timeout(1000)
                     script = COMPARE_CHANGE_JS
                 select = page.locator(f".wb-sidebar .wb-{control} select").first.element_handle()
-                times, patch_times, kbytes = [], [], []
+                times, patch_times, kbytes, page_cpu, server_cpu, tasks = [], [], [], [], [], []
                 for i in range(repeat):
                     value = case["to"] if i % 2 == 0 else case["from"]
                     received.clear()
+                    task0, page0, cpu0 = task_s(), renderer_cpu_s(), thread_cpu_s(served.thread)
                     ms, patch_ms = page.evaluate(script, [select, str(value), case["titles"][value], 30_000])
+                    server_cpu.append(thread_cpu_s(served.thread) - cpu0)
+                    page_cpu.append(renderer_cpu_s() - page0)
+                    tasks.append(task_s() - task0)
                     if ms < 0:
                         raise TimeoutError(f"{name} = {value}: the figures did not change within 30 s")
                     page.wait_for_timeout(300)  # late messages (e.g. option lists) are counted too
@@ -351,7 +405,11 @@ def browser_times(server: dict[str, dict[str, Any]], repeat: int) -> dict[str, d
                     kbytes.append(sum(received) / 1e3)
                 out[name] = {
                     "median_s": statistics.median(times),
+                    "min_s": min(times),
                     "max_s": max(times),
+                    "page_cpu_s": statistics.median(page_cpu),
+                    "server_cpu_s": statistics.median(server_cpu),
+                    "page_task_s": statistics.median(tasks),
                     "patch_at_s": statistics.median(patch_times),
                     "median_kB": statistics.median(kbytes),
                 }
@@ -376,7 +434,11 @@ def main() -> None:
         name: {
             "change": f"{case.get('control', '') + ' of B ' if name == 'compare' else ''}{case['from']} <-> {case['to']}",
             "browser_median_s": browser[name]["median_s"],
+            "browser_min_s": browser[name]["min_s"],
             "browser_max_s": browser[name]["max_s"],
+            "page_cpu_s": browser[name]["page_cpu_s"],
+            "server_cpu_s": browser[name]["server_cpu_s"],
+            "page_task_s": browser[name]["page_task_s"],
             "patch_arrives_s": browser[name]["patch_at_s"],
             "received_kB": browser[name]["median_kB"],
             "server_median_s": case["median_s"],
@@ -388,12 +450,14 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
         return
     print(
-        f"{'control':<18}{'change':<32}{'browser':>9}{'max':>8}{'patch at':>10}{'received':>10}"
-        f"{'server':>8}{'first':>8}"
+        f"{'control':<18}{'change':<32}{'browser':>9}{'min-max':>12}{'page CPU':>10}{'srv CPU':>9}{'page task':>11}"
+        f"{'patch at':>10}{'received':>10}{'server':>8}{'first':>8}"
     )
     for name, r in rows.items():
+        spread = f"{r['browser_min_s'] * 1e3:.0f}-{r['browser_max_s'] * 1e3:.0f}"
         print(
-            f"{name:<18}{r['change']:<32}{_ms(r['browser_median_s']):>9}{_ms(r['browser_max_s']):>8}"
+            f"{name:<18}{r['change']:<32}{_ms(r['browser_median_s']):>9}{spread:>12}"
+            f"{_ms(r['page_cpu_s']):>10}{_ms(r['server_cpu_s']):>9}{_ms(r['page_task_s']):>11}"
             f"{_ms(r['patch_arrives_s']):>10}{r['received_kB']:>7.0f} kB{_ms(r['server_median_s']):>8}"
             f"{_ms(r['server_first_s']):>8}"
         )
@@ -401,8 +465,10 @@ def main() -> None:
     worst_server = max((r["server_median_s"] for n, r in rows.items() if n != "compare"), default=0.0)
     compare = rows["compare"]["browser_median_s"] if "compare" in rows else None
     print(
-        f"browser: median from the change event to the painted figures; patch at: when the session's patch "
-        f"arrives; server: State -> figures in process (first: a fresh estimate). "
+        f"browser: median (and min-max) from the change event to the painted figures; page CPU: the renderer "
+        f"process's CPU time over it; srv CPU: the served app's thread's; page task: the page's main-thread "
+        f"task time; patch at: when "
+        f"the session's patch arrives; server: State -> figures in process (first: a fresh estimate). "
         f"{args.repeat} changes per control, 64 devices, load average {os.getloadavg()[0]:.1f}.\n"
         f"floors: browser <= {BROWSER_FLOOR_S * 1e3:.0f} ms "
         f"[{'OK' if worst_browser <= BROWSER_FLOOR_S else 'SLOW'}: worst median {worst_browser * 1e3:.0f} ms], "

@@ -15,7 +15,7 @@ pytest.importorskip("panel")
 from workbench_widgets.app.planner import best_plan  # noqa: E402
 from workbench_widgets.app.state import WorkbenchState  # noqa: E402
 from workbench_widgets.app.store import WorkbenchStore  # noqa: E402
-from workbench_widgets.app.views import PlanView, summary_markdown  # noqa: E402
+from workbench_widgets.app.views import PlanView, is_shown, summary_markdown  # noqa: E402
 
 DEGREES = ("tp", "pp", "cp", "vpp", "micro_batch_size")
 
@@ -25,16 +25,16 @@ def test_a_new_model_under_the_planners_plan_is_said_and_the_search_fixes_it() -
     store.load_best_plan()
     assert store.stale == ""
     view = PlanView(store=store)
-    assert not view.stale.visible and not view.search_again.visible
+    assert not is_shown(view.stale) and not is_shown(view.search_again)
     store.state.model_preset = "llama-3.1-8b"
     assert "model preset 'llama-3.1-70b' -> 'llama-3.1-8b'" in store.stale and "best" in store.stale
     assert "hidden size" not in store.stale  # the preset's own fields are not listed one by one
-    assert view.stale.visible and view.search_again.visible
+    assert is_shown(view.stale) and is_shown(view.search_again)
     view.search_again.clicks += 1  # the button the notice offers
     s = store
     want = best_plan(s.model_spec(), s.cluster_spec(), s.workload(), s.state.framework)
     assert store.estimate is not None and store.estimate.plan == want
-    assert store.stale == "" and not view.stale.visible
+    assert store.stale == "" and not is_shown(view.stale)
 
 
 def test_choosing_a_plan_yourself_is_not_stale() -> None:
@@ -86,9 +86,9 @@ def test_the_planners_plan_says_why_it_wins() -> None:
     expected = best_search(s.model_spec(), s.cluster_spec(), s.workload(), s.state.framework).explanation
     assert expected.startswith("#1 beats #") and store.why == expected
     view = PlanView(store=store)
-    assert view.why.visible and expected.split(":")[0] in view.why.object
+    assert is_shown(view.why) and expected.split(":")[0] in view.why.object
     store.state.micro_batch_size = 2 if store.state.micro_batch_size != 2 else 1
-    assert store.why == "" and not view.why.visible
+    assert store.why == "" and not is_shown(view.why)
 
 
 def test_download_is_a_button_and_the_report_holds_the_search() -> None:

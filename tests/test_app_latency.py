@@ -103,6 +103,8 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
         for key, column in _main(fresh).data_source.data.items():
             assert np.array_equal(np.asarray(column), np.asarray(_main(timeline).data_source.data[key])), key
         assert timeline.yaxis[0].major_label_overrides == fresh.yaxis[0].major_label_overrides
+        ours, theirs = (_main(f).glyph.fill_color.transform for f in (timeline, fresh))  # op code -> colour
+        assert (list(ours.palette), ours.low, ours.high) == (list(theirs.palette), theirs.low, theirs.high)
         stable = content_timeline_figure(content, stable=True)
         assert (timeline.frame_height, timeline.height) == (stable.frame_height, stable.height)
         assert timeline.y_range.start == stable.y_range.start and timeline.y_range.end == stable.y_range.end
@@ -122,11 +124,61 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
 
 
 def test_exact_timeline_rows_carry_no_per_row_names(served) -> None:
-    """Lanes and op names reach the hover through formatters, not as a string per block: the patch of a
-    change stays small (text columns are the op and its colour only)."""
+    """Lanes, op names and colours reach the page through formatters and a colour mapper, not as a string
+    per block: every column of a change is numbers, which bokeh sends as binary buffers (issue 51 item 10);
+    the op code names the op of its timeline row."""
     app, _ = served
     content = estimate_timeline_content(app.store.estimate)
     assert not content.aggregated
-    text_columns = {k for k, v in content.data.items() if not isinstance(v, np.ndarray)}
-    assert text_columns == {"op", "color"}
-    assert content.data["lane"].dtype == np.int32
+    assert all(isinstance(v, np.ndarray) and v.dtype.kind in "iuf" for v in content.data.values())
+    assert content.data["lane"].dtype == np.int32 and content.data["op_code"].dtype == np.uint8
+    ops = [content.legend_ops[c] for c in content.data["op_code"]]
+    assert ops == app.store.estimate.timeline["op"].to_list()
+
+
+def test_a_notice_shown_or_hidden_lays_out_nothing_again(served) -> None:
+    """The schedule 1f1b moves vpp 4 -> 1, which the adjusted notice says, and the notice goes again when the
+    interleaved schedule is back; neither sends a change of ``visible`` to the page (BokehJS answers one with a
+    layout pass of the whole page that repaints every figure: about 100 ms of the page's CPU)."""
+    from workbench_widgets.app.views import is_shown
+
+    app, doc = served
+    opening = {name: getattr(app.state, name) for name in ("cp", "tp", "pp", "schedule", "vpp")}
+    view = app.views["plan"]
+    try:
+        for name, value in (("cp", 1), ("tp", 4), ("pp", 2), ("schedule", "interleaved-1f1b"), ("vpp", 4)):
+            _set(app, doc, name, value)
+        (model,) = [m for m, _ in view.adjusted._models.values() if m.document is doc]  # what the page has
+
+        def on_page() -> tuple[bool, str | None]:
+            return model.visible, dict(model.styles).get("display")
+
+        assert not is_shown(view.adjusted) and on_page() == (True, "none")
+        _set(app, doc, "schedule", "1f1b")
+        assert app.state.vpp == 1 and is_shown(view.adjusted) and "vpp 4 -&gt; 1" in view.adjusted.object
+        assert on_page() == (True, None)
+        _set(app, doc, "schedule", "interleaved-1f1b")
+        assert app.state.vpp == 4 and not is_shown(view.adjusted) and on_page() == (True, "none")
+    finally:
+        with set_curdoc(doc):
+            app.state.param.update(**opening)
+
+
+def test_every_control_answers_a_change_with_one_patch_at_once(session) -> None:
+    """Each composer control applies a change from the page under one document hold (``OnePatch``: URL,
+    options and figures in one PATCH-DOC message), and a list or a checkbox without Panel's 50 ms debounce
+    (one event per choice, nothing to merge); the numeric inputs keep the debounce."""
+    import panel as pn
+    from workbench_widgets.app.views import OnePatch
+
+    app, _ = session
+    widgets = app.composer.widgets
+    assert all(isinstance(w, OnePatch) for w in widgets.values()), [
+        n for n, w in widgets.items() if not isinstance(w, OnePatch)
+    ]
+    discrete = [w for w in widgets.values() if isinstance(w, pn.widgets.Select | pn.widgets.Checkbox)]
+    assert len(discrete) >= len(("tp", "pp", "schedule", "model_preset")) and all(
+        "value" in w._priority_changes for w in discrete
+    )
+    numeric = [w for w in widgets.values() if isinstance(w, pn.widgets.IntInput | pn.widgets.FloatInput)]
+    assert numeric and not any("value" in w._priority_changes for w in numeric)

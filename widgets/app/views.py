@@ -11,7 +11,7 @@ import html
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 import panel as pn
 import param
@@ -95,19 +95,73 @@ PLAN_CONTROLS = APP_PLAN_FIELDS
 WIDTH = 260
 
 
+class OnePatch:
+    """A control whose change from the page is applied under one document hold (``panel.io.document.hold``):
+    what the change moves, the URL's query (``pn.state.location``), the other controls' options and values
+    and every figure, reaches the browser as one PATCH-DOC message instead of one per watcher (three before:
+    query, options, figures), so BokehJS applies and lays out the page once. Panel holds a notebook comm's
+    changes so (``Syncable._schedule_change``) but not a served session's."""
+
+    def _process_events(self, events: dict[str, Any]) -> None:
+        with hold():
+            super()._process_events(events)  # type: ignore[misc]
+
+
+class IntInput(OnePatch, pn.widgets.IntInput):
+    """``pn.widgets.IntInput`` applying a change under one hold (``OnePatch``)."""
+
+
+class FloatInput(OnePatch, pn.widgets.FloatInput):
+    """``pn.widgets.FloatInput`` applying a change under one hold (``OnePatch``)."""
+
+
+class Checkbox(OnePatch, pn.widgets.Checkbox):
+    """``pn.widgets.Checkbox`` applying a change under one hold (``OnePatch``), at once (``Select``)."""
+
+    _priority_changes: ClassVar[list[str]] = ["value"]
+
+
+class Select(OnePatch, pn.widgets.Select):
+    """``pn.widgets.Select`` applying a change under one hold (``OnePatch``), at once: Panel waits 50 ms
+    (``Syncable._debounce``) before it handles a change from a served page, to merge a burst of them (typing,
+    dragging); a choice in a list is one event, so its ``value`` is a priority change (Panel's own
+    ``_priority_changes``, as Tabulator's data), handled on the next turn of the session's loop."""
+
+    _priority_changes: ClassVar[list[str]] = ["value"]
+
+
+HIDDEN: Mapping[str, str] = MappingProxyType({"display": "none"})
+"""The inline style of a notice that is not shown (``reveal``)."""
+
+
+def reveal(pane: Any, shown: bool, **params: Any) -> None:
+    """Show or hide ``pane``, a notice above the figures, by its inline style, with ``params`` in the same
+    update. Its ``visible`` stays True: BokehJS answers a change of ``visible`` with a layout pass of the
+    whole page, which lays out and repaints every figure again (about 100 ms of the page's CPU per change
+    that shows or hides a notice, issue 51 item 10); a style change only lets the browser move what is below."""
+    styles = {k: v for k, v in pane.styles.items() if k not in HIDDEN}
+    pane.param.update(styles=styles if shown else {**styles, **HIDDEN}, **params)
+
+
+def is_shown(pane: Any) -> bool:
+    """Whether ``pane`` is on the page: visible and not hidden by ``reveal``."""
+    return bool(pane.visible) and pane.styles.get("display") != HIDDEN["display"]
+
+
 def control(state: WorkbenchState, name: str) -> pn.widgets.Widget:
-    """The widget of one State parameter, labelled with its unit; css class ``wb-<name>`` for tests."""
+    """The widget of one State parameter, labelled with its unit; css class ``wb-<name>`` for tests. A change
+    from the page reaches the browser back as one patch (``OnePatch``)."""
     p = state.param[name]
     kwargs: dict[str, Any] = {"label": LABELS.get(name, name), "width": WIDTH, "css_classes": [f"wb-{name}"]}
     if isinstance(p, param.Integer) and not p.constant:
-        return pn.widgets.IntInput.from_param(p, **kwargs)
+        return IntInput.from_param(p, **kwargs)
     if isinstance(p, param.Number) and not isinstance(p, param.Integer):
-        return pn.widgets.FloatInput.from_param(p, **kwargs)
+        return FloatInput.from_param(p, **kwargs)
     if isinstance(p, param.Integer):
-        return pn.widgets.IntInput.from_param(p, disabled=True, **kwargs)
+        return IntInput.from_param(p, disabled=True, **kwargs)
     if isinstance(p, param.Boolean):
-        return pn.widgets.Checkbox.from_param(p, **kwargs)
-    return pn.widgets.Select.from_param(p, **kwargs)
+        return Checkbox.from_param(p, **kwargs)
+    return Select.from_param(p, **kwargs)
 
 
 NOTE_OF_CONTROL: Mapping[str, str] = MappingProxyType({"cluster": "num_nodes"})
@@ -345,16 +399,19 @@ class PlanView(param.Parameterized):
             pn.indicators.LoadingSpinner(value=True, size=24), pn.pane.Markdown(""), visible=False
         )
         self.store.param.watch(self._show_working, "working")
-        self.stale = pn.pane.Alert("", alert_type="warning", visible=False, css_classes=["wb-stale"])
+        # Notices are shown and hidden by style (``reveal``), which lays out nothing again.
+        self.stale = pn.pane.Alert("", alert_type="warning", styles=dict(HIDDEN), css_classes=["wb-stale"])
         self.search_again = pn.widgets.Button(
             label="Find the best plan for these inputs",
             color="primary",
-            visible=False,
+            styles=dict(HIDDEN),
             css_classes=["wb-search-again"],
         )
         self.search_again.on_click(self._search_again)
-        self.adjusted = pn.pane.Alert("", alert_type="info", visible=False, css_classes=["wb-adjusted"])
-        self.why = pn.pane.Markdown("", visible=False, sizing_mode="stretch_width", css_classes=["wb-why"])
+        self.adjusted = pn.pane.Alert("", alert_type="info", styles=dict(HIDDEN), css_classes=["wb-adjusted"])
+        self.why = pn.pane.Markdown(
+            "", styles=dict(HIDDEN), sizing_mode="stretch_width", css_classes=["wb-why"]
+        )
         self.store.param.watch(self._show_notices, ["stale", "adjusted", "why"])
         self._show_notices()
         # Stretched to the width of the tab: the pane sets ``sizing_mode`` on every figure it shows.
@@ -375,14 +432,12 @@ class PlanView(param.Parameterized):
         """What makes the plan shown other than asked: found for other inputs (with the search offered), or
         moved off the chosen values by the inputs."""
         with hold():
-            self.stale.param.update(object=html.escape(self.store.stale), visible=bool(self.store.stale))
-            self.search_again.visible = bool(self.store.stale)
+            reveal(self.stale, bool(self.store.stale), object=html.escape(self.store.stale))
+            reveal(self.search_again, bool(self.store.stale))
             adjusted = self.store.adjusted
-            self.adjusted.param.update(object=html.escape(adjusted), visible=bool(adjusted))
+            reveal(self.adjusted, bool(adjusted), object=html.escape(adjusted))
             why = self.store.why
-            self.why.param.update(
-                object=f"**Why this plan:** {html.escape(why)}" if why else "", visible=bool(why)
-            )
+            reveal(self.why, bool(why), object=f"**Why this plan:** {html.escape(why)}" if why else "")
 
     def _search_again(self, *_: Any) -> None:
         self.search_again.loading = True

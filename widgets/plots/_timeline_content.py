@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 from workbench_widgets.plots._lanes import Lanes, aggregate_runs, assign_lanes
-from workbench_widgets.plots._style import MS_PER_S, OP_COLORS, PLOT_WIDTH_PX, op_color
+from workbench_widgets.plots._style import MS_PER_S, OP_COLORS, PLOT_WIDTH_PX
 
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate
@@ -51,13 +51,27 @@ BLOCK_COLUMNS: tuple[str, ...] = (
     "stage",
     "chunk",
     "microbatch",
-    "op",
-    "color",
+    "op_code",
     "duration_ms",
 )
-"""Columns of renderer ``blocks`` (exact view): quad edges (ms, lanes), hover fields, fill colour."""
-COMM_COLUMNS: tuple[str, ...] = (*BLOCK_COLUMNS, "x", "y", "height")
-"""Columns of renderer ``comm_marks``: the communication blocks' columns plus their marks' centre and height."""
+"""Columns of renderer ``blocks`` (exact view): quad edges (ms, lanes), hover fields and the op as its index in
+``TimelineContent.legend_ops`` (the fill colour and the hover's op name come from that index through a colour
+mapper and a formatter: no text column, so a change sends numbers only, issue 51 item 10)."""
+COMM_COLUMNS: tuple[str, ...] = (
+    "left",
+    "right",
+    "lane",
+    "stage",
+    "chunk",
+    "microbatch",
+    "op_code",
+    "duration_ms",
+    "x",
+    "y",
+    "height",
+)
+"""Columns of renderer ``comm_marks``: the communication blocks' hover fields plus their marks' centre and
+height."""
 RUN_COLUMNS: tuple[str, ...] = (
     "left",
     "right",
@@ -197,10 +211,11 @@ def timeline_content(
         label_data = None
         has_blended = bool(np.any((data["busy"] < 1.0) | (data["blocks"] > 1)))
     else:
-        data = _blocks_data(timeline, lanes)
-        ops = tuple(sorted(set(data["op"]), key=lambda o: (o not in OP_COLORS, o)))
-        label_data = _label_data(data, span, width, len(lanes.labels))
-        comm_data = _comm_data(data)
+        ops = legend_order(timeline["op"].unique().to_list())
+        data = _blocks_data(timeline, lanes, ops)
+        compute = np.isin(np.asarray(ops), list(OP_COLORS))[data["op_code"]]
+        label_data = _label_data(data, compute, span, width, len(lanes.labels))
+        comm_data = _comm_data(data, ~compute)
         has_blended = False
     show_makespan = makespan_s is not None and span[0] <= makespan_s <= span[1]
     return TimelineContent(
@@ -247,50 +262,59 @@ def _half_heights(lanes: Lanes, lane: np.ndarray) -> np.ndarray:
     return np.where(is_comm, 0.25, 0.42)
 
 
-def _blocks_data(timeline: pl.DataFrame, lanes: Lanes) -> dict[str, Any]:
-    """One row per block: text only where it varies (op, colour); lanes and ops are named by the hover's
-    formatters, not per row, which keeps the patch of a change small (issue 19 item 12)."""
-    ops = timeline["op"].to_list()
+def legend_order(ops: list[str]) -> tuple[str, ...]:
+    """``ops`` without repeats in legend order: the compute ops (``OP_COLORS``) first, then the others, each
+    group sorted. A block's ``op_code`` is its op's index in this tuple."""
+    return tuple(sorted(set(ops), key=lambda o: (o not in OP_COLORS, o)))
+
+
+def _blocks_data(timeline: pl.DataFrame, lanes: Lanes, ops: tuple[str, ...]) -> dict[str, Any]:
+    """One row per block, numbers only: the op as its index in ``ops`` (``op_code``, whose colour and name the
+    figure's colour mapper and hover formatter give), lanes named by the hover too. Float32 where a 24-bit
+    mantissa is plenty (lane edges, durations); block edges stay float64 (ms to 0.001 over a long step).
+    Bokeh sends these as binary buffers, so a change sends no text per block (issue 51 item 10)."""
     left = timeline["start_s"].to_numpy() * MS_PER_S
     right = timeline["end_s"].to_numpy() * MS_PER_S
     half = _half_heights(lanes, lanes.lane)
+    code = pl.Series(ops, dtype=pl.String)
+    op_code = timeline["op"].cast(pl.String).replace_strict(code, range(len(ops)), return_dtype=pl.UInt8)
     return {
         "left": left,
         "right": right,
-        "bottom": lanes.lane - half,
-        "top": lanes.lane + half,
+        "bottom": (lanes.lane - half).astype(np.float32),
+        "top": (lanes.lane + half).astype(np.float32),
         "lane": lanes.lane.astype(np.int32),
         "rank": timeline["rank"].to_numpy().astype(np.int32),
         "stage": timeline["stage"].to_numpy().astype(np.int32),
         "chunk": timeline["chunk"].to_numpy().astype(np.int32),
         "microbatch": timeline["microbatch"].to_numpy().astype(np.int32),
-        "op": ops,
-        "color": [op_color(op) for op in ops],
-        "duration_ms": right - left,
+        "op_code": op_code.to_numpy(),
+        "duration_ms": (right - left).astype(np.float32),
     }
 
 
-def _comm_data(data: dict[str, Any]) -> dict[str, Any] | None:
-    """The communication blocks' columns plus the centre ``x`` (ms), lane ``y`` and ``height`` of their marks."""
-    comm = ~np.isin(np.asarray(data["op"]), list(OP_COLORS))
+def _comm_data(data: dict[str, Any], comm: np.ndarray) -> dict[str, Any] | None:
+    """The communication blocks' (mask ``comm``) hover columns plus the centre ``x`` (ms), lane ``y`` and
+    ``height`` of their marks."""
     if not comm.any():
         return None
     idx = np.nonzero(comm)[0]
-    out: dict[str, Any] = {
-        k: (v[idx] if isinstance(v, np.ndarray) else [v[i] for i in idx]) for k, v in data.items()
-    }
+    out: dict[str, Any] = {k: data[k][idx] for k in COMM_COLUMNS if k in data}
     left, right = data["left"][idx], data["right"][idx]
     bottom, top = data["bottom"][idx], data["top"][idx]
     return out | {"x": (left + right) / 2, "y": (bottom + top) / 2, "height": top - bottom}
 
 
-def _label_data(data: dict, span: tuple[float, float], width: int, num_lanes: int) -> dict[str, Any] | None:
-    """Micro-batch numbers on the blocks wide enough at the initial zoom (about 7 px per digit)."""
+def _label_data(
+    data: dict, compute: np.ndarray, span: tuple[float, float], width: int, num_lanes: int
+) -> dict[str, Any] | None:
+    """Micro-batch numbers on the compute blocks (mask ``compute``) wide enough at the initial zoom (about
+    7 px per digit)."""
     if num_lanes > 40:
         return None
     px_per_ms = (width - 120) / max((span[1] - span[0]) * MS_PER_S, 1e-12)
     digits = np.char.str_len(np.asarray(data["microbatch"]).astype(str))
-    fits = (data["duration_ms"] * px_per_ms >= 7 * digits + 4) & np.isin(data["op"], list(OP_COLORS))
+    fits = (data["duration_ms"] * px_per_ms >= 7 * digits + 4) & compute
     if not fits.any() or fits.sum() > 3_000:
         return None
     idx = np.nonzero(fits)[0]

@@ -215,8 +215,7 @@ def _refresh_stable(fig: figure, content: TimelineContent) -> None:
     _write(_renderer(fig, "blocks"), None if content.aggregated else content.data)
     _write(_renderer(fig, "comm_marks"), content.comm_data)
     _write(_renderer(fig, "labels"), content.label_data)
-    if content.aggregated:
-        _recolour_runs(fig, runs, content)
+    _recolour(fig, runs if content.aggregated else _renderer(fig, "blocks"), content)
     lane_code = _lane_formatter(content).code
     for hover in (t for t in fig.tools if isinstance(t, HoverTool)):
         formatters: Any = hover.formatters
@@ -243,12 +242,14 @@ def _write(renderer: GlyphRenderer, data: dict[str, Any] | None) -> None:
         source.data = {k: [] for k in source.data}
 
 
-def _recolour_runs(fig: figure, runs: GlyphRenderer, content: TimelineContent) -> None:
-    """Palette and hover names of the runs for ``content.legend_ops`` (op codes index that tuple)."""
+def _recolour(fig: figure, shown: GlyphRenderer, content: TimelineContent) -> None:
+    """Palette and hover names of renderer ``shown`` (``runs``, or ``blocks`` whose colour mapper the
+    ``comm_marks`` share) for ``content.legend_ops`` (op codes index that tuple); unchanged values send
+    nothing."""
     mapper = _runs_mapper(content.legend_ops)
-    glyph: Any = runs.glyph
+    glyph: Any = shown.glyph
     glyph.fill_color.transform.update(palette=mapper.palette, low=mapper.low, high=mapper.high)
-    hover = next(t for t in fig.tools if isinstance(t, HoverTool) and runs in (t.renderers or []))
+    hover = next(t for t in fig.tools if isinstance(t, HoverTool) and shown in (t.renderers or []))
     formatters: Any = hover.formatters
     formatters["@op_code"].code = _runs_formatters(content)[0].code
 
@@ -297,6 +298,7 @@ def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False)
     while the content is aggregated or has no sends or labels)."""
     exact = not content.aggregated
     source = ColumnDataSource(content.data if exact else _no_rows(BLOCK_COLUMNS))
+    colours = {"field": "op_code", "transform": _runs_mapper(content.legend_ops)}
     blocks = fig.quad(
         left="left",
         right="right",
@@ -304,7 +306,7 @@ def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False)
         top="top",
         source=source,
         name="blocks",
-        fill_color="color",
+        fill_color=colours,
         line_color="white",
         line_width=0.5,
     )
@@ -320,7 +322,7 @@ def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False)
                 width_units="screen",
                 source=ColumnDataSource(comm),
                 name="comm_marks",
-                fill_color="color",
+                fill_color=colours,
                 fill_alpha=COMM_MARK_ALPHA,
                 line_color=None,
             )
@@ -328,10 +330,10 @@ def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False)
     fig.add_tools(
         HoverTool(
             renderers=hovered,
-            formatters={"@lane": _lane_formatter(content), "@op": CustomJSHover(code=_OP_NAME_CODE)},
+            formatters={"@lane": _lane_formatter(content), "@op_code": _runs_formatters(content)[0]},
             tooltips=[
                 ("lane", "@lane{custom}"),
-                ("op", "@op{custom}"),
+                ("op", "@op_code{custom}"),
                 ("stage · chunk", "@stage · @chunk"),
                 ("micro-batch", "@microbatch"),
                 ("start", "@left{0,0.000} ms"),
@@ -435,16 +437,13 @@ def _runs_mapper(ops: tuple[str, ...]) -> Any:
     )
 
 
-_OP_NAME_CODE = f"const names = {json.dumps(OP_NAMES)}; return `${{names[value] ?? value}} (${{value}})`"
-"""Hover text of an op column: ``forward (F)``."""
-
-
 def _lane_formatter(content: TimelineContent) -> CustomJSHover:
     """Hover text of a lane index: the lane's label."""
     return CustomJSHover(code=f"return {json.dumps(list(content.lanes.labels))}[value] ?? String(value)")
 
 
 def _runs_formatters(content: TimelineContent) -> tuple[CustomJSHover, CustomJSHover]:
+    """Hover text of an ``op_code`` (``forward (F)``, ``comm (comm)``) and of a lane index."""
     names = [f"{OP_NAMES.get(op, op)} ({op})" for op in content.legend_ops]
     op_fmt = CustomJSHover(code=f"return {json.dumps(names)}[value] ?? String(value)")
     return op_fmt, _lane_formatter(content)
