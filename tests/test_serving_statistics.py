@@ -34,7 +34,6 @@ def test_row_measured_keys_a_token_weighted_tpot_by_its_statistic_notes() -> Non
     }  # fmt: skip
 
 
-
 def test_every_apex_row_is_scored_against_a_token_weighted_tpot() -> None:
     # APEX+'s trace.py computes every row's TPOT as tpot_sum / num_gen_tokens (microsoft/apex_plus@8769096), and
     # the reference copy's statistic_notes says so for each APEX row that has a TPOT
