@@ -202,10 +202,12 @@ def test_validate_gives_a_fit_verdict_per_row(tmp_path: Path) -> None:
 def test_megatron_bridge_offloading_recipe_fits_with_its_offloaded_layers(tmp_path: Path) -> None:
     """MBRIDGE_2511-002: Llama 3 70B on 64 GB300, FP8, Megatron-FSDP, mbs 2; its recipe offloads the activations
     of 20 of the 80 layers (llama3_workload_base_configs.py @5776a6d90, cpu_offloading_num_layers=20), read from
-    the row's offload_activation_layers column. The device then holds 80 - 20 + 1 layers (Transformer Engine
-    2.9 frees an offloaded group only when its window's last forward ends) and the loss keeps the 16-bit logits
-    alone (Transformer Engine's fused cross-entropy writes its gradient into them): it fits; without the
-    column it does not."""
+    the row's offload_activation_layers column. The device then holds 80 - 20 + 1 layers while the last layer
+    runs forward (Transformer Engine 2.9 frees an offloaded group only when its window's last forward ends, and
+    the last group's window is the last layer), then 80 - 20 layers and the loss's 16-bit logits alone
+    (Transformer Engine's fused cross-entropy writes its gradient into them; Megatron-Core commits the last
+    layer's group before the final norm and the output layer): the peak is the larger of the two. It fits;
+    without the column it does not."""
     from workbench.validate import run_validation
 
     row = _rows("MBRIDGE_2511-002")[0]
@@ -223,6 +225,67 @@ def test_megatron_bridge_offloading_recipe_fits_with_its_offloaded_layers(tmp_pa
     )
     est = estimate_plan(model, cluster, workload, plan, calibration=load_calibration())
     tokens = 2 * 8192
-    layers = _te_fp8_layer_bytes_per_token(8192, 8192, 1024, 28672, 64) * tokens * (80 - 20 + 1)
+    layer = _te_fp8_layer_bytes_per_token(8192, 8192, 1024, 28672, 64) * tokens
     logits = tokens * 128256 * 2
-    assert est.memory.row(0, named=True)["activations_bytes"] == pytest.approx(layers + logits, rel=0.02)
+    peak = (80 - 20) * layer + max(layer, logits)
+    assert est.memory.row(0, named=True)["activations_bytes"] == pytest.approx(peak, rel=0.02)
+
+
+def test_megatron_bridge_gb200_published_plans_fit(tmp_path: Path) -> None:
+    """The three Megatron-Bridge 25.11 plans the memory model called non-fitting, each with its mechanism:
+    MBRIDGE_2511-009 (Llama 3 70B, 64 GB200, FP8-CS, Megatron-FSDP, 40 of 80 layers offloaded): Blackwell keeps
+    one FP8 copy of a per-tensor-scaled weight (no transpose) and the last offloaded group is freed before the
+    logits; MBRIDGE_2511-010 (405B, tp4 pp16 vpp4): the same FP8 copy, and its launcher sets
+    expandable_segments (scripts/performance/perf_plugins.py @5776a6d90, 405B on GB200 with fp8_cs); and
+    MBRIDGE_2511-024 (GPT-OSS 120B on H100) runs its recipe's micro-batch of 1 (run_micro_batch_size). Each
+    row without the column that carries its run's setting is still called non-fitting where it matters."""
+    from workbench.validate import run_validation
+
+    rows = _rows("MBRIDGE_2511-009", "MBRIDGE_2511-010", "MBRIDGE_2511-024")
+    assert rows[1]["expandable_segments"] == "true" and rows[2]["run_micro_batch_size"] == "1"
+    result = run_validation(_write(rows, tmp_path / "rows.csv"))
+    assert result["not_fitting"] == []
+    by_id = {r["id"]: r for r in result["rows"]}
+    assert "mbs1" in by_id["MBRIDGE_2511-024"]["plan"]
+    assert any("run_micro_batch_size" in a for a in by_id["MBRIDGE_2511-024"]["assumed"])
+    blank = [
+        {**rows[1], "id": "MBRIDGE_2511-010X", "expandable_segments": ""},
+        {**rows[2], "id": "MBRIDGE_2511-024X", "run_micro_batch_size": ""},
+    ]
+    other = run_validation(_write(blank, tmp_path / "blank.csv"))
+    assert [r["id"] for r in other["not_fitting"]] == ["MBRIDGE_2511-010X", "MBRIDGE_2511-024X"]
+    # the need is the counted tensors plus the profile's fragmentation share and context; with expandable
+    # segments no fragmentation share: the two needs differ by exactly that share of the counted tensors
+    fw = load_framework("megatron-core-2024")
+    need, need_x = by_id["MBRIDGE_2511-010"]["predicted_need_GiB"], other["rows"][0]["predicted_need_GiB"]
+    counted = need - fw.context_bytes / GIB
+    assert need_x == pytest.approx(counted * (1 + fw.fragmentation_frac) + fw.context_bytes / GIB, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("device", "recipe", "param_gather", "want"),
+    [
+        ("gb200", "current", True, 0.0),  # Blackwell: the FP8 weight is the only copy
+        ("gb200", "current", False, 1.0),
+        ("gb300", "delayed", False, 1.0),
+        ("h100-sxm5-80gb", "current", True, 1.0),  # Hopper: the transposed copy stays
+        ("h100-sxm5-80gb", "current", False, 2.0),
+        ("gb200", "mxfp8", False, 2.0),  # MXFP8 keeps row-wise and column-wise scales and data
+    ],
+)
+def test_fp8_weight_copies_follow_transformer_engines_layout_rule(
+    device: str, recipe: str, param_gather: bool, want: float
+) -> None:
+    """Transformer Engine 2.9 ``is_non_tn_fp8_gemm_supported``: compute capability (10, 0) <= cc < (12, 0) or
+    cc >= (13, 0) (B200/GB200 10.0, GB300 10.3; H100 9.0 runs TN only): a per-tensor FP8 weight keeps its data
+    and no transpose there; Megatron-Core's profile counts 2 copies (row-wise and transposed) elsewhere."""
+    from workbench.cost.context import fp8_weight_copy_bytes
+    from workbench.presets.catalog import load_device
+
+    fw = dataclasses.replace(
+        load_framework("megatron-core-2024"), fp8_recipe=recipe, fp8_param_gather=param_gather
+    )
+    dev = load_device(device)
+    cc = dev.compute_capability
+    assert cc is not None and dev.fp8_gemm_any_layout == ((10, 0) <= cc < (12, 0) or cc >= (13, 0))
+    assert fp8_weight_copy_bytes(fw, dev) == want

@@ -38,7 +38,11 @@ OFFLOAD_IN_FLIGHT_LAYERS = 1
 Transformer Engine 2.9's ``AsyncDoubleBufferGroupOffloadHandler`` frees offloaded group i only when the forward of
 layer ``layer_window_map[i]`` ends (the last group's window is the rank's last layer), so the last offloaded
 group's activations are still held, being copied out, while the last layer runs
-(transformer_engine/pytorch/cpu_offload.py, ``synchronize_on_group_commit_forward``)."""
+(transformer_engine/pytorch/cpu_offload.py, ``synchronize_on_group_commit_forward``). That group is freed at
+the last layer's group commit, which Megatron-Core calls right after the layer's forward and before the final
+norm, the output layer and the loss (megatron/core/transformer/transformer_block.py, core 0.15:
+``group_prefetch_offload_commit_async`` inside the layer loop): the group and the logits are never alive
+together (``ActivationSizes.offload_in_flight``)."""
 
 
 def offload_share(model: ModelSpec, cols: Cols) -> Array:
@@ -99,6 +103,10 @@ class ActivationSizes(NamedTuple):
     kept_output: Array = 0.0
     """One micro-batch's output of the last pipeline stage (the 16-bit logits, vocabulary split over tp) that
     the runtime keeps until the step ends (``FrameworkProfile.pipeline_keeps_outputs``, pp > 1); else 0."""
+    offload_in_flight: Array = 0.0
+    """The offloaded layers still being copied out while a rank's last layer runs forward when only some layers
+    are offloaded (``OFFLOAD_IN_FLIGHT_LAYERS`` layers' activations); freed before the loss, so on the rank that
+    holds the LM head it counts only where it exceeds the logits (``rank_memory.static_memory``); else 0."""
 
 
 def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
@@ -135,13 +143,14 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
     # OFFLOAD_WORKING_LAYERS; some of them: the kept layers store as before, plus the group still being copied
     off = offload_share(model, cols)
     some = (off > 0) & (off < 1)
-    in_flight = np.where(some, OFFLOAD_IN_FLIGHT_LAYERS, np.where(off >= 1, OFFLOAD_WORKING_LAYERS, 0))
-    working = in_flight * np.maximum(dense, moe)
+    layer = np.maximum(dense, moe)
     return ActivationSizes(
         dense_layer=(1 - off) * dense,
         moe_layer=(1 - off) * moe,
         embedding=tok * model.hidden_size * ACT_BYTES / np.where(cols["sequence_parallel"], tp, 1),
-        recompute_work=recompute_working_bytes(ctx.moe_parts, **kw) + working,
+        recompute_work=recompute_working_bytes(ctx.moe_parts, **kw)
+        + np.where(off >= 1, OFFLOAD_WORKING_LAYERS, 0) * layer,
+        offload_in_flight=np.where(some, OFFLOAD_IN_FLIGHT_LAYERS, 0) * layer,
         logits=logits_bytes(
             model,
             tokens=tok,

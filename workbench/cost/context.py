@@ -28,7 +28,8 @@ from workbench.specs.hardware import DEFAULT_STORAGE
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
-    from workbench.specs.hardware import ClusterSpec
+    from workbench.specs.framework import FrameworkProfile
+    from workbench.specs.hardware import ClusterSpec, DeviceSpec
     from workbench.specs.model import ModelSpec
     from workbench.specs.plan import Optimizer, ParallelPlan, Workload
 
@@ -104,11 +105,7 @@ class StepContext:
             workload=workload,
             cal=cal,
             param_bytes=1.0 if fp8 and fw.fp8_param_gather else dtype_bytes(workload.dtype),
-            fp8_copy_bytes=(
-                max(fw.fp8_weight_copies - 1.0, 0.0) if fw.fp8_param_gather else fw.fp8_weight_copies
-            )
-            if fp8
-            else 0.0,
+            fp8_copy_bytes=fp8_weight_copy_bytes(fw, cluster.device) if fp8 else 0.0,
             optimizer_bytes=optimizer_state_bytes_per_param(
                 workload.optimizer,
                 master_weights=fw.master_weights,
@@ -118,6 +115,25 @@ class StepContext:
             moe_parts=moe,
             hbm_bytes_per_s=device.hbm_bytes_per_s * device.hbm_efficiency_frac,
         )
+
+
+PER_TENSOR_FP8_RECIPES = ("delayed", "current")
+"""Transformer Engine's per-tensor FP8 recipes (one scale per tensor: ``Float8Tensor``), whose row-wise data a
+GPU that runs FP8 GEMMs in any layout reads for the column-wise use too."""
+
+
+def fp8_weight_copy_bytes(fw: FrameworkProfile, device: DeviceSpec) -> float:
+    """Bytes per linear-layer weight of the FP8 copies an FP8 run keeps beside the weight it holds: the profile's
+    ``fp8_weight_copies`` (less the one the weight itself is under ``fp8_param_gather``). On a GPU whose FP8 GEMMs
+    take either layout (``DeviceSpec.fp8_gemm_any_layout``: Blackwell) a per-tensor recipe keeps one copy, not
+    a row-wise one and a transposed one: Transformer Engine 2.9 ``Float8TensorStorage.update_usage`` keeps the
+    data and drops the transpose when ``is_non_tn_fp8_gemm_supported()``, and its quantizers allocate no
+    transpose there (transformer_engine/pytorch/csrc/quantizer.cpp, ``with_transpose = columnwise_usage &&
+    !nvte_is_non_tn_fp8_gemm_supported()``); MXFP8 and block scaling keep both directions' scales and data."""
+    copies = fw.fp8_weight_copies
+    if device.fp8_gemm_any_layout and fw.fp8_recipe in PER_TENSOR_FP8_RECIPES:
+        copies = min(copies, 1.0)
+    return max(copies - 1.0, 0.0) if fw.fp8_param_gather else copies
 
 
 def plan_columns(plan: ParallelPlan, workload: Workload) -> dict[str, np.ndarray]:

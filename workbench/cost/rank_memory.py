@@ -67,8 +67,9 @@ def static_memory(
     sequence-parallel all-gather output of one layer when tp > 1, ZeRO-3's gathered weights of the current and
     the prefetched layer, and in FP8 runs the ``fp8_weight_copies`` of the layers' weights: all local ones, or
     the two gathered layers under ZeRO-3) and ``activation_extra_bytes`` (the recompute working set, plus the
-    logits on the rank that holds the LM head, plus the pipeline runtime's buffers,
-    ``activations.pipeline_buffer_bytes``). ``sizes``: ``activation_sizes(ctx, cols)`` and ``shared``:
+    logits on the rank that holds the LM head or, where more, the offloaded layers still being copied out at the
+    end of the forward pass, ``ActivationSizes.offload_in_flight``: freed before the loss, never alive with the
+    logits; plus the pipeline runtime's buffers, ``activations.pipeline_buffer_bytes``). ``sizes``: ``activation_sizes(ctx, cols)`` and ``shared``:
     ``static_shared(ctx, cols)`` when the caller has them already (neither depends on the rank)."""
     dense, expert = params_held(ctx, cols, held)
     shared = static_shared(ctx, cols) if shared is None else shared
@@ -89,7 +90,7 @@ def static_memory(
         **{k: a + b for k, a, b in zip(STATE_COLUMNS, d, e, strict=True)},
         "buffers_bytes": buffers + 0.0 * dense,
         "activation_extra_bytes": sizes.recompute_work
-        + (held["head"] + held["mtp"]) * sizes.logits
+        + np.maximum((held["head"] + held["mtp"]) * sizes.logits, sizes.offload_in_flight)
         + pipeline_buffer_bytes(sizes, held, cols)
         + 0.0 * dense,
     }

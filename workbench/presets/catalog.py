@@ -185,8 +185,22 @@ _KIND_NAMES = {
 }
 
 
+def _compute_capability(text: str, origin: str) -> tuple[int, int]:
+    """``"major.minor"`` (e.g. ``"10.0"``) as integers; ValueError naming the file and the key otherwise."""
+    parts = text.split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise ValueError(
+            f'{origin}: key \'compute_capability\' must be "major.minor" (e.g. "9.0"), got {shown(text)}'
+        )
+    return int(parts[0]), int(parts[1])
+
+
 def _device_from_toml(data: dict[str, Any], origin: str) -> DeviceSpec:
-    top = _Table(data, origin, {"id", "name", "vendor", "source", "peak_tflops", "memory", "efficiency"})
+    top = _Table(
+        data,
+        origin,
+        {"id", "name", "vendor", "source", "peak_tflops", "memory", "efficiency", "compute_capability"},
+    )
     peaks = _Table(top.get("peak_tflops", dict), f"{origin} [peak_tflops]", {"bf16", "fp16", "fp8", "fp32"})
     mem = _Table(top.get("memory", dict), f"{origin} [memory]", {"hbm_GiB", "hbm_GB", "hbm_bandwidth_TBps"})
     if ("hbm_GiB" in mem.data) == ("hbm_GB" in mem.data):
@@ -200,6 +214,8 @@ def _device_from_toml(data: dict[str, Any], origin: str) -> DeviceSpec:
         )
     if "hbm_frac" in eff.data:
         extra["hbm_efficiency_frac"] = float(eff.number("hbm_frac"))
+    if "compute_capability" in top.data:
+        extra["compute_capability"] = _compute_capability(top.get("compute_capability", str), origin)
     try:
         return DeviceSpec(
             id=top.get("id", str),

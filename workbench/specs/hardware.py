@@ -80,11 +80,22 @@ class DeviceSpec:
     on A100/H100 per vendor guidance)."""
     source: str = ""
     """Where the numbers come from."""
+    compute_capability: tuple[int, int] | None = None
+    """CUDA compute capability (major, minor) of an NVIDIA GPU (NVIDIA's CUDA GPUs table,
+    https://developer.nvidia.com/cuda-gpus: A100 8.0, H100/H200 9.0, B200/GB200 10.0, GB300 10.3); None: not
+    given or not an NVIDIA GPU. Stacks branch on it (``fp8_gemm_any_layout``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise ValueError(f"DeviceSpec: id must be a non-empty string, got {shown(self.id)}")
         where = f"DeviceSpec {shown(self.id)}"
+        cc = self.compute_capability
+        if cc is not None and not (
+            isinstance(cc, tuple) and len(cc) == 2 and all(isinstance(v, int) and v >= 0 for v in cc)
+        ):
+            raise ValueError(
+                f"{where}: compute_capability must be (major, minor) integers >= 0, got {shown(cc)}"
+            )
         check_positive(self, "hbm_bytes")
         check_positive(self, "hbm_bytes_per_s")
         check_real(where, "hbm_efficiency_frac", self.hbm_efficiency_frac, maximum=1.0)
@@ -102,6 +113,15 @@ class DeviceSpec:
             peaks[dtype] = check_real(where, f"peak_flop_per_s[{dtype.value}]", value, unit="FLOP/s")
         object.__setattr__(self, "peak_flop_per_s", peaks)
         object.__setattr__(self, "matmul_efficiency", efficiency_points(where, self.matmul_efficiency))
+
+    @property
+    def fp8_gemm_any_layout(self) -> bool:
+        """Whether the GPU's FP8 GEMMs take either operand transposed, so a per-tensor-scaled FP8 tensor needs
+        no transposed copy for the backward pass: Transformer Engine 2.9 ``is_non_tn_fp8_gemm_supported``
+        (transformer_engine/pytorch/utils.py: compute capability 10.x, 11.x or >= 13.0; Hopper runs FP8 GEMMs
+        in the TN layout only). False when the capability is not given."""
+        cc = self.compute_capability
+        return cc is not None and ((10, 0) <= cc < (12, 0) or cc >= (13, 0))
 
     def peak(self, dtype: DType | str) -> float:
         """Dense peak FLOP/s for ``dtype``; ValueError if the device has no such precision."""

@@ -121,10 +121,21 @@ def read_arithmetic(
     )
 
 
-RECIPE_COLUMNS = ("fp8_recipe", "async_tp", "torch_compile")
+RECIPE_COLUMNS = ("fp8_recipe", "async_tp", "torch_compile", "expandable_segments")
 """Optional columns of the project's validation schema (profiles/validation/README.md): how an FP8 run scaled
 its tensors, whether tensor parallelism ran asynchronously (its collectives overlapped with its GEMMs) and
-whether a PyTorch-native stack compiled its model (fused element-wise kernels)."""
+whether a PyTorch-native stack compiled its model (fused element-wise kernels), and whether the run's launcher
+set ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``."""
+
+EXPANDABLE_SEGMENTS_FRAGMENTATION_FRAC = 0.0
+"""Fragmentation share of a run whose caching allocator uses expandable segments: none beyond the counted
+tensors. With ``expandable_segments:True`` PyTorch's CUDA caching allocator maps physical pages into one
+growing virtual range per stream instead of fixed ``cudaMalloc`` segments, and when no free range fits a
+request it unmaps the cached free pages and maps them where the request fits (c10/cuda/CUDACachingAllocator.cpp,
+``ExpandableSegment``: ``map`` / ``unmap`` of 2 MiB pages), so memory free between live blocks is not lost to a
+large request, which is the fragmentation ``FrameworkProfile.fragmentation_frac`` prices (PyTorch CUDA notes,
+"Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF"; Megatron-Bridge's memory-tuning guide calls it the fix
+for fragmentation-induced OOM). What is left is each block's rounding up to a page."""
 
 
 def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> FrameworkProfile:
@@ -134,8 +145,9 @@ def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> Framework
     ``fused_all_gather_matmul`` / ``fused_matmul_reduce_scatter`` split each TP collective into per-rank chunks
     overlapped with the partial GEMMs, as Transformer Engine's userbuffers overlap does); ``torch_compile`` true
     or false sets ``fused_elementwise`` (torch.compile's Inductor fuses the norms, rotary embedding and SwiGLU
-    into few kernels; eager PyTorch runs each op as its own kernel, torchtitan ``compile.enable``). Blank: the
-    profile's. ValueError naming the column and the allowed values."""
+    into few kernels; eager PyTorch runs each op as its own kernel, torchtitan ``compile.enable``);
+    ``expandable_segments`` true sets ``fragmentation_frac`` to ``EXPANDABLE_SEGMENTS_FRAGMENTATION_FRAC``. Blank:
+    the profile's. ValueError naming the column and the allowed values."""
     from workbench.specs.framework import FP8_RECIPES
 
     recipe = row.get("fp8_recipe", "").strip().lower()
@@ -153,4 +165,9 @@ def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> Framework
             raise ValueError(f"column {column}: {value!r} is not true or false")
         if value:
             fw = replace(fw, **{field: value == "true"})  # type: ignore[arg-type]
+    value = row.get("expandable_segments", "").strip().lower()
+    if value not in ("", "true", "false"):
+        raise ValueError(f"column expandable_segments: {value!r} is not true or false")
+    if value == "true":
+        fw = replace(fw, fragmentation_frac=EXPANDABLE_SEGMENTS_FRAGMENTATION_FRAC)
     return fw

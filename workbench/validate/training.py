@@ -237,6 +237,11 @@ def _row_plan(
         if pp > 1:
             assumed.append("schedule")
     mbs = _count(row, "micro_batch_size", default_micro_batch_size(row, fw, dp=dp, pp=pp, vpp=vpp), assumed)
+    # this copy's column (profiles/validation/README.md): the micro-batch the run used where the table's is a typo
+    run_mbs = cell_count(row, "run_micro_batch_size") if cell_number(row, "run_micro_batch_size") else None
+    if run_mbs is not None and run_mbs != mbs:
+        assumed.append(f"micro_batch_size:{run_mbs} from run_micro_batch_size (the table says {mbs})")
+        mbs = run_mbs
     seq_len = cell_count(row, "seq_len")
     reading = read_arithmetic(row, model, cluster.device, seq_len=seq_len, num_devices=n)
     assumed.extend(reading.notes)

@@ -82,7 +82,7 @@ NUMERIC_COLUMNS: dict[str, tuple[bool, float, float, bool]] = {
     **_counts(limits.MAX_DEVICES, "num_devices", "devices_per_node", "tp", "dp", "cp", "ep"),
     **_counts(limits.MAX_PP, "pp"),
     **_counts(limits.MAX_VPP, "vpp"),
-    **_counts(limits.MAX_GLOBAL_BATCH_SIZE, "micro_batch_size", "global_batch_size"),
+    **_counts(limits.MAX_GLOBAL_BATCH_SIZE, "micro_batch_size", "global_batch_size", "run_micro_batch_size"),
     **_counts(3, "zero_stage", minimum=0),
     "measured_tflops_per_device": (False, 0.0, 1e6, False),
     "measured_mfu": (False, 0.0, 1.0, False),
