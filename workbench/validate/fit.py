@@ -58,9 +58,20 @@ def _throughput_mape(cases: list[RowCase], cal: Calibration) -> float:
     return sum(apes) / len(apes) if apes else 0.0
 
 
+UNFITTED_CONFIDENCE = "low"
+"""Rows of this ``confidence`` are scored but never fitted to: the schema's ``low`` marks a measured value that
+is derived or approximate, or a row inconsistent as published (profiles/validation/README.md, Enumerated
+values), such as a table whose layout disagrees with the recipe it names. One such row must not set a constant
+the other rows of its stack then pay for."""
+
+
 def _fit_sample(cases: list[RowCase]) -> list[RowCase]:
+    """The rows a fit prices: those with a throughput metric and a confidence other than
+    ``UNFITTED_CONFIDENCE``, at most ``FIT_ROWS_PER_SOURCE`` per source spread evenly over its rows."""
     by_source: dict[str, list[RowCase]] = {}
     for case in cases:
+        if case.row.get("confidence", "").strip().lower() == UNFITTED_CONFIDENCE:
+            continue
         if any(cell_number(case.row, m) is not None for m in METRICS):
             by_source.setdefault(case.source_key, []).append(case)
     out = []
