@@ -175,6 +175,26 @@ def test_breakdown_parts_add_up():
     )
 
 
+def test_breakdown_x_range_is_fixed_as_bokehjs_would_compute_it():
+    """The step-time axis is a fixed range, written with the bars (the browser recomputes no data range and
+    lays the figure out once per change): 0 to the longest bar padded as BokehJS's ``DataRange1d`` with
+    ``start=0`` and its default 10% padding does (span 0..hi widened 10% about hi/2: hi * 1.05); a refresh
+    moves it, and the reset tool's end, to the new plan's bars."""
+    from bokeh.models import Range1d
+    from workbench_widgets.plots.breakdown import refresh_breakdown_figure
+
+    a = sample_estimate(plan=ParallelPlan(pp=4, schedule="1f1b"), num_microbatches=8)
+    b = sample_estimate(plan=ParallelPlan(pp=2, schedule="1f1b"), num_microbatches=32)
+    fig = estimates_breakdown_figure([a])
+    longest_ms = a.step_time_s * 1e3  # the stacked parts end at the step; the hidden bars are shorter
+    assert max(renderer(fig, "overlapped").data_source.data["right"], default=0.0) < longest_ms
+    assert isinstance(fig.x_range, Range1d) and fig.x_range.start == 0
+    assert fig.x_range.end == pytest.approx(1.05 * longest_ms) and fig.x_range.reset_end == fig.x_range.end
+    assert refresh_breakdown_figure(fig, [b])
+    assert fig.x_range.end == pytest.approx(1.05 * b.step_time_s * 1e3) != pytest.approx(1.05 * longest_ms)
+    assert fig.x_range.reset_end == fig.x_range.end
+
+
 def test_search_figure_greys_infeasible_and_marks_chosen():
     frame = pl.DataFrame(
         {

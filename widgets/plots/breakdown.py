@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 from bokeh.transform import dodge
 from workbench_widgets.plots._style import GREY, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX, plain_axes
@@ -63,7 +63,10 @@ def breakdown_figure(
             f"and {len(labels)} labels (at least one)"
         )
     height = 200 + 40 * len(labels)  # one plan: a bar of ~70 px under its two-row legend, not a strip
+    parts, hidden = _stack(breakdowns, labels), _hidden(breakdowns, labels)
+    end = x_end_ms(parts, hidden)
     fig = figure(
+        x_range=Range1d(start=0, end=end, reset_start=0, reset_end=end),
         y_range=list(reversed(labels)),  # type: ignore[arg-type]
         width=width,
         height=min(height, 600),
@@ -76,7 +79,7 @@ def breakdown_figure(
         left="left",
         right="right",
         height=0.7,
-        source=ColumnDataSource(_stack(breakdowns, labels)),
+        source=ColumnDataSource(parts),
         fill_color="color",
         line_color="white",
         legend_field="part",
@@ -87,7 +90,7 @@ def breakdown_figure(
         left="left",
         right="right",
         height=0.12,
-        source=ColumnDataSource(_hidden(breakdowns, labels)),
+        source=ColumnDataSource(hidden),
         fill_color="color",
         fill_alpha=0.45,
         hatch_pattern="/",
@@ -114,11 +117,24 @@ def breakdown_figure(
             ],
         )
     )
-    fig.x_range.start = 0  # type: ignore[attr-defined]
     fig.legend.orientation = "horizontal"
     fig.add_layout(fig.legend[0], "above")
     fig.toolbar.logo = None
     return plain_axes(fig)
+
+
+DATA_RANGE_PAD_FRAC = 0.1
+"""Bokeh's ``DataRange1d.range_padding`` default: the span from 0 to the longest bar widened by 10%, centred."""
+
+
+def x_end_ms(*columns: dict[str, list]) -> float:
+    """The end of the x range (ms) that bokeh's ``DataRange1d`` with ``start=0`` computes in the browser for
+    bars ``columns`` (``_stack``): the longest bar's right edge ``hi`` padded as ``hi/2 + hi (1 + pad)/2``
+    (BokehJS ``DataRange1d._compute_range``: span (hi - 0)(1 + pad) about the centre hi/2), 1 when no bar
+    is longer than 0 (its ``default_span`` 2 about 0). Set with the data as a fixed ``Range1d``, so the
+    browser recomputes no data range and lays the figure out once per change (issue 51 item 10)."""
+    hi = max((max(c["right"]) for c in columns if len(c["right"])), default=0.0)
+    return hi / 2 + hi * (1 + DATA_RANGE_PAD_FRAC) / 2 if hi > 0 else 1.0
 
 
 def _stack(
@@ -188,9 +204,13 @@ def refresh_breakdown_figure(
         return False
     labels = list(labels) if labels is not None else estimate_labels(estimates)
     fig.y_range.factors = list(reversed(labels))  # type: ignore[attr-defined]
-    parts = next(r for r in fig.renderers if r.name == "parts")
-    parts.data_source.data = _stack([e.breakdown for e in estimates], labels)  # type: ignore[attr-defined]
+    stack = _stack([e.breakdown for e in estimates], labels)
+    next(r for r in fig.renderers if r.name == "parts").data_source.data = stack  # type: ignore[attr-defined]
     hidden = next((r for r in fig.renderers if r.name == "overlapped"), None)
+    columns = [stack]
     if hidden is not None:
-        hidden.data_source.data = _hidden([e.breakdown for e in estimates], labels)  # type: ignore[attr-defined]
+        columns.append(_hidden([e.breakdown for e in estimates], labels))
+        hidden.data_source.data = columns[-1]  # type: ignore[attr-defined]
+    end = x_end_ms(*columns)
+    fig.x_range.update(end=end, reset_end=end)  # type: ignore[attr-defined]
     return True
