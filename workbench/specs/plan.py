@@ -211,9 +211,8 @@ class ParallelPlan:
                 raise ValueError(f"ParallelPlan: {axis.name} must be {allowed}, got {flag!r}")
         check_choice(self, "recompute", Recompute)
         values = {a.name: getattr(self, a.name) for a in PLAN_AXES}
-        for (
-            axis
-        ) in PLAN_AXES:  # an axis that applies only with another's value (PlanAxis.only_with) is None without
+        # an axis that applies only with another's value (PlanAxis.only_with) is None without it
+        for axis in PLAN_AXES:
             if axis.only_with is not None and values[axis.name] is not None and not axis.applies(values):
                 other, needed = axis.only_with
                 raise ValueError(
