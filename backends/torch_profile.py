@@ -95,9 +95,9 @@ PLAN_FIELD_PRICING: dict[str, str] = {
 ``pricing`` (``field_pricing``: a new axis needs no line here)."""
 
 MEASURED_HERE = frozenset(
-    {"tp", "cp", "ep", "etp", "micro_batch_size", "sequence_parallel", "recompute", "recompute_num_layers"}
-    | {"vocab_parallel"}
-)
+    {"tp", "cp", "ep", "etp", "micro_batch_size", "sequence_parallel", "recompute", "recompute_num_layers",
+     "vocab_parallel"}
+)  # fmt: skip
 """The fields that change the measured ops (``Pricing.MEASURED_OPS``) which this backend prices from the profile
 or refuses by a rule of its own (``unsupported``); it refuses any other such field unless it holds the plan's
 default."""
