@@ -16,6 +16,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 WORKBENCH = Path(sys.executable).parent / "workbench"
 CHROMIUM = Path("/usr/bin/chromium")
+APP_PIN: dict[str, Any] = {
+    "cp": 4,
+    "tp": 1,
+    "pp": 1,
+    "vpp": 1,
+    "schedule": "1f1b",
+    "micro_batch_size": 1,
+    "zero_stage": 3,
+}
+"""A plan app tests start from whatever the planner ranks first (dp16 tp1 pp1 cp4 mbs1 ZeRO-3 1F1B on the app's
+default 64 devices): a test that needs a plan of a given shape pins it (``load_plan`` in process, the query
+string ``APP_PIN_QUERY`` in a browser) instead of assuming the opening plan, which moves with the calibration."""
+APP_PIN_QUERY = "&".join(f"{k}={v}" for k, v in APP_PIN.items())
 """Debian's chromium (installed by .ci/run); browser tests never download a browser."""
 CHROMIUM_FLAGS = [
     "--no-sandbox",

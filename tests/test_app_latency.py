@@ -25,14 +25,16 @@ from workbench_widgets.plots.timeline import (  # noqa: E402
     estimate_timeline_content,
 )
 
+from tests.conftest import APP_PIN  # noqa: E402
+
 CHANGES: tuple[tuple[str, Any], ...] = (
-    ("tp", 8),  # 4 -> 8: the timeline goes from the exact view to the aggregated one
+    ("tp", 8),  # 1 -> 8: the timeline goes from the exact view to the aggregated one
     ("pp", 4),  # other lanes, other memory ranks
     ("micro_batch_size", 2),
     ("schedule", "interleaved-1f1b"),  # other ops: other legend entries
     ("model_preset", "llama-3.1-8b"),
 )
-"""The benchmark's changes, from the app's opening plan (the planner's best plan on 8 DGX H100 nodes)."""
+"""The benchmark's changes, from the pinned plan ``APP_PIN`` (dp16 tp1 pp1 cp4 ZeRO-3 on 8 DGX H100 nodes)."""
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +44,16 @@ def session() -> tuple[WorkbenchApp, Document]:
     doc = Document()
     with set_curdoc(doc):
         doc.add_root(app.panel().get_root(doc))
+        app.store.load_plan(APP_PIN)
+    assert app.store.estimate is not None and app.store.estimate.plan.describe().startswith(
+        "dp16 tp1 pp1 cp4"
+    )
     return app, doc
 
 
 @pytest.fixture
 def served(session: tuple[WorkbenchApp, Document]) -> Any:
-    """The session, put back on its opening plan after each test."""
+    """The session, put back on its pinned plan after each test."""
     app, doc = session
     opening = {name: getattr(app.state, name) for name, _ in CHANGES}
     yield session

@@ -19,7 +19,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, collect_errors, keep_local, needs_chromium
+from tests.conftest import (
+    APP_PIN,
+    APP_PIN_QUERY,
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    collect_errors,
+    keep_local,
+    needs_chromium,
+)
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
@@ -92,13 +100,14 @@ def served() -> Iterator[tuple[Any, Any, list[str]]]:
     assert outside == [], f"requests left the machine: {outside}"
 
 
-def _open(served: tuple[Any, Any, list[str]], width: int) -> tuple[Any, list[str]]:
+def _open(served: tuple[Any, Any, list[str]], width: int, query: str = "") -> tuple[Any, list[str]]:
+    """A page of the served app ``width`` px wide, opened on the app's URL with ``query`` (a link's choices)."""
     app, browser, outside = served
     page = browser.new_page(viewport={"width": width, "height": 900})
     errors: list[str] = []
     collect_errors(page, errors)
     keep_local(page, outside)
-    page.goto(app.url, wait_until="load", timeout=90_000)
+    page.goto(f"{app.url}?{query}" if query else app.url, wait_until="load", timeout=90_000)
     page.wait_for_function(
         _figures_ready(("plan-timeline", "plan-memory", BREAKDOWN_TITLE, "Placement")), timeout=90_000
     )
@@ -178,9 +187,20 @@ def _opening_plan() -> Any:
     return best.estimates[0].plan
 
 
+@functools.cache
+def _pinned_plan() -> Any:
+    """The plan ``APP_PIN`` makes of the app's defaults (the State's other plan fields as they open)."""
+    from workbench_widgets.app.state import WorkbenchState
+    from workbench_widgets.app.store import WorkbenchStore
+
+    store = WorkbenchStore(WorkbenchState())
+    store.load_plan(APP_PIN)
+    return store.plan()
+
+
 def _expected_peak_gib(**changes: Any) -> float:
-    """The largest per-rank memory total of the app's opening plan with ``changes``, priced by the core's
-    analytic backend directly."""
+    """The largest per-rank memory total of the pinned plan (``APP_PIN``) with ``changes``, priced by the
+    core's analytic backend directly."""
     from dataclasses import replace
 
     import polars as pl
@@ -190,14 +210,14 @@ def _expected_peak_gib(**changes: Any) -> float:
     from workbench.specs.estimate import MEMORY_COLUMNS
 
     model, cluster, workload = _inputs()
-    plan = replace(_opening_plan(), **changes)
+    plan = replace(_pinned_plan(), **changes)
     estimate = get_backend("analytic", framework=DEFAULT_FRAMEWORK).estimate(model, cluster, workload, plan)
     totals = estimate.memory.select(pl.sum_horizontal(*MEMORY_COLUMNS)).to_series().to_numpy()
     return float(totals.max()) / GIB
 
 
 def test_the_memory_axis_follows_the_data_in_the_browser(served: Any) -> None:
-    page, errors = _open(served, 1280)
+    page, errors = _open(served, 1280, APP_PIN_QUERY)
     capacity_gib = 80.0  # H100 SXM5 80 GB: 80 GiB of HBM (profiles/devices)
 
     def memory_title() -> str:
@@ -213,7 +233,7 @@ def test_the_memory_axis_follows_the_data_in_the_browser(served: Any) -> None:
         )
         page.wait_for_timeout(500)  # BokehJS updates its ranges on the next paint
 
-    assert _opening_plan().zero_stage > 0 and _opening_plan().micro_batch_size == 1, _opening_plan()
+    assert _pinned_plan().zero_stage > 0 and _pinned_plan().micro_batch_size == 1, _pinned_plan()
     try:
         for control, value, changes in (
             ("zero_stage", "0", {"zero_stage": 0}),  # unsharded optimizer states: every rank over 80 GiB

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 
 pytest.importorskip("panel")
@@ -10,8 +13,12 @@ from workbench_widgets.app import choices  # noqa: E402
 from workbench_widgets.app.state import UPLOADED, WorkbenchState  # noqa: E402
 from workbench_widgets.app.store import WorkbenchStore  # noqa: E402
 
+from tests.conftest import ROOT  # noqa: E402
 from workbench.specs import degrees  # noqa: E402
 from workbench.specs.plan import ParallelPlan  # noqa: E402
+
+TWO_LAYERS = ROOT / "profiles/measured/llama-3.1-8b-L2-H512-cpu-fp32/config.json"
+"""A small Llama config.json shipped with the repository (2 layers, width 512)."""
 
 
 @pytest.fixture
@@ -177,6 +184,47 @@ def test_interleaved_schedule_gets_two_virtual_stages(store: WorkbenchStore) -> 
     assert store.state.param.vpp.objects == list(range(1, 9))
     store.state.vpp = 3  # 24 stages: the remainder 8 layers go to the middle stages
     assert store.violations == [] and store.estimate is not None and store.estimate.plan.vpp == 3
+
+
+def test_interleaved_runs_as_1f1b_while_no_vpp_is_valid_and_comes_back() -> None:
+    """A model whose layers leave no vpp >= 2 moves the interleaved schedule to 1F1B (as Megatron-Core runs a
+    pipeline without virtual stages), says so, prices, and the chosen schedule returns with a model that
+    allows it. Defect of issue 51 item 3: the schedule was kept, the plan refused and no estimate shown."""
+    store = WorkbenchStore(WorkbenchState(framework="megatron-core-2024"))
+    store.load_plan(
+        {"tp": 8, "pp": 4, "vpp": 5, "cp": 1, "micro_batch_size": 1, "schedule": "interleaved-1f1b"}
+    )
+    assert store.estimate is not None and store.estimate.plan.vpp == 5
+    store.upload_config(json.loads(TWO_LAYERS.read_text()), source="config.json")
+    # 2 layers on 8 devices left by tp 8: pp in {1, 2}; pp 2 holds one layer per stage, so vpp is 1 only
+    s = store.state
+    assert (s.pp, s.vpp, s.schedule) == (2, 1, "1f1b")
+    assert store.violations == [] and store.estimate is not None and store.estimate.plan.schedule == "1f1b"
+    assert "schedule interleaved-1f1b -> 1f1b (no vpp >= 2 divides the 2 layers into pp 2 stages)" in (
+        store.adjusted
+    )
+    s.model_preset = "llama-3.1-70b"  # 80 layers: pp 4 vpp 5 valid again
+    assert (s.pp, s.vpp, s.schedule) == (4, 5, "interleaved-1f1b") and store.adjusted == ""
+    assert store.estimate is not None and store.estimate.plan.vpp == 5
+
+
+def test_interleaved_picks_a_vpp_it_runs_not_a_ties_1() -> None:
+    """With vpp options [1, 3] (a tie between 1 and 3 around the default 2), interleaved 1F1B gets 3."""
+    store = WorkbenchStore(WorkbenchState(framework="megatron-lm-2021"))
+    model, workload = store.model_spec(), store.workload()
+    current = {"tp": 8, "cp": 1, "ulysses": 1, "pp": 8, "vpp": 1, "micro_batch_size": 1, "ep": 1, "etp": 1}
+    thirty = dataclasses.replace(model, num_layers=48)  # 48 layers over pp 8: 6 per rank, vpp in {1, 2, 3, 6}
+    options, picks, schedule = degrees.plan_choices(thirty, 64, workload, current, "interleaved-1f1b")
+    assert options["vpp"] == [1, 2, 3, 6] and picks["vpp"] == 2 and schedule == "interleaved-1f1b"
+    odd = dataclasses.replace(model, num_layers=24)  # 24 layers over pp 8: 3 per rank, vpp in {1, 3}
+    options, picks, schedule = degrees.plan_choices(odd, 64, workload, current, "interleaved-1f1b")
+    assert options["vpp"] == [1, 3] and picks["vpp"] == 3 and schedule == "interleaved-1f1b"
+    single = dataclasses.replace(model, num_layers=8)  # one layer per rank: vpp 1 only -> 1F1B
+    options, picks, schedule = degrees.plan_choices(single, 64, workload, current, "interleaved-1f1b")
+    assert options["vpp"] == [1] and picks["vpp"] == 1 and schedule == "1f1b"
+    assert (
+        degrees.plan_choices(single, 64, workload, current, "zbv")[2] == "zbv"
+    )  # no twin: the rules refuse it
 
 
 def test_violations_go_to_their_record_control() -> None:

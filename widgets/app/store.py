@@ -126,6 +126,8 @@ class WorkbenchStore(param.Parameterized):
         self._wanted: dict[str, int] = {f: getattr(self.state, f) for f in DEGREE_FIELDS}
         """The degrees last chosen (by a control or a loaded plan), which normalising moves off only while
         they are invalid."""
+        self._wanted_schedule: str = self.state.schedule
+        """The schedule last chosen, likewise (an interleaved one runs as 1F1B while no vpp >= 2 is valid)."""
         self._fill_options()
         self._fill_cluster(self.state.cluster_preset)
         self._fill_model(self.state.model_preset)
@@ -273,6 +275,8 @@ class WorkbenchStore(param.Parameterized):
                 ]
                 raise ValueError(f"{field} must be a whole number >= 1, got {short(value)}")
             self._wanted[field] = value
+        if "schedule" in changed:
+            self._wanted_schedule = self.state.schedule
         if changed & PLAN_CHOICES and not self._loading:
             self._planned_for = None  # the user's own plan now: nothing to call stale
             self.why = ""
@@ -320,6 +324,7 @@ class WorkbenchStore(param.Parameterized):
         self._refusal = exc
         s, good = self.state, self._last_good
         self._wanted.update({f: good[f] for f in DEGREE_FIELDS if f in good})
+        self._wanted_schedule = good.get("schedule", self._wanted_schedule)
         self._busy = True
         try:
             for name, value in good.items():  # a half-done pass may have narrowed a selector's options
@@ -348,16 +353,31 @@ class WorkbenchStore(param.Parameterized):
         """
         s = self.state
         current = dict(self._wanted)  # the chosen values, back as soon as they are valid again
-        options, picks = plan_choices(
-            model, cluster.num_devices, workload, current, s.schedule, uneven_stages=self._uneven_stages()
+        options, picks, schedule = plan_choices(
+            model,
+            cluster.num_devices,
+            workload,
+            current,
+            self._wanted_schedule,
+            uneven_stages=self._uneven_stages(),
         )
         dp = data_parallel_degree(cluster.num_devices, tp=picks["tp"], pp=picks["pp"], cp=picks["cp"])
         with self.batch():
             self._set_options(options, widen=True)  # the old and the new values are both valid here...
             with param.edit_constant(s):
-                s.param.update(dp=dp, sequence_parallel=s.sequence_parallel and picks["tp"] > 1, **picks)
+                s.param.update(
+                    dp=dp,
+                    schedule=schedule,
+                    sequence_parallel=s.sequence_parallel and picks["tp"] > 1,
+                    **picks,
+                )
             self._set_options(options, widen=False)  # ...then only the new ones, which the values are in
         moved = [f"{f} {self._wanted[f]} -> {picks[f]}" for f in DEGREE_FIELDS if picks[f] != self._wanted[f]]
+        if schedule != self._wanted_schedule:
+            moved.append(
+                f"schedule {self._wanted_schedule} -> {schedule} (no vpp >= 2 divides the {model.num_layers} "
+                f"layers into pp {picks['pp']} stages)"
+            )
         self.adjusted = (
             f"Not valid on {cluster.num_devices:,} device(s) with this model and batch: {', '.join(moved)}. "
             "Your values come back when they are valid again."
@@ -478,6 +498,7 @@ class WorkbenchStore(param.Parameterized):
             if field in update and update[field] not in s.param[field].objects:
                 s.param[field].objects = [*s.param[field].objects, update[field]]
         self._wanted.update({f: update[f] for f in DEGREE_FIELDS if f in update})
+        self._wanted_schedule = update.get("schedule", self._wanted_schedule)
         s.param.update(**update)
 
     def load_best_plan(self) -> ParallelPlan | None:

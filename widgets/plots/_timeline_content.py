@@ -207,7 +207,7 @@ def timeline_content(
     if aggregated:
         bins = num_bins or max(50, (width - 120) // 2)
         data, ops = _runs_data(timeline, lanes, span, bins)
-        title += " · aggregated to ~2 px bins (zoom the ranged view for single blocks)"
+        title += ", aggregated to ~2 px bins (zoom the ranged view for single blocks)"
         label_data = None
         has_blended = bool(np.any((data["busy"] < 1.0) | (data["blocks"] > 1)))
     else:
@@ -253,8 +253,7 @@ def _title(
         parts.append(f"bubble {bubble * 100:.1f} %")
     if window_s is not None:
         parts.append(f"window {window_s[0] * MS_PER_S:.2f}-{window_s[1] * MS_PER_S:.2f} ms")
-    parts.append(f"{timeline.height:,} blocks")
-    return " · ".join(parts)
+    return " · ".join(parts) + f"\n{timeline.height:,} blocks"  # what is drawn: on its own line, always
 
 
 def _half_heights(lanes: Lanes, lane: np.ndarray) -> np.ndarray:

@@ -129,12 +129,15 @@ def plan_choices(
     schedule: str,
     *,
     uneven_stages: bool = False,
-) -> tuple[dict[str, list[int]], dict[str, int]]:
-    """Valid options of every degree and the value each moves to (the current one if still valid, else the
-    nearest), in dependency order tp -> cp -> ulysses, pp -> vpp, micro-batch, ep -> etp; dp is what remains
-    (``data_parallel_degree``). ``current``: the chosen value of each of those degrees; ``schedule``: the chosen
-    schedule's name (its required or default vpp applies when pp > 1). ``uneven_stages``: the chosen stack runs
-    stages of different layer counts. Raises ValueError for an unknown schedule name when pp > 1."""
+) -> tuple[dict[str, list[int]], dict[str, int], str]:
+    """Valid options of every degree, the value each moves to (the current one if still valid, else the
+    nearest), in dependency order tp -> cp -> ulysses, pp -> vpp, micro-batch, ep -> etp (dp is what remains,
+    ``data_parallel_degree``), and the schedule that runs them. ``current``: the chosen value of each of those
+    degrees; ``schedule``: the chosen schedule's name (its required or default vpp applies when pp > 1); it
+    moves to its ``ScheduleTraits.without_vpp`` (interleaved 1F1B -> 1F1B) when no vpp >= its ``min_vpp``
+    divides the layers into pp * vpp stages, and is kept otherwise (a plan it cannot run is then refused by
+    the rules, naming it). ``uneven_stages``: the chosen stack runs stages of different layer counts.
+    Raises ValueError for an unknown schedule name when pp > 1."""
     options: dict[str, list[int]] = {}
     picks: dict[str, int] = {}
 
@@ -149,12 +152,18 @@ def plan_choices(
     pp = pick("pp", pp_choices(ctx, n // (tp * cp)) if n % (tp * cp) == 0 else [1])
     dp = data_parallel_degree(n, tp=tp, pp=pp, cp=cp)
     traits = schedule_traits(schedule) if pp > 1 else None  # the schedule is ignored without a pipeline
-    fixed_vpp = traits.required_vpp if traits is not None else None
     vpp_options = vpp_choices(ctx, pp)
+    if traits is not None and traits.without_vpp is not None and max(vpp_options) < traits.min_vpp:
+        schedule = traits.without_vpp
+        traits = schedule_traits(schedule)
+    fixed_vpp = traits.required_vpp if traits is not None else None
     if traits is not None and fixed_vpp is None and current["vpp"] < traits.default_vpp:  # interleaved: >= 2
         current = {**current, "vpp": traits.default_vpp}
     pick("vpp", [fixed_vpp] if fixed_vpp in vpp_options else vpp_options)
+    runnable = [v for v in vpp_options if traits is not None and fixed_vpp is None and v >= traits.min_vpp]
+    if runnable and picks["vpp"] not in runnable:  # interleaved: the nearest vpp it runs, not a tie's 1
+        picks["vpp"] = nearest(current["vpp"], runnable)
     pick("micro_batch_size", micro_batch_choices(ctx, dp))
     ep = pick("ep", ep_choices(ctx, dp, cp, tp))
     pick("etp", etp_choices(ctx, dp, cp, tp, ep))
-    return options, picks
+    return options, picks, schedule

@@ -57,6 +57,11 @@ class ScheduleTraits:
     microbatches_in_rounds: bool = False
     """Micro-batch rule with vpp >= 2: m divisible by the number of rounds max(1, m // pp) (torch's
     relaxation of Megatron's m % pp == 0 for interleaved schedules)."""
+    without_vpp: str | None = None
+    """The schedule that runs the pipeline when no vpp >= ``min_vpp`` divides the layers into pp * vpp stages
+    (interleaved 1F1B: ``"1f1b"``, as Megatron-Core picks the non-interleaved 1F1B when no virtual pipeline
+    size is set, ``megatron/core/pipeline_parallel/schedules.py`` ``get_forward_backward_func``); None: the
+    plan is refused by the vpp rule instead."""
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.strip().lower():
@@ -81,6 +86,11 @@ class ScheduleTraits:
             )
         if self.min_microbatches_per_rank < 0:
             raise ValueError(f"ScheduleTraits {self.name!r}: min_microbatches_per_rank must be >= 0")
+        if self.without_vpp is not None and (self.required_vpp is not None or self.min_vpp < 2):
+            raise ValueError(
+                f"ScheduleTraits {self.name!r}: without_vpp applies to schedules that need vpp >= 2 "
+                "(required_vpp None, min_vpp >= 2)"
+            )
 
 
 LOOPING, V = Placement.LOOPING, Placement.V
@@ -97,6 +107,7 @@ SCHEDULE_TRAITS: tuple[ScheduleTraits, ...] = (
         default_vpp=2,
         min_vpp=2,
         microbatches_in_rounds=True,
+        without_vpp="1f1b",
     ),
     ScheduleTraits(name="looped-bfs", placement=LOOPING, required_vpp=None, default_vpp=1),
     ScheduleTraits(
@@ -123,8 +134,17 @@ SCHEDULE_TRAITS: tuple[ScheduleTraits, ...] = (
 
 
 def index_traits(traits: Iterable[ScheduleTraits]) -> Mapping[str, ScheduleTraits]:
-    """Read-only name -> record, in the given order. Raises ValueError on a duplicate name."""
-    return unique_index(traits, lambda t: t.name, "schedule {} is registered twice")
+    """Read-only name -> record, in the given order. Raises ValueError on a duplicate name, or on a
+    ``without_vpp`` that names no schedule of one stage per rank (``required_vpp`` 1) among them."""
+    index = unique_index(traits, lambda t: t.name, "schedule {} is registered twice")
+    for t in index.values():
+        fallback = index.get(t.without_vpp) if t.without_vpp is not None else None
+        if t.without_vpp is not None and (fallback is None or fallback.required_vpp != 1):
+            raise ValueError(
+                f"ScheduleTraits {t.name!r}: without_vpp={t.without_vpp!r} must name a registered schedule "
+                "with required_vpp=1"
+            )
+    return index
 
 
 TRAITS: Mapping[str, ScheduleTraits] = index_traits(SCHEDULE_TRAITS)
