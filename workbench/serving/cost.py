@@ -16,7 +16,9 @@ host work of its requests (``host_per_request_s``; added per pipeline stage wher
 V0 prefills) takes at least its kernel count times ``eager_kernel_s``, the CPU's launch time.
 
 Layout (``shared/validation/README.md``): the engine has ``attention_dp`` attention ranks of ``tp`` devices and
-``pp`` stages. Attention-DP ranks are assumed to carry equal shares of the batch (tokens and KV). MoE experts
+``pp`` stages. Attention-DP ranks are assumed to carry equal shares of the batch (tokens and KV), except where
+each rank schedules its own requests (``EngineProfile.dp_rank_batches``, an MoE model): a prompt's chunk then runs
+on one rank and the lockstep ranks wait for the one holding the most prefill tokens (``heaviest_rank_chunks``). MoE experts
 are spread over all ``tp * attention_dp`` devices of a stage (``ep`` groups of ``tp*attention_dp/ep``).
 Pipeline: one iteration's batch passes the stages in turn, so its latency is the sum of the stage times (= the
 per-layer costs summed over all layers) plus ``pp - 1`` activation hand-offs (``p2p_s``); engines keep up to
@@ -101,6 +103,41 @@ MAX_TABLE_TOKENS = 2**16
 whole long prompt without chunking, is priced directly, about a millisecond each)."""
 
 
+def heaviest_rank_chunks(
+    new_tokens: np.ndarray, context_tokens: np.ndarray, ranks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The prefill chunks of the data-parallel rank that holds the most prefill tokens, each repeated ``ranks``
+    times: ``(new_tokens, context_tokens)`` of that batch, 1-D int arrays.
+
+    Each chunk belongs to one request, and a request to one rank. The chunks are laid on the ranks largest first,
+    each on the rank holding the fewest tokens so far (ties to the lowest rank; the greedy longest-processing-time
+    rule, which stands in for the front end's least-loaded assignment of requests), so a single chunk lands on one
+    rank while the others carry none. Pricing the heaviest rank's chunks on every rank prices an iteration whose
+    ranks run in lockstep, each padded to the largest rank's tokens (vLLM V1 ``coordinate_batch_across_dp``):
+    ``[300, 200, 100]`` on two ranks -> rank 0 holds 300, rank 1 holds 300 (200 + 100); rank 0 is the first of the
+    heaviest -> ``([300, 300], ...)``. ``ranks`` = 1 returns the chunks unchanged. Raises ValueError when the
+    arrays differ in length or ``ranks`` < 1."""
+    new = np.asarray(new_tokens).ravel()
+    ctx = np.asarray(context_tokens).ravel()
+    if new.size != ctx.size:
+        raise ValueError(
+            f"heaviest_rank_chunks: new_tokens ({new.size}) and context_tokens ({ctx.size}) must have one entry "
+            "per chunk each"
+        )
+    if not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"heaviest_rank_chunks: ranks must be an integer >= 1, got {ranks!r}")
+    if ranks == 1 or new.size == 0:
+        return new, ctx
+    loads = [0] * ranks
+    held: list[list[int]] = [[] for _ in range(ranks)]
+    for j in np.argsort(-new, kind="stable").tolist():
+        k = loads.index(min(loads))
+        loads[k] += int(new[j])
+        held[k].append(j)
+    mine = sorted(held[loads.index(max(loads))])
+    return np.tile(new[mine], ranks), np.tile(ctx[mine], ranks)
+
+
 @runtime_checkable
 class IterationCost(Protocol):
     """What the request simulator needs from a cost model of one serving engine (one role).
@@ -163,6 +200,7 @@ class ReplicaCost:
         "_attention", "_cal", "_capacity", "_cluster", "_draft", "_eager_floor_s", "_engine", "_graph_sizes",
         "_layers", "_layer_groups", "_logits_table", "_prefill_table", "_verify",
         "_host_per_request_s", "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
+        "_dp_ranks",
     )  # fmt: skip
 
     def __init__(
@@ -189,6 +227,9 @@ class ReplicaCost:
         rp = self._role_plan = plan.role_plan(role)
         self._check_layout(rp)
         self._engine = engine
+        # attention-DP ranks that schedule their own requests and run in lockstep (1: the batch is split evenly)
+        lockstep = engine.dp_rank_batches and model.is_moe
+        self._dp_ranks = rp.attention_dp if lockstep else 1
         overhead = self._engine.step_overhead_s if step_overhead_s is None else step_overhead_s
         self._step_overhead_s = float(overhead)
         self._host_per_request_s = self._engine.host_per_request_s if step_overhead_s is None else 0.0
@@ -328,6 +369,15 @@ class ReplicaCost:
         return self._step_overhead_s if self._engine.async_output else 0.0
 
     @property
+    def max_chunk_tokens(self) -> int:
+        """Most new tokens one request's prefill chunk may take in an iteration: the plan's
+        ``max_num_batched_tokens``, or, where each attention-DP rank schedules its own requests
+        (``EngineProfile.dp_rank_batches`` on an MoE model), one rank's budget, ``max_num_batched_tokens`` /
+        ``attention_dp`` (at least 1)."""
+        rp = self._role_plan
+        return max(1, rp.max_num_batched_tokens // self._dp_ranks)
+
+    @property
     def engine(self) -> EngineProfile:
         """The serving engine profile the iterations are priced with (its KV admission and chunking rules are
         the simulator's to apply)."""
@@ -369,6 +419,7 @@ class ReplicaCost:
         ctx = np.asarray(prefill_context_tokens).ravel()
         dec = np.asarray(decode_context_tokens).ravel()
         n_pre, n_dec = new.size, dec.size
+        requests = n_pre + n_dec  # before CUDA-graph padding: the host loops over real requests only
         if n_pre != ctx.size:
             raise ValueError(
                 f"iteration_s: prefill_new_tokens ({n_pre}) and prefill_context_tokens ({ctx.size}) must have "
@@ -379,7 +430,11 @@ class ReplicaCost:
                 "iteration_s: new tokens and decode contexts must be >= 1, prefill contexts >= 0"
             )
         cached = float(dec.sum()) if n_dec else 0.0
-        requests = n_pre + n_dec  # before CUDA-graph padding: the host loops over real requests only
+        if (
+            n_pre and self._dp_ranks > 1
+        ):  # every lockstep rank as long as the one with the most prefill tokens
+            new, ctx = heaviest_rank_chunks(new, ctx, self._dp_ranks)
+            n_pre = new.size
         if n_dec and not n_pre and self._graph_sizes:
             # a padded CUDA graph per attention rank: dummy sequences with a one-token cache fill its batch
             ranks = self._role_plan.attention_dp
@@ -453,7 +508,7 @@ class ReplicaCost:
             raise ValueError(f"prefill_s: input_tokens must be >= 1, got {input_tokens!r}")
         rp = self._role_plan
         chunked = rp.chunked_prefill if self._engine.chunked_prefill is None else self._engine.chunked_prefill
-        chunk = rp.max_num_batched_tokens if chunked else input_tokens
+        chunk = self.max_chunk_tokens if chunked else input_tokens
         total, done = 0.0, 0
         while done < input_tokens:
             n = min(chunk, input_tokens - done)

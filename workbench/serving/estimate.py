@@ -155,6 +155,7 @@ def _aggregated(
         pipeline_depth=cost.pipeline_depth(
             min(plan.max_num_seqs, plan.max_num_batched_tokens), round(mean_tokens)
         ),
+        max_chunk_tokens=min(cost.max_chunk_tokens, max(plan.max_num_batched_tokens, plan.max_num_seqs)),
         **_batching(plan, workload),
     )
     per_token = {"both": cost.kv_bytes_per_token_per_device()}
@@ -190,6 +191,7 @@ def _disaggregated(
         chunked_prefill=decode.engine.chunked_prefill,
         kv_admission=decode.engine.kv_admission,
         emit_delay_s=decode.emit_delay_s,
+        max_chunk_tokens=min(prefill.max_chunk_tokens, max(plan.max_num_batched_tokens, plan.max_num_seqs)),
         **_batching(plan, workload),
     )
     mean_prompt = max(1, round(float(requests.input_tokens.mean())))

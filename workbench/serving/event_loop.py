@@ -37,6 +37,7 @@ class EventLoop:
         max_run_iterations: int,
         kv_admission: str,
         prefix_hit_rate: float = 0.0,
+        max_chunk_tokens: int | None = None,
     ) -> None:
         n = len(requests)
         self.req = requests
@@ -46,6 +47,7 @@ class EventLoop:
         self.engines, self.pools = engines, pools
         self.single = (len(pools[0]) == 1, len(pools[1]) == 1)
         self.chunked, self.max_seqs, self.max_tokens = chunked, max_num_seqs, max_num_batched_tokens
+        self.max_chunk = max_num_batched_tokens if max_chunk_tokens is None else max_chunk_tokens
         self.prefill_first = prefill_first
         self.reserve_full = kv_admission == "full"
         self.full_tokens = requests.input_tokens + requests.output_tokens - 1  # KV of a request's last decode
@@ -280,7 +282,7 @@ class EventLoop:
         if eng.prefilling:  # partial prefills first (chunked prefill only)
             budget = self.max_tokens - eng.n
             for entry in eng.prefilling:
-                entry[4] = chunk = min(entry[1] - entry[2], budget)
+                entry[4] = chunk = min(entry[1] - entry[2], budget, self.max_chunk)
                 if chunk:
                     budget -= chunk
                     new_tokens.append(chunk)
@@ -401,7 +403,7 @@ class EventLoop:
                     self.hit is not None and not self.generated[i]
                 ):  # a first prefill: the cached prefix is reused
                     hit = self.hit[i]
-                chunk = min(c - hit, budget) if self.chunked else c - hit
+                chunk = min(c - hit, budget, self.max_chunk) if self.chunked else c - hit
                 if chunk > budget and (new_tokens or ids or (with_decodes and eng.n)):
                     break
             if need > free:

@@ -87,6 +87,7 @@ def simulate(
     emit_delay_s: float = 0.0,
     pipeline_depth: int = 1,
     prefix_hit_rate: float = 0.0,
+    max_chunk_tokens: int | None = None,
 ) -> RequestSimResult:
     """Simulate serving ``requests`` on ``replicas`` engines priced by ``cost`` (module docstring for the rules).
 
@@ -108,7 +109,10 @@ def simulate(
     of each prompt found in the prefix cache, in [0, 1) (vLLM automatic prefix caching, SGLang RadixAttention):
     a request's first prefill starts on top of floor(rate x prompt / block) whole blocks (at least one prompt
     token is computed), whose KV it holds from admission like the rest of its prompt (cached blocks no running
-    request holds are evictable, so they take no capacity).
+    request holds are evictable, so they take no capacity). max_chunk_tokens: most new tokens of one request's
+    prefill chunk per iteration under chunked prefill, 1..max_num_batched_tokens (None: max_num_batched_tokens);
+    an engine whose attention-DP ranks schedule their own requests caps a chunk at one rank's budget
+    (``ReplicaCost.max_chunk_tokens``).
 
     Returns a :class:`RequestSimResult` (per-request and per-iteration tables, latency percentiles, throughputs).
     Raises ValueError for an unknown policy, router or KV admission, counts out of range, a prompt longer than
@@ -131,6 +135,9 @@ def simulate(
         emit_delay_s=emit_delay_s,
         prefix_hit_rate=prefix_hit_rate,
     )
+    if max_chunk_tokens is not None:
+        check_count("simulate", "max_chunk_tokens", max_chunk_tokens, maximum=max_num_batched_tokens,
+                    limit="max_num_batched_tokens")  # fmt: skip
     engines, pools = _engines(requests, cost, replicas, pipeline_depth, disaggregation)
     sim = EventLoop(
         requests,
@@ -144,6 +151,7 @@ def simulate(
         max_run_iterations=max_run_iterations,
         kv_admission=kv_admission,
         prefix_hit_rate=hit_rate,
+        max_chunk_tokens=max_chunk_tokens,
     )
     sim.run()
     return sim.result(delay)

@@ -118,6 +118,15 @@ class EngineProfile:
     ``_dummy_sampler_run`` with top-k and top-p set; ``workbench.serving.memory.activation_peak_bytes``). 0: the
     engine profiles no sampler run, and the peak is the forward's plus fp32 logits. 0..256."""
 
+    dp_rank_batches: bool = False
+    """Each attention-data-parallel rank is an engine of its own: the front end assigns a request to one rank,
+    whose scheduler runs its prefill chunks within the rank's own token budget (``max_num_batched_tokens`` /
+    ``attention_dp``), and on an MoE model the ranks run every forward in lockstep, synchronised by the expert
+    layers' collectives, each padded to the largest rank's token count (vLLM V1: one ``DPEngineCoreProc`` per rank,
+    ``docs/serving/data_parallel_deployment.md``; ``vllm/v1/worker/dp_utils.py`` ``coordinate_batch_across_dp``).
+    An iteration holding prefill chunks then lasts as long as the rank holding the most prefill tokens
+    (``workbench.serving.cost.heaviest_rank_chunks``); False: the ranks split every iteration's tokens evenly."""
+
     kv_transfer_layerwise: bool = False
     """A disaggregated prefill engine sends each layer's KV as soon as that layer is computed, overlapping the
     transfer with the rest of the prefill (Splitwise, Patel et al. ISCA 2024, section 4.3; vLLM-Ascend's
@@ -135,7 +144,7 @@ class EngineProfile:
             check_real(where, name, getattr(self, name), minimum=0.0, min_open=False, maximum=MAX_HOST_S,
                        unit="s")  # fmt: skip
         for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention",
-                     "kv_transfer_layerwise", "pp_host_serial"):  # fmt: skip
+                     "kv_transfer_layerwise", "pp_host_serial", "dp_rank_batches"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{where}: {name} must be true or false, got {shown(getattr(self, name))}")
         if self.chunked_prefill is not None and not isinstance(self.chunked_prefill, bool):
