@@ -1,5 +1,5 @@
-"""Attention-DP ranks that schedule their own requests (``EngineProfile.dp_rank_batches``, vLLM V1's one engine
-core per data-parallel rank): a prompt's chunks stay on its rank, within that rank's token budget, and on an MoE
+"""Attention-DP ranks that schedule their own requests (``EngineProfile.dp_rank_batches``: vLLM V1's one engine
+core per data-parallel rank, SGLang's scheduler per DP-attention rank): a prompt's chunks stay on its rank, within that rank's token budget, and on an MoE
 model the ranks run each forward in lockstep, padded to the rank with the most tokens. Checked against the same
 plan priced with the batch split evenly, given the heaviest rank's chunks on every rank (the padding), and the
 chunk cap against the ceiling division of a prompt by one rank's budget."""
@@ -56,11 +56,11 @@ def test_heaviest_rank_by_hand() -> None:
         heaviest_rank_chunks(np.array([1]), np.array([0]), 0)
 
 
-def test_vllm_v1_profiles_schedule_per_rank_and_others_do_not() -> None:
-    for name in ("vllm-v1-async", "vllm-v1"):
+def test_vllm_v1_and_sglang_profiles_schedule_per_rank_and_others_do_not() -> None:
+    for name in ("vllm-v1-async", "vllm-v1", "sglang"):
         engine = load_engine(name)
         assert engine.dp_rank_batches and "dp_rank_batches" in engine.sources
-    for name in ("vllm-v0", "sglang", "trtllm", "generic"):
+    for name in ("vllm-v0", "trtllm", "generic"):
         assert not load_engine(name).dp_rank_batches
 
 
