@@ -19,6 +19,7 @@ from workbench.cost.holdings import Holdings
 from workbench.cost.layer import ACT_BYTES
 from workbench.cost.memory import (
     RECOMPUTE_CODES,
+    cp_ring_backward_bytes,
     layer_activation_bytes,
     logits_bytes,
     recompute_working_bytes,
@@ -107,6 +108,10 @@ class ActivationSizes(NamedTuple):
     """The offloaded layers still being copied out while a rank's last layer runs forward when only some layers
     are offloaded (``OFFLOAD_IN_FLIGHT_LAYERS`` layers' activations); freed before the loss, so on the rank that
     holds the LM head it counts only where it exceeds the logits (``rank_memory.static_memory``); else 0."""
+    cp_ring_work: Array = 0.0
+    """The ring attention's working set during one attention layer's backward pass when cp > 1 under torch's
+    experimental context parallel (``FrameworkProfile.cp_rotate_method``, ``memory.cp_ring_backward_bytes``);
+    alive beside the recompute working set, never with the logits (freed after the LM head's backward); else 0."""
 
 
 def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
@@ -159,6 +164,14 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
             loss_chunks=cols.get("loss_chunks", 1),
         ),
         freed_at_input_grad_frac=freed_frac,
+        cp_ring_work=cp_ring_backward_bytes(
+            model,
+            tokens=tok,
+            cp=cols["cp"],
+            tp=tp,
+            rotate_method=ctx.cal.framework.cp_rotate_method,
+            repeats_kv=ctx.cal.framework.attention_repeats_kv,
+        ),
         **_pipeline_runtime_sizes(ctx, cols, tok),
     )
 

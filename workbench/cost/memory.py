@@ -288,3 +288,61 @@ def logits_bytes(
     their fp32 upcast and its fp32 gradient). With ``loss_chunks`` > 1 (fused linear cross-entropy,
     ``workbench.cost.flops.head_ops``) only one chunk's are alive at a time."""
     return tokens / loss_chunks * model.vocab_size / tp * bytes_per_logit
+
+
+def cp_ring_backward_bytes(
+    model: ModelSpec,
+    *,
+    tokens: Array,
+    cp: Array,
+    tp: Array,
+    rotate_method: str,
+    repeats_kv: bool = False,
+) -> Array:
+    """Peak working set of one attention layer's backward pass under torch's experimental context parallel
+    (``FrameworkProfile.cp_rotate_method``), bytes per device, beyond what the same SDPA backward holds without
+    cp (its dQ, dK, dV outputs): 0 where cp = 1 or ``rotate_method`` is ``""``.
+
+    Source: ``_templated_ring_attention_backward`` (torch/distributed/tensor/experimental/_attention.py, torch
+    @1963fc8 of 2024-12-23, the torch of torchtitan's 2024-12 benchmarks; the same code in torch 2.13's
+    ``_context_parallel/_attention.py``). It runs inside DTensor's dispatch of the SDPA backward op, below
+    autograd, so what the layer saves for its backward is unchanged (local q, k, v, output, log-sum-exp); the
+    working set is its own buffers. With ``y`` = query values and ``x`` = key+value values of the local tokens
+    (``tokens`` x the widths per tp rank), the peak over the ring's steps and ranks is the larger of
+
+    - a step i >= 1 on a rank that adds dK/dV into part of the block (``i <= rank``): the fp32 dQ accumulator
+      (``torch.zeros_like(query, dtype=float32)``, 4y), four fp32 dK/dV blocks (16x: the block received from the
+      previous rank, which the all-to-all rotater still holds; the ``_partial_update`` copies; the concatenation
+      sent on; the receive buffer of the next), the 16-bit keys and values (``allgather``: the gathered
+      sequence, ``2 cp x``, and the concatenation ``next_kv``, 2x; ``alltoall``: the received block and
+      ``next_kv``, plus the next receive buffer when the step is not the last: 4x or 6x), less the half of dK/dV
+      that step's kernel skips (-x);
+    - with ``allgather``, step 1's ``next_kv`` concatenation: the gathered sequence, the step-0 contiguous copies
+      of the keys and values (``key = key.contiguous()`` on the transposed views the model hands SDPA), the
+      step-0 and step-1 concatenations when step 1 is not the last (``2 cp x + 2x + 2x [+ 2x]``), three fp32
+      dK/dV blocks (the step-0 zero accumulators, the concatenation sent, its receive buffer: 12x) and 4y.
+
+    That is ``allgather``: ``(2 cp + 17 + [cp >= 3]) x + 4 y``; ``alltoall``: ``(19 + 2 [cp >= 3]) x + 4 y``, as
+    tests/test_cp_ring_memory.py measures on torch's own function (its live tensors on 2 and 4 gloo ranks, each
+    collective's input held until its output is waited on, as ProcessGroupNCCL stashes it).
+    ``repeats_kv`` (``FrameworkProfile.attention_repeats_kv``): the keys and values reach the kernel repeated to
+    the query heads (torchtitan @9dec370 ``repeat_kv``), ``x = t (a / tp)(d_qk + d_v)`` (so too under MLA,
+    whose keys and values have a heads); else ``t max(1, kv / tp)(d_qk + d_v)``. The forward's ring (the
+    gathered keys and values, the fp32 merge of the partial outputs in ``_SDPAMerger``) holds less and is freed
+    before the layer's backward starts. Shapes: numpy arrays or scalars, broadcast."""
+    cp = np.asarray(cp)
+    if rotate_method not in ("", "allgather", "alltoall"):
+        raise ValueError(
+            f"cp_ring_backward_bytes: rotate_method must be '', 'allgather' or 'alltoall'; got {rotate_method!r}"
+        )
+    if not rotate_method:
+        return np.zeros_like(cp * tokens, dtype=float)
+    a, dqk, dv = model.num_attention_heads, model.qk_head_dim, model.value_head_dim
+    tp = np.asarray(tp)
+    full_heads = repeats_kv or model.attention is AttentionKind.MLA
+    kv_local = a / tp if full_heads else np.maximum(model.num_key_value_heads / tp, 1)
+    y = tokens * a / tp * dqk
+    x = tokens * kv_local * (dqk + dv)
+    later = cp >= 3  # step 1 is not the last step
+    per_x = 2 * cp + 17 + later if rotate_method == "allgather" else 19 + 2 * later
+    return np.where(cp > 1, per_x * x + 4.0 * y, 0.0)

@@ -69,7 +69,9 @@ def static_memory(
     the two gathered layers under ZeRO-3) and ``activation_extra_bytes`` (the recompute working set, plus the
     logits on the rank that holds the LM head or, where more, the offloaded layers still being copied out at the
     end of the forward pass, ``ActivationSizes.offload_in_flight``: freed before the loss, never alive with the
-    logits; plus the pipeline runtime's buffers, ``activations.pipeline_buffer_bytes``). ``sizes``: ``activation_sizes(ctx, cols)`` and ``shared``:
+    logits, or where more again the ring attention's backward working set under context parallelism,
+    ``ActivationSizes.cp_ring_work``, on a rank with attention layers: it comes after the LM head's backward has
+    freed the logits; plus the pipeline runtime's buffers, ``activations.pipeline_buffer_bytes``). ``sizes``: ``activation_sizes(ctx, cols)`` and ``shared``:
     ``static_shared(ctx, cols)`` when the caller has them already (neither depends on the rank)."""
     dense, expert = params_held(ctx, cols, held)
     shared = static_shared(ctx, cols) if shared is None else shared
@@ -90,7 +92,10 @@ def static_memory(
         **{k: a + b for k, a, b in zip(STATE_COLUMNS, d, e, strict=True)},
         "buffers_bytes": buffers + 0.0 * dense,
         "activation_extra_bytes": sizes.recompute_work
-        + np.maximum((held["head"] + held["mtp"]) * sizes.logits, sizes.offload_in_flight)
+        + np.maximum(
+            np.maximum((held["head"] + held["mtp"]) * sizes.logits, sizes.offload_in_flight),
+            np.where(np.asarray(held["dense"]) + np.asarray(held["moe"]) > 0, sizes.cp_ring_work, 0.0),
+        )
         + pipeline_buffer_bytes(sizes, held, cols)
         + 0.0 * dense,
     }

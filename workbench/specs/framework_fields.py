@@ -11,6 +11,7 @@ from typing import Any
 from workbench.specs.axes import PROFILE_AXES
 from workbench.specs.framework_values import (
     CP_KINDS,
+    CP_ROTATE_METHODS,
     CUDA_GRAPH_SCOPES,
     DEFAULT_MICROBATCHES,
     DEVICE_RECIPE_FIELDS,
@@ -113,6 +114,15 @@ class FrameworkFields:
     cp_attention_kernels: tuple[str, ...] | None = None
     """The families the stack's ring attention can call when cp > 1, in preference order; None: the same as
     ``attention_kernels`` (a ring implementation that wraps only some fused kernels falls back to those)."""
+    cp_rotate_method: str = ""
+    """How the stack's ring attention passes key/value blocks when cp > 1 (``CP_ROTATE_METHODS``):
+    ``allgather`` or ``alltoall`` for torch's experimental context parallel, whose backward pass holds a working
+    set beside the layer's saved activations (``workbench.cost.memory.cp_ring_backward_bytes``); ``""``: none
+    priced."""
+    attention_repeats_kv: bool = False
+    """Grouped-query attention hands the attention kernel keys and values repeated to the query heads (torchtitan
+    @9dec370 ``repeat_kv`` before ``F.scaled_dot_product_attention``): the ring attention's key/value buffers
+    are as wide as the queries."""
     fused_elementwise: bool = True
     """Bias, activation, dropout and residual adds run fused (Transformer Engine, torch.compile, Apex fused
     kernels); False: eager PyTorch, one HBM round trip per element-wise op."""
@@ -363,6 +373,11 @@ class FrameworkFields:
             raise ValueError(
                 f"{where}: cp_kinds must be among {', '.join(CP_KINDS)}, got {shown(self.cp_kinds)}"
             )
+        if self.cp_rotate_method not in CP_ROTATE_METHODS:
+            raise ValueError(
+                f"{where}: cp_rotate_method must be one of {', '.join(map(repr, CP_ROTATE_METHODS))}, "
+                f"got {shown(self.cp_rotate_method)}"
+            )
         if self.default_microbatches not in DEFAULT_MICROBATCHES:
             raise ValueError(
                 f"{where}: default_microbatches must be one of {', '.join(DEFAULT_MICROBATCHES)}, "
@@ -491,6 +506,7 @@ class FrameworkFields:
             "memory_report",
             "moe_dispatcher",
             "fp8_recipe",
+            "cp_rotate_method",
         )
         for name in (*strings, "default_microbatches"):
             if not isinstance(getattr(self, name), str):

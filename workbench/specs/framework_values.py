@@ -14,6 +14,14 @@ CP_KINDS = ("ring", "ulysses", "usp")
 ``cp_comm_type="p2p"``), DeepSpeed-Ulysses' all-to-all of heads (Jacobs et al. 2023, arXiv:2309.14509; TE
 ``"a2a"``) and the hybrid USP (Fang & Zhao 2024, arXiv:2405.07719; TE ``"a2a+p2p"``)."""
 
+CP_ROTATE_METHODS = ("", "allgather", "alltoall")
+"""Values of ``FrameworkProfile.cp_rotate_method``: how torch's experimental ring attention
+(``torch.distributed.tensor.experimental.context_parallel``, ``_templated_ring_attention`` and its backward) passes
+the key/value blocks, torchtitan's ``experimental.context_parallel_rotate_method`` (``set_rotate_method``):
+``allgather`` gathers the whole sequence's keys and values once per attention call, ``alltoall`` passes one
+block per step to the next rank; ``""``: the stack's ring keeps no working set the model prices
+(``workbench.cost.memory.cp_ring_backward_bytes``)."""
+
 DEFAULT_MICROBATCHES = ("mbs1", "stages", "pp")
 """Values of ``FrameworkProfile.default_microbatches``."""
 
@@ -146,6 +154,7 @@ FLAG_FIELDS = (
     "pipeline_keeps_outputs",
     "tp_comm_overlap",
     "cp_comm_overlap",
+    "attention_repeats_kv",
     "ep_comm_overlap",
     "overlap_grad_reduce",
     "grad_reduce_overlaps_pipeline",
