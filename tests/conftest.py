@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +80,49 @@ def keep_local(target: Any, outside: list[str], *, files: bool = False) -> None:
             r.abort()
 
     target.route("**/*", route)
+
+
+_GLOO_MAIN = r"""
+
+def _rank(rank, world, port, out):
+    import os
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    report = run(rank, world)
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    world, out = int(sys.argv[-2]), sys.argv[-1]
+    mp.spawn(_rank, args=(world, port, out), nprocs=world, join=True)
+    print(json.dumps([json.load(open(f"{out}.{r}")) for r in range(world)]))
+"""
+
+
+def run_gloo_ranks(body: str, world: int, args: list[Any], tmp_path: Path, timeout_s: int = 240) -> list[Any]:
+    """Run ``body`` (a script that imports json, sys and torch, reads ``sys.argv[1:1 + len(args)]`` and defines
+    ``run(rank, world) -> dict``) on ``world`` gloo ranks of a process group on 127.0.0.1, each rank one
+    process started by ``torch.multiprocessing.spawn`` (from a file: spawn's workers import the main module),
+    and return each rank's dict, rank order. CalledProcessError when a rank fails."""
+    script = tmp_path / "gloo_ranks.py"
+    script.write_text(body + _GLOO_MAIN)
+    done = subprocess.run(
+        [sys.executable, str(script), *map(str, args), str(world), str(tmp_path / "rank")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout_s,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def collect_errors(page: Any, errors: list[str], *, console: bool = True) -> None:

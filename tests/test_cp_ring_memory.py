@@ -6,13 +6,11 @@ against its buffers counted one by one, against torch's own ``_templated_ring_at
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests.conftest import run_gloo_ranks
 from workbench.cost import step
 from workbench.cost.memory import cp_ring_backward_bytes
 from workbench.cost.rank_memory import static_memory
@@ -26,10 +24,9 @@ from workbench.specs.plan import ParallelPlan, Workload
 TOKENS, HEADS, KV_HEADS, HEAD_DIM = 256, 4, 2, 16
 
 _RING = r"""
-import gc, json, os, sys, weakref
+import gc, json, sys, weakref
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.distributed.tensor.experimental._context_parallel import _attention as ring
@@ -100,10 +97,7 @@ ring.ft_c.all_gather_single = _held_until_wait(_all_gather)
 ring._maybe_wait = _maybe_wait
 
 
-def run(rank, world, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
+def run(rank, world):
     # torchtitan hands SDPA transposed views of (batch, tokens, heads, head_dim) tensors
     q, k, v, o, go = (torch.randn(1, T, H, D, dtype=torch.bfloat16).transpose(1, 2) for _ in range(5))
     lse = torch.randn(1, H, T)
@@ -118,19 +112,7 @@ def run(rank, world, port, out):
                 dist.group.WORLD, 2, sdpa_backward, go, "grad_out", q, k, v, o, lse, is_causal=True
             )
         report[method] = m.peak - plain.peak
-    with open(f"{out}.{rank}", "w") as f:
-        json.dump(report, f)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    world, out = int(sys.argv[4]), sys.argv[5]
-    mp.spawn(run, args=(world, port, out), nprocs=world, join=True)
-    print(json.dumps([json.load(open(f"{out}.{r}")) for r in range(world)]))
+    return report
 """
 
 
@@ -161,16 +143,7 @@ def test_ring_backward_working_set_matches_torch(cp: int, tmp_path) -> None:  # 
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not built in")
     pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._attention")
-    script = tmp_path / "ring.py"  # a file: mp.spawn's workers import the main module
-    script.write_text(_RING)
-    out = subprocess.run(
-        [sys.executable, str(script), str(TOKENS), str(HEADS), str(HEAD_DIM), str(cp), str(tmp_path / "r")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=240,
-    )
-    ranks = json.loads(out.stdout.strip().splitlines()[-1])
+    ranks = run_gloo_ranks(_RING, cp, [TOKENS, HEADS, HEAD_DIM], tmp_path)
     for method in ("allgather", "alltoall"):
         measured = max(r[method] for r in ranks)
         priced = cp_ring_backward_bytes(

@@ -5,13 +5,10 @@ model prices for the same shapes."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
+from tests.conftest import run_gloo_ranks
 from workbench.cost import step
 from workbench.cost.activations import pipeline_buffer_bytes, stored_activation_bytes
 from workbench.presets.calibration import Calibration
@@ -23,10 +20,8 @@ from workbench.specs.plan import ParallelPlan, Workload
 HIDDEN, VOCAB, SEQ, MBS, M = 16, 96, 8, 2, 4
 
 _TWO_STAGES = r"""
-import json, os, sys
+import json, sys
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
 H, V, S, B, M = (int(x) for x in sys.argv[1:6])
@@ -36,17 +31,14 @@ def nbytes(tensors):
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def run(rank, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    torch.set_num_threads(1)
+def run(rank, world):
     torch.manual_seed(0)
     if rank == 0:  # the first stage: a block whose output goes to the next stage
         mod = torch.nn.Sequential(torch.nn.Linear(H, H), torch.nn.GELU())
     else:  # the last stage: a block and the LM head
         mod = torch.nn.Sequential(torch.nn.Linear(H, H), torch.nn.GELU(), torch.nn.Linear(H, V))
     mod = mod.to(torch.bfloat16)
-    stage = PipelineStage(mod, rank, 2, torch.device("cpu"))
+    stage = PipelineStage(mod, rank, world, torch.device("cpu"))
     loss = lambda logits, y: torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), y.flatten())
     sched = Schedule1F1B(stage, n_microbatches=M, loss_fn=loss)
     x = torch.randn(M * B, S, H, dtype=torch.bfloat16)
@@ -58,20 +50,7 @@ def run(rank, port, out):
     act = [i.buffer for infos in stage.args_recv_info.values() for i in infos if hasattr(i, "buffer")]
     grad = [i.buffer for infos in stage.grad_recv_info.values() for i in infos]
     kept = nbytes([o for o in stage.output_chunks])
-    report = dict(act_recv=nbytes(act), grad_recv=nbytes(grad), kept_outputs=kept)
-    with open(f"{out}.{rank}", "w") as f:
-        json.dump(report, f)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    out = sys.argv[6]
-    mp.spawn(run, args=(port, out), nprocs=2, join=True)
-    print(json.dumps([json.load(open(f"{out}.{r}")) for r in range(2)]))
+    return dict(act_recv=nbytes(act), grad_recv=nbytes(grad), kept_outputs=kept)
 """
 
 
@@ -109,16 +88,7 @@ def test_pipeline_buffers_match_what_torch_pipelining_keeps(tmp_path) -> None:  
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not built in")
-    script = tmp_path / "two_stages.py"  # a file: mp.spawn's workers import the main module
-    script.write_text(_TWO_STAGES)
-    out = subprocess.run(
-        [sys.executable, str(script), *map(str, (HIDDEN, VOCAB, SEQ, MBS, M)), str(tmp_path / "r")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=240,
-    )
-    first, last = json.loads(out.stdout.strip().splitlines()[-1])
+    first, last = run_gloo_ranks(_TWO_STAGES, 2, [HIDDEN, VOCAB, SEQ, MBS, M], tmp_path)
     sizes, cols = _priced("torchtitan-2024")
     first_held = {"dense": 1, "moe": 0, "embedding": True, "head": False, "mtp": 0}
     last_held = {"dense": 1, "moe": 0, "embedding": False, "head": True, "mtp": 0}
