@@ -102,3 +102,26 @@ def plain_axes(fig: Any) -> Any:
         if isinstance(axis, LinearAxis) and type(axis.formatter).__name__ == "BasicTickFormatter":
             axis.formatter = NumeralTickFormatter(format=PLAIN_NUMBER_FORMAT)
     return fig
+
+
+def legend_above(fig: Any, entries: Sequence[tuple[str, Any, int]], **props: Any) -> Any:
+    """A horizontal legend above ``fig`` of ``entries`` (label, renderer, row index of the renderer's source
+    whose colours the entry's glyph takes), returned.
+
+    The renderers given should be legend-only ones (``legend_glyphs``): BokehJS rebuilds a legend's entries,
+    and lays its figure out again, whenever anything reachable from its items changes, a data source
+    included; a legend that references only constant sources costs nothing when the data renderers change
+    (issue 51 item 10)."""
+    from bokeh.core.property.vectorization import value
+    from bokeh.models import Legend, LegendItem
+
+    items = [LegendItem(label=value(label), renderers=[r], index=i) for label, r, i in entries]
+    legend = Legend(items=items, orientation="horizontal", **props)
+    fig.add_layout(legend, "above")
+    return legend
+
+
+def nan_rows(num: int, *columns: str, **constant: Sequence[Any]) -> dict[str, list[Any]]:
+    """The source of a legend-only renderer: ``num`` rows of NaN in ``columns`` (nothing is drawn) and the
+    given per-row ``constant`` columns (its colours)."""
+    return {**{c: [float("nan")] * num for c in columns}, **{k: list(v) for k, v in constant.items()}}

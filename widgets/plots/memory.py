@@ -17,6 +17,8 @@ from workbench_widgets.plots._style import (
     OKABE_ITO,
     PLOT_WIDTH_PX,
     category_colors,
+    legend_above,
+    nan_rows,
     plain_axes,
 )
 
@@ -89,7 +91,6 @@ def memory_figure(
         source=ColumnDataSource(_stack(memory, ranks, totals)),
         fill_color="color",
         line_color="white",
-        legend_field="part",
         name="bars",
     )
     fig.add_layout(
@@ -117,12 +118,8 @@ def memory_figure(
     fig.scatter(
         x=[ranks[i] for i in idx],
         y=(totals[idx] / GIB) * 1.03,
-        marker="x",
-        size=12,
-        line_width=3,
-        color=OKABE_ITO["vermillion"],
         name="over_capacity",
-        legend_label=OVER_CAPACITY,
+        **_OVER_CAPACITY_GLYPH,
     )
     fig.add_tools(
         HoverTool(
@@ -136,7 +133,7 @@ def memory_figure(
             ],
         )
     )
-    _legend_outside(fig)
+    _memory_legend(fig)
     _over_capacity_item(fig).visible = bool(len(idx))  # shown only when some rank is over
     fig.xaxis.major_label_orientation = _label_orientation(ranks)
     return plain_axes(fig)
@@ -180,6 +177,37 @@ def refresh_memory_figure(
     fig.title.text = _title(title, totals, capacity_bytes, hbm_bytes)  # type: ignore[union-attr]
     _set_y_end(fig, _y_end_gib(totals, hbm_bytes))
     return True
+
+
+_OVER_CAPACITY_GLYPH: dict[str, Any] = {
+    "marker": "x",
+    "size": 12,
+    "line_width": 3,
+    "color": OKABE_ITO["vermillion"],
+}
+
+
+def _memory_legend(fig: figure) -> None:
+    """The legend above the plot: one entry per part (``MEMORY_COLUMNS`` order), then ``OVER_CAPACITY``, drawn
+    by legend-only renderers (``legend_parts``, ``legend_over_capacity``: the bars' and markers' glyphs on
+    constant NaN rows, so nothing is plotted), so that writing a plan's bars and markers leaves the legend
+    alone (``legend_above``)."""
+    labels = [MEMORY_LABELS[c] for c in MEMORY_COLUMNS]
+    colors = [MEMORY_COLORS[c] for c in MEMORY_COLUMNS]
+    parts = fig.vbar(
+        x="x",
+        bottom="y",
+        top="y",
+        width=0.8,
+        source=ColumnDataSource(nan_rows(len(labels), "x", "y", color=colors)),
+        fill_color="color",
+        line_color="white",
+        name="legend_parts",
+    )
+    over = fig.scatter(x=[np.nan], y=[np.nan], name="legend_over_capacity", **_OVER_CAPACITY_GLYPH)
+    entries = [(label, parts, i) for i, label in enumerate(labels)]
+    legend_above(fig, [*entries, (OVER_CAPACITY, over, 0)], background_fill_alpha=0.8)
+    fig.toolbar.logo = None
 
 
 def _span(fig: figure, name: str) -> Span:
