@@ -104,6 +104,25 @@ def plain_axes(fig: Any) -> Any:
     return fig
 
 
+FIGURE_SPACE = "\u2007"
+"""Unicode FIGURE SPACE: as wide as a digit in fonts with tabular figures (DejaVu Sans, Liberation Sans,
+Helvetica, Arial), invisible."""
+
+
+def fixed_width_tick_labels(axis: Any, num_chars: int = 5) -> None:
+    """Left-pad the tick labels of ``axis`` (a vertical axis: labels right-aligned at the frame, so the padding
+    is not seen) with ``FIGURE_SPACE`` to ``num_chars`` characters, its formatter kept for the text: the axis
+    is then as wide for ``80`` as for ``100`` (labels up to ``num_chars`` digits, a label without a decimal
+    point or separator present, in a font with tabular figures). BokehJS lays a figure out again, with the
+    whole page around it, whenever an axis changes width (issue 51 item 10)."""
+    from bokeh.models import CustomJSTickFormatter
+
+    axis.formatter = CustomJSTickFormatter(
+        args={"base": axis.formatter},
+        code=f"return base.doFormat(ticks, {{loc: 0}})[index].padStart({num_chars}, {FIGURE_SPACE!r})",
+    )
+
+
 def legend_above(fig: Any, entries: Sequence[tuple[str, Any, int]], **props: Any) -> Any:
     """A horizontal legend above ``fig`` of ``entries`` (label, renderer, row index of the renderer's source
     whose colours the entry's glyph takes), returned.

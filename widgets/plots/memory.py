@@ -17,6 +17,7 @@ from workbench_widgets.plots._style import (
     OKABE_ITO,
     PLOT_WIDTH_PX,
     category_colors,
+    fixed_width_tick_labels,
     legend_above,
     nan_rows,
     plain_axes,
@@ -136,7 +137,9 @@ def memory_figure(
     _memory_legend(fig)
     _over_capacity_item(fig).visible = bool(len(idx))  # shown only when some rank is over
     fig.xaxis.major_label_orientation = _label_orientation(ranks)
-    return plain_axes(fig)
+    plain_axes(fig)
+    fixed_width_tick_labels(fig.yaxis[0])  # as wide at 100 GiB as at 80: a change lays out no page
+    return fig
 
 
 def same_memory_layout(fig: figure, memory: pl.DataFrame) -> bool:
