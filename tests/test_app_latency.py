@@ -222,6 +222,23 @@ def test_exact_timeline_rows_carry_no_per_row_names(served) -> None:
     assert ops == app.store.estimate.timeline["op"].to_list()
 
 
+def test_short_columns_reach_the_page_as_json_and_long_ones_as_buffers(served) -> None:
+    """Bokeh sends each numpy column of a change as a binary buffer (two websocket frames, two messages in the
+    page); the memory bars, over-capacity marks and placement devices (tens of rows at 64 devices) go as lists
+    inside the patch's JSON, the timeline's thousands of blocks stay binary (issue 51 item 10)."""
+    from workbench_widgets.plots._style import SHORT_COLUMN_ROWS, short_columns_as_lists
+
+    app, _ = served
+    timeline, memory, _, placement = _figures(app)
+    for fig, name in ((memory, "bars"), (memory, "over_capacity"), (placement, "devices")):
+        data = next(r for r in fig.renderers if r.name == name).data_source.data
+        assert all(isinstance(v, list) for v in data.values()), (name, {k: type(v) for k, v in data.items()})
+    assert all(isinstance(v, np.ndarray) for v in _main(timeline).data_source.data.values())
+    short, long = np.arange(SHORT_COLUMN_ROWS, dtype=np.int32), np.arange(SHORT_COLUMN_ROWS + 1.0)
+    out = short_columns_as_lists({"short": short, "long": long, "text": ["a"]})
+    assert out["short"] == list(range(SHORT_COLUMN_ROWS)) and out["long"] is long and out["text"] == ["a"]
+
+
 def test_a_notice_shown_or_hidden_lays_out_nothing_again(served) -> None:
     """The schedule 1f1b moves vpp 4 -> 1, which the adjusted notice says, and the notice goes again when the
     interleaved schedule is back; neither sends a change of ``visible`` to the page (BokehJS answers one with a

@@ -123,6 +123,22 @@ def fixed_width_tick_labels(axis: Any, num_chars: int = 5) -> None:
     )
 
 
+SHORT_COLUMN_ROWS = 256
+"""Columns up to this many rows go to the page as JSON lists (``short_columns_as_lists``)."""
+
+
+def short_columns_as_lists(data: dict[str, Any], max_rows: int = SHORT_COLUMN_ROWS) -> dict[str, Any]:
+    """``data`` (a ColumnDataSource's columns) with its numpy columns of at most ``max_rows`` rows as lists.
+
+    Bokeh sends every numpy column of a change as a binary buffer: two websocket frames (a header, then the
+    bytes) which the server writes and the page takes as two messages apiece; a short column costs less inside
+    the patch's one JSON message. Long columns (a timeline's blocks) stay binary (issue 51 item 10)."""
+    return {
+        k: v.tolist() if hasattr(v, "tolist") and getattr(v, "ndim", 0) == 1 and len(v) <= max_rows else v
+        for k, v in data.items()
+    }
+
+
 def legend_above(fig: Any, entries: Sequence[tuple[str, Any, int]], **props: Any) -> Any:
     """A horizontal legend above ``fig`` of ``entries`` (label, renderer, row index of the renderer's source
     whose colours the entry's glyph takes), returned.

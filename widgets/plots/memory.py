@@ -21,6 +21,7 @@ from workbench_widgets.plots._style import (
     legend_above,
     nan_rows,
     plain_axes,
+    short_columns_as_lists,
 )
 
 from workbench.specs.estimate import MEMORY_COLUMNS
@@ -118,7 +119,7 @@ def memory_figure(
     idx = np.nonzero(totals > capacity_bytes)[0]
     fig.scatter(
         x=[ranks[i] for i in idx],
-        y=(totals[idx] / GIB) * 1.03,
+        y=((totals[idx] / GIB) * 1.03).tolist(),
         name="over_capacity",
         **_OVER_CAPACITY_GLYPH,
     )
@@ -168,7 +169,7 @@ def refresh_memory_figure(
         fig.x_range.factors = ranks  # type: ignore[attr-defined]
         fig.xaxis[0].major_label_orientation = _label_orientation(ranks)
     _renderer(fig, "bars").data_source.data = _stack(memory, ranks, totals)
-    over = {"x": [ranks[i] for i in idx], "y": (totals[idx] / GIB) * 1.03}
+    over = {"x": [ranks[i] for i in idx], "y": ((totals[idx] / GIB) * 1.03).tolist()}
     _renderer(fig, "over_capacity").data_source.data = over
     _over_capacity_item(fig).visible = bool(len(idx))
     _span(fig, "capacity").location = capacity_bytes / GIB
@@ -253,15 +254,17 @@ def _stack(memory: pl.DataFrame, ranks: list[str], totals: np.ndarray) -> dict[s
     values = np.stack([memory[c].to_numpy() / GIB for c in MEMORY_COLUMNS])  # parts x ranks
     tops = values.cumsum(axis=0)
     num_parts = len(MEMORY_COLUMNS)
-    return {
-        "rank": ranks * num_parts,
-        "bottom": (tops - values).ravel(),
-        "top": tops.ravel(),
-        "gib": values.ravel(),
-        "total": np.tile(totals / GIB, num_parts),
-        "part": [MEMORY_LABELS[c] for c in MEMORY_COLUMNS for _ in ranks],
-        "color": [MEMORY_COLORS[c] for c in MEMORY_COLUMNS for _ in ranks],
-    }
+    return short_columns_as_lists(
+        {
+            "rank": ranks * num_parts,
+            "bottom": (tops - values).ravel(),
+            "top": tops.ravel(),
+            "gib": values.ravel(),
+            "total": np.tile(totals / GIB, num_parts),
+            "part": [MEMORY_LABELS[c] for c in MEMORY_COLUMNS for _ in ranks],
+            "color": [MEMORY_COLORS[c] for c in MEMORY_COLUMNS for _ in ranks],
+        }
+    )
 
 
 def _title(title: str, totals: np.ndarray, capacity_bytes: float, hbm_bytes: float) -> str:
