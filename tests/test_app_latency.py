@@ -18,7 +18,11 @@ pytest.importorskip("panel")
 from bokeh.document import Document  # noqa: E402
 from panel.io.state import set_curdoc  # noqa: E402
 from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
-from workbench_widgets.plots import estimate_memory_figure, placement_figure  # noqa: E402
+from workbench_widgets.plots import (  # noqa: E402
+    estimate_memory_figure,
+    estimates_breakdown_figure,
+    placement_figure,
+)
 from workbench_widgets.plots._timeline_content import STABLE_FRAME_PX  # noqa: E402
 from workbench_widgets.plots.timeline import (  # noqa: E402
     content_timeline_figure,
@@ -72,6 +76,43 @@ def _main(fig: Any) -> Any:
     return shown
 
 
+def _legend(fig: Any) -> list[tuple[Any, ...]]:
+    """Each legend entry of ``fig`` as drawn: label, shown or not, and the glyph's look at the entry's row
+    (colours from the renderer's source where they are a field)."""
+    out = []
+    for item in fig.legend[0].items:
+        (r,) = item.renderers
+        look = []
+        for attr in ("fill_color", "line_color", "hatch_pattern", "fill_alpha", "marker"):
+            v = getattr(r.glyph, attr, None)
+            field = v if isinstance(v, str) and v in r.data_source.data else getattr(v, "field", None)
+            if field is not None:  # a colour per row: the entry's row's
+                v = r.data_source.data[field][item.index or 0]
+            look.append(str(v))
+        out.append((item.label.value, item.visible, type(r.glyph).__name__, *look))
+    return out
+
+
+def _part_colors(fig: Any, renderer: str) -> dict[str, str]:
+    """Part -> colour of the bars of ``renderer`` (one colour per part)."""
+    data = next(r for r in fig.renderers if r.name == renderer).data_source.data
+    colors = {p: c for p, c in zip(data["part"], data["color"], strict=True)}
+    assert len(colors) == len(set(zip(data["part"], data["color"], strict=True)))
+    return colors
+
+
+def _legend_models(*figures: Any) -> dict[str, Any]:
+    """Every model the legends of ``figures`` reach (items, their renderers, glyphs and data sources): a change
+    of any of them makes BokehJS rebuild that legend and lay its figure out again."""
+    return {m.id: m for fig in figures for m in fig.legend[0].references()}
+
+
+def _sources(models: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    return {
+        i: {k: list(map(str, v)) for k, v in m.data.items()} for i, m in models.items() if hasattr(m, "data")
+    }
+
+
 def _set(app: WorkbenchApp, doc: Document, name: str, value: Any) -> None:
     with set_curdoc(doc):  # as a served session's callback runs
         setattr(app.state, name, value)
@@ -101,7 +142,7 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
     for value in (other, base):
         _set(app, doc, name, value)
         e = app.store.estimate
-        timeline, memory, _, placement = _figures(app)
+        timeline, memory, breakdown, placement = _figures(app)
         content = estimate_timeline_content(e)
         fresh = content_timeline_figure(content)
         assert timeline.title.text == fresh.title.text
@@ -119,6 +160,15 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
         fresh_memory = estimate_memory_figure(e)
         assert memory.title.text == fresh_memory.title.text
         assert list(memory.x_range.factors) == list(fresh_memory.x_range.factors)
+        # the legends: the entries a fresh figure has (labels, order, shown, glyph and colours)...
+        fresh_breakdown = estimates_breakdown_figure([e])
+        assert _legend(memory) == _legend(fresh_memory) and _legend(breakdown) == _legend(fresh_breakdown)
+        # ...whose colours are the bars' colours of each part
+        for fig, bars in ((memory, "bars"), (breakdown, "parts")):
+            looks = {label: fill for label, _, _, fill, *_ in _legend(fig)}
+            assert all(looks[part] == color for part, color in _part_colors(fig, bars).items()), (
+                fig.title.text
+            )
         fresh_placement = placement_figure(e.plan, e.cluster)
         assert placement.title.text == fresh_placement.title.text
         for r in ("devices", "tp_groups", "dp_groups"):
@@ -127,6 +177,36 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
             assert {k: list(map(str, v)) for k, v in ours.items()} == {
                 k: list(map(str, v)) for k, v in theirs.items()
             }, r
+
+
+@pytest.mark.parametrize(("name", "other"), CHANGES)
+def test_a_change_leaves_the_memory_and_breakdown_legends_alone(served, name: str, other: Any) -> None:
+    """The legends of the memory and step-time figures reference legend-only renderers on constant sources,
+    never the bars a change writes: BokehJS rebuilds a legend, and lays its figure out again, when anything
+    its items reach changes (issue 51 item 10). A change sends nothing to a model these legends reach but
+    the over-capacity entry's ``visible``, when a rank goes over or back."""
+    app, doc = served
+    _, memory, breakdown, _ = _figures(app)
+    reached = _legend_models(memory, breakdown)
+    data = _sources(reached)
+    assert data and not any(
+        r.name in ("bars", "over_capacity", "parts", "overlapped") for r in reached.values()
+    )
+    touched: list[tuple[str, str]] = []
+
+    def record(event: Any) -> None:
+        model = getattr(event, "model", None)
+        if model is not None and model.id in reached:
+            touched.append((type(model).__name__, getattr(event, "attr", type(event).__name__)))
+
+    doc.on_change(record)
+    try:
+        for value in (other, getattr(app.state, name)):
+            _set(app, doc, name, value)
+    finally:
+        doc.remove_on_change(record)
+    assert set(touched) <= {("LegendItem", "visible")}, touched
+    assert _sources(reached) == data
 
 
 def test_exact_timeline_rows_carry_no_per_row_names(served) -> None:
@@ -140,6 +220,23 @@ def test_exact_timeline_rows_carry_no_per_row_names(served) -> None:
     assert content.data["lane"].dtype == np.int32 and content.data["op_code"].dtype == np.uint8
     ops = [content.legend_ops[c] for c in content.data["op_code"]]
     assert ops == app.store.estimate.timeline["op"].to_list()
+
+
+def test_short_columns_reach_the_page_as_json_and_long_ones_as_buffers(served) -> None:
+    """Bokeh sends each numpy column of a change as a binary buffer (two websocket frames, two messages in the
+    page); the memory bars, over-capacity marks and placement devices (tens of rows at 64 devices) go as lists
+    inside the patch's JSON, the timeline's thousands of blocks stay binary (issue 51 item 10)."""
+    from workbench_widgets.plots._style import SHORT_COLUMN_ROWS, short_columns_as_lists
+
+    app, _ = served
+    timeline, memory, _, placement = _figures(app)
+    for fig, name in ((memory, "bars"), (memory, "over_capacity"), (placement, "devices")):
+        data = next(r for r in fig.renderers if r.name == name).data_source.data
+        assert all(isinstance(v, list) for v in data.values()), (name, {k: type(v) for k, v in data.items()})
+    assert all(isinstance(v, np.ndarray) for v in _main(timeline).data_source.data.values())
+    short, long = np.arange(SHORT_COLUMN_ROWS, dtype=np.int32), np.arange(SHORT_COLUMN_ROWS + 1.0)
+    out = short_columns_as_lists({"short": short, "long": long, "text": ["a"]})
+    assert out["short"] == list(range(SHORT_COLUMN_ROWS)) and out["long"] is long and out["text"] == ["a"]
 
 
 def test_a_notice_shown_or_hidden_lays_out_nothing_again(served) -> None:

@@ -47,3 +47,62 @@ def test_a_tp_change_patches_the_timeline_in_place() -> None:
     assert new_title != title
     assert new_id == model_id  # the same figure, patched in place
     assert outside == [] and errors == []
+
+
+MEMORY_JS = """() => {
+  // The plan-memory figure's view on screen: its y range end, its y axis's width (px) and how often it and
+  // the breakdown figure ("Where the step time goes") were laid out since the first call (a layout of a
+  // figure lays out the whole page: BokehJS computes it from the root).
+  const found = {};
+  const walk = (view) => {
+    const m = view.model;
+    if (m && m.name === "plan-memory") found.memory = view;
+    if (m && m.title && String(m.title.text).startsWith("Where the step time goes")) found.breakdown = view;
+    for (const child of (view.child_views ?? [])) walk(child);
+  };
+  const idx = Bokeh.index;
+  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
+  roots.forEach(walk);
+  if (!found.memory || !found.breakdown) return null;
+  window.__wb_layouts ??= 0;
+  for (const view of [found.memory, found.breakdown]) {
+    if (view.__wb_counted) continue;
+    const compute = view.compute_layout;
+    view.compute_layout = function (...args) { window.__wb_layouts += 1; return compute.apply(this, args); };
+    view.__wb_counted = true;
+  }
+  const axis = found.memory.renderer_views.get(found.memory.model.left[0]);
+  return [found.memory.model.y_range.end, axis.layout.bbox.width, window.__wb_layouts, found.memory.model.title.text];
+}"""
+
+
+def test_memory_and_breakdown_changes_lay_out_no_page() -> None:
+    """From a plan over the usable memory (98.7 GiB: a y axis to 110 GiB, ticks up to ``100``) to tp 8 (56.7
+    GiB: to 89.6 GiB, ticks up to ``80``) and back: the memory figure's y axis keeps its width (labels padded to
+    five figures) and neither it nor the step-time breakdown is laid out again (their legends reference no
+    renderer a change writes), so BokehJS lays out no page for them (issue 51 item 10)."""
+    query = "cp=1&tp=4&pp=2&schedule=interleaved-1f1b&vpp=4&zero_stage=1&micro_batch_size=1"
+    with served_app_page(viewport={"width": 1600, "height": 1000}, console=False) as (
+        app,
+        page,
+        outside,
+        errors,
+    ):
+        page.goto(f"{app.url}?{query}", wait_until="load", timeout=120_000)
+        page.wait_for_function(MEMORY_JS, timeout=120_000)
+        page.wait_for_timeout(1500)  # the page settles
+        seen = [page.evaluate(MEMORY_JS)]
+        select = page.locator(".wb-tp select").first
+        for tp in ("8", "4", "8", "4"):
+            select.select_option(tp)
+            page.wait_for_function(
+                f"() => {{ const m = ({MEMORY_JS})(); return m && m[3] !== {seen[-1][3]!r}; }}",
+                timeout=60_000,
+            )
+            page.wait_for_timeout(500)  # a layout would follow the patch within a frame or two
+            seen.append(page.evaluate(MEMORY_JS))
+    ends = [s[0] for s in seen]
+    assert min(ends) < 100 <= max(ends), ends  # the tick labels went from two figures to three
+    assert len({s[1] for s in seen}) == 1, seen  # the axis kept its width
+    assert seen[-1][2] == seen[0][2], seen  # no layout of either figure
+    assert outside == [] and errors == []

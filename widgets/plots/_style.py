@@ -102,3 +102,61 @@ def plain_axes(fig: Any) -> Any:
         if isinstance(axis, LinearAxis) and type(axis.formatter).__name__ == "BasicTickFormatter":
             axis.formatter = NumeralTickFormatter(format=PLAIN_NUMBER_FORMAT)
     return fig
+
+
+FIGURE_SPACE = "\u2007"
+"""Unicode FIGURE SPACE: as wide as a digit in fonts with tabular figures (DejaVu Sans, Liberation Sans,
+Helvetica, Arial), invisible."""
+
+
+def fixed_width_tick_labels(axis: Any, num_chars: int = 5) -> None:
+    """Left-pad the tick labels of ``axis`` (a vertical axis: labels right-aligned at the frame, so the padding
+    is not seen) with ``FIGURE_SPACE`` to ``num_chars`` characters, its formatter kept for the text: the axis
+    is then as wide for ``80`` as for ``100`` (labels up to ``num_chars`` digits, a label without a decimal
+    point or separator present, in a font with tabular figures). BokehJS lays a figure out again, with the
+    whole page around it, whenever an axis changes width (issue 51 item 10)."""
+    from bokeh.models import CustomJSTickFormatter
+
+    axis.formatter = CustomJSTickFormatter(
+        args={"base": axis.formatter},
+        code=f"return base.doFormat(ticks, {{loc: 0}})[index].padStart({num_chars}, {FIGURE_SPACE!r})",
+    )
+
+
+SHORT_COLUMN_ROWS = 256
+"""Columns up to this many rows go to the page as JSON lists (``short_columns_as_lists``)."""
+
+
+def short_columns_as_lists(data: dict[str, Any], max_rows: int = SHORT_COLUMN_ROWS) -> dict[str, Any]:
+    """``data`` (a ColumnDataSource's columns) with its numpy columns of at most ``max_rows`` rows as lists.
+
+    Bokeh sends every numpy column of a change as a binary buffer: two websocket frames (a header, then the
+    bytes) which the server writes and the page takes as two messages apiece; a short column costs less inside
+    the patch's one JSON message. Long columns (a timeline's blocks) stay binary (issue 51 item 10)."""
+    return {
+        k: v.tolist() if hasattr(v, "tolist") and getattr(v, "ndim", 0) == 1 and len(v) <= max_rows else v
+        for k, v in data.items()
+    }
+
+
+def legend_above(fig: Any, entries: Sequence[tuple[str, Any, int]], **props: Any) -> Any:
+    """A horizontal legend above ``fig`` of ``entries`` (label, renderer, row index of the renderer's source
+    whose colours the entry's glyph takes), returned.
+
+    The renderers given should be legend-only ones (``legend_glyphs``): BokehJS rebuilds a legend's entries,
+    and lays its figure out again, whenever anything reachable from its items changes, a data source
+    included; a legend that references only constant sources costs nothing when the data renderers change
+    (issue 51 item 10)."""
+    from bokeh.core.property.vectorization import value
+    from bokeh.models import Legend, LegendItem
+
+    items = [LegendItem(label=value(label), renderers=[r], index=i) for label, r, i in entries]
+    legend = Legend(items=items, orientation="horizontal", **props)
+    fig.add_layout(legend, "above")
+    return legend
+
+
+def nan_rows(num: int, *columns: str, **constant: Sequence[Any]) -> dict[str, list[Any]]:
+    """The source of a legend-only renderer: ``num`` rows of NaN in ``columns`` (nothing is drawn) and the
+    given per-row ``constant`` columns (its colours)."""
+    return {**{c: [float("nan")] * num for c in columns}, **{k: list(v) for k, v in constant.items()}}

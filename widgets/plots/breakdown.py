@@ -6,10 +6,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 from bokeh.transform import dodge
-from workbench_widgets.plots._style import GREY, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX, plain_axes
+from workbench_widgets.plots._style import (
+    GREY,
+    MS_PER_S,
+    OKABE_ITO,
+    PLOT_WIDTH_PX,
+    legend_above,
+    nan_rows,
+    plain_axes,
+)
 
 if TYPE_CHECKING:
     from workbench.specs.estimate import Estimate, StepBreakdown
@@ -82,7 +91,6 @@ def breakdown_figure(
         source=ColumnDataSource(parts),
         fill_color="color",
         line_color="white",
-        legend_field="part",
         name="parts",
     )
     fig.hbar(
@@ -92,12 +100,9 @@ def breakdown_figure(
         height=0.12,
         source=ColumnDataSource(hidden),
         fill_color="color",
-        fill_alpha=0.45,
-        hatch_pattern="/",
         hatch_color="color",
-        line_color=None,
         name="overlapped",
-        legend_label=HIDDEN_LABEL,
+        **_HIDDEN_GLYPH,
     )
     fig.add_tools(
         HoverTool(
@@ -117,10 +122,43 @@ def breakdown_figure(
             ],
         )
     )
-    fig.legend.orientation = "horizontal"
-    fig.add_layout(fig.legend[0], "above")
+    _breakdown_legend(fig)
     fig.toolbar.logo = None
     return plain_axes(fig)
+
+
+_HIDDEN_GLYPH: dict[str, Any] = {"fill_alpha": 0.45, "hatch_pattern": "/", "line_color": None}
+"""Look of the thin hatched bars (their colours: the kind's, per row)."""
+
+
+def _breakdown_legend(fig: figure) -> None:
+    """The legend above the plot: one entry per part (``BREAKDOWN_PARTS`` order), then ``HIDDEN_LABEL`` (a grey
+    hatched glyph: the hatch says hidden, the bar's colour its kind), drawn by legend-only renderers
+    (``legend_parts``, ``legend_overlapped``: the bars' glyphs on constant NaN rows, so nothing is plotted),
+    so that writing a plan's bars leaves the legend alone (``legend_above``)."""
+    parts = fig.hbar(
+        y="y",
+        left="x",
+        right="x",
+        height=0.7,
+        source=ColumnDataSource(
+            nan_rows(len(BREAKDOWN_PARTS), "x", "y", color=[c for *_, c in BREAKDOWN_PARTS])
+        ),
+        fill_color="color",
+        line_color="white",
+        name="legend_parts",
+    )
+    hidden = fig.hbar(
+        y=np.nan,
+        left=np.nan,
+        right=np.nan,
+        height=0.12,
+        color=GREY,
+        name="legend_overlapped",
+        **_HIDDEN_GLYPH,
+    )
+    entries = [(label, parts, i) for i, (_, label, _) in enumerate(BREAKDOWN_PARTS)]
+    legend_above(fig, [*entries, (HIDDEN_LABEL, hidden, 0)])
 
 
 DATA_RANGE_PAD_FRAC = 0.1

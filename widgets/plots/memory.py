@@ -17,7 +17,11 @@ from workbench_widgets.plots._style import (
     OKABE_ITO,
     PLOT_WIDTH_PX,
     category_colors,
+    fixed_width_tick_labels,
+    legend_above,
+    nan_rows,
     plain_axes,
+    short_columns_as_lists,
 )
 
 from workbench.specs.estimate import MEMORY_COLUMNS
@@ -89,7 +93,6 @@ def memory_figure(
         source=ColumnDataSource(_stack(memory, ranks, totals)),
         fill_color="color",
         line_color="white",
-        legend_field="part",
         name="bars",
     )
     fig.add_layout(
@@ -116,13 +119,9 @@ def memory_figure(
     idx = np.nonzero(totals > capacity_bytes)[0]
     fig.scatter(
         x=[ranks[i] for i in idx],
-        y=(totals[idx] / GIB) * 1.03,
-        marker="x",
-        size=12,
-        line_width=3,
-        color=OKABE_ITO["vermillion"],
+        y=((totals[idx] / GIB) * 1.03).tolist(),
         name="over_capacity",
-        legend_label=OVER_CAPACITY,
+        **_OVER_CAPACITY_GLYPH,
     )
     fig.add_tools(
         HoverTool(
@@ -136,10 +135,12 @@ def memory_figure(
             ],
         )
     )
-    _legend_outside(fig)
+    _memory_legend(fig)
     _over_capacity_item(fig).visible = bool(len(idx))  # shown only when some rank is over
     fig.xaxis.major_label_orientation = _label_orientation(ranks)
-    return plain_axes(fig)
+    plain_axes(fig)
+    fixed_width_tick_labels(fig.yaxis[0])  # as wide at 100 GiB as at 80: a change lays out no page
+    return fig
 
 
 def same_memory_layout(fig: figure, memory: pl.DataFrame) -> bool:
@@ -168,7 +169,7 @@ def refresh_memory_figure(
         fig.x_range.factors = ranks  # type: ignore[attr-defined]
         fig.xaxis[0].major_label_orientation = _label_orientation(ranks)
     _renderer(fig, "bars").data_source.data = _stack(memory, ranks, totals)
-    over = {"x": [ranks[i] for i in idx], "y": (totals[idx] / GIB) * 1.03}
+    over = {"x": [ranks[i] for i in idx], "y": ((totals[idx] / GIB) * 1.03).tolist()}
     _renderer(fig, "over_capacity").data_source.data = over
     _over_capacity_item(fig).visible = bool(len(idx))
     _span(fig, "capacity").location = capacity_bytes / GIB
@@ -180,6 +181,37 @@ def refresh_memory_figure(
     fig.title.text = _title(title, totals, capacity_bytes, hbm_bytes)  # type: ignore[union-attr]
     _set_y_end(fig, _y_end_gib(totals, hbm_bytes))
     return True
+
+
+_OVER_CAPACITY_GLYPH: dict[str, Any] = {
+    "marker": "x",
+    "size": 12,
+    "line_width": 3,
+    "color": OKABE_ITO["vermillion"],
+}
+
+
+def _memory_legend(fig: figure) -> None:
+    """The legend above the plot: one entry per part (``MEMORY_COLUMNS`` order), then ``OVER_CAPACITY``, drawn
+    by legend-only renderers (``legend_parts``, ``legend_over_capacity``: the bars' and markers' glyphs on
+    constant NaN rows, so nothing is plotted), so that writing a plan's bars and markers leaves the legend
+    alone (``legend_above``)."""
+    labels = [MEMORY_LABELS[c] for c in MEMORY_COLUMNS]
+    colors = [MEMORY_COLORS[c] for c in MEMORY_COLUMNS]
+    parts = fig.vbar(
+        x="x",
+        bottom="y",
+        top="y",
+        width=0.8,
+        source=ColumnDataSource(nan_rows(len(labels), "x", "y", color=colors)),
+        fill_color="color",
+        line_color="white",
+        name="legend_parts",
+    )
+    over = fig.scatter(x=[np.nan], y=[np.nan], name="legend_over_capacity", **_OVER_CAPACITY_GLYPH)
+    entries = [(label, parts, i) for i, label in enumerate(labels)]
+    legend_above(fig, [*entries, (OVER_CAPACITY, over, 0)], background_fill_alpha=0.8)
+    fig.toolbar.logo = None
 
 
 def _span(fig: figure, name: str) -> Span:
@@ -222,15 +254,17 @@ def _stack(memory: pl.DataFrame, ranks: list[str], totals: np.ndarray) -> dict[s
     values = np.stack([memory[c].to_numpy() / GIB for c in MEMORY_COLUMNS])  # parts x ranks
     tops = values.cumsum(axis=0)
     num_parts = len(MEMORY_COLUMNS)
-    return {
-        "rank": ranks * num_parts,
-        "bottom": (tops - values).ravel(),
-        "top": tops.ravel(),
-        "gib": values.ravel(),
-        "total": np.tile(totals / GIB, num_parts),
-        "part": [MEMORY_LABELS[c] for c in MEMORY_COLUMNS for _ in ranks],
-        "color": [MEMORY_COLORS[c] for c in MEMORY_COLUMNS for _ in ranks],
-    }
+    return short_columns_as_lists(
+        {
+            "rank": ranks * num_parts,
+            "bottom": (tops - values).ravel(),
+            "top": tops.ravel(),
+            "gib": values.ravel(),
+            "total": np.tile(totals / GIB, num_parts),
+            "part": [MEMORY_LABELS[c] for c in MEMORY_COLUMNS for _ in ranks],
+            "color": [MEMORY_COLORS[c] for c in MEMORY_COLUMNS for _ in ranks],
+        }
+    )
 
 
 def _title(title: str, totals: np.ndarray, capacity_bytes: float, hbm_bytes: float) -> str:

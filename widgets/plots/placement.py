@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
-from workbench_widgets.plots._style import GREY, OKABE_ITO, category_colors
+from workbench_widgets.plots._style import GREY, OKABE_ITO, category_colors, short_columns_as_lists
 
 from workbench.cost.placement import axis_stride
 from workbench.specs.hardware import ClusterSpec
@@ -124,14 +124,16 @@ def _devices_data(plan: ParallelPlan, cluster: ClusterSpec) -> dict[str, Any]:
     coords = rank_coordinates(plan, n)
     used = np.arange(n) < plan.num_devices
     stage_colors = category_colors(plan.pp)
-    return {
-        "x": np.arange(n) % cluster.devices_per_node,
-        "y": np.arange(n) // cluster.devices_per_node,
-        "rank": np.arange(n),
-        "color": [stage_colors[s] if u else GREY for s, u in zip(coords["pp"], used, strict=True)],
-        **{k: np.where(used, v, -1) for k, v in coords.items()},
-        "state": ["in use" if u else "unused" for u in used],
-    }
+    return short_columns_as_lists(
+        {
+            "x": np.arange(n) % cluster.devices_per_node,
+            "y": np.arange(n) // cluster.devices_per_node,
+            "rank": np.arange(n),
+            "color": [stage_colors[s] if u else GREY for s, u in zip(coords["pp"], used, strict=True)],
+            **{k: np.where(used, v, -1) for k, v in coords.items()},
+            "state": ["in use" if u else "unused" for u in used],
+        }
+    )
 
 
 def _draw_devices(fig: figure, plan: ParallelPlan, cluster: ClusterSpec) -> None:
