@@ -109,11 +109,8 @@ def simulate(
     of each prompt found in the prefix cache, in [0, 1) (vLLM automatic prefix caching, SGLang RadixAttention):
     a request's first prefill starts on top of floor(rate x prompt / block) whole blocks (at least one prompt
     token is computed), whose KV it holds from admission like the rest of its prompt (cached blocks no running
-    request holds are evictable, so they take no capacity). max_chunk_tokens: most new tokens of one request's
-    prefill chunk per iteration under chunked prefill, 1..max_num_batched_tokens (None: max_num_batched_tokens);
-    an engine whose attention-DP ranks schedule their own requests caps a chunk at one rank's budget
-    (``ReplicaCost.max_chunk_tokens``).
-
+    request holds are evictable, so they take no capacity). max_chunk_tokens: most new tokens of a prefill chunk,
+    1..max_num_batched_tokens (None: that budget; attention-DP ranks: one rank's, ``ReplicaCost.max_chunk_tokens``).
     Returns a :class:`RequestSimResult` (per-request and per-iteration tables, latency percentiles, throughputs).
     Raises ValueError for an unknown policy, router or KV admission, counts out of range, a prompt longer than
     max_num_batched_tokens without chunked prefill (vLLM refuses those), a cost whose KV block or capacity is not
@@ -134,10 +131,8 @@ def simulate(
         max_run_iterations=max_run_iterations,
         emit_delay_s=emit_delay_s,
         prefix_hit_rate=prefix_hit_rate,
+        max_chunk_tokens=max_chunk_tokens,
     )
-    if max_chunk_tokens is not None:
-        check_count("simulate", "max_chunk_tokens", max_chunk_tokens, maximum=max_num_batched_tokens,
-                    limit="max_num_batched_tokens")  # fmt: skip
     engines, pools = _engines(requests, cost, replicas, pipeline_depth, disaggregation)
     sim = EventLoop(
         requests,
@@ -172,6 +167,7 @@ def _checked_options(
     max_run_iterations: int,
     emit_delay_s: float,
     prefix_hit_rate: float,
+    max_chunk_tokens: int | None,
 ) -> tuple[bool, bool, float, float]:
     """``simulate``'s options checked (ValueError as its docstring lists): (chunked prefill, prefills first,
     emit delay s, prefix hit rate)."""
@@ -199,6 +195,9 @@ def _checked_options(
     delay = check_real("simulate", "emit_delay_s", emit_delay_s, minimum=0.0, min_open=False, unit="s")
     hit_rate = check_real("simulate", "prefix_hit_rate", prefix_hit_rate, minimum=0.0, min_open=False, maximum=1.0,
                           max_open=True)  # fmt: skip
+    if max_chunk_tokens is not None:
+        check_count("simulate", "max_chunk_tokens", max_chunk_tokens, maximum=max_num_batched_tokens,
+                    limit="max_num_batched_tokens")  # fmt: skip
     if not chunked and len(requests) and int(requests.input_tokens.max()) > max_num_batched_tokens:
         i = int(requests.input_tokens.argmax())
         raise ValueError(
