@@ -3,7 +3,9 @@
 - ``on_device``: the framework profile as the stack's recipes run a model on a device
   (``FrameworkProfile.for_device``: dispatcher, CUDA graphs, recomputed modules, EP overlap per GPU and model).
 - Host launches (``moe_layer_launches``, ``expert_launches``, ``moe_host_s``): dropless routing syncs the host once per MoE layer
-  forward, so the layer costs at least the host time to launch its kernels; CUDA-graphed parts launch once.
+  forward, so the layer costs at least the host time to launch its kernels, and the launches after the sync
+  plus the GPU's work before it (``moe_post_sync_host_s``, ``PRE_SYNC_OPS``, ``moe_synced_forward_s``);
+  CUDA-graphed parts launch once.
 - Token copies (``dispatch_passes``): HBM passes over the routed tokens outside GEMMs and transfers.
 - Dispatch and combine (``moe_dispatch_s``): the all-to-all (``alltoall``, ``hybridep``) or DeepEP's
   node-deduplicated transfer (``deepep``), FP8 dispatch, expert tensor parallelism.
@@ -152,6 +154,61 @@ def expert_launches(
     if model.expert_bias and "expert_bias" in fw.unfused_model_ops:
         fwd, bwd = fwd + 2 * local, bwd + 4 * local
     return fwd, bwd
+
+
+MOE_POST_SYNC_KERNEL_SHARE: dict[str, float] = {"permute": 0.5, "dispatch": 1.0, "expert_act": 1.0}
+"""Share of each part of ``MOE_LAYER_KERNEL_PARTS`` the host launches after the dropless host sync of an MoE
+layer's forward (the rest, and the parts not named, come before it). Megatron-Core 0.15 (NVIDIA/Megatron-LM
+@0d8e0714) ``MoEAlltoAllTokenDispatcher``: ``preprocess`` sets ``cuda_sync_point = "before_ep_alltoall"``
+for dropless routing with ep > 1, so the host blocks in ``token_dispatch`` (``_maybe_dtoh_and_synchronize``:
+``d2h_event.synchronize()``) after the router, the preprocessing and the first permutation
+(``dispatch_preprocess``) and before the all-to-all, the sort by local expert, the experts, the unsort, the
+combine and the unpermutation: half of ``permute`` (the first permutation comes before), all of ``dispatch``
+and ``expert_act``, and every per-expert launch (:func:`expert_launches`). The flex dispatcher's HybridEP
+syncs inside its dispatch, at the same place in the layer."""
+
+PRE_SYNC_OPS = frozenset(
+    {
+        "qkv_proj",
+        "layout_copies",
+        "attention_core",
+        "attention_window",
+        "out_proj",
+        "router",
+        "yarn_rope_unfused",
+    }
+)
+"""Forward ops of an MoE layer (``workbench.cost.flops.layer_ops``) the GPU runs before the layer's dropless
+host sync (the attention block and the router: ``MOE_POST_SYNC_KERNEL_SHARE``). Ops that straddle the sync
+(the norms and residual adds with the experts' activation in ``norms_elementwise``, the FP8 casts of attention
+and expert inputs) are left out, so their sum is a lower bound of the GPU's time before the sync."""
+
+
+def moe_post_sync_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
+    """Host seconds to launch the forward kernels of one MoE layer that follow its dropless host sync
+    (``MOE_POST_SYNC_KERNEL_SHARE`` of the eager parts plus the local experts' :func:`expert_launches`), times
+    ``host_s_per_kernel``; 0 when the whole step replays as one CUDA graph. The graphable parts
+    (``cuda_graph_scopes``: attn, moe_router, moe_preprocess) all come before the sync."""
+    fw = cal.framework
+    local = model.num_experts / np.maximum(ep, 1)
+    if fw.graphs_whole_step:
+        return 0.0 * local
+    experts_f, _ = expert_launches(fw, model, dtype=dtype, local=local)
+    eager = sum(MOE_LAYER_KERNEL_PARTS[k] * share for k, share in MOE_POST_SYNC_KERNEL_SHARE.items())
+    return (eager + experts_f) * fw.host_s_per_kernel
+
+
+def moe_synced_forward_s(
+    host_s: Array, post_sync_host_s: Array, gpu_s: Array, pre_sync_gpu_s: Array
+) -> Array:
+    """Forward seconds of one MoE layer whose host blocks once per layer until the GPU has drained (the
+    dropless sync, ``moe_host_sync``): ``max(G, H, H_post + G_pre)``. Between two syncs the host launches the
+    kernels after this layer's sync (``post_sync_host_s``, H_post) and then the next layer's up to its sync; the
+    GPU, idle when the sync returns, runs the first part as the launches arrive and cannot start the second
+    part (``pre_sync_gpu_s``, G_pre) before the host has launched the first, so a period lasts at least
+    H_post + G_pre, besides the layer's GPU time G (``gpu_s``) and host time H (``host_s``). Without the sync
+    the host queues layers ahead and only ``max(G, H)`` binds. Arrays broadcast."""
+    return np.maximum(np.maximum(gpu_s, host_s), post_sync_host_s + pre_sync_gpu_s)
 
 
 def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> tuple[Array, Array]:
