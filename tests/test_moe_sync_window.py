@@ -23,6 +23,7 @@ from workbench.cost.moe import (
     MOE_LAYER_KERNEL_PARTS,
     moe_post_sync_host_s,
     moe_synced_forward_s,
+    unfused_op_launches,
 )
 from workbench.cost.op_time import op_times
 from workbench.presets.calibration import load_calibration
@@ -116,6 +117,21 @@ def test_a_launch_bound_moe_layer_pays_its_post_sync_launches_after_its_attentio
     host = (sum(parts.values()) + 2 * 64) * 6e-5
     assert float(synced.compute_f_s) > max(host, float(free.compute_f_s))
     assert float(synced.compute_f_s) - post < float(free.compute_f_s)  # the rest is GPU time before the sync
+
+
+def test_unfused_op_launches_of_gpt_oss_follow_megatron_core() -> None:
+    """GPT-OSS runs YaRN RoPE (12 kernels on the queries, 12 on the keys), a clamped GLU (two clamps, a
+    concatenation and a host-to-device copy) and biased experts (a concatenation and a cast) eagerly; the
+    attention block's CUDA graph (GB300's recipe) replays the RoPE kernels; Qwen3 has none of them."""
+    cal = load_calibration("default")
+    fw = dataclasses.replace(cal.framework, cuda_graph_scopes=(), device_recipes={}, model_recipes={})
+    oss, qwen = load_model("gpt-oss-120b"), load_model("qwen3-30b-a3b")
+    assert unfused_op_launches(fw, oss) == (2 * 12, 3 + 1 + 2)
+    graphed = dataclasses.replace(fw, cuda_graph_scopes=("attn", "moe_router", "moe_preprocess"))
+    assert unfused_op_launches(graphed, oss) == (0, 6)
+    assert unfused_op_launches(fw, qwen) == (0, 0)
+    fused = dataclasses.replace(fw, unfused_model_ops=())
+    assert unfused_op_launches(fused, oss) == (0, 0)
 
 
 GB200_SWA_FWD_MS = {2048: 0.109, 4096: 0.210, 8192: 0.414, 16384: 0.822}

@@ -25,7 +25,7 @@ from workbench.cost.memory import FP8_TILE_BYTES
 from workbench.presets.calibration import Calibration
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType
-from workbench.specs.model import ModelSpec
+from workbench.specs.model import AttentionKind, ModelSpec
 
 Array = Any
 
@@ -184,6 +184,40 @@ host sync (the attention block and the router: ``MOE_POST_SYNC_KERNEL_SHARE``). 
 and expert inputs) are left out, so their sum is a lower bound of the GPU's time before the sync."""
 
 
+UNFUSED_OP_LAUNCHES: dict[str, float] = {"yarn_rope": 24.0, "glu_clamp": 4.0, "expert_bias": 2.0}
+"""Forward kernel launches per layer of each unfused model op (``workbench.cost.elementwise_ops.
+UNFUSED_MODEL_OP_PASSES`` prices their bytes), read from Megatron-Core 0.15 (NVIDIA/Megatron-LM @0d8e0714):
+
+- ``yarn_rope``: ``rope_utils._apply_rotary_pos_emb_bshd`` on the queries and on the keys, 12 each: cos, the
+  mscale product and the cast of the frequencies (3), the same for sin (3), the product by cos, the negation
+  and the concatenation of ``_rotate_half``, the product by sin, the sum and the concatenation with the
+  pass-through part (6). Inside the attention block: before the MoE sync, and replayed in its CUDA graph
+  where ``cuda_graph_scopes`` has ``attn``.
+- ``glu_clamp``: ``fused_bias_geglu.weighted_bias_quick_geglu_impl`` clamps each half and concatenates them
+  (3) and copies ``linear_offset`` to the device with ``torch.tensor`` (1). After the sync.
+- ``expert_bias``: ``experts.TEGroupedMLP._apply_bias`` concatenates the experts' outputs and casts the fp32
+  result back (2), besides the product and the sum per expert that :func:`expert_launches` counts. After the
+  sync.
+
+Backward launches are ``BACKWARD_KERNELS`` times these, as for the layer's other eager kernels."""
+
+
+def unfused_op_launches(fw: FrameworkProfile, model: ModelSpec) -> tuple[float, float]:
+    """(before the dropless sync, after it) forward launches of the unfused model ops of one MoE layer
+    (``UNFUSED_OP_LAUNCHES``) that the stack runs eagerly (``FrameworkProfile.unfused_model_ops``) and the
+    model has: YaRN RoPE outside MLA (none where the attention block is CUDA-graphed), a clamped GLU, the
+    experts' output bias."""
+    unfused, pre, post = fw.unfused_model_ops, 0.0, 0.0
+    yarn = model.rope_scaling == "yarn" and model.attention is not AttentionKind.MLA
+    if "yarn_rope" in unfused and yarn and "attn" not in fw.cuda_graph_scopes:
+        pre += UNFUSED_OP_LAUNCHES["yarn_rope"]
+    if "glu_clamp" in unfused and model.glu_clamp:
+        post += UNFUSED_OP_LAUNCHES["glu_clamp"]
+    if "expert_bias" in unfused and model.expert_bias:
+        post += UNFUSED_OP_LAUNCHES["expert_bias"]
+    return pre, post
+
+
 def moe_post_sync_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
     """Host seconds to launch the forward kernels of one MoE layer that follow its dropless host sync
     (``MOE_POST_SYNC_KERNEL_SHARE`` of the eager parts plus the local experts' :func:`expert_launches`), times
@@ -195,7 +229,7 @@ def moe_post_sync_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | s
         return 0.0 * local
     experts_f, _ = expert_launches(fw, model, dtype=dtype, local=local)
     eager = sum(MOE_LAYER_KERNEL_PARTS[k] * share for k, share in MOE_POST_SYNC_KERNEL_SHARE.items())
-    return (eager + experts_f) * fw.host_s_per_kernel
+    return (eager + unfused_op_launches(fw, model)[1] + experts_f) * fw.host_s_per_kernel
 
 
 def moe_synced_forward_s(
@@ -212,8 +246,9 @@ def moe_synced_forward_s(
 
 
 def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> tuple[Array, Array]:
-    """(forward, backward) host seconds to launch one MoE layer per micro-batch: ``moe_layer_launches`` (and
-    ``BACKWARD_KERNELS`` times them backward) plus the local experts' :func:`expert_launches`, times the
+    """(forward, backward) host seconds to launch one MoE layer per micro-batch: ``moe_layer_launches`` and the
+    unfused model ops' :func:`unfused_op_launches` (and ``BACKWARD_KERNELS`` times them backward) plus the local
+    experts' :func:`expert_launches`, times the
     framework's ``host_s_per_kernel``. A stack that syncs the host on every MoE layer (``moe_host_sync``:
     Megatron-Core's alltoall dispatcher copies the tokens per expert to the CPU before the all-to-all, the flex
     dispatcher's Hybrid-EP reads the dispatched token count on the host when dropless, and grouped GEMMs take
@@ -225,7 +260,7 @@ def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Ar
     if fw.graphs_whole_step:
         return 0.0 * local, 0.0 * local
     experts_f, experts_b = expert_launches(fw, model, dtype=dtype, local=local)
-    eager, per_kernel = moe_layer_launches(fw), fw.host_s_per_kernel
+    eager, per_kernel = moe_layer_launches(fw) + sum(unfused_op_launches(fw, model)), fw.host_s_per_kernel
     return (eager + experts_f) * per_kernel, (BACKWARD_KERNELS * eager + experts_b) * per_kernel
 
 
