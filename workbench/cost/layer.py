@@ -150,8 +150,8 @@ def layer_costs(
     load = routed_load(fw, capacity_factor)
     rates = device_rates(cluster.device, dtype, cal)
     ops = _block_ops(model, fw, dtype, tokens, seq_len, tp, ep, sequence_parallel, moe_layer, capacity_factor)
-    full = _attention_rates(model, cluster, cal, seq_len=seq_len, cp=cp, ulysses=ulysses)
-    attention = (full, _window_rates(model, cluster, cal, seq_len=seq_len, full=full))
+    full_rates = _attention_rates(model, cluster, cal, seq_len=seq_len, cp=cp, ulysses=ulysses)
+    attention = (full_rates, _window_rates(model, cluster, cal, seq_len=seq_len, full=full_rates))
     mm, rest = _split_op_times(ops, rates, attention)
     redo = recompute_modules_s(model, cal, rates, tokens=tokens, tp=tp, moe_layer=moe_layer, load=load)
     dropless_moe = moe_layer and capacity_factor is None
