@@ -155,7 +155,8 @@ def layer_costs(
     mm, rest = _split_op_times(ops, rates, attention)
     redo = recompute_modules_s(model, cal, rates, tokens=tokens, tp=tp, moe_layer=moe_layer, load=load)
     dropless_moe = moe_layer and capacity_factor is None
-    pre_sync = _fwd_s([o for o in ops if o.name in PRE_SYNC_OPS], rates, attention) if dropless_moe else 0.0
+    synced = dropless_moe and fw.moe_host_sync
+    pre_sync = _fwd_s([o for o in ops if o.name in PRE_SYNC_OPS], rates, attention) if synced else 0.0
     fwd, comp_i, comp_w = _compute_s(model, cal, mm, rest, redo, dtype, ep, recompute, dropless_moe, pre_sync)
     full = recompute == 2
     per_value = tp_bytes_per_value(fw, dtype=dtype, sequence_parallel=sequence_parallel)
