@@ -59,6 +59,7 @@ __all__ = [
     "elementwise_op",
     "embedding_ops",
     "fp8_cast_op",
+    "fused_core_ops",
     "head_ops",
     "layer_ops",
     "matmul_efficiency_frac",
@@ -98,6 +99,25 @@ def attended_keys_frac(model: ModelSpec, seq_len: Array) -> Array:
     return total / model.num_layers
 
 
+def fused_core_ops(model: ModelSpec, *, seq_len: Array, score_flop: Array, core_bytes: Array) -> list[Op]:
+    """The fused attention core of one layer, averaged over the layers: ``attention_core`` over the full (and
+    chunked) layers and, for a model with sliding-window layers, ``attention_window`` over those, each with
+    its share of the layers' executed FLOPs (:func:`attended_keys_frac`, ``score_flop`` the full s^2 products)
+    and of ``core_bytes``, so a stack's windowed kernel can be read at its own rate
+    (``Calibration.window_attention``); their FLOPs sum to the single op's."""
+    total = attended_keys_frac(model, seq_len) * score_flop
+    if not model.sliding_window or not model.num_sliding_window_layers:
+        return [Op("attention_core", "attention", total, core_bytes)]
+    share = model.num_sliding_window_layers / model.num_layers
+    s = np.maximum(np.asarray(seq_len, dtype=float), 1.0)
+    w = np.minimum(float(model.sliding_window), s)
+    window = share * (w - w * w / (2 * s)) / s * score_flop
+    return [
+        Op("attention_core", "attention", total - window, (1 - share) * core_bytes),
+        Op("attention_window", "attention", window, share * core_bytes),
+    ]
+
+
 def attention_ops(
     model: ModelSpec,
     *,
@@ -131,9 +151,7 @@ def attention_ops(
     score_flop = 2.0 * tokens * seq_len * a * (dqk + dv) / tp
     core_bytes = act_bytes * tokens * a * (2 * dqk + 2 * dv) / tp
     if flash:  # causal (and windowed) blocks skipped
-        ops.append(
-            Op("attention_core", "attention", attended_keys_frac(model, seq_len) * score_flop, core_bytes)
-        )
+        ops.extend(fused_core_ops(model, seq_len=seq_len, score_flop=score_flop, core_bytes=core_bytes))
     else:
         ops.append(Op("attention_core", "attention", score_flop, core_bytes))
         scores = tokens * seq_len * a / tp

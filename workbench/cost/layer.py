@@ -39,9 +39,12 @@ from workbench.cost.elementwise_ops import FP8_VALUE_BYTES, cheap_recompute_ops
 from workbench.cost.flops import embedding_ops, head_ops, layer_ops, mtp_ops
 from workbench.cost.moe import (
     ACT_BYTES,
+    PRE_SYNC_OPS,
     dispatch_passes,
     moe_dispatch_s,
     moe_host_s,
+    moe_post_sync_host_s,
+    moe_synced_forward_s,
     on_device,
     routed_load,
 )
@@ -147,11 +150,14 @@ def layer_costs(
     load = routed_load(fw, capacity_factor)
     rates = device_rates(cluster.device, dtype, cal)
     ops = _block_ops(model, fw, dtype, tokens, seq_len, tp, ep, sequence_parallel, moe_layer, capacity_factor)
-    attention = _attention_rates(model, cluster, cal, seq_len=seq_len, cp=cp, ulysses=ulysses)
+    full_rates = _attention_rates(model, cluster, cal, seq_len=seq_len, cp=cp, ulysses=ulysses)
+    attention = (full_rates, _window_rates(model, cluster, cal, seq_len=seq_len, full=full_rates))
     mm, rest = _split_op_times(ops, rates, attention)
     redo = recompute_modules_s(model, cal, rates, tokens=tokens, tp=tp, moe_layer=moe_layer, load=load)
     dropless_moe = moe_layer and capacity_factor is None
-    fwd, comp_i, comp_w = _compute_s(model, cal, mm, rest, redo, dtype, ep, recompute, dropless_moe)
+    synced = dropless_moe and fw.moe_host_sync
+    pre_sync = _fwd_s([o for o in ops if o.name in PRE_SYNC_OPS], rates, attention) if synced else 0.0
+    fwd, comp_i, comp_w = _compute_s(model, cal, mm, rest, redo, dtype, ep, recompute, dropless_moe, pre_sync)
     full = recompute == 2
     per_value = tp_bytes_per_value(fw, dtype=dtype, sequence_parallel=sequence_parallel)
     tp_comm = _tp_comm(model, cluster, fw, mm, per_value, tokens, tp, tp_stride, full)
@@ -244,16 +250,42 @@ def _attention_rates(
     return attention
 
 
-def _split_op_times(
-    ops: list[Op], rates: Rates, attention: tuple[Array, Array] | None
-) -> tuple[OpTimes, OpTimes]:
-    """(weight GEMMs, everything else) of ``ops`` timed at their own peaks and curves (``Rates``)."""
+def _window_rates(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    cal: Calibration,
+    *,
+    seq_len: Array,
+    full: tuple[Array, Array] | None,
+) -> tuple[Array, Array] | None:
+    """(forward, backward) fraction of the peak of the stack's fused kernel in the model's sliding-window
+    layers (``Calibration.window_attention``), the full kernel's (``full``) where the window covers the
+    sequence; None without window layers, unfused attention or a window table for the device."""
+    if full is None or not model.sliding_window or not model.num_sliding_window_layers:
+        return None
+    window = cal.window_attention(
+        cluster.device, dtype="bf16", seq_len=seq_len, head_dim=model.qk_head_dim, window=model.sliding_window
+    )
+    if window is None:
+        return None
+    banded = np.asarray(seq_len) > model.sliding_window
+    return np.where(banded, window[0], full[0]), np.where(banded, window[1], full[1])
+
+
+AttentionRates = tuple[tuple[Array, Array] | None, tuple[Array, Array] | None]
+"""(full-attention kernel, sliding-window kernel) (forward, backward) fractions of the peak, each or None."""
+
+
+def _split_op_times(ops: list[Op], rates: Rates, attention: AttentionRates) -> tuple[OpTimes, OpTimes]:
+    """(weight GEMMs, everything else) of ``ops`` timed at their own peaks and curves (``Rates``), the
+    attention ops at ``attention``'s kernel fractions."""
+    full, window = attention
     mm = op_times(
         [o for o in ops if o.kind == "matmul"],
         peak_flop_per_s=rates.mm_peak,
         gemm_curve=rates.mm_curve,
         hbm_bytes_per_s=rates.hbm_bytes_per_s,
-        attention=attention,
+        attention=full,
         matmul_scale=rates.mm_scale,
     )
     rest = op_times(
@@ -261,9 +293,16 @@ def _split_op_times(
         peak_flop_per_s=rates.other_peak,
         gemm_curve=rates.other_curve,
         hbm_bytes_per_s=rates.hbm_bytes_per_s,
-        attention=attention,
+        attention=full,
+        window_attention=window,
     )
     return mm, rest
+
+
+def _fwd_s(ops: list[Op], rates: Rates, attention: AttentionRates) -> Array:
+    """Forward seconds of ``ops`` at their own peaks and curves (before ``compute_slowdown``)."""
+    mm, rest = _split_op_times(ops, rates, attention)
+    return mm.fwd_s + rest.fwd_s
 
 
 def _compute_s(
@@ -276,11 +315,14 @@ def _compute_s(
     ep: Array,
     recompute: Array,
     dropless_moe: bool,
+    pre_sync: Array = 0.0,
 ) -> tuple[Array, Array, Array]:
     """Compute seconds (F, I with the recompute, W) of one layer from its op times, slowed by
     ``compute_slowdown``, with the host overhead per layer; ``redo``: the recomputed modules' forward. A
     dropless MoE layer of a stack that syncs with the host (``moe_host_sync``) takes at least the host's
-    time where ep > 1 (``moe_host_s``)."""
+    time where ep > 1 (``moe_host_s``), and at least the launches after its sync plus ``pre_sync``, the GPU's
+    forward seconds before it (``PRE_SYNC_OPS``) with the per-layer host overhead, which the model adds to
+    the layer serially (``moe_synced_forward_s``)."""
     fw = cal.framework
     overhead = 0.0 if fw.graphs_whole_step else fw.host_overhead_per_layer_s
     slow = compute_slowdown(fw)
@@ -294,8 +336,10 @@ def _compute_s(
     comp_w = (mm.bwd_weight_s + rest.bwd_weight_s) * slow
     if dropless_moe and fw.moe_host_sync:
         host_f, host_b = moe_host_s(model, cal, dtype=dtype, ep=ep)
-        host_f, host_b = np.where(ep > 1, host_f, 0.0), np.where(ep > 1, host_b, 0.0)
-        fwd, comp_i = np.maximum(fwd, host_f), comp_i + np.maximum(host_b - comp_i - comp_w, 0.0)
+        post = moe_post_sync_host_s(model, cal, dtype=dtype, ep=ep)
+        synced = moe_synced_forward_s(host_f, post, fwd, pre_sync * slow + overhead)
+        fwd, host_b = np.where(ep > 1, synced, fwd), np.where(ep > 1, host_b, 0.0)
+        comp_i = comp_i + np.maximum(host_b - comp_i - comp_w, 0.0)
     return fwd, comp_i, comp_w
 
 

@@ -3,7 +3,9 @@
 - ``on_device``: the framework profile as the stack's recipes run a model on a device
   (``FrameworkProfile.for_device``: dispatcher, CUDA graphs, recomputed modules, EP overlap per GPU and model).
 - Host launches (``moe_layer_launches``, ``expert_launches``, ``moe_host_s``): dropless routing syncs the host once per MoE layer
-  forward, so the layer costs at least the host time to launch its kernels; CUDA-graphed parts launch once.
+  forward, so the layer costs at least the host time to launch its kernels, and the launches after the sync
+  plus the GPU's work before it (``moe_post_sync_host_s``, ``PRE_SYNC_OPS``, ``moe_synced_forward_s``);
+  CUDA-graphed parts launch once.
 - Token copies (``dispatch_passes``): HBM passes over the routed tokens outside GEMMs and transfers.
 - Dispatch and combine (``moe_dispatch_s``): the all-to-all (``alltoall``, ``hybridep``) or DeepEP's
   node-deduplicated transfer (``deepep``), FP8 dispatch, expert tensor parallelism.
@@ -23,7 +25,7 @@ from workbench.cost.memory import FP8_TILE_BYTES
 from workbench.presets.calibration import Calibration
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DeviceSpec, DType
-from workbench.specs.model import ModelSpec
+from workbench.specs.model import AttentionKind, ModelSpec
 
 Array = Any
 
@@ -154,9 +156,99 @@ def expert_launches(
     return fwd, bwd
 
 
+MOE_POST_SYNC_KERNEL_SHARE: dict[str, float] = {"permute": 0.5, "dispatch": 1.0, "expert_act": 1.0}
+"""Share of each part of ``MOE_LAYER_KERNEL_PARTS`` the host launches after the dropless host sync of an MoE
+layer's forward (the rest, and the parts not named, come before it). Megatron-Core 0.15 (NVIDIA/Megatron-LM
+@0d8e0714) ``MoEAlltoAllTokenDispatcher``: ``preprocess`` sets ``cuda_sync_point = "before_ep_alltoall"``
+for dropless routing with ep > 1, so the host blocks in ``token_dispatch`` (``_maybe_dtoh_and_synchronize``:
+``d2h_event.synchronize()``) after the router, the preprocessing and the first permutation
+(``dispatch_preprocess``) and before the all-to-all, the sort by local expert, the experts, the unsort, the
+combine and the unpermutation: half of ``permute`` (the first permutation comes before), all of ``dispatch``
+and ``expert_act``, and every per-expert launch (:func:`expert_launches`). The flex dispatcher's HybridEP
+syncs inside its dispatch, at the same place in the layer."""
+
+PRE_SYNC_OPS = frozenset(
+    {
+        "qkv_proj",
+        "layout_copies",
+        "attention_core",
+        "attention_window",
+        "out_proj",
+        "router",
+        "yarn_rope_unfused",
+    }
+)
+"""Forward ops of an MoE layer (``workbench.cost.flops.layer_ops``) the GPU runs before the layer's dropless
+host sync (the attention block and the router: ``MOE_POST_SYNC_KERNEL_SHARE``). Ops that straddle the sync
+(the norms and residual adds with the experts' activation in ``norms_elementwise``, the FP8 casts of attention
+and expert inputs) are left out, so their sum is a lower bound of the GPU's time before the sync."""
+
+
+UNFUSED_OP_LAUNCHES: dict[str, float] = {"yarn_rope": 24.0, "glu_clamp": 4.0, "expert_bias": 2.0}
+"""Forward kernel launches per layer of each unfused model op (``workbench.cost.elementwise_ops.
+UNFUSED_MODEL_OP_PASSES`` prices their bytes), read from Megatron-Core 0.15 (NVIDIA/Megatron-LM @0d8e0714):
+
+- ``yarn_rope``: ``rope_utils._apply_rotary_pos_emb_bshd`` on the queries and on the keys, 12 each: cos, the
+  mscale product and the cast of the frequencies (3), the same for sin (3), the product by cos, the negation
+  and the concatenation of ``_rotate_half``, the product by sin, the sum and the concatenation with the
+  pass-through part (6). Inside the attention block: before the MoE sync, and replayed in its CUDA graph
+  where ``cuda_graph_scopes`` has ``attn``.
+- ``glu_clamp``: ``fused_bias_geglu.weighted_bias_quick_geglu_impl`` clamps each half and concatenates them
+  (3) and copies ``linear_offset`` to the device with ``torch.tensor`` (1). After the sync.
+- ``expert_bias``: ``experts.TEGroupedMLP._apply_bias`` concatenates the experts' outputs and casts the fp32
+  result back (2), besides the product and the sum per expert that :func:`expert_launches` counts. After the
+  sync.
+
+Backward launches are ``BACKWARD_KERNELS`` times these, as for the layer's other eager kernels."""
+
+
+def unfused_op_launches(fw: FrameworkProfile, model: ModelSpec) -> tuple[float, float]:
+    """(before the dropless sync, after it) forward launches of the unfused model ops of one MoE layer
+    (``UNFUSED_OP_LAUNCHES``) that the stack runs eagerly (``FrameworkProfile.unfused_model_ops``) and the
+    model has: YaRN RoPE outside MLA (none where the attention block is CUDA-graphed), a clamped GLU, the
+    experts' output bias."""
+    unfused, pre, post = fw.unfused_model_ops, 0.0, 0.0
+    yarn = model.rope_scaling == "yarn" and model.attention is not AttentionKind.MLA
+    if "yarn_rope" in unfused and yarn and "attn" not in fw.cuda_graph_scopes:
+        pre += UNFUSED_OP_LAUNCHES["yarn_rope"]
+    if "glu_clamp" in unfused and model.glu_clamp:
+        post += UNFUSED_OP_LAUNCHES["glu_clamp"]
+    if "expert_bias" in unfused and model.expert_bias:
+        post += UNFUSED_OP_LAUNCHES["expert_bias"]
+    return pre, post
+
+
+def moe_post_sync_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
+    """Host seconds to launch the forward kernels of one MoE layer that follow its dropless host sync
+    (``MOE_POST_SYNC_KERNEL_SHARE`` of the eager parts plus the local experts' :func:`expert_launches`), times
+    ``host_s_per_kernel``; 0 when the whole step replays as one CUDA graph. The graphable parts
+    (``cuda_graph_scopes``: attn, moe_router, moe_preprocess) all come before the sync."""
+    fw = cal.framework
+    local = model.num_experts / np.maximum(ep, 1)
+    if fw.graphs_whole_step:
+        return 0.0 * local
+    experts_f, _ = expert_launches(fw, model, dtype=dtype, local=local)
+    eager = sum(MOE_LAYER_KERNEL_PARTS[k] * share for k, share in MOE_POST_SYNC_KERNEL_SHARE.items())
+    return (eager + unfused_op_launches(fw, model)[1] + experts_f) * fw.host_s_per_kernel
+
+
+def moe_synced_forward_s(
+    host_s: Array, post_sync_host_s: Array, gpu_s: Array, pre_sync_gpu_s: Array
+) -> Array:
+    """Forward seconds of one MoE layer whose host blocks once per layer until the GPU has drained (the
+    dropless sync, ``moe_host_sync``): ``max(G, H, H_post + G_pre)``. Between two syncs the host launches the
+    kernels after this layer's sync (``post_sync_host_s``, H_post) and then the next layer's up to its sync; the
+    GPU, idle when the sync returns, runs the first part as the launches arrive and cannot start the second
+    part (``pre_sync_gpu_s``, G_pre) before the host has launched the first, so a period lasts at least
+    H_post + G_pre, besides the layer's GPU time G (``gpu_s``) and host time H (``host_s``). Without the sync
+    the host queues layers ahead and only ``max(G, H)`` binds. Arrays broadcast."""
+    return np.maximum(np.maximum(gpu_s, host_s), post_sync_host_s + pre_sync_gpu_s)
+
+
 def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> tuple[Array, Array]:
-    """(forward, backward) host seconds to launch one MoE layer per micro-batch: ``moe_layer_launches`` (and
-    ``BACKWARD_KERNELS`` times them backward) plus the local experts' :func:`expert_launches`, times the
+    """(forward, backward) host seconds to launch one MoE layer per micro-batch: ``moe_layer_launches`` and the
+    unfused model ops' :func:`unfused_op_launches` (and ``BACKWARD_KERNELS`` times them backward) plus the local
+    experts' :func:`expert_launches`, times the
     framework's ``host_s_per_kernel``. A stack that syncs the host on every MoE layer (``moe_host_sync``:
     Megatron-Core's alltoall dispatcher copies the tokens per expert to the CPU before the all-to-all, the flex
     dispatcher's Hybrid-EP reads the dispatched token count on the host when dropless, and grouped GEMMs take
@@ -168,7 +260,7 @@ def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Ar
     if fw.graphs_whole_step:
         return 0.0 * local, 0.0 * local
     experts_f, experts_b = expert_launches(fw, model, dtype=dtype, local=local)
-    eager, per_kernel = moe_layer_launches(fw), fw.host_s_per_kernel
+    eager, per_kernel = moe_layer_launches(fw) + sum(unfused_op_launches(fw, model)), fw.host_s_per_kernel
     return (eager + experts_f) * per_kernel, (BACKWARD_KERNELS * eager + experts_b) * per_kernel
 
 

@@ -80,12 +80,15 @@ def op_times(
     hbm_bytes_per_s: float,
     attention: tuple[Array, Array] | None,
     matmul_scale: float = 1.0,
+    window_attention: tuple[Array, Array] | None = None,
 ) -> OpTimes:
     """Roofline time of each op, summed into forward, backward-input and backward-weight parts (see the
     module docstring for the backward rules). ``gemm_curve``: (flop, fraction) points of the GEMM efficiency
     (:func:`matmul_efficiency_frac`); ``attention``: (forward, backward) fraction of the peak of the fused
     attention kernel, or None for unfused attention (its score GEMMs run at the GEMM curve);
     ``matmul_scale`` multiplies the efficiency of the weight GEMMs (the FP8 recipe's overhead);
+    ``window_attention``: the fractions of the sliding-window kernel, for the ``attention_window`` op (None:
+    ``attention``'s);
     ``hbm_bytes_per_s`` is the achieved bandwidth."""
     fwd = bwd_i = bwd_w = core = core_b = flop = 0.0
     for op in ops:
@@ -94,7 +97,8 @@ def op_times(
         if op.kind == "matmul":
             eff = matmul_efficiency_frac(size, gemm_curve) * matmul_scale
         elif op.kind == "attention" and attention is not None:
-            eff, bwd_eff = attention
+            use_window = op.name == "attention_window" and window_attention is not None
+            eff, bwd_eff = window_attention if use_window else attention  # type: ignore[misc]
         else:
             eff = matmul_efficiency_frac(size, gemm_curve)
         t = roofline_time_s(

@@ -118,16 +118,48 @@ class Calibration:
         ``device`` (causal, the kernel table's nearest head dim, interpolated in seq_len); the first family
         of ``families`` (default ``framework.attention_kernels``) the table has, else
         ``FALLBACK_ATTENTION_FRAC``."""
-        table = self.table(device)
         families = self.framework.attention_kernels if families is None else families
-        if table is not None:
-            for key in (dtype, "bf16"):
-                hit = table.attention_fracs(
-                    families, dtype=key, head_dim=head_dim, causal=True, seq_len=seq_len
-                )
-                if hit is not None:
-                    return hit[1], hit[2]
-        return FALLBACK_ATTENTION_FRAC, FALLBACK_ATTENTION_FRAC
+        hit = self._attention_fracs(
+            device, families, dtype=dtype, seq_len=seq_len, head_dim=head_dim, window=0
+        )
+        return hit if hit is not None else (FALLBACK_ATTENTION_FRAC, FALLBACK_ATTENTION_FRAC)
+
+    def window_attention(
+        self, device: DeviceSpec, *, dtype: str, seq_len: Any, head_dim: int, window: int
+    ) -> tuple[Any, Any] | None:
+        """(forward, backward) fraction of the dense peak of the framework's fused attention kernel on
+        ``device`` in a sliding-window layer of ``window`` keys (FLOPs of the band), from the kernel table's
+        window tables (``AttentionTable.window``, within ``WINDOW_MATCH_FACTOR`` of ``window``); None when the
+        table has none, and the caller reads the layer at the full kernel's rate."""
+        if window <= 0:
+            return None
+        families = self.framework.attention_kernels
+        return self._attention_fracs(
+            device, families, dtype=dtype, seq_len=seq_len, head_dim=head_dim, window=window
+        )
+
+    def _attention_fracs(
+        self,
+        device: DeviceSpec,
+        families: tuple[str, ...],
+        *,
+        dtype: str,
+        seq_len: Any,
+        head_dim: int,
+        window: int,
+    ) -> tuple[Any, Any] | None:
+        """The causal (forward, backward) fractions of the kernel table of ``device`` at ``dtype``, else bf16
+        (``KernelTable.attention_fracs``); None without a table or a matching one."""
+        table = self.table(device)
+        if table is None:
+            return None
+        for key in (dtype, "bf16"):
+            hit = table.attention_fracs(
+                families, dtype=key, head_dim=head_dim, causal=True, seq_len=seq_len, window=window
+            )
+            if hit is not None:
+                return hit[1], hit[2]
+        return None
 
 
 def fits_from_dict(data: dict[str, Any], *, where: str) -> dict[str, dict[str, float]]:

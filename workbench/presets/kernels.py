@@ -12,7 +12,7 @@ File format (every key is checked; unknown keys raise ValueError naming the file
     [gemm.bf16]                       # one table per precision
     points = [[1e9, 0.4], [1e12, 0.8]]  # (2*M*N*K FLOPs, fraction of the dense peak), sorted by flop
     source = "..."
-    [[attention]]                     # one per family, precision, head dim and mask
+    [[attention]]                     # one per family, precision, head dim, mask and window
     family = "fa2"
     dtype = "bf16"
     head_dim = 128
@@ -21,13 +21,14 @@ File format (every key is checked; unknown keys raise ValueError naming the file
     fwd_frac = [0.5, 0.6, 0.65]
     bwd_frac = [0.4, 0.5, 0.55]
     source = "..."
+    window = 128                      # optional: a sliding-window (banded causal) table, FLOPs of the band
 
 A microbench output folder holds ``kernels.toml`` in this format; :func:`load_kernel_table` accepts the
 folder, the file, or a device id (the published table).
 
 Committed measurements: a microbench folder under ``profiles/measured/`` (its ``kernels.toml`` says
 ``measured = true``) is laid over the published table of its device by :func:`device_kernel_tables`: each GEMM
-curve it measured, each attention table of the same (family, dtype, head dim, mask) and the HBM fraction
+curve it measured, each attention table of the same (family, dtype, head dim, mask, window) and the HBM fraction
 replace the published ones; what it did not measure (FlashAttention-3 without the ``flash_attn_3`` package,
 non-causal masks, a dtype) stays published, each table keeping its own ``source``.
 """
@@ -49,7 +50,7 @@ TABLE_FILE = "kernels.toml"
 """Name of the table inside a microbench output folder."""
 
 _TOP = {"device", "source", "measured", "provenance", "hbm", "gemm", "attention"}
-_ATTN = {"family", "dtype", "head_dim", "causal", "seq_len", "fwd_frac", "bwd_frac", "source"}
+_ATTN = {"family", "dtype", "head_dim", "causal", "seq_len", "fwd_frac", "bwd_frac", "source", "window"}
 
 
 def kernels_dir() -> Path:
@@ -68,14 +69,14 @@ def measured_kernel_dirs() -> list[Path]:
 
 
 def overlay(published: KernelTable, measured: KernelTable) -> KernelTable:
-    """``published`` with ``measured``'s GEMM curves, attention tables (by family, dtype, head dim and mask)
+    """``published`` with ``measured``'s GEMM curves, attention tables (by family, dtype, head dim, mask and window)
     and HBM fraction in place of its own; flag, provenance and device of the measurement. ValueError when the
     two describe different devices."""
     if published.device != measured.device:
         raise ValueError(f"kernel tables of different devices: {published.device!r} and {measured.device!r}")
 
-    def key(t: AttentionTable) -> tuple[str, str, int, bool]:
-        return (t.family, t.dtype, t.head_dim, t.causal)
+    def key(t: AttentionTable) -> tuple[str, str, int, bool, int]:
+        return (t.family, t.dtype, t.head_dim, t.causal, t.window)
 
     replaced = {key(t) for t in measured.attention}
     return replace(
@@ -138,7 +139,7 @@ def kernel_table_from_dict(data: dict[str, Any], *, where: str) -> KernelTable:
     for i, t in enumerate(_need(where, "attention", data.get("attention", []), list, "a list of tables")):
         _need(where, f"attention[{i}]", t, dict, "a table")
         extra = set(t) - _ATTN
-        missing = _ATTN - {"source"} - set(t)
+        missing = _ATTN - {"source", "window"} - set(t)
         if extra or missing:
             raise ValueError(
                 f"{where}: attention[{i}] has unknown keys {sorted(extra)} / misses {sorted(missing)}"
@@ -155,6 +156,7 @@ def kernel_table_from_dict(data: dict[str, Any], *, where: str) -> KernelTable:
                     fwd_frac=_numbers(where, f"{at}.fwd_frac", t["fwd_frac"]),
                     bwd_frac=_numbers(where, f"{at}.bwd_frac", t["bwd_frac"]),
                     source=_need(where, f"{at}.source", t.get("source", ""), str, "a string"),
+                    window=_need(where, f"{at}.window", t.get("window", 0), int, "an integer"),
                 )
             )
         except ValueError as exc:
@@ -196,6 +198,7 @@ def kernel_table_to_dict(table: KernelTable) -> dict[str, Any]:
                 "bwd_frac": list(t.bwd_frac),
                 "source": t.source,
             }
+            | ({"window": t.window} if t.window else {})
             for t in table.attention
         ],
     }

@@ -31,6 +31,14 @@ paper's Fig. 4), and ``sdpa`` = whatever ``torch.nn.functional.scaled_dot_produc
 (microbench tables)."""
 
 
+WINDOW_MATCH_FACTOR = 2.0
+"""A sliding-window attention table stands for windows within this factor of its own (either way)."""
+
+
+def _window_near(table_window: int, window: int) -> bool:
+    return max(table_window, window) <= WINDOW_MATCH_FACTOR * min(table_window, window)
+
+
 def interp_log(x: Any, xs: tuple[float, ...], ys: tuple[float, ...]) -> Any:
     """Linear interpolation in log10(x) between sorted points ``xs`` -> ``ys``, flat beyond the ends.
     ``x`` may be a scalar or a numpy array (broadcast)."""
@@ -49,12 +57,20 @@ class AttentionTable:
     fwd_frac: tuple[float, ...]
     bwd_frac: tuple[float, ...]
     source: str = ""
+    window: int = 0
+    """Keys a query attends to in a sliding-window (banded causal) table, the benchmark's window: its FLOPs
+    count the attended pairs only (``w (w + 1) / 2 + (s - w) w`` per head, cudnn-frontend's
+    ``benchmark_single_sdpa.flops``); 0 for a full causal or unmasked table."""
 
     def __post_init__(self) -> None:
         where = f"attention table {shown(self.family)}/{shown(self.dtype)}/d{shown(self.head_dim)}"
         if self.family not in ATTENTION_FAMILIES:
             raise ValueError(f"{where}: family must be one of {', '.join(ATTENTION_FAMILIES)}")
         check_count(where, "head_dim", self.head_dim, maximum=MAX_HEAD_DIM, limit="MAX_HEAD_DIM")
+        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 0:
+            raise ValueError(f"{where}: window must be a whole number of keys >= 0, got {shown(self.window)}")
+        if self.window and not self.causal:
+            raise ValueError(f"{where}: a window table (window={self.window}) must be causal")
         if not isinstance(self.causal, bool):
             raise ValueError(f"{where}: causal must be true or false, got {shown(self.causal)}")
         n = len(self.seq_len)
@@ -113,16 +129,37 @@ class KernelTable:
         return sorted({t.family for t in self.attention if t.dtype == dtype})
 
     def attention_fracs(
-        self, families: tuple[str, ...], *, dtype: str, head_dim: int, causal: bool, seq_len: Any
+        self,
+        families: tuple[str, ...],
+        *,
+        dtype: str,
+        head_dim: int,
+        causal: bool,
+        seq_len: Any,
+        window: int = 0,
     ) -> tuple[str, Any, Any] | None:
         """(family, forward fraction, backward fraction) of the first of ``families`` the table has at
         ``dtype``; among its tables the nearest head dim, then the matching mask (else the other), and the
-        fractions interpolated in log(seq_len). None when no family matches."""
+        fractions interpolated in log(seq_len). None when no family matches. ``window`` > 0 asks for a
+        sliding-window table (``AttentionTable.window``) within a factor ``WINDOW_MATCH_FACTOR`` of it: a
+        windowed kernel's rate depends on the window (few key blocks per query block), so a table of another
+        window, or a full-attention table, does not stand in for it (None)."""
         for family in families:
             tables = [t for t in self.attention if t.family == family and t.dtype == dtype]
+            if window:
+                tables = [t for t in tables if t.window and _window_near(t.window, window)]
+            else:
+                tables = [t for t in tables if not t.window]
             if not tables:
                 continue
-            best = min(tables, key=lambda t: (abs(np.log2(t.head_dim / head_dim)), t.causal != causal))
+            best = min(
+                tables,
+                key=lambda t: (
+                    abs(np.log2(t.window / window)) if window else 0.0,
+                    abs(np.log2(t.head_dim / head_dim)),
+                    t.causal != causal,
+                ),
+            )
             return (
                 family,
                 interp_log(seq_len, best.seq_len, best.fwd_frac),
