@@ -62,3 +62,23 @@ def test_goodput_axes_are_plain() -> None:
 def test_breakdown_of_one_plan_is_a_bar(estimate) -> None:  # type: ignore[no-untyped-def]
     fig = estimates_breakdown_figure([estimate])
     assert fig.height >= 240  # title, a two-row legend, the x axis and a bar of about 70 px
+
+
+def test_only_the_served_apps_memory_figure_evaluates_javascript(estimate) -> None:  # type: ignore[no-untyped-def]
+    """Report and notebook figures carry no tick formatter written as JavaScript source (JupyterLab's
+    Content-Security-Policy has no 'unsafe-eval': BokehJS's ``new Function`` is refused there, and the lab
+    browser test sees the violation); the served app's memory figure pads its tick labels with one."""
+    from workbench_widgets.plots.memory import served_memory_figure
+
+    for fig in (
+        estimate_memory_figure(estimate),
+        estimate_timeline_figure(estimate),
+        estimates_breakdown_figure([estimate]),
+    ):
+        assert not [m for m in fig.references() if isinstance(m, CustomJSTickFormatter)], fig
+    served = served_memory_figure(estimate)
+    (padded,) = [m for m in served.references() if isinstance(m, CustomJSTickFormatter)]
+    assert (
+        isinstance(padded.args["base"], NumeralTickFormatter)
+        and padded.args["base"].format == PLAIN_NUMBER_FORMAT
+    )

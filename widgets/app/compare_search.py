@@ -24,11 +24,10 @@ from workbench_widgets.app.store import WorkbenchStore
 from workbench_widgets.app.views import GIB, frozen, in_session
 from workbench_widgets.plots import (
     breakdown_figure,
-    estimate_memory_figure,
     search_figure,
 )
 from workbench_widgets.plots.breakdown import refresh_breakdown_figure
-from workbench_widgets.plots.memory import refresh_memory_figure, usable_memory_bytes
+from workbench_widgets.plots.memory import refresh_memory_figure, served_memory_figure, usable_memory_bytes
 from workbench_widgets.plots.timeline import (
     content_timeline_figure,
     estimate_timeline_content,
@@ -288,7 +287,7 @@ def _side_figures(
     t.title.text = f"{name}: pipeline timeline"  # the plan's caption is above it, in the page
     usable = usable_memory_bytes(e)
     if m is None:
-        m = estimate_memory_figure(e, width=SIDE_WIDTH_PX)
+        m = served_memory_figure(e, width=SIDE_WIDTH_PX)
         m.name = f"compare-{name.lower()}-memory"
         memory.object = m
     else:

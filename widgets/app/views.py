@@ -25,12 +25,11 @@ from workbench_widgets.app.state import APP_PLAN_FIELDS, WorkbenchState
 from workbench_widgets.app.store import MAX_UPLOAD_BYTES, WorkbenchStore, too_big_message
 from workbench_widgets.app.upload import ConfigUpload
 from workbench_widgets.plots import (
-    estimate_memory_figure,
     estimates_breakdown_figure,
     placement_figure,
 )
 from workbench_widgets.plots.breakdown import refresh_breakdown_figure, same_bars
-from workbench_widgets.plots.memory import refresh_memory_figure, usable_memory_bytes
+from workbench_widgets.plots.memory import refresh_memory_figure, served_memory_figure, usable_memory_bytes
 from workbench_widgets.plots.placement import placement_figure_tags, refresh_placement_figure
 from workbench_widgets.plots.timeline import (
     TimelineContent,
@@ -522,7 +521,7 @@ class PlanView(param.Parameterized):
             self._timeline_key = content.stable_key
             figures[self.timeline] = _named(content_timeline_figure(content, stable=True), "plan-timeline")
         if self.memory.object is None:
-            figures[self.memory] = _named(estimate_memory_figure(e), "plan-memory")
+            figures[self.memory] = _named(served_memory_figure(e), "plan-memory")
         if self.breakdown.object is None or not same_bars(self.breakdown.object, [e]):
             figures[self.breakdown] = estimates_breakdown_figure([e])
         fig = self.placement.object

@@ -139,7 +139,6 @@ def memory_figure(
     _over_capacity_item(fig).visible = bool(len(idx))  # shown only when some rank is over
     fig.xaxis.major_label_orientation = _label_orientation(ranks)
     plain_axes(fig)
-    fixed_width_tick_labels(fig.yaxis[0])  # as wide at 100 GiB as at 80: a change lays out no page
     return fig
 
 
@@ -295,6 +294,17 @@ def estimate_memory_figure(
         usable_bytes=usable_memory_bytes(estimate, headroom_frac),
         **kwargs,
     )
+
+
+def served_memory_figure(estimate: Estimate, **kwargs: Any) -> figure:
+    """``estimate_memory_figure`` for the served app: its y tick labels padded to a fixed width
+    (``fixed_width_tick_labels``), so the axis is as wide at 100 GiB as at 80 and a change lays out no page.
+    The padding is a ``CustomJSTickFormatter``, JavaScript the page evaluates from a string: JupyterLab's
+    Content-Security-Policy (no 'unsafe-eval') refuses it, so reports and notebook figures keep the plain
+    formatter and only the app, which serves its own pages, uses this."""
+    fig = estimate_memory_figure(estimate, **kwargs)
+    fixed_width_tick_labels(fig.yaxis[0])
+    return fig
 
 
 def activation_figure(
