@@ -91,7 +91,7 @@ def _group_reduction(
     the 1/k shard over the r = n/k replicas (HSDP); ZeRO 1-2 all-gather the updated weights in the shard group.
     Each collective is priced only when some plan of the batch needs it (the same values, less work)."""
     fw = ctx.cal.framework
-    eff, g = fw.collective_efficiency_frac, fw.grad_bytes_per_param
+    eff, g = fw.collective_efficiency_frac, fw.reduce_bytes_per_param
     replicas = np.maximum(n // np.maximum(k, 1), 1)
 
     def reduction(count: Array) -> Array:

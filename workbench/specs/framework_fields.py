@@ -123,6 +123,14 @@ class FrameworkFields:
     per-op SAC: every second matmul output and the attention output saved, the rest recomputed)."""
     grad_bytes_per_param: float = 4.0
     """Gradient buffer precision: Megatron main_grad fp32 = 4; FSDP pure bf16 reduction = 2."""
+    grad_reduce_bytes_per_param: float = 0.0
+    """Bytes per gradient element on the wire of the data-parallel reduction (ZeRO-3's per-layer
+    reduce-scatter, ZeRO 1-2's reduce-scatter, ZeRO-0's all-reduce) where it differs from the held gradient;
+    0: ``grad_bytes_per_param``. PyTorch FSDP1 casts each unit's unsharded gradient to
+    ``MixedPrecision.reduce_dtype`` before the reduce-scatter (torch/distributed/fsdp/_runtime_utils.py
+    ``_reduce_grad``); Composer's ``mixed_precision: DEFAULT`` sets ``reduce_dtype=torch.float32`` with 16-bit
+    parameters and ``PURE`` the 16-bit dtype (composer/trainer/mosaic_fsdp_utils.py ``get_mixed_precision``,
+    v0.16.4 and @4e0068a08, 2024-04): 4 and 2 bytes."""
     master_weights: bool = True
     """fp32 master copy of the weights in the optimizer (mixed precision, Micikevicius et al. 2018)."""
     loss_bytes_per_logit: float = 10.0
