@@ -145,6 +145,10 @@ class FrameworkFields:
     output (``_log_softmax`` line 218) and the fused backward allocates a zero fp32 gradient, ``exp`` of the
     saved output and their sum before the product (``_nll_loss_and_log_softmax_backward`` lines 470 and
     518), 16 bytes per logit at the peak."""
+    optimizer_bytes_per_param: float = 0.0
+    """HBM bytes the optimizer step moves per locally owned parameter where the stack's optimizer is not one
+    fused pass; 0: ``workbench.cost.context.OPTIMIZER_BYTES_PER_PARAM`` (a fused Adam: 30). An unfused
+    per-tensor AdamW reads and writes its fp32 tensors once per element-wise op (count them in its ``step``)."""
     optimizer_moment_bytes: float = 4.0
     """Bytes per stored optimizer moment (Adam keeps two per parameter): fp32 4; DeepSeek-V3 keeps them in
     BF16, 2 (arXiv:2412.19437 section 3.3.3, "Low-Precision Optimizer States")."""

@@ -112,6 +112,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "fp8_matmul_scale": (0.0, 1e3, True),
     "context_bytes": (0.0, 2.0**50, False),
     "optimizer_moment_bytes": (0.0, 8.0, True),
+    "optimizer_bytes_per_param": (0.0, 1e3, False),
     "loss_bytes_per_logit": (0.0, 64.0, False),
     "loss_parallel_bytes_per_logit": (0.0, 64.0, False),
 }

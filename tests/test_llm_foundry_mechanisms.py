@@ -1,10 +1,13 @@
-"""The bytes of the data-parallel gradient reduction follow the stack's FSDP ``reduce_dtype`` (issue 48,
-llm-foundry): Composer's ``mixed_precision: DEFAULT`` reduce-scatters in fp32 with bf16 parameters, ``PURE`` in
-bf16 (composer/trainer/mosaic_fsdp_utils.py ``get_mixed_precision``). The benchmark README of llm-foundry
-(scripts/train/benchmarking/README.md @4952183) publishes each run's MP Mode; the validation rows carry it in
-``fsdp_mixed_precision``.
+"""Mechanisms of the llm-foundry / Composer stack from its code (issue 48), each against a closed form:
 
-Expected values are closed forms over ``workbench.cost.comm``'s collectives."""
+- the bytes of the data-parallel gradient reduction follow the stack's FSDP ``reduce_dtype``: Composer's
+  ``mixed_precision: DEFAULT`` reduce-scatters in fp32 with bf16 parameters, ``PURE`` in bf16
+  (composer/trainer/mosaic_fsdp_utils.py ``get_mixed_precision``). The benchmark README of llm-foundry
+  (scripts/train/benchmarking/README.md @4952183) publishes each run's MP Mode; the validation rows carry it in
+  ``fsdp_mixed_precision``;
+- the optimizer step moves the bytes of Composer's unfused DecoupledAdamW and FSDP's gradient clipping.
+
+Expected values are closed forms over ``workbench.cost.comm``'s collectives and the HBM bandwidth."""
 
 from __future__ import annotations
 
@@ -99,3 +102,40 @@ def test_llm_foundry_rows_carry_the_readme_mp_mode() -> None:
             section.startswith("A100 80GB") and r["model_name"] == "MPT-70b"
         )
         assert r["fsdp_mixed_precision"] == ("pure" if pure else "default"), r["id"]
+
+
+# Composer's DecoupledAdamW (composer/optim/decoupled_weight_decay.py, v0.16.4) with weight_decay 0, one eager op
+# at a time on fp32 tensors: (tensors read, tensors written) per op, 4 bytes each.
+DECOUPLED_ADAMW_OPS = {
+    "exp_avg.mul_(beta1)": (1, 1),
+    "exp_avg.add_(grad)": (2, 1),
+    "exp_avg_sq.mul_(beta2)": (1, 1),
+    "exp_avg_sq.addcmul_(grad, grad)": (2, 1),
+    "exp_avg_sq.sqrt()": (1, 1),
+    "/ sqrt(bias_correction2)": (1, 1),
+    ".add_(eps)": (1, 1),
+    "param.addcdiv_(exp_avg, denom)": (3, 1),
+}
+# FSDP.clip_grad_norm_: the norm reads each gradient, the scaling reads and writes it.
+CLIP_GRAD_NORM_OPS = {"vector_norm(grad)": (1, 0), "grad.mul_(clip_coef)": (1, 1)}
+
+
+def test_composer_optimizer_step_moves_its_eager_ops_bytes() -> None:
+    """llm-foundry's optimizer step moves the bytes of Composer's unfused AdamW and FSDP's gradient clipping:
+    92 bytes per locally owned parameter over the HBM bandwidth, against 30 for a fused Adam."""
+    counted = sum(4.0 * (r + w) for r, w in (*DECOUPLED_ADAMW_OPS.values(), *CLIP_GRAD_NORM_OPS.values()))
+    assert counted == 92.0
+    fw = load_framework("llm-foundry-2023")
+    assert fw.optimizer_bytes_per_param == counted
+    cluster = load_cluster("dgx-h100", num_nodes=1)
+    plan = ParallelPlan(dp=8, zero_stage=3)
+    base = _cal()
+    ours = dataclasses.replace(
+        base, framework=dataclasses.replace(base.framework, optimizer_bytes_per_param=counted)
+    )
+    ctx = step.StepContext.build(MODEL, cluster, WORKLOAD, ours)
+    local = MODEL.total_parameters() / 8
+    got = analytic_costs(MODEL, cluster, WORKLOAD, plan, ours).optimizer_s
+    assert float(np.asarray(got)) == pytest.approx(local * counted / ctx.hbm_bytes_per_s, rel=1e-9)
+    fused = analytic_costs(MODEL, cluster, WORKLOAD, plan, base).optimizer_s
+    assert float(np.asarray(fused)) == pytest.approx(local * 30.0 / ctx.hbm_bytes_per_s, rel=1e-9)
