@@ -180,7 +180,8 @@ class FsdpLayer(NamedTuple):
 def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: tuple[Array, Array]) -> FsdpLayer:
     """ZeRO-3 communication per layer and micro-batch: the layer's weights are all-gathered for the forward
     and again for the backward (the recompute of a checkpointed layer runs inside its backward and uses that
-    gather), and its gradients reduce-scattered (ZeRO section 5.3: 3x the data-parallel volume) over dp*cp.
+    gather), and its gradients reduce-scattered (ZeRO section 5.3: 3x the data-parallel volume) over dp*cp,
+    at ``FrameworkProfile.reduce_bytes_per_param`` (FSDP's ``reduce_dtype``: fp32 doubles a bf16 gather's bytes).
     With ``fsdp_prefetch`` the next layer's gather runs during this layer's compute (forward: its forward;
     backward: gather and reduce-scatter behind its backward), :func:`workbench.cost.overlap.overlap`;
     without, each gather waits in line. ``layer_compute_s``: (forward, backward) seconds of a mean layer
@@ -192,7 +193,7 @@ def fsdp_layer_s(ctx: StepContext, cols: Cols, layer_compute_s: tuple[Array, Arr
     eff = fw.collective_efficiency_frac
     ag = all_gather_s(ctx.cluster, layer_bytes, n, stride, eff)
     rs = reduce_scatter_s(
-        ctx.cluster, layer_bytes / ctx.param_bytes * fw.grad_bytes_per_param, n, stride, eff
+        ctx.cluster, layer_bytes / ctx.param_bytes * fw.reduce_bytes_per_param, n, stride, eff
     )
     on = (zero_exec(ctx, cols) >= 3) & (n > 1)
     fwd_s, bwd_s = layer_compute_s

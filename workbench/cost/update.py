@@ -91,7 +91,7 @@ def _group_reduction(
     the 1/k shard over the r = n/k replicas (HSDP); ZeRO 1-2 all-gather the updated weights in the shard group.
     Each collective is priced only when some plan of the batch needs it (the same values, less work)."""
     fw = ctx.cal.framework
-    eff, g = fw.collective_efficiency_frac, fw.grad_bytes_per_param
+    eff, g = fw.collective_efficiency_frac, fw.reduce_bytes_per_param
     replicas = np.maximum(n // np.maximum(k, 1), 1)
 
     def reduction(count: Array) -> Array:
@@ -167,7 +167,8 @@ def dp_comm_s(
 
 
 def optimizer_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params: Array) -> Array:
-    """The optimizer step, HBM-bound: ``OPTIMIZER_BYTES_PER_PARAM`` per locally owned parameter (ZeRO >= 1
+    """The optimizer step, HBM-bound: ``OPTIMIZER_BYTES_PER_PARAM`` (or the stack's own
+    ``optimizer_bytes_per_param``) per locally owned parameter (ZeRO >= 1
     shards them over the shard group: dp*cp, or ``zero_shard`` with HSDP) over the achievable HBM bandwidth.
     Offloaded (``offload_optimizer``, ZeRO-Offload: Ren et al. 2021, arXiv:2101.06840): the step runs on the
     host, ``HOST_ADAM_BYTES_PER_PARAM`` over the host DRAM bandwidth per device, then the updated 16-bit
@@ -178,4 +179,5 @@ def optimizer_s(ctx: StepContext, cols: Cols, dense_params: Array, expert_params
     pcie, host = host_path(ctx)
     offloaded = local * HOST_ADAM_BYTES_PER_PARAM / host + local * ctx.param_bytes / pcie
     on = np.asarray(cols.get("offload_optimizer", False), dtype=bool)
-    return np.where(on, offloaded, local * OPTIMIZER_BYTES_PER_PARAM / ctx.hbm_bytes_per_s)
+    step_bytes = ctx.cal.framework.optimizer_bytes_per_param or OPTIMIZER_BYTES_PER_PARAM
+    return np.where(on, offloaded, local * step_bytes / ctx.hbm_bytes_per_s)

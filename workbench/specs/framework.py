@@ -94,6 +94,12 @@ class FrameworkProfile(FrameworkFields):
         return "full_iteration" in self.cuda_graph_scopes
 
     @property
+    def reduce_bytes_per_param(self) -> float:
+        """Bytes per gradient element the data-parallel reduction moves: ``grad_reduce_bytes_per_param``, else
+        (0) ``grad_bytes_per_param``."""
+        return self.grad_reduce_bytes_per_param or self.grad_bytes_per_param
+
+    @property
     def group(self) -> str:
         """The fit group (the id when none is set)."""
         return self.fit_group or self.id

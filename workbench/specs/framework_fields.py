@@ -133,6 +133,14 @@ class FrameworkFields:
     per-op SAC: every second matmul output and the attention output saved, the rest recomputed)."""
     grad_bytes_per_param: float = 4.0
     """Gradient buffer precision: Megatron main_grad fp32 = 4; FSDP pure bf16 reduction = 2."""
+    grad_reduce_bytes_per_param: float = 0.0
+    """Bytes per gradient element on the wire of the data-parallel reduction (ZeRO-3's per-layer
+    reduce-scatter, ZeRO 1-2's reduce-scatter, ZeRO-0's all-reduce) where it differs from the held gradient;
+    0: ``grad_bytes_per_param``. PyTorch FSDP1 casts each unit's unsharded gradient to
+    ``MixedPrecision.reduce_dtype`` before the reduce-scatter (torch/distributed/fsdp/_runtime_utils.py
+    ``_reduce_grad``); Composer's ``mixed_precision: DEFAULT`` sets ``reduce_dtype=torch.float32`` with 16-bit
+    parameters and ``PURE`` the 16-bit dtype (composer/trainer/mosaic_fsdp_utils.py ``get_mixed_precision``,
+    v0.16.4 and @4e0068a08, 2024-04): 4 and 2 bytes."""
     master_weights: bool = True
     """fp32 master copy of the weights in the optimizer (mixed precision, Micikevicius et al. 2018)."""
     loss_bytes_per_logit: float = 10.0
@@ -147,6 +155,10 @@ class FrameworkFields:
     output (``_log_softmax`` line 218) and the fused backward allocates a zero fp32 gradient, ``exp`` of the
     saved output and their sum before the product (``_nll_loss_and_log_softmax_backward`` lines 470 and
     518), 16 bytes per logit at the peak."""
+    optimizer_bytes_per_param: float = 0.0
+    """HBM bytes the optimizer step moves per locally owned parameter where the stack's optimizer is not one
+    fused pass; 0: ``workbench.cost.context.OPTIMIZER_BYTES_PER_PARAM`` (a fused Adam: 30). An unfused
+    per-tensor AdamW reads and writes its fp32 tensors once per element-wise op (count them in its ``step``)."""
     optimizer_moment_bytes: float = 4.0
     """Bytes per stored optimizer moment (Adam keeps two per parameter): fp32 4; DeepSeek-V3 keeps them in
     BF16, 2 (arXiv:2412.19437 section 3.3.3, "Low-Precision Optimizer States")."""

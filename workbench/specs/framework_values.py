@@ -111,6 +111,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "fp8_weight_copies": (0.0, 4.0, False),
     "fragmentation_frac": (0.0, 1.0, False),
     "grad_bytes_per_param": (0.0, 16.0, True),
+    "grad_reduce_bytes_per_param": (0.0, 16.0, False),
     "host_overhead_per_layer_s": (0.0, 1.0, False),
     "moe_dispatch_passes": (0.0, 1e3, False),
     "moe_expert_sort_passes": (0.0, 1e3, False),
@@ -119,6 +120,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "fp8_matmul_scale": (0.0, 1e3, True),
     "context_bytes": (0.0, 2.0**50, False),
     "optimizer_moment_bytes": (0.0, 8.0, True),
+    "optimizer_bytes_per_param": (0.0, 1e3, False),
     "loss_bytes_per_logit": (0.0, 64.0, False),
     "loss_parallel_bytes_per_logit": (0.0, 64.0, False),
 }

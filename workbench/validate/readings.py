@@ -138,6 +138,14 @@ large request, which is the fragmentation ``FrameworkProfile.fragmentation_frac`
 for fragmentation-induced OOM). What is left is each block's rounding up to a page."""
 
 
+FSDP_REDUCE_BYTES_PER_PARAM = {"default": 4.0, "pure": 2.0, "full": 4.0}
+"""Bytes per gradient element of the FSDP reduce-scatter under Composer's ``fsdp_config.mixed_precision``
+(composer/trainer/mosaic_fsdp_utils.py ``get_mixed_precision``, v0.16.4 to @4e0068a08): ``DEFAULT`` keeps
+``param_dtype`` 16-bit and sets ``reduce_dtype=torch.float32`` (4), ``PURE`` reduces in the 16-bit precision
+(2), ``FULL`` leaves every dtype fp32 (4). PyTorch FSDP1 casts the unsharded gradient to ``reduce_dtype``
+before the reduce-scatter (torch/distributed/fsdp/_runtime_utils.py ``_reduce_grad``)."""
+
+
 def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> FrameworkProfile:
     """``fw`` as the row ran it: ``fp8_recipe`` replaces the profile's recipe (``rowwise`` also gathers 16-bit
     weights and activations: torchao's float8 all-gathers are tensorwise only); ``async_tp`` true or false sets
@@ -146,8 +154,10 @@ def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> Framework
     overlapped with the partial GEMMs, as Transformer Engine's userbuffers overlap does); ``torch_compile`` true
     or false sets ``fused_elementwise`` (torch.compile's Inductor fuses the norms, rotary embedding and SwiGLU
     into few kernels; eager PyTorch runs each op as its own kernel, torchtitan ``compile.enable``);
-    ``expandable_segments`` true sets ``fragmentation_frac`` to ``EXPANDABLE_SEGMENTS_FRAGMENTATION_FRAC``. Blank:
-    the profile's. ValueError naming the column and the allowed values."""
+    ``expandable_segments`` true sets ``fragmentation_frac`` to ``EXPANDABLE_SEGMENTS_FRAGMENTATION_FRAC``;
+    ``fsdp_mixed_precision`` (Composer's ``fsdp_config.mixed_precision``) sets the bytes of the gradient
+    reduction, ``FSDP_REDUCE_BYTES_PER_PARAM``. Blank: the profile's. ValueError naming the column and the
+    allowed values."""
     from workbench.specs.framework import FP8_RECIPES
 
     recipe = row.get("fp8_recipe", "").strip().lower()
@@ -170,4 +180,11 @@ def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> Framework
         raise ValueError(f"column expandable_segments: {value!r} is not true or false")
     if value == "true":
         fw = replace(fw, fragmentation_frac=EXPANDABLE_SEGMENTS_FRAGMENTATION_FRAC)
+    mode = row.get("fsdp_mixed_precision", "").strip().lower()
+    if mode:
+        if mode not in FSDP_REDUCE_BYTES_PER_PARAM:
+            raise ValueError(
+                f"column fsdp_mixed_precision: {mode!r} is not one of {', '.join(FSDP_REDUCE_BYTES_PER_PARAM)}"
+            )
+        fw = replace(fw, grad_reduce_bytes_per_param=FSDP_REDUCE_BYTES_PER_PARAM[mode])
     return fw

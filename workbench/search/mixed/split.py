@@ -8,7 +8,7 @@ candidate split is searched pool by pool.
 
 A step ends when the slowest pool has finished its share and the gradients are averaged across pools: each
 pool has already reduced inside itself (its ``Estimate``); across pools one replica per pool exchanges the whole
-gradient (parameters x the framework's ``grad_bytes_per_param``) over the shared level. That exchange is priced
+gradient (parameters x the framework's ``reduce_bytes_per_param``) over the shared level. That exchange is priced
 as S concurrent all-reduces of 1/S of it over the pools (``comm.all_reduce_s`` on the shared level), S being the
 fewest model shards of one replica (tp x pp x cp) among the pools, each shard on its own device and NIC; it is
 counted exposed (a conservative assumption: no overlap with the last backward). Re-sharding between pools whose
@@ -122,7 +122,7 @@ class SplitPlanner:
     def cross_pool_s(self, estimates: list[Estimate]) -> float:
         """The gradient exchange across pools, exposed (module docstring), s."""
         shards = min(e.plan.tp * e.plan.pp * e.plan.cp for e in estimates)
-        payload = self.model.total_parameters() * self.cal.framework.grad_bytes_per_param / shards
+        payload = self.model.total_parameters() * self.cal.framework.reduce_bytes_per_param / shards
         link = self.mixed.link
         bridge = ClusterSpec(
             id="shared", name=link.name, device=self.mixed.pools[0].device, devices_per_node=1,
