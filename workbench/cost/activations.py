@@ -96,7 +96,9 @@ class ActivationSizes(NamedTuple):
     logits: Array
     """The logits of one micro-batch on the rank that holds the LM head."""
     freed_at_input_grad_frac: Array
-    """Share of a layer's stored activations freed when its I pass ends (split backward; 0 with recompute)."""
+    """Share of a layer's stored activations freed when its I pass ends (split backward; 0 with recompute):
+    all but the deferred W pass's stash of GEMM inputs and output gradients (``memory.weight_grad_stash_bytes``,
+    0 where the stash is the larger)."""
     pipeline_edge: Array = 0.0
     """One micro-batch's tensor between two pipeline stages (the block output, 16-bit, split over tp under
     sequence parallelism) where the stack's pipeline runtime keeps per-micro-batch buffers
@@ -127,7 +129,10 @@ def activation_sizes(ctx: StepContext, cols: Cols) -> ActivationSizes:
     }
     op = ctx.cal.framework.selective_recompute == "op"
     parts = ctx.dense_parts
-    freed = float(np.clip(1 - parts.weight_grad_inputs / (parts.outside_tp + parts.inside_tp), 0, 1))
+    # a layer that recomputes nothing keeps, from its I pass to its W pass, only the weight-gradient stash
+    none = layer_activation_bytes(parts, selective_op=op, **{**kw, "recompute": RECOMPUTE_CODES["none"]})
+    stash = tok * (parts.weight_grad_inputs + parts.weight_grad_inside_tp / tp)
+    freed = np.clip(1 - stash / np.maximum(none, 1e-300), 0.0, 1.0)
     dense = layer_activation_bytes(ctx.dense_parts, selective_op=op, **kw)
     moe = layer_activation_bytes(ctx.moe_parts, selective_op=op, **kw) if model.is_moe else 0.0
     share, partial = partial_recompute(model, cols)

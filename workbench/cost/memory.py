@@ -77,12 +77,16 @@ class ActivationParts(NamedTuple):
     scores_per_key: float
     """Bytes per (token, key) of the unfused attention scores over all heads (0 with FlashAttention)."""
     weight_grad_inputs: float
-    """Part of outside + inside that the weight-gradient pass still needs (the GEMM inputs)."""
+    """What a deferred weight-gradient pass (W) holds from the end of the layer's I pass until it runs (the
+    GEMM inputs and the GEMMs' output gradients, ``weight_grad_stash_bytes``): its h-wide part, whole on every
+    tensor-parallel rank."""
     layer_input: float
     """The layer's input, all that full recompute keeps (replicated over tp unless sequence parallel)."""
     op_sac_inside: float = 0.0
     """Per-op selective checkpointing (torchtitan): attention output and log-sum-exp plus every second
     matmul output, inside the tp region (the layer input is kept as well)."""
+    weight_grad_inside_tp: float = 0.0
+    """The part of the deferred weight-gradient stash split over tp (``weight_grad_stash_bytes``)."""
 
 
 FP8_TILE_BYTES = 1.0 + 4.0 / 128
@@ -163,9 +167,7 @@ def activation_parts(
         unfused_glu_clamp=unfused_glu_clamp,
     )
     scores = 0.0 if flash else a * (act_bytes + drop * (1 + act_bytes))
-    wgrad = act_bytes * (2 * h + a * dv) + act_bytes * (
-        model.moe_ffn_hidden_size * model.experts_per_token if moe_layer else model.ffn_hidden_size
-    )
+    wgrad_whole, wgrad_split = weight_grad_stash_bytes(model, moe_layer=moe_layer, act_bytes=act_bytes)
     if mla or moe_layer:  # half of the matmul outputs, in no exact order
         proj_out = act_bytes * (a * dqk + kv * dqk + kv * dv) + act_bytes * h
         mm_out = (mlp - (4.0 * model.num_experts if moe_layer else 0.0)) * 2 / 3 + proj_out
@@ -173,7 +175,36 @@ def activation_parts(
     else:
         saved_mm = act_bytes * sum(op_sac_saved_matmul_widths(model))
     op_sac = act_bytes * a * dv + 4.0 * a + saved_mm
-    return ActivationParts(outside, attn + mlp, scores, wgrad, act_bytes * h, op_sac)
+    return ActivationParts(outside, attn + mlp, scores, wgrad_whole, act_bytes * h, op_sac, wgrad_split)
+
+
+def weight_grad_stash_bytes(
+    model: ModelSpec, *, moe_layer: bool = False, act_bytes: float = 2.0
+) -> tuple[float, float]:
+    """Bytes per token one layer's deferred weight-gradient pass (W of a split backward) holds between the
+    layer's I pass and its W pass, as (whole on every tensor-parallel rank, split over tp): for each linear
+    layer its input and its output gradient (``dW = X^T dY`` needs both), 16-bit. The zero-bubble fork stashes
+    exactly these: its ``LinearWithGradAccumulationAndAsyncCommunication.backward`` computes the input gradient
+    and hands ``(total_input, grad_output, weight, func)`` to ``WeightGradStore.put``
+    (megatron/core/tensor_parallel/layers.py), which keeps them until the schedule's W pops them and runs
+    ``func(total_input, grad_output, weight.main_grad)`` (megatron/core/weight_grad_store.py;
+    sail-sg/zero-bubble-pipeline-parallelism @ed85b11c, 2023-11-03, the release of the ICLR 2024 paper's code).
+
+    Per token, with ``n_mat`` = 3 for a gated MLP else 2 and f the (expert) MLP width. Whole (h wide: the
+    column-parallel GEMMs' ``total_input``, gathered under sequence parallelism, and the row-parallel GEMMs'
+    output gradients): QKV input h, first MLP GEMM input h, output-projection and second MLP GEMM output
+    gradients h each. Split over tp: output-projection input ``a d_v``, second MLP GEMM input f, QKV output
+    gradient ``a d_qk + kv (d_qk + d_v)``, first MLP GEMM output gradient ``(n_mat - 1) f``. An MoE layer's
+    expert GEMMs count ``experts_per_token`` times (the routed copies of each token). A GPT layer (f = 4h):
+    16h values, 32h bytes, at tp = 1."""
+    h, a = model.hidden_size, model.num_attention_heads
+    kv = a if model.attention is AttentionKind.MLA else model.num_key_value_heads
+    dqk, dv = model.qk_head_dim, model.value_head_dim
+    n_mat = 3 if model.gated_mlp else 2
+    f, k = (model.moe_ffn_hidden_size, model.experts_per_token) if moe_layer else (model.ffn_hidden_size, 1)
+    whole = (h + h) + k * (h + h)
+    split = (a * dv + a * dqk + kv * (dqk + dv)) + k * (f + (n_mat - 1) * f)
+    return act_bytes * whole, act_bytes * split
 
 
 def _mlp_bytes(

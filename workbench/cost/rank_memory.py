@@ -78,7 +78,7 @@ def static_memory(
     zero = shared.zero
     kw: dict[str, Any] = {
         "param_bytes": ctx.param_bytes,
-        "grad_bytes": ctx.cal.framework.grad_bytes_per_param,
+        "grad_bytes": ctx.cal.framework.held_grad_bytes_per_param(str(ctx.workload.dtype)),
         "optimizer_bytes": shared.optimizer_bytes,
     }
     d = model_state_bytes(num_params=dense, divisors=shared.dense_divisors, **kw)

@@ -93,6 +93,13 @@ class FrameworkProfile(FrameworkFields):
         full_iteration): no layer costs host time of its own."""
         return "full_iteration" in self.cuda_graph_scopes
 
+    def held_grad_bytes_per_param(self, dtype: str) -> float:
+        """Bytes per parameter of the gradient buffer a run of ``dtype`` keeps: ``fp16_grad_bytes_per_param``
+        for fp16 where set, else ``grad_bytes_per_param``."""
+        if str(dtype) == "fp16" and self.fp16_grad_bytes_per_param > 0:
+            return self.fp16_grad_bytes_per_param
+        return self.grad_bytes_per_param
+
     @property
     def reduce_bytes_per_param(self) -> float:
         """Bytes per gradient element the data-parallel reduction moves: ``grad_reduce_bytes_per_param``, else

@@ -133,6 +133,12 @@ class FrameworkFields:
     per-op SAC: every second matmul output and the attention output saved, the rest recomputed)."""
     grad_bytes_per_param: float = 4.0
     """Gradient buffer precision: Megatron main_grad fp32 = 4; FSDP pure bf16 reduction = 2."""
+    fp16_grad_bytes_per_param: float = 0.0
+    """Gradient buffer precision of an fp16 run where it differs from ``grad_bytes_per_param``; 0: the same.
+    Megatron-LM forces fp32 gradient accumulation only for bf16 (megatron/arguments.py: ``if args.bf16: ...
+    args.accumulate_allreduce_grads_in_fp32 = True``; the flag is off by default), and its DDP gives each
+    parameter a ``torch.float if accumulate_allreduce_grads_in_fp32 else param.dtype`` buffer
+    (megatron/core/distributed/distributed_data_parallel.py), so an fp16 run keeps 2-byte main grads."""
     grad_reduce_bytes_per_param: float = 0.0
     """Bytes per gradient element on the wire of the data-parallel reduction (ZeRO-3's per-layer
     reduce-scatter, ZeRO 1-2's reduce-scatter, ZeRO-0's all-reduce) where it differs from the held gradient;

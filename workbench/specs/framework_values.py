@@ -112,6 +112,7 @@ NUMBER_RANGES: dict[str, tuple[float, float, bool]] = {
     "fragmentation_frac": (0.0, 1.0, False),
     "grad_bytes_per_param": (0.0, 16.0, True),
     "grad_reduce_bytes_per_param": (0.0, 16.0, False),
+    "fp16_grad_bytes_per_param": (0.0, 16.0, False),
     "host_overhead_per_layer_s": (0.0, 1.0, False),
     "moe_dispatch_passes": (0.0, 1e3, False),
     "moe_expert_sort_passes": (0.0, 1e3, False),
