@@ -102,7 +102,9 @@ def test_screen_agrees_with_the_estimate_when_steps_overlap():
     sequence, so that weight-gradient passes are large enough to fill the ramps)."""
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", num_nodes=2)
     workload = Workload(seq_len=1024, global_batch_size=256)
-    cal = load_calibration("default").with_framework("zero-bubble-2024")
+    # the profile's priors, not the fitted constants: the mechanism, not the fit, is under test (the fit moves
+    # the host overhead per layer, and with it which plans' W passes fill the ramps)
+    cal = load_calibration("neutral", framework="zero-bubble-2024")
     assert cal.framework.optimizer_post_validation
     synced = dataclasses.replace(
         cal, framework=dataclasses.replace(cal.framework, optimizer_post_validation=False)

@@ -430,9 +430,7 @@ class ReplicaCost:
                 "iteration_s: new tokens and decode contexts must be >= 1, prefill contexts >= 0"
             )
         cached = float(dec.sum()) if n_dec else 0.0
-        if (
-            n_pre and self._dp_ranks > 1
-        ):  # every lockstep rank as long as the one with the most prefill tokens
+        if n_pre and self._dp_ranks > 1:  # every lockstep rank lasts as long as the one with most prefill
             new, ctx = heaviest_rank_chunks(new, ctx, self._dp_ranks)
             n_pre = new.size
         if n_dec and not n_pre and self._graph_sizes:

@@ -133,6 +133,10 @@ class FrameworkFields:
     per-op SAC: every second matmul output and the attention output saved, the rest recomputed)."""
     grad_bytes_per_param: float = 4.0
     """Gradient buffer precision: Megatron main_grad fp32 = 4; FSDP pure bf16 reduction = 2."""
+    launch_dtype: str = ""
+    """The precision the stack's published launch scripts run (``""``, ``bf16``, ``fp16``, ``fp32``, ``fp8``):
+    what ``workbench validate`` reads for a row that leaves its dtype blank (listed in the row's ``assumed``),
+    before the arithmetic of its FLOP figures and the ``bf16`` default. ``""``: none stated."""
     fp16_grad_bytes_per_param: float = 0.0
     """Gradient buffer precision of an fp16 run where it differs from ``grad_bytes_per_param``; 0: the same.
     Megatron-LM forces fp32 gradient accumulation only for bf16 (megatron/arguments.py: ``if args.bf16: ...
@@ -391,6 +395,10 @@ class FrameworkFields:
             raise ValueError(
                 f"{where}: cp_kinds must be among {', '.join(CP_KINDS)}, got {shown(self.cp_kinds)}"
             )
+        if self.launch_dtype not in ("", "bf16", "fp16", "fp32", "fp8"):
+            raise ValueError(
+                f"{where}: launch_dtype must be one of '', 'bf16', 'fp16', 'fp32', 'fp8', got {shown(self.launch_dtype)}"
+            )
         if self.cp_rotate_method not in CP_ROTATE_METHODS:
             raise ValueError(
                 f"{where}: cp_rotate_method must be one of {', '.join(map(repr, CP_ROTATE_METHODS))}, "
@@ -525,6 +533,7 @@ class FrameworkFields:
             "moe_dispatcher",
             "fp8_recipe",
             "cp_rotate_method",
+            "launch_dtype",
         )
         for name in (*strings, "default_microbatches"):
             if not isinstance(getattr(self, name), str):

@@ -80,7 +80,8 @@ PLAN_DEFAULTS: dict[str, str] = {
     "sequence_parallel": "tp > 1 when the framework profile's default_sequence_parallel is on",
     "framework": "the reference stack of the source's year when the framework text names no profile"
     " (megatron-lm-2021 for 2019-2022, else generic)",
-    "dtype": "bf16",
+    "dtype": "the arithmetic of the row's FLOP figures, else the framework profile's launch_dtype (the "
+    "zero-bubble fork's scripts: fp16), else bf16",
     "vocab_size": "51200 (Megatron's padded GPT-2 vocabulary)",
     "ffn_hidden_size": "4 * hidden_size",
     "global_batch_size": (
@@ -258,9 +259,11 @@ def _row_plan(
     per_rank = microbatches_per_rank(fw, pp=pp, vpp=vpp)
     gbs = _count(row, "global_batch_size", dp * mbs * per_rank, assumed)
     gbs = whole_micro_batches(row, gbs, dp * mbs, assumed)
-    dtype = row["dtype"] or reading.dtype or "bf16"
+    dtype = row["dtype"] or reading.dtype or fw.launch_dtype or "bf16"
     if not row["dtype"]:
-        assumed.append("dtype")
+        assumed.append(
+            f"dtype:{fw.id} launches {fw.launch_dtype}" if fw.launch_dtype and not reading.dtype else "dtype"
+        )
     if model.num_layers % (pp * vpp):
         assumed.append("uneven_layers")
     # this copy's column (profiles/validation/README.md): the layers whose activations the recipe offloads
