@@ -127,3 +127,21 @@ def test_zero_bubble_fork_keeps_fp16_gradients_in_fp16() -> None:
         assert float(mem["gradients_bytes"]) == pytest.approx(
             ratio * float(mem["parameters_bytes"]), rel=1e-12
         )
+
+
+def test_a_blank_dtype_reads_the_stacks_launch_dtype() -> None:
+    """A Zero Bubble row leaves its dtype blank (the paper states none): it is read at the fork's launch dtype,
+    fp16 (its scripts pass --fp16), and says so in ``assumed``; Megatron-LM 2021 states no launch dtype (its
+    blank rows keep the arithmetic's reading or bf16); a profile with an unknown launch dtype is refused."""
+    import csv
+
+    from tests.conftest import ROOT
+    from workbench.validate.training import row_case
+
+    rows = {r["id"]: r for r in csv.DictReader((ROOT / "profiles/validation/training_public.csv").open())}
+    zb = row_case(rows["ZB_ICLR24-001"])
+    assert rows["ZB_ICLR24-001"]["dtype"] == "" and str(zb.workload.dtype) == "fp16"
+    assert "dtype:zero-bubble-2024 launches fp16" in zb.assumed
+    assert load_framework("megatron-lm-2021").launch_dtype == ""
+    with pytest.raises(ValueError, match="launch_dtype must be one of"):
+        dataclasses.replace(load_framework("zero-bubble-2024"), launch_dtype="fp12")
