@@ -106,12 +106,15 @@ def run(rank, world):
         sdpa_backward(query=q, key=k, value=v, out=o, logsumexp=lse, is_causal=True, grad_out=go)
     for method in ("allgather", "alltoall"):
         ring.set_rotate_method(method)
-        gc.collect()
-        with LiveBytes((q, k, v, o, go, lse)) as m:
-            ring._templated_ring_attention_backward(
-                dist.group.WORLD, 2, sdpa_backward, go, "grad_out", q, k, v, o, lse, is_causal=True
-            )
-        report[method] = m.peak - plain.peak
+        peaks = []
+        for _ in range(3):  # the least of three: a collective that gloo finishes late holds its buffer longer
+            gc.collect()
+            with LiveBytes((q, k, v, o, go, lse)) as m:
+                ring._templated_ring_attention_backward(
+                    dist.group.WORLD, 2, sdpa_backward, go, "grad_out", q, k, v, o, lse, is_causal=True
+                )
+            peaks.append(m.peak - plain.peak)
+        report[method] = min(peaks)
     return report
 """
 
