@@ -30,6 +30,7 @@ from workbench.specs.estimate import Estimate
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Workload, data_parallel_degree
+from workbench.specs.schedule_traits import schedule_traits
 
 ESTIMATE_CACHE_SIZE = 32
 CLUSTER_CONTROLS_FILLED = (
@@ -374,9 +375,10 @@ class WorkbenchStore(param.Parameterized):
             self._set_options(options, widen=False)  # ...then only the new ones, which the values are in
         moved = [f"{f} {self._wanted[f]} -> {picks[f]}" for f in DEGREE_FIELDS if picks[f] != self._wanted[f]]
         if schedule != self._wanted_schedule:
+            min_vpp = schedule_traits(self._wanted_schedule).min_vpp
             moved.append(
-                f"schedule {self._wanted_schedule} -> {schedule} (no vpp >= 2 divides the {model.num_layers} "
-                f"layers into pp {picks['pp']} stages)"
+                f"schedule {self._wanted_schedule} -> {schedule} (no vpp >= {min_vpp} divides the "
+                f"{model.num_layers} layers into pp {picks['pp']} stages)"
             )
         self.adjusted = (
             f"Not valid on {cluster.num_devices:,} device(s) with this model and batch: {', '.join(moved)}. "

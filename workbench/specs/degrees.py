@@ -160,7 +160,9 @@ def plan_choices(
     if traits is not None and fixed_vpp is None and current["vpp"] < traits.default_vpp:  # interleaved: >= 2
         current = {**current, "vpp": traits.default_vpp}
     pick("vpp", [fixed_vpp] if fixed_vpp in vpp_options else vpp_options)
-    runnable = [v for v in vpp_options if traits is not None and fixed_vpp is None and v >= traits.min_vpp]
+    runnable = (
+        [v for v in vpp_options if v >= traits.min_vpp] if traits is not None and fixed_vpp is None else []
+    )
     if runnable and picks["vpp"] not in runnable:  # interleaved: the nearest vpp it runs, not a tie's 1
         picks["vpp"] = nearest(current["vpp"], runnable)
     pick("micro_batch_size", micro_batch_choices(ctx, dp))
