@@ -170,6 +170,7 @@ syncs inside its dispatch, at the same place in the layer."""
 PRE_SYNC_OPS = frozenset(
     {
         "qkv_proj",
+        "qk_norm",
         "layout_copies",
         "attention_core",
         "attention_window",
