@@ -1,5 +1,6 @@
-"""The per-head query/key norms of Qwen3-style attention (``workbench.cost.flops.qk_norm_op``): their HBM bytes
-from the closed form of the model's shapes, only where the model has them, and before the MoE host sync."""
+"""The per-head query/key norms of Qwen3-style attention: their HBM bytes (``workbench.cost.flops.qk_norm_op``)
+from the closed form of the model's shapes, only where the model has them, before the MoE host sync, and their
+kernel launches (``workbench.cost.moe.qk_norm_launches``) where the attention block runs eagerly."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import dataclasses
 import pytest
 
 from workbench.cost.flops import QK_NORM_PASSES, attention_ops
-from workbench.cost.moe import PRE_SYNC_OPS
+from workbench.cost.moe import PRE_SYNC_OPS, QK_NORM_LAUNCHES, qk_norm_launches
 from workbench.presets.catalog import load_model
+from workbench.presets.frameworks import load_framework
 
 
 def _ops(model_name: str, **changes: object) -> dict[str, object]:
@@ -39,3 +41,13 @@ def test_qk_norm_only_where_the_model_has_it() -> None:
 
 def test_qk_norm_runs_before_the_moe_host_sync() -> None:
     assert "qk_norm" in PRE_SYNC_OPS
+
+
+def test_qk_norm_launches_count_where_the_attention_block_runs_eagerly() -> None:
+    fw = dataclasses.replace(load_framework("megatron-core-2024"), device_recipes={}, model_recipes={})
+    qwen, llama = load_model("qwen3-30b-a3b"), load_model("llama-3.1-8b")
+    # q_layernorm and k_layernorm: one TE rmsnorm_fwd kernel each (Megatron-Core 0.15 attention.py)
+    assert QK_NORM_LAUNCHES == 2.0
+    assert qk_norm_launches(dataclasses.replace(fw, cuda_graph_scopes=()), qwen) == 2.0
+    assert qk_norm_launches(dataclasses.replace(fw, cuda_graph_scopes=("attn", "moe_router")), qwen) == 0.0
+    assert qk_norm_launches(dataclasses.replace(fw, cuda_graph_scopes=()), llama) == 0.0
