@@ -23,6 +23,7 @@ def cheap_recompute_ops(
     moe_layer: bool,
     capacity_factor: float = 1.0,
     modules: tuple[str, ...] | None = None,
+    unfused: tuple[str, ...] = (),
 ) -> list[Op]:
     """The forward work the backward pass redoes under ``FrameworkProfile.recompute_cheap_ops`` (DeepSeek-V3,
     arXiv:2412.19437 sections 3.2.3 and 3.3.3), one layer, one device: every RMSNorm (read its input, write
@@ -33,7 +34,12 @@ def cheap_recompute_ops(
 
     ``modules`` (``FrameworkProfile.recompute_modules``, Megatron-Core's ``--recompute-modules``) picks a
     subset: ``layernorm`` the norms, ``mla_up_proj`` the up-projections, ``moe_act`` the experts' activation
-    in MoE layers only; None: all three, with the dense MLP's activation as well (DeepSeek-V3)."""
+    in MoE layers only; None: all three, with the dense MLP's activation as well (DeepSeek-V3). Recomputing the
+    experts' activation reruns the whole activation function, so a clamped GLU the stack runs eagerly
+    (``glu_clamp`` in ``unfused``, ``FrameworkProfile.unfused_model_ops``) reruns its clamps too
+    (``glu_clamp_recompute``, the forward bytes of :func:`unfused_model_ops`' op): Megatron-Core 0.15
+    ``TEGroupedMLP.forward`` checkpoints ``bias_act_func``, which calls ``weighted_bias_quick_geglu_impl`` with
+    its clamps (NVIDIA/Megatron-LM @0d8e0714, transformer/moe/experts.py)."""
     h, a, n_mat = model.hidden_size, model.num_attention_heads, (3 if model.gated_mlp else 2)
     chosen = {"layernorm", "mla_up_proj", "moe_act"} if modules is None else set(modules)
     mla = model.attention is AttentionKind.MLA
@@ -64,6 +70,17 @@ def cheap_recompute_ops(
     if modules is None or "layernorm" in chosen or (moe_layer and "moe_act" in chosen):
         # the activation function reads its (n_mat - 1) inputs per unit and writes its output
         ops.append(Op("norm_act_recompute", "memory", 0.0, act_bytes * (norms + n_mat * units)))
+    if moe_layer and "moe_act" in chosen and "glu_clamp" in unfused and model.glu_clamp:
+        (clamp,) = unfused_model_ops(
+            model,
+            tokens=tokens,
+            tp=tp,
+            act_bytes=act_bytes,
+            moe_layer=True,
+            unfused=("glu_clamp",),
+            capacity_factor=capacity_factor,
+        )
+        ops.append(clamp._replace(name="glu_clamp_recompute"))
     return ops
 
 

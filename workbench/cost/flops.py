@@ -145,6 +145,8 @@ def attention_ops(
         q_w, kv_w = a * model.head_dim, model.num_key_value_heads * model.head_dim
         proj_w, proj_out = h * (q_w + 2 * kv_w) / tp, (q_w + 2 * kv_w) / tp
     ops = [Op("qkv_proj", "matmul", 2.0 * tokens * proj_w, act_bytes * (tokens * (h + proj_out) + proj_w))]
+    if model.qk_norm and model.attention is not AttentionKind.MLA:
+        ops.append(qk_norm_op(model, tokens=tokens, tp=tp, act_bytes=act_bytes))
     if not fused_elementwise:
         layout = 2.0 * act_bytes * tokens * (proj_out + a * dv / tp)
         ops.append(Op("layout_copies", "memory", 0.0, layout))
@@ -161,6 +163,25 @@ def attention_ops(
         Op("out_proj", "matmul", 2.0 * tokens * out_w, act_bytes * (tokens * (a * dv / tp + h) + out_w))
     )
     return ops
+
+
+QK_NORM_PASSES = (2.0, 3.0)
+"""(forward, backward) HBM passes over the queries and keys of a model with per-head query/key norms (Qwen3,
+Gemma 3, OLMo 2): Megatron-Core builds ``q_layernorm`` and ``k_layernorm`` as Transformer Engine norms applied
+one after the other to the projected heads (NVIDIA/Megatron-LM @0d8e0714, megatron/core/transformer/
+attention.py ``SelfAttention.get_query_key_value_tensors``: ``query = self.q_layernorm(query)``, ``key =
+self.k_layernorm(key)``; the Qwen3 bridges set ``qk_layernorm=True``), each its own kernel outside the fused
+QKV GEMM and the attention kernel: forward a read and a write (``rmsnorm_fwd``), backward a read of the output
+gradient and of the input and a write of the input gradient (``rmsnorm_bwd``). The per-head weight and the
+per-row statistics are left out (head_dim values per head, one fp32 per row)."""
+
+
+def qk_norm_op(model: ModelSpec, *, tokens: Array, tp: Array, act_bytes: float) -> Op:
+    """The per-head query and key norms of one layer (``QK_NORM_PASSES`` over tokens x (heads + kv heads) x
+    head_dim 16-bit values per device, heads split over ``tp``): a memory op named ``qk_norm``."""
+    values = tokens * (model.num_attention_heads + model.num_key_value_heads) * model.head_dim / tp
+    fwd, bwd = QK_NORM_PASSES
+    return Op("qk_norm", "memory", 0.0, fwd * act_bytes * values, backward_bytes=bwd * act_bytes * values)
 
 
 def mlp_ops(

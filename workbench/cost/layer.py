@@ -474,6 +474,7 @@ def recompute_modules_s(
         moe_layer=moe_layer,
         capacity_factor=load,
         modules=None if fw.recompute_cheap_ops else fw.recompute_modules,
+        unfused=fw.unfused_model_ops,
     )
     if not ops:
         return 0.0

@@ -170,6 +170,7 @@ syncs inside its dispatch, at the same place in the layer."""
 PRE_SYNC_OPS = frozenset(
     {
         "qkv_proj",
+        "qk_norm",
         "layout_copies",
         "attention_core",
         "attention_window",
@@ -218,6 +219,49 @@ def unfused_op_launches(fw: FrameworkProfile, model: ModelSpec) -> tuple[float, 
     return pre, post
 
 
+QK_NORM_LAUNCHES = 2.0
+"""Forward launches of the per-head query and key norms of a model with ``qk_norm`` (Qwen3): Megatron-Core
+0.15 calls ``q_layernorm`` and ``k_layernorm``, each a Transformer Engine norm module, one ``rmsnorm_fwd``
+kernel apiece (megatron/core/transformer/attention.py ``get_query_key_value_tensors``), inside the attention
+block: before the MoE host sync, and replayed in its CUDA graph where ``cuda_graph_scopes`` has ``attn``. Not
+in ``MOE_LAYER_KERNEL_PARTS``' attention count, which is the block every model has. Backward launches are
+``BACKWARD_KERNELS`` times these."""
+
+
+def qk_norm_launches(fw: FrameworkProfile, model: ModelSpec) -> float:
+    """Eager forward launches of one layer's query/key norms (``QK_NORM_LAUNCHES``): none without ``qk_norm``,
+    under MLA (its latent norms are in its own block) or where the attention block is CUDA-graphed."""
+    if not model.qk_norm or model.attention is AttentionKind.MLA or "attn" in fw.cuda_graph_scopes:
+        return 0.0
+    return QK_NORM_LAUNCHES
+
+
+RECOMPUTE_LAUNCHES: dict[str, float] = {"layernorm": 1.0, "moe_act": 1.0}
+"""Forward kernels the backward pass launches again per MoE layer for each module of
+``FrameworkProfile.recompute_modules`` (Megatron-Core 0.15, NVIDIA/Megatron-LM @0d8e0714, each rerun by a
+``CheckpointWithoutOutput`` in the backward): ``layernorm`` the pre-MLP norm (one Transformer Engine norm
+kernel; the input norm is fused into the QKV projection, ``IdentityOp`` in the Transformer Engine layer spec,
+and transformer/transformer_layer.py recomputes the pre-MLP norm of an MoE layer only where neither ``moe`` nor
+``moe_router`` is CUDA-graphed), ``moe_act`` the experts' activation (``TEGroupedMLP`` checkpoints
+``bias_act_func``: the weighted SwiGLU or quick-GeGLU that ``megatron.core.jit.jit_fuser`` compiles into one
+kernel), plus the eager clamps of a clamped GLU (``UNFUSED_OP_LAUNCHES`` glu_clamp) that the same function
+runs first."""
+
+
+def recompute_launches(fw: FrameworkProfile, model: ModelSpec) -> float:
+    """Forward launches one MoE layer's backward reissues to recompute the profile's ``recompute_modules``
+    (``RECOMPUTE_LAUNCHES``); 0 when it recomputes none of them."""
+    modules, scopes = fw.recompute_modules, fw.cuda_graph_scopes
+    n = 0.0
+    if "layernorm" in modules and not {"moe", "moe_router"} & set(scopes):
+        n += RECOMPUTE_LAUNCHES["layernorm"]
+    if "moe_act" in modules:
+        n += RECOMPUTE_LAUNCHES["moe_act"]
+        if "glu_clamp" in fw.unfused_model_ops and model.glu_clamp:
+            n += UNFUSED_OP_LAUNCHES["glu_clamp"]
+    return n
+
+
 def moe_post_sync_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> Array:
     """Host seconds to launch the forward kernels of one MoE layer that follow its dropless host sync
     (``MOE_POST_SYNC_KERNEL_SHARE`` of the eager parts plus the local experts' :func:`expert_launches`), times
@@ -246,10 +290,10 @@ def moe_synced_forward_s(
 
 
 def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Array) -> tuple[Array, Array]:
-    """(forward, backward) host seconds to launch one MoE layer per micro-batch: ``moe_layer_launches`` and the
-    unfused model ops' :func:`unfused_op_launches` (and ``BACKWARD_KERNELS`` times them backward) plus the local
-    experts' :func:`expert_launches`, times the
-    framework's ``host_s_per_kernel``. A stack that syncs the host on every MoE layer (``moe_host_sync``:
+    """(forward, backward) host seconds to launch one MoE layer per micro-batch: ``moe_layer_launches``, the
+    unfused model ops' :func:`unfused_op_launches` and the query/key norms' :func:`qk_norm_launches` (and
+    ``BACKWARD_KERNELS`` times them backward, with the recomputed modules' :func:`recompute_launches`) plus the
+    local experts' :func:`expert_launches`, times the framework's ``host_s_per_kernel``. A stack that syncs the host on every MoE layer (``moe_host_sync``:
     Megatron-Core's alltoall dispatcher copies the tokens per expert to the CPU before the all-to-all, the flex
     dispatcher's Hybrid-EP reads the dispatched token count on the host when dropless, and grouped GEMMs take
     their splits from the host) cannot queue work ahead, so the layer takes at least this long each way. A
@@ -260,8 +304,9 @@ def moe_host_s(model: ModelSpec, cal: Calibration, *, dtype: DType | str, ep: Ar
     if fw.graphs_whole_step:
         return 0.0 * local, 0.0 * local
     experts_f, experts_b = expert_launches(fw, model, dtype=dtype, local=local)
-    eager, per_kernel = moe_layer_launches(fw) + sum(unfused_op_launches(fw, model)), fw.host_s_per_kernel
-    return (eager + experts_f) * per_kernel, (BACKWARD_KERNELS * eager + experts_b) * per_kernel
+    eager = moe_layer_launches(fw) + sum(unfused_op_launches(fw, model)) + qk_norm_launches(fw, model)
+    per_kernel, redo = fw.host_s_per_kernel, recompute_launches(fw, model)
+    return (eager + experts_f) * per_kernel, (BACKWARD_KERNELS * eager + experts_b + redo) * per_kernel
 
 
 FP8_DISPATCH_BYTES = FP8_TILE_BYTES
