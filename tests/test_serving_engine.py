@@ -144,7 +144,7 @@ def test_rows_take_their_engine_settings() -> None:
     assert trt.plan.engine == "trtllm" and trt.plan.kv_cache_dtype is ServingDType.FP8
     assert (trt.plan.max_num_seqs, trt.plan.max_num_batched_tokens) == (640, 2048)
     assert any("trtllm-bench" in a for a in trt.assumed)
-    assert _case("APEX-01").plan.engine == "vllm-v0"  # vLLM 0.6.0
+    assert _case("APEX-01").plan.engine == "vllm-v0-inproc"  # vLLM 0.6.0, the API server in its process
     lss = _case("LSS-04")  # vLLM 0.19 (async scheduling on), data_parallel_size 2, max_num_seqs 128 per rank
     assert lss.plan.engine == "vllm-v1-async" and lss.plan.attention_dp == 2
     assert (lss.plan.max_num_seqs, lss.plan.max_num_batched_tokens) == (256, 4096)

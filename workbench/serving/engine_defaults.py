@@ -30,6 +30,14 @@ ENGINE_PROFILES = {
 }
 """Engine key (``workbench.validate.serving_specs._engine_key``) -> serving engine profile id (``profiles/engines/``)."""
 
+FRONTEND_IN_PROCESS_SOURCES = {
+    "APEX_VLLM": "microsoft/apex_plus@8769096 vllm/8TP.sh, 2DP4TP.sh, 4DP2TP.sh, scale_2TP_llama.sh, "
+    "scale_2TP_mistral.sh, scale_4TP.sh and their _fp8 variants start vllm/vllm-openai:v0.6.0 with "
+    "--disable-frontend-multiprocessing",
+}
+"""Validation sources whose vLLM V0 servers ran the OpenAI server in the engine's process -> the launch line that
+says so; their rows are priced with ``vllm-v0-inproc`` (``EngineProfile.frontend_host_per_request_s``)."""
+
 TRTLLM_BENCH_KV_FRAC = 0.9
 """``trtllm-bench --kv_cache_free_gpu_mem_fraction`` default (the TRT-LLM perf-overview page's fallback)."""
 

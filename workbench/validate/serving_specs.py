@@ -25,6 +25,7 @@ from workbench.serving.engine_defaults import (
     DEFAULT_MAX_NUM_SEQS,
     ENGINE_BATCHING,
     ENGINE_PROFILES,
+    FRONTEND_IN_PROCESS_SOURCES,
     TRTLLM_BENCH_KV_FRAC,
     trtllm_bench_settings,
     vllm_v1_batch_defaults,
@@ -230,9 +231,20 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         max_num_batched_tokens=budget,
         scheduler=scheduler,
         gpu_memory_utilization_frac=1.0,
-        engine=ENGINE_PROFILES[engine],
+        engine=_engine_profile(row, engine, assumed),
     )  # fmt: skip
     return _with_memory_share(row, plan, model, cluster, assumed)
+
+
+def _engine_profile(row: dict[str, str], engine: str, assumed: list[str]) -> str:
+    """The engine profile id of a row: ``ENGINE_PROFILES``, except a vLLM V0 row of a source whose servers ran the
+    OpenAI server in the engine's process (``FRONTEND_IN_PROCESS_SOURCES``): ``vllm-v0-inproc``, noted in
+    ``assumed``."""
+    launch = FRONTEND_IN_PROCESS_SOURCES.get(row["source_key"].strip())
+    if engine != "vllm-v0" or launch is None:
+        return ENGINE_PROFILES[engine]
+    assumed.append(f"engine profile vllm-v0-inproc: the API server shares the engine's process ({launch})")
+    return "vllm-v0-inproc"
 
 
 def _plan_layout(
