@@ -17,7 +17,7 @@ from workbench.presets.engines import engine_from_dict, engine_names, load_engin
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.engine_defaults import trtllm_bench_settings
 from workbench.specs.engine import EngineProfile
-from workbench.specs.serving import ServingDType, ServingPlan
+from workbench.specs.serving import Scheduler, ServingDType, ServingPlan
 from workbench.validate.rows import Unexpressible
 from workbench.validate.serving import ServingCase, row_case
 from workbench.validate.serving_csv import read_serving_rows
@@ -254,3 +254,21 @@ def test_serving_code_cells_are_read_case_insensitively(tmp_path: Path) -> None:
     case, plain = row_case(read), row_case(row)
     assert isinstance(case, ServingCase) and isinstance(plain, ServingCase)
     assert (case.plan, case.workload) == (plain.plan, plain.workload)
+
+
+def test_vllm_v0_chunks_prefills_only_for_a_long_context() -> None:
+    """vLLM 0.5-0.7 turns chunked prefill on by default only when max_model_len > 32768 (EngineArgs), with a
+    512-token budget; below it whole prompts are prefilled with max(max_model_len, 2048) tokens per iteration
+    (SchedulerConfig). APEX's TP2 servers ran with --max-model-len 24272 (Llama) and 20560 (Mistral); its TP4/TP8
+    servers took Llama 3.1's 131k context."""
+    for row_id, budget in (("APEX-03", 24272), ("APEX-05", 24272), ("APEX-10", 24272), ("APEX-13", 20560)):
+        case = _case(row_id)
+        assert (case.plan.scheduler, case.plan.max_num_batched_tokens) == (Scheduler.VLLM, budget), row_id
+        assert any("--max-model-len" in a for a in case.assumed)
+    long = _case("APEX-01")
+    assert (long.plan.scheduler, long.plan.max_num_batched_tokens) == (Scheduler.SARATHI, 512)
+    row = next(r for r in read_serving_rows() if r["id"] == "APEX-03")
+    above = row_case({**row, "notes": "launched with --max-model-len 52720"})
+    assert (above.plan.scheduler, above.plan.max_num_batched_tokens) == (Scheduler.SARATHI, 512)
+    short = row_case({**row, "notes": "launched with --max-model-len 1024"})
+    assert (short.plan.scheduler, short.plan.max_num_batched_tokens) == (Scheduler.VLLM, 2048)

@@ -21,6 +21,14 @@ ENGINE_BATCHING: dict[str, tuple[Scheduler, int, str]] = {
 }  # fmt: skip
 """Engine -> (scheduler, max_num_batched_tokens, why) for rows that leave the budget blank."""
 
+VLLM_V0_LONG_CONTEXT_TOKENS = 32768
+"""vLLM 0.5-0.7 (V0) turns chunked prefill on by default only when max_model_len exceeds this ("use_long_context =
+max_model_len > 32768" in EngineArgs.create_engine_config; the server logs "Chunked prefill is enabled by default
+for models with max_model_len > 32K")."""
+
+VLLM_V0_MIN_BATCHED_TOKENS = 2048
+"""vLLM V0 SchedulerConfig without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) when unset."""
+
 ENGINE_PROFILES = {
     "vllm-v0": "vllm-v0",
     "vllm": "vllm-v1",

@@ -27,6 +27,8 @@ from workbench.serving.engine_defaults import (
     ENGINE_PROFILES,
     FRONTEND_IN_PROCESS_SOURCES,
     TRTLLM_BENCH_KV_FRAC,
+    VLLM_V0_LONG_CONTEXT_TOKENS,
+    VLLM_V0_MIN_BATCHED_TOKENS,
     trtllm_bench_settings,
     vllm_v1_batch_defaults,
 )
@@ -193,7 +195,7 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         raise Unexpressible(f"engine {row['engine']!r} has no batching defaults")
     role = row_role(row)
     replicas, tp, pp, ep, adp, disaggregation = _plan_layout(row, role, model, assumed)
-    scheduler, budget, why = ENGINE_BATCHING[engine]
+    scheduler, budget, why = _batching(row, engine)
     whole = scheduler is Scheduler.VLLM or load_engine(ENGINE_PROFILES[engine]).chunked_prefill is False
     prompt = cell_number(row, "input_tokens_mean")
     if whole and prompt is not None and prompt > budget:  # whole prompts must fit a step
@@ -234,6 +236,21 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         engine=_engine_profile(row, engine, assumed),
     )  # fmt: skip
     return _with_memory_share(row, plan, model, cluster, assumed)
+
+
+def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
+    """``ENGINE_BATCHING`` of the row's engine, except a vLLM V0 server whose ``--max-model-len`` (the launch flag
+    as the row's ``notes`` quote it) is at most ``VLLM_V0_LONG_CONTEXT_TOKENS``: V0 turns chunked prefill on by
+    default only above that, so it prefills whole prompts with max(max_model_len, 2048) tokens per iteration."""
+    batching = ENGINE_BATCHING[engine]
+    flag = re.search(r"--max-model-len[ =](\d+)", row["notes"])
+    if engine != "vllm-v0" or flag is None or int(flag.group(1)) > VLLM_V0_LONG_CONTEXT_TOKENS:
+        return batching
+    max_model_len = int(flag.group(1))
+    return (Scheduler.VLLM, max(max_model_len, VLLM_V0_MIN_BATCHED_TOKENS),
+            f"vLLM 0.5-0.7 enables chunked prefill by default only for max_model_len > {VLLM_V0_LONG_CONTEXT_TOKENS} "
+            f"(EngineArgs.create_engine_config), and the server ran with --max-model-len {max_model_len}: whole "
+            f"prompts, max(max_model_len, {VLLM_V0_MIN_BATCHED_TOKENS}) tokens per iteration (SchedulerConfig)")  # fmt: skip
 
 
 def _engine_profile(row: dict[str, str], engine: str, assumed: list[str]) -> str:
