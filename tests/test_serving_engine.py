@@ -272,3 +272,23 @@ def test_vllm_v0_chunks_prefills_only_for_a_long_context() -> None:
     assert (above.plan.scheduler, above.plan.max_num_batched_tokens) == (Scheduler.SARATHI, 512)
     short = row_case({**row, "notes": "launched with --max-model-len 1024"})
     assert (short.plan.scheduler, short.plan.max_num_batched_tokens) == (Scheduler.VLLM, 2048)
+
+
+def test_redundant_experts_are_read_from_the_quoted_launch_flag() -> None:
+    """The LMSYS MTP rows leave num_redundant_experts blank, but their notes quote the decode launch line of
+    sgl-project/sglang issue #7998 with --ep-num-redundant-experts 32: 256 + 32 expert slots over the 16 EP ranks.
+    A filled column wins over the notes; a row with neither has none."""
+    for row_id in ("SGLM-01", "SGLM-02", "SGLM-03"):
+        case = _case(row_id)
+        assert case.plan.num_redundant_experts == 32, row_id
+        assert any("--ep-num-redundant-experts" in a for a in case.assumed)
+    assert _case("SGLB-04").plan.num_redundant_experts == 32  # the column, as its notes' flag says
+    row = next(r for r in read_serving_rows() if r["id"] == "SGLM-01")
+    assert row_case({**row, "num_redundant_experts": "0"}).plan.num_redundant_experts == 0
+    assert (
+        row_case({**row, "notes": "launched with --ep-num-redundant-experts=64"}).plan.num_redundant_experts
+        == 64
+    )
+    plain = row_case({**row, "notes": "no flag quoted"})
+    assert plain.plan.num_redundant_experts == 0
+    assert not any("redundant" in a for a in plain.assumed)

@@ -225,7 +225,7 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         )
     plan = ServingPlan(
         replicas=replicas, tp=tp, pp=pp, ep=ep, attention_dp=adp, disaggregation=disaggregation, speculative=row_speculative(row),
-        num_redundant_experts=int(cell_number(row, "num_redundant_experts") or 0),
+        num_redundant_experts=_redundant_experts(row, assumed),
         weight_dtype=ServingDType(row["weight_dtype"].strip() or "bf16"),
         activation_dtype=ServingDType(row["activation_dtype"].strip() or "bf16"),
         kv_cache_dtype=ServingDType(kv),
@@ -236,6 +236,22 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         engine=_engine_profile(row, engine, assumed),
     )  # fmt: skip
     return _with_memory_share(row, plan, model, cluster, assumed)
+
+
+def _redundant_experts(row: dict[str, str], assumed: list[str]) -> int:
+    """Redundant expert copies of a row (EPLB): the ``num_redundant_experts`` column, or where it is blank the
+    SGLang launch flag ``--ep-num-redundant-experts N`` as the row's ``notes`` quote it (SGLang ServerArgs: N
+    extra physical expert slots spread over the expert-parallel ranks, default 0), noted in ``assumed``; else 0."""
+    value = cell_number(row, "num_redundant_experts")
+    if value is not None:
+        return int(value)
+    flag = re.search(r"--ep-num-redundant-experts[ =](\d+)", row["notes"])
+    if flag is None:
+        return 0
+    assumed.append(
+        f"num_redundant_experts={flag.group(1)}: the launch flag --ep-num-redundant-experts the notes quote"
+    )
+    return int(flag.group(1))
 
 
 def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
