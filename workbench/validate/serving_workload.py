@@ -14,7 +14,33 @@ from functools import partial
 from workbench.serving.steady import steady_state_requests
 from workbench.specs.serving import Arrival, ServingWorkload
 from workbench.validate.rows import Unexpressible, cell_count, cell_number
+from workbench.validate.serving_datasets import named_dataset
 from workbench.validate.serving_traces import trace_workload
+
+
+def _dataset_means(row: dict[str, str], assumed: list[str]) -> dict[str, float]:
+    """The mean length of each side the row leaves blank (``<side>_tokens_mean`` and ``_total``), taken from the
+    named data set of its ``<side>_tokens_dist`` (``workbench.validate.serving_datasets``) and said in
+    ``assumed``; Unexpressible naming both columns when the side has neither a value nor a named data set."""
+    means: dict[str, float] = {}
+    for side in ("input", "output"):
+        if (
+            cell_number(row, f"{side}_tokens_total") is not None
+            or cell_number(row, f"{side}_tokens_mean") is not None
+        ):
+            continue
+        dataset = named_dataset(row, side)
+        if dataset is None:
+            raise Unexpressible(
+                f"no {side} length ({side}_tokens_mean and _total blank, {side}_tokens_dist names no data set "
+                "of profiles/validation/datasets.toml)"
+            )
+        means[side] = dataset.mean_tokens(side)
+        assumed.append(
+            f"{side}_tokens_mean={means[side]:g} (blank): the mean of data set {dataset.code} "
+            f"({dataset.samples} samples; profiles/validation/datasets.toml)"
+        )
+    return means
 
 
 def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
@@ -24,12 +50,7 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
         raise Unexpressible("the workload kind is not stated")
     if kind == "fixed_batch":
         raise Unexpressible("fixed-batch phase measurements are not a request workload")
-    for side in ("input", "output"):
-        if (
-            cell_number(row, f"{side}_tokens_total") is None
-            and cell_number(row, f"{side}_tokens_mean") is None
-        ):
-            raise Unexpressible(f"no {side} length ({side}_tokens_mean and _total blank)")
+    dataset_means = _dataset_means(row, assumed)
     n = cell_number(row, "num_requests")
     if n is None and kind == "closed_loop":
         clients = cell_count(row, "concurrency")
@@ -46,7 +67,7 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
             lengths[side] = max(1, round(total / n_req))
             assumed.append(f"{side}_tokens={lengths[side]} = {side}_tokens_total / num_requests")
         else:
-            lengths[side] = max(1, round(mean or 1))
+            lengths[side] = max(1, round(dataset_means.get(side, mean) or 1))
     requests = partial(
         ServingWorkload,
         num_requests=n_req,
