@@ -45,8 +45,11 @@ def test_a_row_naming_the_data_set_takes_its_mean_and_says_so():
     assert workload.arrival is Arrival.OFFLINE
     assert workload.input_tokens == round(5_463_976 / 24_576) == 222
     assert workload.output_tokens == 292  # the row's own output_tokens_mean wins over the data set's
-    # LoadGen's one Offline query: mlperf_log_summary.txt samples_per_query 200640
-    assert workload.num_requests == 200640
+    # no samples_per_query in the row: 32 full batches of 896 per engine x 4 engines
+    assert workload.num_requests == 32 * 896 * 4
+    assert any(
+        "num_requests=114688 (blank): the offline run priced over 32 full batches" in a for a in assumed
+    )
     assert any(OPENORCA in a and "input_tokens_mean=222.33" in a for a in assumed)
     assert not any("output_tokens_mean=" in a for a in assumed)
 
@@ -67,7 +70,13 @@ def test_a_row_naming_no_known_data_set_is_skipped_naming_the_columns():
 def test_the_offline_mlperf_rows_are_priced_at_their_engine_batch():
     case = row_case(by_id("MLP-03"))
     assert case.plan.replicas == 8 and case.plan.tp == 1 and case.plan.max_num_seqs == 806
-    assert case.workload is not None and case.workload.num_requests == 253440
+    assert case.workload is not None and case.workload.num_requests == 32 * 806 * 8
+
+
+def test_an_offline_row_without_a_run_length_or_a_batch_limit_is_skipped():
+    row = by_id("MLP-01") | {"max_batch_size": ""}
+    with pytest.raises(Unexpressible, match="num_requests is blank"):
+        row_workload(row, [])
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,29 @@ def _dataset_means(row: dict[str, str], assumed: list[str]) -> dict[str, float]:
     return means
 
 
+OFFLINE_STEADY_WAVES = 32
+"""Full batches of requests simulated for an offline row whose run length is not given
+(``_offline_steady_requests``): an offline benchmark issues its whole query at once and reports samples over the
+whole run (MLPerf LoadGen's Offline scenario: one query of ``samples_per_query`` samples, at least the data set's
+24,576 for llama2-70b), so its fill and drain are a small part of it; at 32 batches they are about 1/32 of
+the simulated run."""
+
+
+def _offline_steady_requests(row: dict[str, str], assumed: list[str]) -> int | None:
+    """Requests to simulate for an offline row that gives no ``num_requests``: ``OFFLINE_STEADY_WAVES`` times the
+    deployment's batch limit (``max_batch_size`` x ``replicas``); None when ``max_batch_size`` is blank too."""
+    batch = cell_number(row, "max_batch_size")
+    if batch is None:
+        return None
+    replicas = cell_number(row, "replicas") or 1
+    n = OFFLINE_STEADY_WAVES * int(batch) * int(replicas)
+    assumed.append(
+        f"num_requests={n} (blank): the offline run priced over {OFFLINE_STEADY_WAVES} full batches of "
+        f"max_batch_size {int(batch)} x {int(replicas)} replica(s), so its fill and drain are a small part of it"
+    )
+    return n
+
+
 def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
     """The request process of the row (see the module docstring for ``trace`` rows and the means)."""
     kind = row["workload_kind"].strip()
@@ -57,6 +80,8 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
         n = steady_state_requests(clients)
         assumed.append(f"num_requests={int(n)} (blank): the closed loop priced in steady state, {clients} clients "
                        "started over one request's duration, warm-up and drain waves excluded")  # fmt: skip
+    if n is None and kind == "offline":
+        n = _offline_steady_requests(row, assumed)
     if n is None:
         raise Unexpressible("num_requests is blank")
     n_req = int(n)
