@@ -1,5 +1,7 @@
-"""Named benchmark data sets of serving rows (profiles/validation/datasets.toml): the table against the figures
-MLCommons states, and a row that names its data set and leaves the means blank."""
+"""Serving rows that were skipped for values the sources do give: named benchmark data sets
+(profiles/validation/datasets.toml, the table against the figures MLCommons states, and a row that names its data
+set and leaves the means blank), MLPerf's request counts, and the reason a row whose weights live in host memory
+is skipped with."""
 
 from __future__ import annotations
 
@@ -100,3 +102,14 @@ def test_a_bad_table_names_the_file_the_data_set_and_the_key(tmp_path, entry, me
     with pytest.raises(ValueError, match=message) as err:
         load_datasets(path)
     assert str(path) in str(err.value) and "[d]" in str(err.value)
+
+
+def test_a_row_whose_weights_live_in_host_memory_is_skipped_saying_so():
+    row = by_id("SGLG-01")
+    with pytest.raises(Unexpressible, match="offloads weights to host memory") as err:
+        row_case(row)
+    assert "177.2 GiB per device" in str(err.value) and "use more tensor" not in str(err.value)
+    # without the offload in its notes the cost model's own error stands
+    with pytest.raises(ValueError, match="leave no room") as err2:
+        row_case(row | {"notes": "2-GPU prefill instance"})
+    assert not isinstance(err2.value, Unexpressible)
