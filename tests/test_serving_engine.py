@@ -17,7 +17,7 @@ from workbench.presets.engines import engine_from_dict, engine_names, load_engin
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.engine_defaults import trtllm_bench_settings
 from workbench.specs.engine import EngineProfile
-from workbench.specs.serving import ServingDType, ServingPlan
+from workbench.specs.serving import Scheduler, ServingDType, ServingPlan
 from workbench.validate.rows import Unexpressible
 from workbench.validate.serving import ServingCase, row_case
 from workbench.validate.serving_csv import read_serving_rows
@@ -144,7 +144,7 @@ def test_rows_take_their_engine_settings() -> None:
     assert trt.plan.engine == "trtllm" and trt.plan.kv_cache_dtype is ServingDType.FP8
     assert (trt.plan.max_num_seqs, trt.plan.max_num_batched_tokens) == (640, 2048)
     assert any("trtllm-bench" in a for a in trt.assumed)
-    assert _case("APEX-01").plan.engine == "vllm-v0"  # vLLM 0.6.0
+    assert _case("APEX-01").plan.engine == "vllm-v0-inproc"  # vLLM 0.6.0, the API server in its process
     lss = _case("LSS-04")  # vLLM 0.19 (async scheduling on), data_parallel_size 2, max_num_seqs 128 per rank
     assert lss.plan.engine == "vllm-v1-async" and lss.plan.attention_dp == 2
     assert (lss.plan.max_num_seqs, lss.plan.max_num_batched_tokens) == (256, 4096)
@@ -254,3 +254,41 @@ def test_serving_code_cells_are_read_case_insensitively(tmp_path: Path) -> None:
     case, plain = row_case(read), row_case(row)
     assert isinstance(case, ServingCase) and isinstance(plain, ServingCase)
     assert (case.plan, case.workload) == (plain.plan, plain.workload)
+
+
+def test_vllm_v0_chunks_prefills_only_for_a_long_context() -> None:
+    """vLLM 0.5-0.7 turns chunked prefill on by default only when max_model_len > 32768 (EngineArgs), with a
+    512-token budget; below it whole prompts are prefilled with max(max_model_len, 2048) tokens per iteration
+    (SchedulerConfig). APEX's TP2 servers ran with --max-model-len 24272 (Llama) and 20560 (Mistral); its TP4/TP8
+    servers took Llama 3.1's 131k context."""
+    for row_id, budget in (("APEX-03", 24272), ("APEX-05", 24272), ("APEX-10", 24272), ("APEX-13", 20560)):
+        case = _case(row_id)
+        assert (case.plan.scheduler, case.plan.max_num_batched_tokens) == (Scheduler.VLLM, budget), row_id
+        assert any("--max-model-len" in a for a in case.assumed)
+    long = _case("APEX-01")
+    assert (long.plan.scheduler, long.plan.max_num_batched_tokens) == (Scheduler.SARATHI, 512)
+    row = next(r for r in read_serving_rows() if r["id"] == "APEX-03")
+    above = row_case({**row, "notes": "launched with --max-model-len 52720"})
+    assert (above.plan.scheduler, above.plan.max_num_batched_tokens) == (Scheduler.SARATHI, 512)
+    short = row_case({**row, "notes": "launched with --max-model-len 1024"})
+    assert (short.plan.scheduler, short.plan.max_num_batched_tokens) == (Scheduler.VLLM, 2048)
+
+
+def test_redundant_experts_are_read_from_the_quoted_launch_flag() -> None:
+    """The LMSYS MTP rows leave num_redundant_experts blank, but their notes quote the decode launch line of
+    sgl-project/sglang issue #7998 with --ep-num-redundant-experts 32: 256 + 32 expert slots over the 16 EP ranks.
+    A filled column wins over the notes; a row with neither has none."""
+    for row_id in ("SGLM-01", "SGLM-02", "SGLM-03"):
+        case = _case(row_id)
+        assert case.plan.num_redundant_experts == 32, row_id
+        assert any("--ep-num-redundant-experts" in a for a in case.assumed)
+    assert _case("SGLB-04").plan.num_redundant_experts == 32  # the column, as its notes' flag says
+    row = next(r for r in read_serving_rows() if r["id"] == "SGLM-01")
+    assert row_case({**row, "num_redundant_experts": "0"}).plan.num_redundant_experts == 0
+    assert (
+        row_case({**row, "notes": "launched with --ep-num-redundant-experts=64"}).plan.num_redundant_experts
+        == 64
+    )
+    plain = row_case({**row, "notes": "no flag quoted"})
+    assert plain.plan.num_redundant_experts == 0
+    assert not any("redundant" in a for a in plain.assumed)

@@ -1,6 +1,7 @@
 """Host work per request (``EngineProfile.host_per_request_s``): an overlap scheduler hides it behind the GPU up
 to the GPU's step, and TensorRT-LLM 1.0's pipeline-parallel loop serialises it after every stage's forward
-(``pp_host_serial``). Each iteration is checked against the closed form built from the same plan priced with
+(``pp_host_serial``); an API server in the engine's process adds its own per request to every iteration
+(``frontend_host_per_request_s``). Each iteration is checked against the closed form built from the same plan priced with
 the host term off."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from workbench.presets.engines import engine_from_dict, load_engine
 from workbench.serving.cost import ReplicaCost
 from workbench.specs.engine import EngineProfile
 from workbench.specs.serving import ServingPlan
+from workbench.validate.serving import row_case
+from workbench.validate.serving_csv import read_serving_rows
 
 CAL = load_calibration("default")
 MODEL = load_model("llama-3.1-8b")
@@ -87,3 +90,41 @@ def test_host_fields_are_checked() -> None:
         EngineProfile(id="x", name="x", host_per_request_s=-1.0)
     with pytest.raises(ValueError, match="pp_host_serial must be true or false"):
         EngineProfile(id="x", name="x", pp_host_serial=1)  # type: ignore[arg-type]
+
+
+def test_an_in_process_api_server_adds_its_time_per_request() -> None:
+    """``vllm-v0-inproc`` is ``vllm-v0`` with the OpenAI server in the engine's process: its per-request time is
+    vLLM PR #6883's TPOT gap (70.74 ms in process vs 57.35 ms in its own, Llama-3-8B on one H100, 10 QPS of 550/150
+    tokens) over the sequences decoding at once by Little's law (10/s x 149 tokens x 70.74 ms), and it adds that
+    much per scheduled request to every iteration, decode-only or mixed, on top of the same iteration of
+    ``vllm-v0``."""
+    inproc, v0 = load_engine("vllm-v0-inproc"), load_engine("vllm-v0")
+    published_s = (70.74e-3 - 57.35e-3) / (10 * 149 * 70.74e-3)
+    assert inproc.frontend_host_per_request_s == pytest.approx(published_s, rel=2e-3)
+    same = dataclasses.replace(inproc, id=v0.id, name=v0.name, versions=v0.versions, description=v0.description,
+                               sources=v0.sources, frontend_host_per_request_s=0.0)  # fmt: skip
+    assert same == v0 and v0.frontend_host_per_request_s == 0.0
+    plan = ServingPlan(tp=1, max_num_seqs=256, max_num_batched_tokens=512, engine="vllm-v0")
+    with_server = ReplicaCost(MODEL, CLUSTER, plan, CAL, engine=inproc)
+    without = ReplicaCost(MODEL, CLUSTER, plan, CAL, engine=v0)
+    decodes = np.full(24, 700)
+    for new, ctx, requests in ((EMPTY, EMPTY, 24), (np.array([300]), np.array([0]), 25)):
+        gap = with_server.iteration_s(new, ctx, decodes) - without.iteration_s(new, ctx, decodes)
+        assert gap == pytest.approx(requests * inproc.frontend_host_per_request_s, rel=1e-9)
+    draft_free = ReplicaCost(MODEL, CLUSTER, plan, CAL, engine=inproc, step_overhead_s=0.0)
+    assert draft_free.iteration_s(EMPTY, EMPTY, decodes) == pytest.approx(
+        ReplicaCost(MODEL, CLUSTER, plan, CAL, engine=v0, step_overhead_s=0.0).iteration_s(
+            EMPTY, EMPTY, decodes
+        )
+    )
+
+
+def test_apex_rows_run_the_api_server_in_the_engine_process() -> None:
+    """The APEX launch scripts pass ``--disable-frontend-multiprocessing``: their vLLM 0.6.0 rows take
+    ``vllm-v0-inproc`` and say why; a vLLM 0.6.0 row of another source keeps ``vllm-v0``."""
+    row = next(r for r in read_serving_rows() if r["id"] == "APEX-01")
+    case = row_case(row)
+    assert case.plan.engine == "vllm-v0-inproc"
+    assert any("--disable-frontend-multiprocessing" in a for a in case.assumed)
+    other = row_case({**row, "source_key": "OTHER_V0"})
+    assert other.plan.engine == "vllm-v0" and not any("inproc" in a for a in other.assumed)

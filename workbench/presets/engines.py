@@ -26,6 +26,7 @@ _UNIT_KEYS = {
     "step_overhead_us": ("step_overhead_s", 1e-6),
     "eager_kernel_us": ("eager_kernel_s", 1e-6),
     "host_per_request_us": ("host_per_request_s", 1e-6),
+    "frontend_host_per_request_us": ("frontend_host_per_request_s", 1e-6),
 }
 """File keys with a unit -> (field, factor to seconds)."""
 

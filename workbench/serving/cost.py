@@ -200,7 +200,7 @@ class ReplicaCost:
         "_attention", "_cal", "_capacity", "_cluster", "_draft", "_eager_floor_s", "_engine", "_graph_sizes",
         "_layers", "_layer_groups", "_logits_table", "_prefill_table", "_verify",
         "_host_per_request_s", "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
-        "_dp_ranks",
+        "_dp_ranks", "_frontend_per_request_s",
     )  # fmt: skip
 
     def __init__(
@@ -233,6 +233,9 @@ class ReplicaCost:
         overhead = self._engine.step_overhead_s if step_overhead_s is None else step_overhead_s
         self._step_overhead_s = float(overhead)
         self._host_per_request_s = self._engine.host_per_request_s if step_overhead_s is None else 0.0
+        self._frontend_per_request_s = (
+            self._engine.frontend_host_per_request_s if step_overhead_s is None else 0.0
+        )
         bw = calibration.device(cluster.device).hbm_efficiency_frac * cluster.device.hbm_bytes_per_s
         self._layers = LayerCost(model, cluster, rp, calibration, self._engine, hbm_bytes_per_s=bw)
         self._layer_groups = attention_layer_groups(model)
@@ -409,10 +412,10 @@ class ReplicaCost:
         """Seconds of one iteration (see :class:`IterationCost`): all layers in turn (pp stages summed), both
         ends, pp hand-offs, at least the CPU's launch time (kernels x ``eager_kernel_s``) when the engine launches
         the iteration eagerly, no shorter than the host work of its requests (``EngineProfile.host_per_request_s``;
-        under pipeline parallelism with ``pp_host_serial`` that work is added once per stage but the last), and the engine's
-        ``step_overhead_s``. A decode-only iteration runs at the engine's
-        padded CUDA-graph batch (``EngineProfile.padded_decode_batch``). Attention-DP ranks take equal shares of the
-        batch; the decodes of a mixed iteration share the prefills' varlen attention call where the engine runs
+        under pipeline parallelism with ``pp_host_serial`` that work is added once per stage but the last), the engine's
+        ``step_overhead_s``, and its in-process API server's time per request (``frontend_host_per_request_s``,
+        serial). A decode-only iteration runs at the engine's padded CUDA-graph batch
+        (``EngineProfile.padded_decode_batch``). Attention-DP ranks take equal shares of the batch; the decodes of a mixed iteration share the prefills' varlen attention call where the engine runs
         one (``AttentionCost.varlen_decode_layer_s``). Raises ValueError when the two prefill arrays differ in
         length or hold a negative (or zero new) count."""
         new = np.asarray(prefill_new_tokens).ravel()
@@ -471,7 +474,9 @@ class ReplicaCost:
         gpu = layers + heads + attention + draft
         if not self._engine.graph_launched(prefill_tokens, n_dec):
             gpu = max(gpu, self._eager_floor_s)
-        return self._with_host_s(gpu, requests) + self._step_overhead_s
+        return (
+            self._with_host_s(gpu, requests) + self._step_overhead_s + self._frontend_per_request_s * requests
+        )
 
     def _with_host_s(self, gpu_s: float, requests: int) -> float:
         """An iteration's GPU time with the host work of its ``requests`` (``EngineProfile.host_per_request_s``):

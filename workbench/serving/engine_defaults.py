@@ -21,6 +21,14 @@ ENGINE_BATCHING: dict[str, tuple[Scheduler, int, str]] = {
 }  # fmt: skip
 """Engine -> (scheduler, max_num_batched_tokens, why) for rows that leave the budget blank."""
 
+VLLM_V0_LONG_CONTEXT_TOKENS = 32768
+"""vLLM 0.5-0.7 (V0) turns chunked prefill on by default only when max_model_len exceeds this ("use_long_context =
+max_model_len > 32768" in EngineArgs.create_engine_config; the server logs "Chunked prefill is enabled by default
+for models with max_model_len > 32K")."""
+
+VLLM_V0_MIN_BATCHED_TOKENS = 2048
+"""vLLM V0 SchedulerConfig without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) when unset."""
+
 ENGINE_PROFILES = {
     "vllm-v0": "vllm-v0",
     "vllm": "vllm-v1",
@@ -29,6 +37,14 @@ ENGINE_PROFILES = {
     "trtllm": "trtllm",
 }
 """Engine key (``workbench.validate.serving_specs._engine_key``) -> serving engine profile id (``profiles/engines/``)."""
+
+FRONTEND_IN_PROCESS_SOURCES = {
+    "APEX_VLLM": "microsoft/apex_plus@8769096 vllm/8TP.sh, 2DP4TP.sh, 4DP2TP.sh, scale_2TP_llama.sh, "
+    "scale_2TP_mistral.sh, scale_4TP.sh and their _fp8 variants start vllm/vllm-openai:v0.6.0 with "
+    "--disable-frontend-multiprocessing",
+}
+"""Validation sources whose vLLM V0 servers ran the OpenAI server in the engine's process -> the launch line that
+says so; their rows are priced with ``vllm-v0-inproc`` (``EngineProfile.frontend_host_per_request_s``)."""
 
 TRTLLM_BENCH_KV_FRAC = 0.9
 """``trtllm-bench --kv_cache_free_gpu_mem_fraction`` default (the TRT-LLM perf-overview page's fallback)."""

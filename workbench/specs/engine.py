@@ -63,6 +63,12 @@ class EngineProfile:
     preparation, updating each request with its sampled token, responses). An engine that overlaps its host work
     with the GPU (``step_overhead_s`` = 0: an overlap scheduler) still waits for it when it is the longer: the
     iteration lasts max(GPU time, host time) (``step_overhead_s`` is added after that). 0..``MAX_HOST_S``."""
+    frontend_host_per_request_s: float = 0.0
+    """Host time per request an iteration schedules that the engine's own process spends on the API server when
+    the server runs in that process (a vLLM V0 server launched with ``--disable-frontend-multiprocessing``, as the
+    APEX runs of vLLM 0.6.0 were: the OpenAI server's per-request work on every iteration's outputs runs on the
+    engine's event loop, between its iterations); added to the iteration's time, not overlapped. 0 when the server
+    has a process of its own (the vLLM default since PR #6883, 2024-07). 0..``MAX_HOST_S``."""
     pp_host_serial: bool = False
     """Under pipeline parallelism every stage runs its host work for a micro-batch after its forward of that
     micro-batch, not beside it (TensorRT-LLM 1.0 ``PyExecutor._executor_loop_pp``; its last rank samples
@@ -140,7 +146,12 @@ class EngineProfile:
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{where}: {name} must be a non-empty string, got {shown(value)}")
-        for name in ("step_overhead_s", "eager_kernel_s", "host_per_request_s"):
+        for name in (
+            "step_overhead_s",
+            "eager_kernel_s",
+            "host_per_request_s",
+            "frontend_host_per_request_s",
+        ):
             check_real(where, name, getattr(self, name), minimum=0.0, min_open=False, maximum=MAX_HOST_S,
                        unit="s")  # fmt: skip
         for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention",

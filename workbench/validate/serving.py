@@ -15,6 +15,7 @@ names the engine profile that priced it.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,9 +102,12 @@ def row_case(row: dict[str, str]) -> ServingCase:
     if not measured:
         raise Unexpressible("no measured value")
     roles = ("both",) if plan.disaggregation is None else ("prefill", "decode")
-    cost_of = {
-        r: ReplicaCost.of(model, cluster, plan, Calibration(), role=r) for r in roles
-    }  # layout, memory
+    try:
+        cost_of = {
+            r: ReplicaCost.of(model, cluster, plan, Calibration(), role=r) for r in roles
+        }  # layout, memory
+    except ValueError as exc:
+        raise _offload_reason(row, exc) from exc
     if row["phase"].strip() == "e2e":
         workload = row_workload(row, assumed)
     else:
@@ -114,6 +118,24 @@ def row_case(row: dict[str, str]) -> ServingCase:
         phases=phases, steady_concurrency=workload.concurrency if steady and workload is not None else None,
         measured=measured, scope=row["measured_scope"].strip() or "system", assumed=tuple(assumed), row=row,
     )  # fmt: skip
+
+
+_HOST_OFFLOAD = re.compile(r"offload\w*\b[^.;]*\b(Grace|host|CPU)\b[^.;]*\bmemory", re.IGNORECASE)
+"""A row's notes saying the run holds weights in the host's memory (``expert-weight offload to Grace memory``)."""
+
+
+def _offload_reason(row: dict[str, str], exc: ValueError) -> Exception:
+    """The error to skip a row with when its plan does not fit the devices: the cost model's own, unless the
+    row's notes say the run offloads weights to the host's memory, which the serving model does not price
+    (SGLang's OffloaderV2, ``--offload-group-size``, keeps the MoE expert weights of some layers in pinned host
+    memory and copies them to the GPU a few layers ahead of their use, every forward); then an
+    Unexpressible that says so, with the cost model's figures."""
+    if "leave no room" not in str(exc) or not _HOST_OFFLOAD.search(row.get("notes", "")):
+        return exc
+    return Unexpressible(
+        "the run offloads weights to host memory (notes), which the serving model does not price (weights held "
+        f"in host memory and copied to the GPU every forward); without it: {str(exc).split('; use ')[0]}"
+    )
 
 
 def row_cases(rows: list[dict[str, str]]) -> tuple[list[ServingCase], list[SkippedRow]]:

@@ -25,7 +25,10 @@ from workbench.serving.engine_defaults import (
     DEFAULT_MAX_NUM_SEQS,
     ENGINE_BATCHING,
     ENGINE_PROFILES,
+    FRONTEND_IN_PROCESS_SOURCES,
     TRTLLM_BENCH_KV_FRAC,
+    VLLM_V0_LONG_CONTEXT_TOKENS,
+    VLLM_V0_MIN_BATCHED_TOKENS,
     trtllm_bench_settings,
     vllm_v1_batch_defaults,
 )
@@ -192,7 +195,7 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         raise Unexpressible(f"engine {row['engine']!r} has no batching defaults")
     role = row_role(row)
     replicas, tp, pp, ep, adp, disaggregation = _plan_layout(row, role, model, assumed)
-    scheduler, budget, why = ENGINE_BATCHING[engine]
+    scheduler, budget, why = _batching(row, engine)
     whole = scheduler is Scheduler.VLLM or load_engine(ENGINE_PROFILES[engine]).chunked_prefill is False
     prompt = cell_number(row, "input_tokens_mean")
     if whole and prompt is not None and prompt > budget:  # whole prompts must fit a step
@@ -222,7 +225,7 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         )
     plan = ServingPlan(
         replicas=replicas, tp=tp, pp=pp, ep=ep, attention_dp=adp, disaggregation=disaggregation, speculative=row_speculative(row),
-        num_redundant_experts=int(cell_number(row, "num_redundant_experts") or 0),
+        num_redundant_experts=_redundant_experts(row, assumed),
         weight_dtype=ServingDType(row["weight_dtype"].strip() or "bf16"),
         activation_dtype=ServingDType(row["activation_dtype"].strip() or "bf16"),
         kv_cache_dtype=ServingDType(kv),
@@ -230,9 +233,51 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         max_num_batched_tokens=budget,
         scheduler=scheduler,
         gpu_memory_utilization_frac=1.0,
-        engine=ENGINE_PROFILES[engine],
+        engine=_engine_profile(row, engine, assumed),
     )  # fmt: skip
     return _with_memory_share(row, plan, model, cluster, assumed)
+
+
+def _redundant_experts(row: dict[str, str], assumed: list[str]) -> int:
+    """Redundant expert copies of a row (EPLB): the ``num_redundant_experts`` column, or where it is blank the
+    SGLang launch flag ``--ep-num-redundant-experts N`` as the row's ``notes`` quote it (SGLang ServerArgs: N
+    extra physical expert slots spread over the expert-parallel ranks, default 0), noted in ``assumed``; else 0."""
+    value = cell_number(row, "num_redundant_experts")
+    if value is not None:
+        return int(value)
+    flag = re.search(r"--ep-num-redundant-experts[ =](\d+)", row["notes"])
+    if flag is None:
+        return 0
+    assumed.append(
+        f"num_redundant_experts={flag.group(1)}: the launch flag --ep-num-redundant-experts the notes quote"
+    )
+    return int(flag.group(1))
+
+
+def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
+    """``ENGINE_BATCHING`` of the row's engine, except a vLLM V0 server whose ``--max-model-len`` (the launch flag
+    as the row's ``notes`` quote it) is at most ``VLLM_V0_LONG_CONTEXT_TOKENS``: V0 turns chunked prefill on by
+    default only above that, so it prefills whole prompts with max(max_model_len, 2048) tokens per iteration."""
+    batching = ENGINE_BATCHING[engine]
+    flag = re.search(r"--max-model-len[ =](\d+)", row["notes"])
+    if engine != "vllm-v0" or flag is None or int(flag.group(1)) > VLLM_V0_LONG_CONTEXT_TOKENS:
+        return batching
+    max_model_len = int(flag.group(1))
+    return (Scheduler.VLLM, max(max_model_len, VLLM_V0_MIN_BATCHED_TOKENS),
+            f"vLLM 0.5-0.7 enables chunked prefill by default only for max_model_len > {VLLM_V0_LONG_CONTEXT_TOKENS} "
+            f"(EngineArgs.create_engine_config), and the server ran with --max-model-len {max_model_len}: whole "
+            f"prompts, max(max_model_len, {VLLM_V0_MIN_BATCHED_TOKENS}) tokens per iteration (SchedulerConfig)")  # fmt: skip
+
+
+def _engine_profile(row: dict[str, str], engine: str, assumed: list[str]) -> str:
+    """The engine profile id of a row: ``ENGINE_PROFILES``, except a vLLM V0 row of a source whose servers ran the
+    OpenAI server in the engine's process (``FRONTEND_IN_PROCESS_SOURCES``): ``vllm-v0-inproc``, noted in
+    ``assumed``."""
+    launch = FRONTEND_IN_PROCESS_SOURCES.get(row["source_key"].strip())
+    if engine != "vllm-v0" or launch is None:
+        return ENGINE_PROFILES[engine]
+    assumed.append(f"engine profile vllm-v0-inproc: the API server shares the engine's process ({launch})")
+    return "vllm-v0-inproc"
 
 
 def _plan_layout(

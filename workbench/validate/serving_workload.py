@@ -14,7 +14,56 @@ from functools import partial
 from workbench.serving.steady import steady_state_requests
 from workbench.specs.serving import Arrival, ServingWorkload
 from workbench.validate.rows import Unexpressible, cell_count, cell_number
+from workbench.validate.serving_datasets import named_dataset
 from workbench.validate.serving_traces import trace_workload
+
+
+def _dataset_means(row: dict[str, str], assumed: list[str]) -> dict[str, float]:
+    """The mean length of each side the row leaves blank (``<side>_tokens_mean`` and ``_total``), taken from the
+    named data set of its ``<side>_tokens_dist`` (``workbench.validate.serving_datasets``) and said in
+    ``assumed``; Unexpressible naming both columns when the side has neither a value nor a named data set."""
+    means: dict[str, float] = {}
+    for side in ("input", "output"):
+        if (
+            cell_number(row, f"{side}_tokens_total") is not None
+            or cell_number(row, f"{side}_tokens_mean") is not None
+        ):
+            continue
+        dataset = named_dataset(row, side)
+        if dataset is None:
+            raise Unexpressible(
+                f"no {side} length ({side}_tokens_mean and _total blank, {side}_tokens_dist names no data set "
+                "of profiles/validation/datasets.toml)"
+            )
+        means[side] = dataset.mean_tokens(side)
+        assumed.append(
+            f"{side}_tokens_mean={means[side]:g} (blank): the mean of data set {dataset.code} "
+            f"({dataset.samples} samples; profiles/validation/datasets.toml)"
+        )
+    return means
+
+
+OFFLINE_STEADY_WAVES = 32
+"""Full batches of requests simulated for an offline row whose run length is not given
+(``_offline_steady_requests``): an offline benchmark issues its whole query at once and reports samples over the
+whole run (MLPerf LoadGen's Offline scenario: one query of ``samples_per_query`` samples, at least the data set's
+24,576 for llama2-70b), so its fill and drain are a small part of it; at 32 batches they are about 1/32 of
+the simulated run."""
+
+
+def _offline_steady_requests(row: dict[str, str], assumed: list[str]) -> int | None:
+    """Requests to simulate for an offline row that gives no ``num_requests``: ``OFFLINE_STEADY_WAVES`` times the
+    deployment's batch limit (``max_batch_size`` x ``replicas``); None when ``max_batch_size`` is blank too."""
+    batch = cell_number(row, "max_batch_size")
+    if batch is None:
+        return None
+    replicas = cell_number(row, "replicas") or 1
+    n = OFFLINE_STEADY_WAVES * int(batch) * int(replicas)
+    assumed.append(
+        f"num_requests={n} (blank): the offline run priced over {OFFLINE_STEADY_WAVES} full batches of "
+        f"max_batch_size {int(batch)} x {int(replicas)} replica(s), so its fill and drain are a small part of it"
+    )
+    return n
 
 
 def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
@@ -24,18 +73,15 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
         raise Unexpressible("the workload kind is not stated")
     if kind == "fixed_batch":
         raise Unexpressible("fixed-batch phase measurements are not a request workload")
-    for side in ("input", "output"):
-        if (
-            cell_number(row, f"{side}_tokens_total") is None
-            and cell_number(row, f"{side}_tokens_mean") is None
-        ):
-            raise Unexpressible(f"no {side} length ({side}_tokens_mean and _total blank)")
+    dataset_means = _dataset_means(row, assumed)
     n = cell_number(row, "num_requests")
     if n is None and kind == "closed_loop":
         clients = cell_count(row, "concurrency")
         n = steady_state_requests(clients)
         assumed.append(f"num_requests={int(n)} (blank): the closed loop priced in steady state, {clients} clients "
                        "started over one request's duration, warm-up and drain waves excluded")  # fmt: skip
+    if n is None and kind == "offline":
+        n = _offline_steady_requests(row, assumed)
     if n is None:
         raise Unexpressible("num_requests is blank")
     n_req = int(n)
@@ -46,7 +92,7 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
             lengths[side] = max(1, round(total / n_req))
             assumed.append(f"{side}_tokens={lengths[side]} = {side}_tokens_total / num_requests")
         else:
-            lengths[side] = max(1, round(mean or 1))
+            lengths[side] = max(1, round(dataset_means.get(side, mean) or 1))
     requests = partial(
         ServingWorkload,
         num_requests=n_req,
