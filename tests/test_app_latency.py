@@ -25,6 +25,8 @@ from workbench_widgets.plots import (  # noqa: E402
 )
 from workbench_widgets.plots._timeline_content import STABLE_FRAME_PX  # noqa: E402
 from workbench_widgets.plots.timeline import (  # noqa: E402
+    STABLE_LABEL_CHARS,
+    STABLE_LABEL_FONT,
     content_timeline_figure,
     estimate_timeline_content,
 )
@@ -149,7 +151,11 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
         assert _main(timeline).name == ("runs" if content.aggregated else "blocks")
         for key, column in _main(fresh).data_source.data.items():
             assert np.array_equal(np.asarray(column), np.asarray(_main(timeline).data_source.data[key])), key
-        assert timeline.yaxis[0].major_label_overrides == fresh.yaxis[0].major_label_overrides
+        # the same lane labels, the app's padded to one width (``STABLE_LABEL_CHARS``, right-aligned)
+        padded = timeline.yaxis[0].major_label_overrides
+        assert {k: v.strip() for k, v in padded.items()} == fresh.yaxis[0].major_label_overrides
+        assert {len(v) for v in padded.values()} == {STABLE_LABEL_CHARS}
+        assert timeline.yaxis[0].major_label_text_font == STABLE_LABEL_FONT
         ours, theirs = (_main(f).glyph.fill_color.transform for f in (timeline, fresh))  # op code -> colour
         assert (list(ours.palette), ours.low, ours.high) == (list(theirs.palette), theirs.low, theirs.high)
         stable = content_timeline_figure(content, stable=True)

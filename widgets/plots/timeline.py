@@ -81,6 +81,14 @@ _CHROME_PX, _LEGEND_ROW_PX = 110, 22
 _LEGEND_PX_PER_CHAR, _LEGEND_ITEM_PX = 6.5, 30
 STABLE_TAG = "wb-stable-timeline"
 """Tag of a figure built ``stable`` (``content_timeline_figure``)."""
+STABLE_LABEL_CHARS = 18
+"""Characters every lane label of a ``stable`` figure is left-padded to (``rank 63 · chunk 15`` is 18): in
+``STABLE_LABEL_FONT`` the y axis is then as wide for ``rank 0`` as for ``rank 0 · chunk 0``. BokehJS lays a
+figure out again, with the page around it, whenever an axis changes width: 40-70 ms of the page's time on a
+schedule change with and without chunks, measured in headless Chromium (issue 51 item 10). Longer labels
+(rank >= 100 with chunks) still show, on a wider axis."""
+STABLE_LABEL_FONT = "monospace"
+"""Font of a ``stable`` figure's lane labels: one advance per character, so padding fixes their width."""
 
 __all__ = [
     "BLENDED_LABEL",
@@ -206,7 +214,7 @@ def _refresh_stable(fig: figure, content: TimelineContent) -> None:
     fig.y_range.update(
         start=shown - 0.5, end=-0.5, reset_start=shown - 0.5, reset_end=-0.5, bounds=(-0.5, num - 0.5)
     )
-    ticks, overrides = label_ticks(list(range(num)), list(content.lanes.labels), max_ticks=max(num, 1))
+    ticks, overrides = label_ticks(list(range(num)), _stable_labels(content.lanes), max_ticks=max(num, 1))
     axis: Any = fig.yaxis[0]
     axis.ticker.ticks = ticks
     axis.major_label_overrides = overrides
@@ -285,12 +293,21 @@ def _frame(
     )
     if pans_lanes:
         fig.add_tools(WheelPanTool(dimension="height", description="Scroll the lanes"))
-    ticks, overrides = label_ticks(list(range(num)), list(lanes.labels), max_ticks=max(num, 1))
+    labels = _stable_labels(lanes) if stable else list(lanes.labels)
+    ticks, overrides = label_ticks(list(range(num)), labels, max_ticks=max(num, 1))
     fig.yaxis.ticker = ticks
     fig.yaxis.major_label_overrides = overrides
+    if stable:
+        fig.yaxis.major_label_text_font = STABLE_LABEL_FONT
     fig.ygrid.grid_line_color = None
     fig.toolbar.logo = None
     return plain_axes(fig)
+
+
+def _stable_labels(lanes: Lanes) -> list[str]:
+    """The lane labels of a ``stable`` figure: left-padded to ``STABLE_LABEL_CHARS`` (right-aligned at the
+    frame, so the padding is not seen)."""
+    return [label.rjust(STABLE_LABEL_CHARS) for label in lanes.labels]
 
 
 def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False) -> None:
