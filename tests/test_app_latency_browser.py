@@ -90,9 +90,9 @@ def test_memory_and_breakdown_changes_lay_out_no_page() -> None:
     assert seen[-1][2] == seen[0][2], seen  # no layout of either figure
 
 
-TIMELINE_AXIS_JS = """() => {
-  // The plan-timeline figure's view on screen: its title, its y axis's width (px), the widest lane label on
-  // screen (px, as BokehJS measured it) and how often the figure was laid out since the first call.
+TIMELINE_VIEW_JS = """() => {
+  // The rendered view of the plan-timeline figure, or null.
+  if (!window.Bokeh || !Bokeh.index) return null;
   let found = null;
   const walk = (view) => {
     if (view.model && view.model.name === "plan-timeline") found = view;
@@ -101,17 +101,25 @@ TIMELINE_AXIS_JS = """() => {
   const idx = Bokeh.index;
   const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
   roots.forEach(walk);
+  return found;
+}"""
+
+
+TIMELINE_AXIS_JS = f"""() => {{
+  // The plan-timeline figure's view on screen: its title, its y axis's width (px), the widest lane label on
+  // screen (px, as BokehJS measured it) and how often the figure was laid out since the first call.
+  const found = ({TIMELINE_VIEW_JS})();
   if (!found) return null;
   window.__wb_timeline_layouts ??= 0;
-  if (!found.__wb_counted) {
+  if (!found.__wb_counted) {{
     const compute = found.compute_layout;
-    found.compute_layout = function (...args) { window.__wb_timeline_layouts += 1; return compute.apply(this, args); };
+    found.compute_layout = function (...args) {{ window.__wb_timeline_layouts += 1; return compute.apply(this, args); }};
     found.__wb_counted = true;
-  }
+  }}
   const axis = found.renderer_views.get(found.model.left[0]);
   return [found.model.title.text, axis.layout.bbox.width, Math.max(...axis._tick_label_extents()),
           window.__wb_timeline_layouts];
-}"""
+}}"""
 
 
 def test_a_schedule_change_lays_out_no_timeline() -> None:
@@ -156,3 +164,41 @@ def _switched(control: str, values: tuple[str, ...], probe_js: str, *, title_at:
             seen.append(page.evaluate(probe_js))
     assert outside == [] and errors == []
     return seen
+
+
+SHIMS_PROBE_JS = f"""() => {{
+  // (the app's BokehJS shims installed, the timeline's title, stylesheet writes of an unchanged text since the
+  // first call, getComputedStyle calls of two reads of one visual property in one task)
+  if (!window.Bokeh || !Bokeh.index) return null;
+  const found = ({TIMELINE_VIEW_JS})();
+  if (!found) return null;
+  if (window.__wb_same_css === undefined) {{
+    window.__wb_same_css = 0;
+    const text = Object.getOwnPropertyDescriptor(Node.prototype, "textContent");
+    Object.defineProperty(HTMLStyleElement.prototype, "textContent", {{
+      configurable: true,
+      get() {{ return text.get.call(this); }},
+      set(css) {{ if (text.get.call(this) === css) window.__wb_same_css += 1; text.set.call(this, css); }},
+    }});
+  }}
+  const visual = [...found.renderer_views.values()].flatMap((r) => [...(r.visuals ?? [])])
+    .find((v) => typeof v._get_css_value === "function");
+  const computed = window.getComputedStyle;
+  let calls = 0;
+  window.getComputedStyle = (...args) => {{ calls += 1; return computed(...args); }};
+  try {{ visual._get_css_value("line-color"); visual._get_css_value("line-color"); }}
+  finally {{ window.getComputedStyle = computed; }}
+  return [window.__wb_bokehjs_shims ?? [], found.model.title.text, window.__wb_same_css, calls];
+}}"""
+
+
+def test_the_bokehjs_shims_spare_a_change_its_repeated_css_work() -> None:
+    """The served page runs ``SHIMS_JS`` (``workbench_widgets.app.bokehjs_shims``): over tp changes no
+    stylesheet is written with the text it already has (BokehJS 3.9 rewrites every annotation's position
+    stylesheet on each paint, which forces a style recalculation before the next CSS read), and a visual's
+    second CSS read in one task asks the cascade nothing (issue 51 item 10)."""
+    seen = _switched("tp", ("8", "4"), SHIMS_PROBE_JS, title_at=1)
+    assert all(s[0] == ["skip_same_css", "css_cache"] for s in seen), seen
+    assert len({s[1] for s in seen}) == 2, seen  # the figures changed, so BokehJS painted
+    assert seen[-1][2] == seen[0][2], seen  # no stylesheet written again with its own text over the changes
+    assert {s[3] for s in seen} <= {0, 1}, seen  # two reads, at most one getComputedStyle
