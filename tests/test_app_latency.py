@@ -24,6 +24,7 @@ from workbench_widgets.plots import (  # noqa: E402
     placement_figure,
 )
 from workbench_widgets.plots._timeline_content import STABLE_FRAME_PX  # noqa: E402
+from workbench_widgets.plots.breakdown import SERVED_BAR_LABEL  # noqa: E402
 from workbench_widgets.plots.timeline import (  # noqa: E402
     STABLE_LABEL_CHARS,
     STABLE_LABEL_FONT,
@@ -103,6 +104,12 @@ def _part_colors(fig: Any, renderer: str) -> dict[str, str]:
     return colors
 
 
+def _main_bars(fig: Any) -> dict[str, list[str]]:
+    """The columns of a breakdown figure's bars (renderer ``parts``), as text."""
+    data = next(r for r in fig.renderers if r.name == "parts").data_source.data
+    return {k: list(map(str, v)) for k, v in data.items()}
+
+
 def _legend_models(*figures: Any) -> dict[str, Any]:
     """Every model the legends of ``figures`` reach (items, their renderers, glyphs and data sources): a change
     of any of them makes BokehJS rebuild that legend and lay its figure out again."""
@@ -169,6 +176,15 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
         # the legends: the entries a fresh figure has (labels, order, shown, glyph and colours)...
         fresh_breakdown = estimates_breakdown_figure([e])
         assert _legend(memory) == _legend(fresh_memory) and _legend(breakdown) == _legend(fresh_breakdown)
+        # the step time's bar: the parts a fresh figure has, under the one label of every plan (the plan in
+        # the title), so that the y axis keeps its width
+        assert list(breakdown.y_range.factors) == [SERVED_BAR_LABEL]
+        assert breakdown.title.text == f"{fresh_breakdown.title.text}: {e.plan.describe()}"
+        parts, fresh_parts = (_main_bars(f) for f in (breakdown, fresh_breakdown))
+        assert parts["plan"] == [SERVED_BAR_LABEL] * len(fresh_parts["plan"])
+        assert {k: v for k, v in parts.items() if k != "plan"} == {
+            k: v for k, v in fresh_parts.items() if k != "plan"
+        }
         # ...whose colours are the bars' colours of each part
         for fig, bars in ((memory, "bars"), (breakdown, "parts")):
             looks = {label: fill for label, _, _, fill, *_ in _legend(fig)}

@@ -90,12 +90,12 @@ def test_memory_and_breakdown_changes_lay_out_no_page() -> None:
     assert seen[-1][2] == seen[0][2], seen  # no layout of either figure
 
 
-TIMELINE_VIEW_JS = """() => {
-  // The rendered view of the plan-timeline figure, or null.
+FIND_VIEW_JS = """(match) => {
+  // The rendered view whose model ``match`` (a function of the model) accepts, or null.
   if (!window.Bokeh || !Bokeh.index) return null;
   let found = null;
   const walk = (view) => {
-    if (view.model && view.model.name === "plan-timeline") found = view;
+    if (view.model && match(view.model)) found = view;
     for (const child of (view.child_views ?? [])) walk(child);
   };
   const idx = Bokeh.index;
@@ -103,18 +103,24 @@ TIMELINE_VIEW_JS = """() => {
   roots.forEach(walk);
   return found;
 }"""
+TIMELINE_VIEW_JS = f"""() => ({FIND_VIEW_JS})((m) => m.name === "plan-timeline")"""
+BREAKDOWN_VIEW_JS = f"""() => ({FIND_VIEW_JS})(
+  (m) => m.title != null && String(m.title.text).startsWith("Where the step time goes"))"""
 
 
 TIMELINE_AXIS_JS = f"""() => {{
   // The plan-timeline figure's view on screen: its title, its y axis's width (px), the widest lane label on
-  // screen (px, as BokehJS measured it) and how often the figure was laid out since the first call.
+  // screen (px, as BokehJS measured it) and how often it and the step-time breakdown were laid out since the
+  // first call.
   const found = ({TIMELINE_VIEW_JS})();
-  if (!found) return null;
+  const breakdown = ({BREAKDOWN_VIEW_JS})();
+  if (!found || !breakdown) return null;
   window.__wb_timeline_layouts ??= 0;
-  if (!found.__wb_counted) {{
-    const compute = found.compute_layout;
-    found.compute_layout = function (...args) {{ window.__wb_timeline_layouts += 1; return compute.apply(this, args); }};
-    found.__wb_counted = true;
+  for (const view of [found, breakdown]) {{
+    if (view.__wb_counted) continue;
+    const compute = view.compute_layout;
+    view.compute_layout = function (...args) {{ window.__wb_timeline_layouts += 1; return compute.apply(this, args); }};
+    view.__wb_counted = true;
   }}
   const axis = found.renderer_views.get(found.model.left[0]);
   return [found.model.title.text, axis.layout.bbox.width, Math.max(...axis._tick_label_extents()),
@@ -122,17 +128,18 @@ TIMELINE_AXIS_JS = f"""() => {{
 }}"""
 
 
-def test_a_schedule_change_lays_out_no_timeline() -> None:
+def test_a_schedule_change_lays_out_neither_the_timeline_nor_the_breakdown() -> None:
     """From interleaved 1F1B (lanes ``rank r · chunk c``) to 1F1B (lanes ``rank r``) and back: the timeline's
-    y axis keeps its width (its lane labels padded to ``STABLE_LABEL_CHARS`` in a monospaced font), so BokehJS
-    does not lay the figure (and the page around it) out again (issue 51 item 10)."""
+    y axis keeps its width (its lane labels padded to ``STABLE_LABEL_CHARS`` in a monospaced font) and the
+    step-time breakdown's too (its bar labelled ``this plan``, the plan in its title), so BokehJS lays out
+    neither figure (nor the page around it) again (issue 51 item 10)."""
     seen = _switched(
         "schedule", ("1f1b", "interleaved-1f1b", "1f1b", "interleaved-1f1b"), TIMELINE_AXIS_JS, title_at=0
     )
     assert len({s[0] for s in seen}) == 2, seen  # two plans, each shown twice
     assert len({s[1] for s in seen}) == 1, seen  # the axis kept its width...
     assert len({round(s[2], 3) for s in seen}) == 1, seen  # ...as wide for "rank 0" as for "rank 0 · chunk 0"
-    assert seen[-1][3] == seen[0][3], seen  # no layout of the timeline
+    assert seen[-1][3] == seen[0][3], seen  # no layout of either figure
 
 
 PINNED_QUERY = "cp=1&tp=4&pp=2&schedule=interleaved-1f1b&vpp=4&zero_stage=1&micro_batch_size=1"
