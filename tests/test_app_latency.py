@@ -24,7 +24,10 @@ from workbench_widgets.plots import (  # noqa: E402
     placement_figure,
 )
 from workbench_widgets.plots._timeline_content import STABLE_FRAME_PX  # noqa: E402
+from workbench_widgets.plots.breakdown import SERVED_BAR_LABEL  # noqa: E402
 from workbench_widgets.plots.timeline import (  # noqa: E402
+    STABLE_LABEL_CHARS,
+    STABLE_LABEL_FONT,
     content_timeline_figure,
     estimate_timeline_content,
 )
@@ -101,6 +104,12 @@ def _part_colors(fig: Any, renderer: str) -> dict[str, str]:
     return colors
 
 
+def _main_bars(fig: Any) -> dict[str, list[str]]:
+    """The columns of a breakdown figure's bars (renderer ``parts``), as text."""
+    data = next(r for r in fig.renderers if r.name == "parts").data_source.data
+    return {k: list(map(str, v)) for k, v in data.items()}
+
+
 def _legend_models(*figures: Any) -> dict[str, Any]:
     """Every model the legends of ``figures`` reach (items, their renderers, glyphs and data sources): a change
     of any of them makes BokehJS rebuild that legend and lay its figure out again."""
@@ -149,7 +158,11 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
         assert _main(timeline).name == ("runs" if content.aggregated else "blocks")
         for key, column in _main(fresh).data_source.data.items():
             assert np.array_equal(np.asarray(column), np.asarray(_main(timeline).data_source.data[key])), key
-        assert timeline.yaxis[0].major_label_overrides == fresh.yaxis[0].major_label_overrides
+        # the same lane labels, the app's padded to one width (``STABLE_LABEL_CHARS``, right-aligned)
+        padded = timeline.yaxis[0].major_label_overrides
+        assert {k: v.strip() for k, v in padded.items()} == fresh.yaxis[0].major_label_overrides
+        assert {len(v) for v in padded.values()} == {STABLE_LABEL_CHARS}
+        assert timeline.yaxis[0].major_label_text_font == STABLE_LABEL_FONT
         ours, theirs = (_main(f).glyph.fill_color.transform for f in (timeline, fresh))  # op code -> colour
         assert (list(ours.palette), ours.low, ours.high) == (list(theirs.palette), theirs.low, theirs.high)
         stable = content_timeline_figure(content, stable=True)
@@ -163,6 +176,15 @@ def test_figures_written_in_place_show_the_new_estimate(served, name: str, other
         # the legends: the entries a fresh figure has (labels, order, shown, glyph and colours)...
         fresh_breakdown = estimates_breakdown_figure([e])
         assert _legend(memory) == _legend(fresh_memory) and _legend(breakdown) == _legend(fresh_breakdown)
+        # the step time's bar: the parts a fresh figure has, under the one label of every plan (the plan in
+        # the title), so that the y axis keeps its width
+        assert list(breakdown.y_range.factors) == [SERVED_BAR_LABEL]
+        assert breakdown.title.text == f"{fresh_breakdown.title.text}: {e.plan.describe()}"
+        parts, fresh_parts = (_main_bars(f) for f in (breakdown, fresh_breakdown))
+        assert parts["plan"] == [SERVED_BAR_LABEL] * len(fresh_parts["plan"])
+        assert {k: v for k, v in parts.items() if k != "plan"} == {
+            k: v for k, v in fresh_parts.items() if k != "plan"
+        }
         # ...whose colours are the bars' colours of each part
         for fig, bars in ((memory, "bars"), (breakdown, "parts")):
             looks = {label: fill for label, _, _, fill, *_ in _legend(fig)}

@@ -5,6 +5,8 @@ only guards the mechanism (no timed assertion)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.conftest import needs_chromium, served_app_page
@@ -81,28 +83,129 @@ def test_memory_and_breakdown_changes_lay_out_no_page() -> None:
     GiB: to 89.6 GiB, ticks up to ``80``) and back: the memory figure's y axis keeps its width (labels padded to
     five figures) and neither it nor the step-time breakdown is laid out again (their legends reference no
     renderer a change writes), so BokehJS lays out no page for them (issue 51 item 10)."""
-    query = "cp=1&tp=4&pp=2&schedule=interleaved-1f1b&vpp=4&zero_stage=1&micro_batch_size=1"
+    seen = _switched("tp", ("8", "4", "8", "4"), MEMORY_JS, title_at=3)
+    ends = [s[0] for s in seen]
+    assert min(ends) < 100 <= max(ends), ends  # the tick labels went from two figures to three
+    assert len({s[1] for s in seen}) == 1, seen  # the axis kept its width
+    assert seen[-1][2] == seen[0][2], seen  # no layout of either figure
+
+
+FIND_VIEW_JS = """(match) => {
+  // The rendered view whose model ``match`` (a function of the model) accepts, or null.
+  if (!window.Bokeh || !Bokeh.index) return null;
+  let found = null;
+  const walk = (view) => {
+    if (view.model && match(view.model)) found = view;
+    for (const child of (view.child_views ?? [])) walk(child);
+  };
+  const idx = Bokeh.index;
+  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
+  roots.forEach(walk);
+  return found;
+}"""
+TIMELINE_VIEW_JS = f"""() => ({FIND_VIEW_JS})((m) => m.name === "plan-timeline")"""
+BREAKDOWN_VIEW_JS = f"""() => ({FIND_VIEW_JS})(
+  (m) => m.title != null && String(m.title.text).startsWith("Where the step time goes"))"""
+
+
+TIMELINE_AXIS_JS = f"""() => {{
+  // The plan-timeline figure's view on screen: its title, its y axis's width (px), the widest lane label on
+  // screen (px, as BokehJS measured it) and how often it and the step-time breakdown were laid out since the
+  // first call.
+  const found = ({TIMELINE_VIEW_JS})();
+  const breakdown = ({BREAKDOWN_VIEW_JS})();
+  if (!found || !breakdown) return null;
+  window.__wb_timeline_layouts ??= 0;
+  for (const view of [found, breakdown]) {{
+    if (view.__wb_counted) continue;
+    const compute = view.compute_layout;
+    view.compute_layout = function (...args) {{ window.__wb_timeline_layouts += 1; return compute.apply(this, args); }};
+    view.__wb_counted = true;
+  }}
+  const axis = found.renderer_views.get(found.model.left[0]);
+  return [found.model.title.text, axis.layout.bbox.width, Math.max(...axis._tick_label_extents()),
+          window.__wb_timeline_layouts];
+}}"""
+
+
+def test_a_schedule_change_lays_out_neither_the_timeline_nor_the_breakdown() -> None:
+    """From interleaved 1F1B (lanes ``rank r · chunk c``) to 1F1B (lanes ``rank r``) and back: the timeline's
+    y axis keeps its width (its lane labels padded to ``STABLE_LABEL_CHARS`` in a monospaced font) and the
+    step-time breakdown's too (its bar labelled ``this plan``, the plan in its title), so BokehJS lays out
+    neither figure (nor the page around it) again (issue 51 item 10)."""
+    seen = _switched(
+        "schedule", ("1f1b", "interleaved-1f1b", "1f1b", "interleaved-1f1b"), TIMELINE_AXIS_JS, title_at=0
+    )
+    assert len({s[0] for s in seen}) == 2, seen  # two plans, each shown twice
+    assert len({s[1] for s in seen}) == 1, seen  # the axis kept its width...
+    assert len({round(s[2], 3) for s in seen}) == 1, seen  # ...as wide for "rank 0" as for "rank 0 · chunk 0"
+    assert seen[-1][3] == seen[0][3], seen  # no layout of either figure
+
+
+PINNED_QUERY = "cp=1&tp=4&pp=2&schedule=interleaved-1f1b&vpp=4&zero_stage=1&micro_batch_size=1"
+"""The benchmark's starting plan (dp8 tp4 pp2 vpp4 interleaved 1F1B on 64 devices) as the app's query string."""
+
+
+def _switched(control: str, values: tuple[str, ...], probe_js: str, *, title_at: int) -> list[Any]:
+    """What ``probe_js`` reads on the served app's page (opened on ``PINNED_QUERY``), once settled and after
+    ``control`` is set to each of ``values`` in turn (each change awaited by the title at index ``title_at`` of
+    the reading); no request leaves the machine and the page logs no error."""
     with served_app_page(viewport={"width": 1600, "height": 1000}, console=False) as (
         app,
         page,
         outside,
         errors,
     ):
-        page.goto(f"{app.url}?{query}", wait_until="load", timeout=120_000)
-        page.wait_for_function(MEMORY_JS, timeout=120_000)
+        page.goto(f"{app.url}?{PINNED_QUERY}", wait_until="load", timeout=120_000)
+        page.wait_for_function(probe_js, timeout=120_000)
         page.wait_for_timeout(1500)  # the page settles
-        seen = [page.evaluate(MEMORY_JS)]
-        select = page.locator(".wb-tp select").first
-        for tp in ("8", "4", "8", "4"):
-            select.select_option(tp)
+        seen = [page.evaluate(probe_js)]
+        select = page.locator(f".wb-{control} select").first
+        for value in values:
+            select.select_option(value)
             page.wait_for_function(
-                f"() => {{ const m = ({MEMORY_JS})(); return m && m[3] !== {seen[-1][3]!r}; }}",
+                f"() => {{ const m = ({probe_js})(); return m && m[{title_at}] !== {seen[-1][title_at]!r}; }}",
                 timeout=60_000,
             )
             page.wait_for_timeout(500)  # a layout would follow the patch within a frame or two
-            seen.append(page.evaluate(MEMORY_JS))
-    ends = [s[0] for s in seen]
-    assert min(ends) < 100 <= max(ends), ends  # the tick labels went from two figures to three
-    assert len({s[1] for s in seen}) == 1, seen  # the axis kept its width
-    assert seen[-1][2] == seen[0][2], seen  # no layout of either figure
+            seen.append(page.evaluate(probe_js))
     assert outside == [] and errors == []
+    return seen
+
+
+SHIMS_PROBE_JS = f"""() => {{
+  // (the app's BokehJS shims installed, the timeline's title, stylesheet writes of an unchanged text since the
+  // first call, getComputedStyle calls of two reads of one visual property in one task)
+  if (!window.Bokeh || !Bokeh.index) return null;
+  const found = ({TIMELINE_VIEW_JS})();
+  if (!found) return null;
+  if (window.__wb_same_css === undefined) {{
+    window.__wb_same_css = 0;
+    const text = Object.getOwnPropertyDescriptor(Node.prototype, "textContent");
+    Object.defineProperty(HTMLStyleElement.prototype, "textContent", {{
+      configurable: true,
+      get() {{ return text.get.call(this); }},
+      set(css) {{ if (text.get.call(this) === css) window.__wb_same_css += 1; text.set.call(this, css); }},
+    }});
+  }}
+  const visual = [...found.renderer_views.values()].flatMap((r) => [...(r.visuals ?? [])])
+    .find((v) => typeof v._get_css_value === "function");
+  const computed = window.getComputedStyle;
+  let calls = 0;
+  window.getComputedStyle = (...args) => {{ calls += 1; return computed(...args); }};
+  try {{ visual._get_css_value("line-color"); visual._get_css_value("line-color"); }}
+  finally {{ window.getComputedStyle = computed; }}
+  return [window.__wb_bokehjs_shims ?? [], found.model.title.text, window.__wb_same_css, calls];
+}}"""
+
+
+def test_the_bokehjs_shims_spare_a_change_its_repeated_css_work() -> None:
+    """The served page runs ``SHIMS_JS`` (``workbench_widgets.app.bokehjs_shims``): over tp changes no
+    stylesheet is written with the text it already has (BokehJS 3.9 rewrites every annotation's position
+    stylesheet on each paint, which forces a style recalculation before the next CSS read), and a visual's
+    second CSS read in one task asks the cascade nothing (issue 51 item 10)."""
+    seen = _switched("tp", ("8", "4"), SHIMS_PROBE_JS, title_at=1)
+    assert all(s[0] == ["skip_same_css", "css_cache"] for s in seen), seen
+    assert len({s[1] for s in seen}) == 2, seen  # the figures changed, so BokehJS painted
+    assert seen[-1][2] == seen[0][2], seen  # no stylesheet written again with its own text over the changes
+    assert {s[3] for s in seen} <= {0, 1}, seen  # two reads, at most one getComputedStyle

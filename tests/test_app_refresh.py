@@ -13,7 +13,11 @@ import numpy as np  # noqa: E402
 from bokeh.models import ColumnDataSource, GlyphRenderer  # noqa: E402
 from workbench_widgets.app.app import WorkbenchApp  # noqa: E402
 from workbench_widgets.app.state import WorkbenchState  # noqa: E402
-from workbench_widgets.plots.breakdown import refresh_breakdown_figure  # noqa: E402
+from workbench_widgets.plots.breakdown import (  # noqa: E402
+    SERVED_BAR_LABEL,
+    refresh_breakdown_figure,
+    served_title,
+)
 from workbench_widgets.plots.timeline import (  # noqa: E402
     content_timeline_figure,
     estimate_timeline_content,
@@ -199,9 +203,11 @@ def test_refresh_breakdown_relabels_and_refuses_another_bar_count(app: Workbench
     app.composer.widgets["num_nodes"].value = 2  # another plan, another bar label
     second = app.store.estimate
     assert app.views["plan"].breakdown.object is fig
-    assert list(fig.y_range.factors) == [f"#0 {second.plan.describe()}"]
+    # the app's one bar keeps its label (an axis of one width) and the title names the plan
+    assert list(fig.y_range.factors) == [SERVED_BAR_LABEL]
+    assert fig.title.text == f"Where the step time goes: {second.plan.describe()}" != served_title(first)
     assert not refresh_breakdown_figure(fig, [first, second])  # two bars: the figure is rebuilt instead
-    assert list(fig.y_range.factors) == [f"#0 {second.plan.describe()}"]
+    assert list(fig.y_range.factors) == [SERVED_BAR_LABEL]
 
 
 def test_served_session_gets_the_new_timeline_data_in_place() -> None:

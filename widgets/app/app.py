@@ -17,6 +17,7 @@ from typing import Any
 import panel as pn
 from panel.io.document import hold
 from workbench_widgets.app import specs
+from workbench_widgets.app.bokehjs_shims import install_bokehjs_shims
 from workbench_widgets.app.state import CUSTOM, UPLOADED, WorkbenchState
 from workbench_widgets.app.store import WorkbenchStore
 from workbench_widgets.app.tabs import TABS, tab_index
@@ -251,6 +252,7 @@ def build_app() -> pn.viewable.Viewable:
     pn.config.exception_handler = handler  # set inside the session: this session's only
     if served:
         pn.state.on_session_destroyed(handler.release)
+        install_bokehjs_shims(doc)
     if (
         pn.state.location is not None
     ):  # a served session: the URL carries the choices (a link shares the view)

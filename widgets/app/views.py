@@ -24,11 +24,8 @@ from workbench_widgets.app.page_text import page_text
 from workbench_widgets.app.state import APP_PLAN_FIELDS, WorkbenchState
 from workbench_widgets.app.store import MAX_UPLOAD_BYTES, WorkbenchStore, too_big_message
 from workbench_widgets.app.upload import ConfigUpload
-from workbench_widgets.plots import (
-    estimates_breakdown_figure,
-    placement_figure,
-)
-from workbench_widgets.plots.breakdown import refresh_breakdown_figure, same_bars
+from workbench_widgets.plots import placement_figure
+from workbench_widgets.plots.breakdown import refresh_served_breakdown, same_bars, served_breakdown_figure
 from workbench_widgets.plots.memory import refresh_memory_figure, served_memory_figure, usable_memory_bytes
 from workbench_widgets.plots.placement import placement_figure_tags, refresh_placement_figure
 from workbench_widgets.plots.timeline import (
@@ -486,7 +483,7 @@ class PlanView(param.Parameterized):
             if self.timeline not in figures:
                 in_session(self.timeline, lambda: refresh_timeline_figure(timeline, content))
             if self.breakdown not in figures:
-                in_session(self.breakdown, lambda: refresh_breakdown_figure(breakdown, [e]))
+                in_session(self.breakdown, lambda: refresh_served_breakdown(breakdown, e))
             if self.memory not in figures and memory_changed:
                 capacity, usable = e.memory_capacity_bytes, usable_memory_bytes(e)
                 in_session(
@@ -523,7 +520,7 @@ class PlanView(param.Parameterized):
         if self.memory.object is None:
             figures[self.memory] = _named(served_memory_figure(e), "plan-memory")
         if self.breakdown.object is None or not same_bars(self.breakdown.object, [e]):
-            figures[self.breakdown] = estimates_breakdown_figure([e])
+            figures[self.breakdown] = served_breakdown_figure(e)
         fig = self.placement.object
         if fig is None or not refreshable_placement(fig, e):
             figures[self.placement] = placement_figure(e.plan, e.cluster)

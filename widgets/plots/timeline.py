@@ -81,6 +81,23 @@ _CHROME_PX, _LEGEND_ROW_PX = 110, 22
 _LEGEND_PX_PER_CHAR, _LEGEND_ITEM_PX = 6.5, 30
 STABLE_TAG = "wb-stable-timeline"
 """Tag of a figure built ``stable`` (``content_timeline_figure``)."""
+STABLE_LABEL_CHARS = 18
+"""Characters every lane label of a ``stable`` figure is left-padded to (``rank 63 · chunk 15`` is 18): in
+``STABLE_LABEL_FONT`` the y axis is then as wide for ``rank 0`` as for ``rank 0 · chunk 0``. BokehJS lays a
+figure out again, with the page around it, whenever an axis changes width: 40-70 ms of the page's time on a
+schedule change with and without chunks, measured in headless Chromium (issue 51 item 10). Longer labels
+(rank >= 100 with chunks) still show, on a wider axis."""
+STABLE_LABEL_FONT = "monospace"
+"""Font of a ``stable`` figure's lane labels: one advance per character, so padding fixes their width."""
+STABLE_AXIS_PX = 140
+"""Room a ``stable`` figure's legend leaves for its y axis: ``STABLE_LABEL_CHARS`` monospaced characters of
+BokehJS's 11 px axis font (0.6 em each in DejaVu Sans Mono, Debian's ``monospace``: 119 px), the ticks and
+the axis's own label."""
+STABLE_NARROWEST_PX = 980
+"""The narrowest a ``stable`` (the app's) figure is drawn: its width in the app's Plan tab at a 1280 px window
+(measured in headless Chromium; ``tests/test_app_layout_browser.py`` checks that nothing passes the window).
+Its legend is packed for this width less ``STABLE_AXIS_PX`` (the legend starts where the plot area does):
+packed for the figure's nominal width, it passed a 1280 px window by 26 px."""
 
 __all__ = [
     "BLENDED_LABEL",
@@ -156,9 +173,9 @@ def content_timeline_figure(content: TimelineContent, *, stable: bool = False) -
     items: list[Any] = fig.legend[0].items
     for item, entry in zip(items, entries, strict=True):
         item.visible = entry in shown
-    rows = _set_legend_layout(fig, shown, content.width)
+    rows = _set_legend_layout(fig, shown, _legend_width(content.width, stable=stable))
     if stable:  # the same height for every content: room for the legend with every entry shown
-        rows = _legend_rows(list(_STABLE_ENTRIES), content.width)
+        rows = _legend_rows(list(_STABLE_ENTRIES), _legend_width(content.width, stable=True))
     frame_px = stable_lane_layout(len(content.lanes.labels))[0] if stable else content.frame_px
     fig.height = frame_px + _CHROME_PX + _LEGEND_ROW_PX * rows
     if content.makespan_ms is not None or stable:
@@ -206,7 +223,7 @@ def _refresh_stable(fig: figure, content: TimelineContent) -> None:
     fig.y_range.update(
         start=shown - 0.5, end=-0.5, reset_start=shown - 0.5, reset_end=-0.5, bounds=(-0.5, num - 0.5)
     )
-    ticks, overrides = label_ticks(list(range(num)), list(content.lanes.labels), max_ticks=max(num, 1))
+    ticks, overrides = label_ticks(list(range(num)), _stable_labels(content.lanes), max_ticks=max(num, 1))
     axis: Any = fig.yaxis[0]
     axis.ticker.ticks = ticks
     axis.major_label_overrides = overrides
@@ -225,7 +242,7 @@ def _refresh_stable(fig: figure, content: TimelineContent) -> None:
     for item, entry in zip(items, _STABLE_ENTRIES, strict=True):
         if item.visible != (entry in shown_entries):  # a legend of another size relayouts the page
             item.visible = entry in shown_entries
-    _set_legend_layout(fig, shown_entries, content.width)
+    _set_legend_layout(fig, shown_entries, _legend_width(content.width, stable=True))
     span = _makespan_span(fig)
     span.visible = content.makespan_ms is not None
     if content.makespan_ms is not None:
@@ -285,12 +302,21 @@ def _frame(
     )
     if pans_lanes:
         fig.add_tools(WheelPanTool(dimension="height", description="Scroll the lanes"))
-    ticks, overrides = label_ticks(list(range(num)), list(lanes.labels), max_ticks=max(num, 1))
+    labels = _stable_labels(lanes) if stable else list(lanes.labels)
+    ticks, overrides = label_ticks(list(range(num)), labels, max_ticks=max(num, 1))
     fig.yaxis.ticker = ticks
     fig.yaxis.major_label_overrides = overrides
+    if stable:
+        fig.yaxis.major_label_text_font = STABLE_LABEL_FONT
     fig.ygrid.grid_line_color = None
     fig.toolbar.logo = None
     return plain_axes(fig)
+
+
+def _stable_labels(lanes: Lanes) -> list[str]:
+    """The lane labels of a ``stable`` figure: left-padded to ``STABLE_LABEL_CHARS`` (right-aligned at the
+    frame, so the padding is not seen)."""
+    return [label.rjust(STABLE_LABEL_CHARS) for label in lanes.labels]
 
 
 def _draw_blocks(fig: figure, content: TimelineContent, *, stable: bool = False) -> None:
@@ -421,6 +447,12 @@ def _legend_columns(shown: list[LegendEntry], width: int) -> int:
     while per_row > 1 and sum(max(item_px[j::per_row]) for j in range(per_row)) > width - 40:
         per_row -= 1  # the legend is a grid: a column is as wide as its widest item
     return per_row
+
+
+def _legend_width(width: int, *, stable: bool) -> int:
+    """The width (px) a legend's entries are packed into: a ``stable`` figure's fits ``STABLE_NARROWEST_PX``
+    beside the y axis."""
+    return min(width, STABLE_NARROWEST_PX) - STABLE_AXIS_PX if stable else width
 
 
 def _legend_rows(entries: list[LegendEntry], width: int) -> int:
