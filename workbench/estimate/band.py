@@ -263,21 +263,27 @@ STRETCH_GRID = tuple(round(0.5 + 0.05 * i, 2) for i in range(71))
 
 
 def calibrate(table: BandTable, target: float = COVERAGE_FRAC) -> BandTable:
-    """``table`` with ``inflation`` set so that the validated residuals' out-of-sample coverage is nearest
-    ``target``, and ``widening`` (>= 1: a widened band spans at least every run's 10-90 % spread) so that the
-    widened ones' is (``inflation`` when there are fewer than ``MIN_POOL`` of them). A calibration of the
-    band's width to its residuals, never of the model."""
+    """``table`` with ``inflation`` and ``widening`` (>= 1: a widened band spans at least every run's 10-90 %
+    spread) set so that the out-of-sample coverage of neither the validated residuals nor the widened ones strays
+    further from ``target`` than it must (the pair of ``STRETCH_GRID`` minimising the larger of the two misses;
+    ties: the narrower band). With fewer than ``MIN_POOL`` widened residuals, ``inflation`` alone, nearest
+    ``target`` on the validated ones, and ``widening`` = ``inflation``. Calibrating each pool apart let the
+    widened pool's floor (its band is never narrower than the validated formula) carry the overall coverage
+    past 85 % once the validated one sat at 80 %. A calibration of the band's width to its residuals, never
+    of the model."""
     spreads = _loso_spreads(table)
-
-    def best(key: str, cover: Callable[[float], dict[str, Any]], floor: float) -> float:
-        scored = [(k, cover(k)[key]) for k in STRETCH_GRID if k >= floor]
-        scored = [(k, c) for k, c in scored if c is not None]
-        return min(scored, key=lambda kc: (abs(kc[1] - target), kc[0]))[0] if scored else 1.0
-
-    inflation = best("validated", lambda k: _coverage(spreads, k, k), 0.0)
+    validated = [(k, c) for k in STRETCH_GRID if (c := _coverage(spreads, k, k)["validated"]) is not None]
+    inflation = min(validated, key=lambda kc: (abs(kc[1] - target), kc[0]))[0] if validated else 1.0
     if _coverage(spreads, inflation, inflation)["num_widened"] < MIN_POOL:
         return replace(table, inflation=inflation, widening=inflation)
-    widening = best("widened", lambda k: _coverage(spreads, inflation, k), 1.0)
+
+    def miss(k: float, w: float) -> float:
+        cov = _coverage(spreads, k, w)
+        gaps = [abs(cov[pool] - target) for pool in ("validated", "widened") if cov[pool] is not None]
+        return max(gaps) if gaps else math.inf
+
+    pairs = [(k, w) for k in STRETCH_GRID for w in STRETCH_GRID if w >= 1.0]
+    inflation, widening = min(pairs, key=lambda kw: (miss(*kw), kw[0], kw[1]))
     return replace(table, inflation=inflation, widening=widening)
 
 
