@@ -82,6 +82,29 @@ def keep_local(target: Any, outside: list[str], *, files: bool = False) -> None:
     target.route("**/*", route)
 
 
+FIND_VIEW_JS = """(match) => {
+  // The rendered view whose model ``match`` (a function of the model) accepts, or null: walk the rendered
+  // views (the document may still hold a replaced figure model, so looking models up by name is ambiguous).
+  if (!window.Bokeh || !Bokeh.index) return null;
+  let found = null;
+  const walk = (view) => {
+    if (view.model && match(view.model)) found = view;
+    for (const child of (view.child_views ?? [])) walk(child);
+  };
+  const idx = Bokeh.index;
+  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
+  roots.forEach(walk);
+  return found;
+}"""
+"""A JavaScript function for ``page.evaluate``: the BokehJS view on screen whose model a predicate accepts."""
+
+
+def view_js(match: str, result: str) -> str:
+    """A ``page.evaluate`` function: ``result`` (an expression of ``v``, the view) of the view whose model
+    ``match`` (an expression of ``m``) accepts, or null when none is on screen."""
+    return f"() => {{ const v = ({FIND_VIEW_JS})((m) => {match}); return v ? {result} : null; }}"
+
+
 _GLOO_MAIN = r"""
 
 def _rank(rank, world, port, out):

@@ -12,22 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, collect_errors, keep_local, needs_chromium
+from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, collect_errors, keep_local, needs_chromium, view_js
 
-TIMELINE_TITLE_JS = """() => {
-  // The title of the timeline figure on screen: walk the rendered views (the document may still hold the
-  // replaced figure model, so looking models up by name is ambiguous).
-  if (!window.Bokeh || !Bokeh.index) return null;
-  let found = null;
-  const walk = (view) => {
-    if (view.model && view.model.name === "plan-timeline") found = view.model.title.text;
-    for (const child of (view.child_views ?? [])) walk(child);
-  };
-  const idx = Bokeh.index;
-  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
-  roots.forEach(walk);
-  return found;
-}"""
+TIMELINE_TITLE_JS = view_js(
+    'm.name === "plan-timeline"',
+    "v.model.title.text",
+)
 
 RAW_NAMES = ("index", "rank", "num_nodes", "tier", "rejected_reason", "tokens_per_s", "step_time_s")
 """Column names of the search frame that the Search tab must not show as headers."""

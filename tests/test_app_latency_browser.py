@@ -9,23 +9,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import needs_chromium, served_app_page
+from tests.conftest import FIND_VIEW_JS, needs_chromium, served_app_page, view_js
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
-TIMELINE_JS = """() => {
-  // (model id, title) of the timeline figure on screen, walking the rendered views.
-  if (!window.Bokeh || !Bokeh.index) return null;
-  let found = null;
-  const walk = (view) => {
-    if (view.model && view.model.name === "plan-timeline") found = [view.model.id, view.model.title.text];
-    for (const child of (view.child_views ?? [])) walk(child);
-  };
-  const idx = Bokeh.index;
-  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
-  roots.forEach(walk);
-  return found;
-}"""
+TIMELINE_JS = view_js('m.name === "plan-timeline"', "[v.model.id, v.model.title.text]")
 
 
 def test_a_tp_change_patches_the_timeline_in_place() -> None:
@@ -90,19 +78,6 @@ def test_memory_and_breakdown_changes_lay_out_no_page() -> None:
     assert seen[-1][2] == seen[0][2], seen  # no layout of either figure
 
 
-FIND_VIEW_JS = """(match) => {
-  // The rendered view whose model ``match`` (a function of the model) accepts, or null.
-  if (!window.Bokeh || !Bokeh.index) return null;
-  let found = null;
-  const walk = (view) => {
-    if (view.model && match(view.model)) found = view;
-    for (const child of (view.child_views ?? [])) walk(child);
-  };
-  const idx = Bokeh.index;
-  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
-  roots.forEach(walk);
-  return found;
-}"""
 TIMELINE_VIEW_JS = f"""() => ({FIND_VIEW_JS})((m) => m.name === "plan-timeline")"""
 BREAKDOWN_VIEW_JS = f"""() => ({FIND_VIEW_JS})(
   (m) => m.title != null && String(m.title.text).startsWith("Where the step time goes"))"""

@@ -7,25 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import needs_chromium, served_app_page
+from tests.conftest import needs_chromium, served_app_page, view_js
 from workbench.presets import catalog
 
 pytestmark = [pytest.mark.browser, needs_chromium]
 
-PLACEMENT_TITLE_JS = """() => {
-  // Title of the rendered placement figure ("Which pool runs which layers (...)"), or null.
-  if (!window.Bokeh || !Bokeh.index) return null;
-  let found = null;
-  const walk = (view) => {
-    const title = view.model && view.model.title && view.model.title.text;
-    if (typeof title === "string" && title.startsWith("Which pool runs")) found = title;
-    for (const child of (view.child_views ?? [])) walk(child);
-  };
-  const idx = Bokeh.index;
-  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
-  roots.forEach(walk);
-  return found;
-}"""
+PLACEMENT_TITLE_JS = view_js(
+    'm.title != null && typeof m.title.text === "string" && m.title.text.startsWith("Which pool runs")',
+    "v.model.title.text",
+)
 
 
 def _type(page, css: str, text: str) -> None:

@@ -28,7 +28,15 @@ from workbench_widgets.app.state import UPLOADED  # noqa: E402
 from workbench_widgets.app.store import MAX_UPLOAD_BYTES  # noqa: E402
 from workbench_widgets.app.upload import ConfigUpload  # noqa: E402
 
-from tests.conftest import CHROMIUM, CHROMIUM_FLAGS, ROOT, collect_errors, keep_local, needs_chromium  # noqa: E402
+from tests.conftest import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    ROOT,
+    collect_errors,
+    keep_local,
+    needs_chromium,
+    view_js,
+)
 
 GOOD = json.loads((ROOT / "profiles/measured/llama-3.1-8b-L2-H512-cpu-fp32/config.json").read_text())
 """A small Llama config (2 layers, width 512) shipped with the repository."""
@@ -229,18 +237,10 @@ def test_a_wildcard_origin_is_allowed_only_with_a_warning(workbench_cli) -> None
 
 # ----- in Chromium -------------------------------------------------------------------------------------------
 
-TIMELINE_TITLE_JS = """() => {
-  if (!window.Bokeh || !Bokeh.index) return null;
-  let found = null;
-  const walk = (view) => {
-    if (view.model && view.model.name === "plan-timeline") found = view.model.title.text;
-    for (const child of (view.child_views ?? [])) walk(child);
-  };
-  const idx = Bokeh.index;
-  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
-  roots.forEach(walk);
-  return found;
-}"""
+TIMELINE_TITLE_JS = view_js(
+    'm.name === "plan-timeline"',
+    "v.model.title.text",
+)
 
 
 @pytest.mark.browser
