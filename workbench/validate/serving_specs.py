@@ -238,6 +238,13 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
     return _with_memory_share(row, plan, model, cluster, assumed)
 
 
+def quoted_flag(row: dict[str, str], flag: str) -> int | None:
+    """The integer value of a launch flag (``--name N`` or ``--name=N``) where the row's ``notes`` quote the
+    launch line, else None (the reference file has no column for launch flags)."""
+    found = re.search(rf"{re.escape(flag)}[ =](\d+)", row["notes"])
+    return int(found.group(1)) if found else None
+
+
 def _redundant_experts(row: dict[str, str], assumed: list[str]) -> int:
     """Redundant expert copies of a row (EPLB): the ``num_redundant_experts`` column, or where it is blank the
     SGLang launch flag ``--ep-num-redundant-experts N`` as the row's ``notes`` quote it (SGLang ServerArgs: N
@@ -245,13 +252,13 @@ def _redundant_experts(row: dict[str, str], assumed: list[str]) -> int:
     value = cell_number(row, "num_redundant_experts")
     if value is not None:
         return int(value)
-    flag = re.search(r"--ep-num-redundant-experts[ =](\d+)", row["notes"])
+    flag = quoted_flag(row, "--ep-num-redundant-experts")
     if flag is None:
         return 0
     assumed.append(
-        f"num_redundant_experts={flag.group(1)}: the launch flag --ep-num-redundant-experts the notes quote"
+        f"num_redundant_experts={flag}: the launch flag --ep-num-redundant-experts the notes quote"
     )
-    return int(flag.group(1))
+    return flag
 
 
 def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
@@ -259,10 +266,9 @@ def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
     as the row's ``notes`` quote it) is at most ``VLLM_V0_LONG_CONTEXT_TOKENS``: V0 turns chunked prefill on by
     default only above that, so it prefills whole prompts with max(max_model_len, 2048) tokens per iteration."""
     batching = ENGINE_BATCHING[engine]
-    flag = re.search(r"--max-model-len[ =](\d+)", row["notes"])
-    if engine != "vllm-v0" or flag is None or int(flag.group(1)) > VLLM_V0_LONG_CONTEXT_TOKENS:
+    max_model_len = quoted_flag(row, "--max-model-len")
+    if engine != "vllm-v0" or max_model_len is None or max_model_len > VLLM_V0_LONG_CONTEXT_TOKENS:
         return batching
-    max_model_len = int(flag.group(1))
     return (Scheduler.VLLM, max(max_model_len, VLLM_V0_MIN_BATCHED_TOKENS),
             f"vLLM 0.5-0.7 enables chunked prefill by default only for max_model_len > {VLLM_V0_LONG_CONTEXT_TOKENS} "
             f"(EngineArgs.create_engine_config), and the server ran with --max-model-len {max_model_len}: whole "
