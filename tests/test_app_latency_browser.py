@@ -184,3 +184,37 @@ def test_the_bokehjs_shims_spare_a_change_its_repeated_css_work() -> None:
     assert len({s[1] for s in seen}) == 2, seen  # the figures changed, so BokehJS painted
     assert seen[-1][2] == seen[0][2], seen  # no stylesheet written again with its own text over the changes
     assert {s[3] for s in seen} <= {0, 1}, seen  # two reads, at most one getComputedStyle
+
+
+PAGE_LAYOUTS_JS = f"""() => {{
+  // (the timeline's title, its lane count, the memory figure's bar count, how often any rendered view, figure
+  // or Panel layout, was laid out since the first call: a layout of one figure lays out the whole page)
+  const timeline = ({TIMELINE_VIEW_JS})();
+  const memory = ({FIND_VIEW_JS})((m) => m.name === "plan-memory");
+  if (!timeline || !memory) return null;
+  window.__wb_page_layouts ??= 0;
+  const hook = (view) => {{
+    if (!view.__wb_page_counted && typeof view.compute_layout === "function") {{
+      const compute = view.compute_layout;
+      view.compute_layout = function (...args) {{ window.__wb_page_layouts += 1; return compute.apply(this, args); }};
+      view.__wb_page_counted = true;
+    }}
+    for (const child of (view.child_views ?? [])) hook(child);
+  }};
+  const idx = Bokeh.index;
+  (idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))]).forEach(hook);
+  return [timeline.model.title.text, timeline.model.y_range.bounds[1] + 0.5, memory.model.x_range.factors.length,
+          window.__wb_page_layouts];
+}}"""
+
+
+def test_a_pp_change_lays_out_no_figure() -> None:
+    """From pp 2 to pp 4 and back at 64 devices (interleaved 1F1B, vpp 4: twice the timeline's lanes, 2 <-> 4 memory
+    bars, other placement groups): the timeline keeps its height and its y axis its width, the memory figure's x
+    factors change in place, and no view of the page, figure or Panel layout, is laid out again (issue 51 item
+    10: pp changes took ~480 ms while the timeline's height followed its lanes)."""
+    seen = _switched("pp", ("4", "2", "4", "2"), PAGE_LAYOUTS_JS, title_at=0)
+    lanes = [s[1] for s in seen]
+    assert lanes[0] == lanes[2] == lanes[4] < lanes[1] == lanes[3], seen  # the lanes changed with pp...
+    assert [s[2] for s in seen] == [2, 4, 2, 4, 2], seen  # ...and the memory figure's bars
+    assert seen[-1][3] == seen[0][3], seen  # no layout of any view
