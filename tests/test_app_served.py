@@ -6,6 +6,7 @@ Servers run in a daemon thread and are stopped in a ``finally``/context manager;
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 
 pn = pytest.importorskip("panel")
 
+from workbench_widgets.app import server as server_module  # noqa: E402
 from workbench_widgets.app.server import ThreadedApp, normalise_prefix, wait_for_http, websocket_origins  # noqa: E402
 
 
@@ -76,3 +78,41 @@ def test_served_under_a_prefix() -> None:
     with ThreadedApp(prefix="/user/test/parallelism-workbench/") as app:
         assert app.url.endswith("/user/test/parallelism-workbench/")
         assert "Parallelism Workbench" in wait_for_http(app.url, 30)
+
+
+def test_the_standalone_server_freezes_its_startup_heap_and_a_notebook_server_does_not(monkeypatch) -> None:
+    """``run`` (``workbench app``: a process that only serves) moves what is alive before its first session into
+    the garbage collector's permanent generation, once per process; ``ThreadedApp`` (a notebook's kernel, these
+    tests) leaves the heap alone."""
+    before = gc.get_freeze_count()
+    with ThreadedApp(address="127.0.0.1") as app:
+        wait_for_http(app.url, 60)
+    assert gc.get_freeze_count() == before
+
+    class Loop:
+        def start(self) -> None:
+            raise KeyboardInterrupt
+
+        def add_callback(self, *args: Any) -> None:
+            pass
+
+    class Server:
+        io_loop = Loop()
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(server_module, "make_server", lambda **kwargs: Server())
+    monkeypatch.setattr(server_module, "warm_up", lambda: None)
+    monkeypatch.setattr(server_module, "_startup_frozen", threading.Lock())
+    try:
+        server_module.run(port=1, address="127.0.0.1", announce=lambda url: None)
+        assert gc.get_freeze_count() > 0
+        tracked = {id(o) for o in gc.get_objects()}
+        assert id(server_module.freeze_startup_heap) not in tracked  # frozen: no collection walks it
+        assert server_module.freeze_startup_heap() is False  # once per process
+    finally:
+        gc.unfreeze()
