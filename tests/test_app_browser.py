@@ -108,29 +108,14 @@ def test_search_runs_in_the_background_and_a_row_loads_into_plan() -> None:
     assert console_errors == [], console_errors
 
 
-COMPARE_B_JS = """() => {
-  // (model id, sum of the blocks' right edges) of plan B's timeline on screen in the Compare tab.
-  if (!window.Bokeh || !Bokeh.index) return null;
-  let found = null;
-  const walk = (view) => {
-    const m = view.model;
-    if (m && m.name === "compare-b-timeline") {
-      let sum = 0;
-      for (const r of m.renderers ?? []) {
-        if (r.name !== "blocks" && r.name !== "runs") continue;
-        const d = r.data_source.data;
-        const col = d instanceof Map ? d.get("right") : d["right"];
-        for (const v of Array.from(col ?? [])) sum += Number(v) || 0;
-      }
-      found = [m.id, sum];
-    }
-    for (const child of (view.child_views ?? [])) walk(child);
-  };
-  const idx = Bokeh.index;
-  const roots = idx.roots !== undefined ? [...idx.roots] : [...(idx.values ? idx.values() : Object.values(idx))];
-  roots.forEach(walk);
-  return found;
-}"""
+COMPARE_B_JS = view_js(
+    'm.name === "compare-b-timeline"',
+    # (model id, sum of the blocks' right edges) of plan B's timeline on screen in the Compare tab
+    """[v.model.id, (v.model.renderers ?? [])
+      .filter((r) => r.name === "blocks" || r.name === "runs")
+      .map((r) => { const d = r.data_source.data; return d instanceof Map ? d.get("right") : d["right"]; })
+      .reduce((sum, col) => sum + Array.from(col ?? []).reduce((s, x) => s + (Number(x) || 0), 0), 0)]""",
+)
 
 
 def test_compare_writes_plan_b_into_the_figures_on_screen() -> None:
