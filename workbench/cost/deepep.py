@@ -33,6 +33,12 @@ small RDMA write per expert and rank) and the wait for all of them, which no tok
 fixed 20 us. ASSUMPTION: the fixed time is one number for every EP size, both kernels and NVLink-only groups (the
 table has one token count, so the fixed time is read from how the times grow with the network share), and the two
 achieved fractions carry over to other NICs and NVLink generations in proportion to their line rate.
+
+Known error: the fixed time is the least certain number. Fitted to each kernel alone it is 35 us (dispatch) and 6 us
+(combine); from the EP16 and EP32 rows alone, 44 and 39 us. It is a benchmark figure (ranks released together by a
+barrier): in a running engine every dispatch also waits for the slowest rank, which it does not contain. Pplx's
+IBGDA kernels, a different implementation, take 102.7 + 62.7 us at one token per GPU at EP16 (pplx-kernels README,
+"Benchmark Results"), so another kernel design can carry several times this fixed time.
 """
 
 from __future__ import annotations
