@@ -176,15 +176,19 @@ class LayerCost:
             out = out + all_gather_s(self._cluster, ACT_BYTES * n_r * m.vocab_size, rp.tp, 1, self._eff)
         return np.where(logits > 0, out, 0.0)
 
-    def draft_pass_s(self, moe: bool, tokens: np.ndarray, fused_inputs: int) -> np.ndarray:
+    def draft_pass_s(
+        self, moe: bool, tokens: np.ndarray, fused_inputs: int, logits: np.ndarray | None = None
+    ) -> np.ndarray:
         """One pass of a one-layer draft head (DeepSeek-V3's MTP module, EAGLE, EAGLE-3) over ``tokens`` engine
         tokens without its attention core: the layer (MoE or dense, as the target's), the input projection of
         ``fused_inputs`` x h -> h (MTP and EAGLE: 2, the token embedding beside the target's hidden state; EAGLE-3:
-        3 fused target layers on its first pass) and the shared LM head over one position per token, seconds."""
+        3 fused target layers on its first pass) and the shared LM head over ``logits`` positions (default: one
+        per token), seconds."""
         h = self._model.hidden_size
         t_r = tokens / self._rp.attention_dp
         proj = self._gemm("draft_fc", t_r, fused_inputs * h * h / self._rp.tp, fused_inputs * h, h)
-        return self._layer_s(moe, tokens) + self._gemm_s([proj], (1,)) + self.by_logits_s(tokens)
+        heads = self.by_logits_s(tokens if logits is None else logits)
+        return self._layer_s(moe, tokens) + self._gemm_s([proj], (1,)) + heads
 
     def layer_comm_s(self, moe: bool, tokens: np.ndarray, prefill: bool = False) -> np.ndarray:
         """Collectives of one layer: the tp all-reduce after attention and after the MLP (Megatron's two per
