@@ -305,3 +305,25 @@ def test_each_pool_can_have_its_own_dtypes():
     bad = CliRunner().invoke(cli, ["serve", "estimate", "--model", "llama-3.1-8b", "--cluster", "dgx-h100",
                                    "--input-tokens", "8", "--output-tokens", "8", "--decode-kv-dtype", "fp8"])  # fmt: skip
     assert bad.exit_code == 2 and "disaggregated plan" in bad.output
+
+
+def test_draft_passes_follow_sglangs_eagle_worker():
+    # SGLang's EAGLE worker per decode step (python/sglang/srt/speculative/eagle_worker.py): draft_forward runs
+    # k - 1 single-token forwards, forward_draft_extend_after_decode one extend over k + 1 tokens a sequence
+    # (EAGLEDraftExtendCudaGraphRunner.num_tokens_per_bs = speculative_num_steps + 1), logits at its last one.
+    from workbench.serving.cost_speculative import DraftCost
+
+    class Layers:  # a fake cost: one second a token, plus one a logit position
+        def draft_pass_s(self, moe, tokens, fused_inputs, logits=None):
+            return tokens + (tokens if logits is None else logits)
+
+    class Attention:  # one second a query
+        def decode_layer_s(self, num_seqs, cached_tokens, queries_per_seq=1):
+            return float(num_seqs * queries_per_seq)
+
+    mtp3 = SpeculativeDecoding(method="mtp", num_speculative_tokens=3, accepted_length=2.44)
+    plan = ServingPlan(tp=8, max_num_seqs=64, speculative=mtp3)
+    draft = DraftCost(M70, plan, (Layers(), Attention()))  # type: ignore[arg-type]
+    # 32 sequences, k = 3: two decode passes of 32 tokens and 32 logits each, one extend of 128 tokens and 32
+    # logits: 2 x 64 + 160 = 288; attention 2 x 32 queries + 32 x 4 = 192
+    assert draft.draft_s(32, 32 * 1024) == pytest.approx(288 + 192)

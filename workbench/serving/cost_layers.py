@@ -13,7 +13,8 @@ The op list is training's (:mod:`workbench.cost.flops`), changed where serving d
   routers are skewed, which touches fewer experts at small T and loads the busiest rank more at large T);
 - every kernel takes at least ``MIN_KERNEL_S`` (a decode layer at batch 1 is a dozen such kernels beside its
   weight reads), counted per layer from the engine's ``layer_kernels`` and, for fp8 GEMM inputs,
-  ``fp8_quant_kernels``; an MoE layer under attention DP moves its tokens as the engine's ``moe_dispatch`` says.
+  ``fp8_quant_kernels``; an MoE layer under attention DP moves its tokens as the engine's ``moe_dispatch`` says
+  (DeepEP's low-latency kernels for the decode iterations of ``deepep``: :mod:`workbench.cost.deepep`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from workbench.cost.comm import (
     p2p_s,
     reduce_scatter_s,
 )
+from workbench.cost.deepep import deepep_low_latency_s, dispatch_bytes_per_value
 from workbench.cost.flops import Op, elementwise_op, embedding_ops, op_times
 from workbench.presets.calibration import Calibration
 from workbench.serving.memory import ACT_BYTES
@@ -174,15 +176,19 @@ class LayerCost:
             out = out + all_gather_s(self._cluster, ACT_BYTES * n_r * m.vocab_size, rp.tp, 1, self._eff)
         return np.where(logits > 0, out, 0.0)
 
-    def draft_pass_s(self, moe: bool, tokens: np.ndarray, fused_inputs: int) -> np.ndarray:
+    def draft_pass_s(
+        self, moe: bool, tokens: np.ndarray, fused_inputs: int, logits: np.ndarray | None = None
+    ) -> np.ndarray:
         """One pass of a one-layer draft head (DeepSeek-V3's MTP module, EAGLE, EAGLE-3) over ``tokens`` engine
         tokens without its attention core: the layer (MoE or dense, as the target's), the input projection of
         ``fused_inputs`` x h -> h (MTP and EAGLE: 2, the token embedding beside the target's hidden state; EAGLE-3:
-        3 fused target layers on its first pass) and the shared LM head over one position per token, seconds."""
+        3 fused target layers on its first pass) and the shared LM head over ``logits`` positions (default: one
+        per token), seconds."""
         h = self._model.hidden_size
         t_r = tokens / self._rp.attention_dp
         proj = self._gemm("draft_fc", t_r, fused_inputs * h * h / self._rp.tp, fused_inputs * h, h)
-        return self._layer_s(moe, tokens) + self._gemm_s([proj], (1,)) + self.by_logits_s(tokens)
+        heads = self.by_logits_s(tokens if logits is None else logits)
+        return self._layer_s(moe, tokens) + self._gemm_s([proj], (1,)) + heads
 
     def layer_comm_s(self, moe: bool, tokens: np.ndarray, prefill: bool = False) -> np.ndarray:
         """Collectives of one layer: the tp all-reduce after attention and after the MLP (Megatron's two per
@@ -192,7 +198,10 @@ class LayerCost:
         inputs are fp8/fp4, DeepSeek-V3 arXiv:2412.19437 section 3.3, 16-bit otherwise);
         ``allgather_reducescatter`` all-gathers the attention-DP ranks' 16-bit hidden states (the whole batch, T h
         values, on every rank) and reduce-scatters the expert outputs back (vLLM's
-        ``AgRsAll2AllManager``). All priced by NCCL's model (``workbench.cost.comm``), seconds."""
+        ``AgRsAll2AllManager``); ``deepep`` runs DeepEP's normal kernels in iterations with prefill tokens
+        (``all_to_all_forwarded_s``) and its low-latency kernels in decode-only ones, priced from DeepEP's own kernel
+        benchmark (``workbench.cost.deepep``: a fixed 20 us a kernel plus the bytes; FP8 dispatch carries its
+        per-128-channel scales). The rest is priced by NCCL's model (``workbench.cost.comm``), seconds."""
         rp, h, eff = self._rp, self._model.hidden_size, self._eff
         payload = ACT_BYTES * tokens / rp.attention_dp * h
         out = np.zeros_like(tokens)
@@ -211,6 +220,11 @@ class LayerCost:
             ):  # normal kernels: once per node, NVLink fan-out
                 out = out + all_to_all_forwarded_s(self._cluster, send * values, k, n, 1, eff)
                 out = out + all_to_all_forwarded_s(self._cluster, ACT_BYTES * values, k, n, 1, eff)
+            elif self._engine.moe_dispatch == "deepep":  # low-latency kernels, from DeepEP's kernel benchmark
+                narrow = rp.activation_dtype.value if send == 1.0 else None
+                sent = dispatch_bytes_per_value(narrow) * values
+                out = out + deepep_low_latency_s(self._cluster, sent, k, n, 1)
+                out = out + deepep_low_latency_s(self._cluster, ACT_BYTES * values, k, n, 1)
             else:
                 out = out + all_to_all_s(self._cluster, send * values * k, n, 1, eff)
                 out = out + all_to_all_s(self._cluster, ACT_BYTES * values * k, n, 1, eff)

@@ -4,9 +4,15 @@
 A speculative decode step of B sequences costs (Leviathan et al. 2023, arXiv:2211.17192; EAGLE, arXiv:2401.15077;
 DeepSeek-V3's MTP, arXiv:2412.19437):
 
-- the draft: k sequential passes over B tokens. MTP, EAGLE and EAGLE-3 run one decoder layer of the target's shape
-  (an MoE layer for DeepSeek-V3's MTP module, a dense one for EAGLE heads), an h-wide input projection and the
-  shared LM head, plus that layer's attention over each sequence's context (``DraftCost.draft_s``); a draft model
+- the draft: k sequential passes. MTP, EAGLE and EAGLE-3 run one decoder layer of the target's shape (an MoE layer
+  for DeepSeek-V3's MTP module, a dense one for EAGLE heads), an h-wide input projection and the shared LM head,
+  plus that layer's attention over each sequence's context (``DraftCost.draft_s``): one pass extends the draft over
+  the step's k + 1 verified positions of every sequence (logits at its last one) and k - 1 passes decode one token
+  each, as SGLang's EAGLE worker runs them (``python/sglang/srt/speculative/eagle_worker.py``: ``draft_forward``
+  runs k - 1 forwards, "we get 1 token from draft prefill and (#spec steps - 1) tokens here", and
+  ``forward_draft_extend_after_decode`` the extend, whose CUDA graph holds ``speculative_num_steps + 1`` tokens a
+  sequence, ``EAGLEDraftExtendCudaGraphRunner.num_tokens_per_bs``; vLLM's EAGLE proposer likewise runs its first
+  pass over the step's tokens and k - 1 single-token passes); a draft model
   runs k decode iterations of its own (priced by its own ``ReplicaCost``, without a second host overhead); n-gram
   look-up runs on the CPU (no GPU time);
 - the verification: one target forward over B (k + 1) positions (GEMMs, LM head), attention with k + 1 queries
@@ -63,7 +69,9 @@ class DraftCost:
         extra = 0.0
         if spec.method in FUSED_INPUTS:
             n = np.arange(role_plan.max_num_seqs + 1, dtype=float)
-            self._table = self._k * layers.draft_pass_s(self._moe, n, FUSED_INPUTS[spec.method])
+            fused = FUSED_INPUTS[spec.method]
+            extend = layers.draft_pass_s(self._moe, n * (self._k + 1), fused, logits=n)
+            self._table = (self._k - 1) * layers.draft_pass_s(self._moe, n, fused) + extend
             self._table[0] = 0.0
             extra = per_layer
         elif spec.method is SpecMethod.DRAFT:
@@ -79,7 +87,8 @@ class DraftCost:
 
     def draft_s(self, num_seqs: int, cached_tokens: float) -> float:
         """Seconds of the k draft passes of one step over ``num_seqs`` sequences holding ``cached_tokens`` KV
-        tokens in all (the draft layer attends over the same contexts); 0.0 for no sequence or n-gram drafts."""
+        tokens in all (the draft layer attends over the same contexts: k - 1 decode passes with one query a
+        sequence and the extend pass with k + 1); 0.0 for no sequence or n-gram drafts."""
         if num_seqs == 0:
             return 0.0
         if self._draft is not None:
@@ -88,7 +97,8 @@ class DraftCost:
         if not self._table.size:
             return 0.0
         base = float(self._table[num_seqs]) if num_seqs < self._table.size else float(self._table[-1])
-        return base + self._k * self._attention.decode_layer_s(num_seqs, cached_tokens)
+        decode = (self._k - 1) * self._attention.decode_layer_s(num_seqs, cached_tokens)
+        return base + decode + self._attention.decode_layer_s(num_seqs, cached_tokens, self._k + 1)
 
     def kv_capacity_tokens(self, capacity: int, block: int, max_num_seqs: int) -> int:
         """The target's KV tokens once the draft's KV shares the pool (capacity / (1 + draft bytes / target bytes))

@@ -33,7 +33,7 @@ rank, which routes them to its own experts, then reduce-scatters the expert outp
 mode (SGLang ``--moe-a2a-backend deepep --deepep-mode auto``): iterations with prefill tokens run the normal
 kernels, which cross the network once per destination node and forward over NVLink
 (``workbench.cost.comm.all_to_all_forwarded_s``), decode-only iterations the low-latency kernels, which send each
-copy (``all_to_all``)."""
+copy and are priced from DeepEP's own kernel benchmark (``workbench.cost.deepep``)."""
 
 MAX_HOST_S = 1.0
 """Largest per-iteration or per-kernel host time a profile may state, seconds (engines spend 10^-5..10^-2)."""
