@@ -108,13 +108,20 @@ def shape_efficiency_frac(
         raise ValueError(f"shape_efficiency_frac: n and k must be > 0, got n={n!r}, k={k!r}")
     m = np.asarray(tokens, dtype=float)
     log_m = np.log(np.maximum(m, 1.0))
-    best = np.full(m.shape, np.inf)
     eff = np.full(m.shape, np.nan)
-    for s in series:
-        span = (m >= 1.0) & (log_m >= s.log_tokens[0] - 1e-12) & (log_m <= s.log_tokens[-1] + 1e-12)
-        dist = abs(math.log(s.n / n)) + abs(math.log(s.k / k))
-        take = span & (dist < best)
+    if not series:
+        return eff
+    lo, hi = min(s.log_tokens[0] for s in series), max(s.log_tokens[-1] for s in series)
+    open_ = (m >= 1.0) & (log_m >= lo - 1e-12) & (log_m <= hi + 1e-12)  # spannable, not yet spanned
+    ranked = sorted(
+        range(len(series)), key=lambda i: abs(math.log(series[i].n / n)) + abs(math.log(series[i].k / k))
+    )
+    for i in ranked:  # nearest first (a stable sort keeps (n, k) order on a tie)
+        s = series[i]
+        take = open_ & (log_m >= s.log_tokens[0] - 1e-12) & (log_m <= s.log_tokens[-1] + 1e-12)
         if take.any():
-            eff = np.where(take, np.interp(log_m, s.log_tokens, s.efficiency_frac), eff)
-            best = np.where(take, dist, best)
+            eff[take] = np.interp(log_m[take], s.log_tokens, s.efficiency_frac)
+            open_ &= ~take
+            if not open_.any():
+                break
     return eff
