@@ -34,6 +34,7 @@ from workbench.cost.comm import (
 from workbench.cost.deepep import deepep_low_latency_s, dispatch_bytes_per_value
 from workbench.cost.flops import Op, elementwise_op, embedding_ops, op_times
 from workbench.presets.calibration import Calibration
+from workbench.presets.gemm_shapes import GemmSeries, measured_gemm_series, shape_efficiency_frac
 from workbench.serving.memory import ACT_BYTES
 from workbench.specs.engine import EngineProfile
 from workbench.specs.hardware import ClusterSpec, DType
@@ -90,7 +91,7 @@ class LayerCost:
     device's ValueError here.
     """
 
-    __slots__ = ("_bw", "_cluster", "_curve", "_eff", "_engine", "_model", "_peak", "_rp", "_wb")
+    __slots__ = ("_bw", "_cluster", "_curve", "_eff", "_engine", "_model", "_peak", "_rp", "_shapes", "_wb")
 
     def __init__(
         self,
@@ -108,6 +109,10 @@ class LayerCost:
         if role_plan.activation_dtype is ServingDType.FP4 and compute is DType.FP8:  # NVFP4 tensor cores
             self._peak *= FP4_OVER_FP8_PEAK.get(cluster.device.id, 1.0)
         self._curve = calibration.gemm_curve(cluster.device, compute.value)
+        self._shapes: tuple[GemmSeries, ...] = ()
+        table = calibration.table(cluster.device)
+        if table is not None and table.measured and role_plan.activation_dtype is not ServingDType.FP4:
+            self._shapes = measured_gemm_series(cluster.device.id, compute.value)
         self._bw = hbm_bytes_per_s
         self._wb = BYTES_PER_VALUE[role_plan.weight_dtype]
         self._eff = calibration.framework.collective_efficiency_frac
@@ -298,7 +303,49 @@ class LayerCost:
             gemm_inputs = 2 * h + attn_in + m.ffn_hidden_size / tp if not moe else 2 * h + attn_in
             ops.append(Op("act_quant", "memory", 0.0, quant * 1.5 * ACT_BYTES * t_r * gemm_inputs))
             kernels += (quant * (4 if not moe else 2),)
-        return self._gemm_s(ops, kernels) + self.layer_comm_s(moe, tokens, prefill)
+        total = self._gemm_s(ops, kernels) + self.layer_comm_s(moe, tokens, prefill)
+        if self._shapes and m.attention is not AttentionKind.MLA:
+            shaped = [(ops[0], q_out / tp, h), (ops[1], h, attn_in)]
+            priced = [(ops[0], kernels[0]), (ops[1], kernels[1])]
+            if not moe:
+                shaped += self._mlp_matrices(t_r)
+                priced.append((ops[3], kernels[3]))
+            total = total + self._shape_delta_s(shaped, priced, t_r)
+        return total
+
+    def _mlp_matrices(self, tokens: np.ndarray) -> list[tuple[Op, float, float]]:
+        """The dense MLP as the engines run it, for :meth:`_shape_delta_s`: the up projection (gate and up fused
+        into one GEMM when gated: vLLM's ``MergedColumnParallelLinear``, TensorRT-LLM's ``GatedMLP``
+        ``gate_up_proj``) and the down projection, each a weight GEMM of its own shape on one device, with its
+        outputs and inputs."""
+        m, tp = self._model, self._rp.tp
+        f, h = m.ffn_hidden_size / tp, m.hidden_size
+        up = (2.0 if m.gated_mlp else 1.0) * f
+        return [
+            (self._gemm("mlp_up", tokens, up * h, h, up), up, h),
+            (self._gemm("mlp_down", tokens, f * h, f, h), h, f),
+        ]
+
+    def _shape_delta_s(
+        self, shaped: list[tuple[Op, float, float]], priced: list[tuple[Op, int]], tokens: np.ndarray
+    ) -> np.ndarray:
+        """What pricing the weight GEMMs ``shaped`` (op, outputs n, inputs k) at their own measured shape
+        (``workbench.presets.gemm_shapes``: the series spanning the token count nearest in shape) adds
+        to the FLOP-curve price of the same GEMMs as ``_layer_s`` lists them (``priced``: op, kernel count, each
+        kernel at least ``MIN_KERNEL_S``), seconds; 0 at token counts no measured series spans. A shaped GEMM is
+        the roofline of its FLOPs at the measured efficiency and its bytes at the achieved HBM bandwidth, one
+        kernel."""
+        shaped_s = np.zeros(np.shape(tokens))
+        covered = np.zeros(np.shape(tokens), dtype=bool)
+        for op, n, k in shaped:
+            eff = shape_efficiency_frac(self._shapes, tokens, n, k)
+            covered = ~np.isnan(eff)
+            t = np.maximum(op.flop / (self._peak * np.where(covered, eff, 1.0)), op.bytes / self._bw)
+            shaped_s = shaped_s + np.maximum(t, MIN_KERNEL_S)
+        priced_s = np.zeros(np.shape(tokens))
+        for op, count in priced:
+            priced_s = priced_s + np.maximum(self._gemm_s([op]), count * MIN_KERNEL_S)
+        return np.where(covered, shaped_s - priced_s, 0.0)
 
     def _op_kernels(self, moe: bool) -> tuple[int, ...]:
         """Kernels behind each op of ``_layer_s``'s list: qkv and out projections (one GEMM each; MLA's absorbed
