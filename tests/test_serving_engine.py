@@ -64,6 +64,35 @@ def test_profile_errors_name_the_file_and_field() -> None:
         )
 
 
+def test_a_profile_states_only_what_differs_from_its_base(tmp_path: Path) -> None:
+    """``vllm-v0-inproc`` names ``vllm-v0`` as its base: every field but the four it sets is vllm-v0's, sources
+    included; a key in another unit replaces the base's; unknown bases and cycles name the file."""
+    v0, inproc = load_engine("vllm-v0"), load_engine("vllm-v0-inproc")
+    own = {"id", "name", "versions", "description", "frontend_host_per_request_s", "sources"}
+    for f in dataclasses.fields(EngineProfile):
+        if f.name not in own:
+            assert getattr(inproc, f.name) == getattr(v0, f.name), f.name
+    assert (
+        inproc.frontend_host_per_request_s == pytest.approx(127e-6) and v0.frontend_host_per_request_s == 0.0
+    )
+    assert inproc.sources["step_overhead_s"] == v0.sources["step_overhead_s"]
+    assert "PR #6883" in inproc.sources["frontend_host_per_request_s"]
+
+    def write(name: str, body: str) -> Path:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'id = "{name}"\nname = "{name}"\n{body}')
+        return path
+
+    write("a", 'step_overhead_ms = 4.0\n[sources]\nstep_overhead_s = "a"\n')
+    b = load_engine(write("b", 'base = "a"\nstep_overhead_us = 30.0\n'))
+    assert b.step_overhead_s == pytest.approx(30e-6) and b.sources == {"step_overhead_s": "a"}
+    with pytest.raises(ValueError, match=r"c\.toml: base 'zz': unknown engine; known: a, b, c"):
+        load_engine(write("c", 'base = "zz"\n'))
+    write("d", 'base = "e"\n')
+    with pytest.raises(ValueError, match=r"d\.toml: base 'e' makes a cycle \(e -> d -> e\)"):
+        load_engine(write("e", 'base = "d"\n'))
+
+
 def test_graph_padding_follows_the_engines_capture_sizes() -> None:
     """TensorRT-LLM (perf-overview llm_options.yml, ``_round_up_batch_size``, ``_filter_cuda_graph_batch_sizes``)
     and vLLM V0 (``_get_graph_batch_size``), worked by hand."""

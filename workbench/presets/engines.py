@@ -4,6 +4,10 @@ Keys are the fields of :class:`~workbench.specs.engine.EngineProfile` plus a ``[
 source); times may be given in microseconds or milliseconds with the unit in the key (``step_overhead_ms``,
 ``eager_kernel_us``), converted here once. Unknown keys raise ValueError naming the file and listing the allowed
 keys.
+
+A profile may name another as its ``base`` (an engine id in the same directory): it then states only what differs,
+and every other key and ``[sources]`` entry is the base's (a key given with another unit replaces the base's).
+Bases may chain; a cycle or an unknown base raises ValueError naming the file.
 """
 
 from __future__ import annotations
@@ -63,9 +67,38 @@ def engine_from_dict(data: dict[str, Any], *, where: str) -> EngineProfile:
         raise ValueError(f"{where}: {exc}") from None
 
 
+def _field_of(key: str) -> str:
+    return _UNIT_KEYS[key][0] if key in _UNIT_KEYS else key
+
+
+def _resolved(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The file's keys over its ``base``'s (recursively), ``[sources]`` merged entry by entry."""
+    data = dict(read_toml(path, "engine profile"))
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise ValueError(f"{path}: base must be an engine id (a file in {path.parent}), got {base!r}")
+    base_path = (path.parent / f"{base}.toml").resolve()
+    if not base_path.is_file():
+        known = ", ".join(sorted(q.stem for q in path.parent.glob("*.toml")))
+        raise ValueError(f"{path}: base {base!r}: unknown engine; known: {known}")
+    if base_path in (*chain, path):
+        cycle = " -> ".join(q.stem for q in (*chain, path, base_path))
+        raise ValueError(f"{path}: base {base!r} makes a cycle ({cycle})")
+    merged = _resolved(base_path, (*chain, path))
+    own = data.pop("sources", {})
+    if not isinstance(own, dict):
+        raise ValueError(f"{path}: [sources] must be a table (field -> source), got {own!r}")
+    sources = {**merged.pop("sources", {}), **own}
+    given = {_field_of(k) for k in data}
+    merged = {k: v for k, v in merged.items() if _field_of(k) not in given}
+    return {**merged, **data, "sources": sources}
+
+
 @cache
 def _load(path: Path) -> EngineProfile:
-    return engine_from_dict(read_toml(path, "engine profile"), where=str(path))
+    return engine_from_dict(_resolved(path), where=str(path))
 
 
 def load_engine(name_or_path: str | Path | EngineProfile = DEFAULT_ENGINE) -> EngineProfile:
