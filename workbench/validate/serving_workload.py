@@ -15,6 +15,7 @@ from workbench.serving.steady import steady_state_requests
 from workbench.specs.serving import Arrival, ServingWorkload
 from workbench.validate.rows import Unexpressible, cell_count, cell_number
 from workbench.validate.serving_datasets import named_dataset
+from workbench.validate.serving_loadgen import LOADGEN_SERVER_RULES, loadgen_server_queries
 from workbench.validate.serving_traces import trace_workload
 
 
@@ -66,6 +67,23 @@ def _offline_steady_requests(row: dict[str, str], assumed: list[str]) -> int | N
     return n
 
 
+def _loadgen_server_requests(row: dict[str, str], assumed: list[str]) -> int | None:
+    """Requests to simulate for a Poisson row of an MLPerf source that gives no ``num_requests``: the query count
+    LoadGen schedules at the row's rate under that source's rules (``workbench.validate.serving_loadgen``), said
+    in ``assumed``; None for other sources or a blank rate."""
+    rules = LOADGEN_SERVER_RULES.get(row["source_key"].strip())
+    rate = cell_number(row, "request_rate_per_s")
+    if rules is None or rate is None or rate <= 0:
+        return None
+    n = loadgen_server_queries(rate, rules)
+    assumed.append(
+        f"num_requests={n} (blank): the queries MLPerf LoadGen schedules in a Server run at {rate:g}/s "
+        f"({rules.source}; loadgen.cc GenerateQueries: Poisson arrivals until min_duration and the query count, "
+        "padded to whole permutations of the samples, are met), scored over all of them as LoadGen reports"
+    )
+    return n
+
+
 def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
     """The request process of the row (see the module docstring for ``trace`` rows and the means)."""
     kind = row["workload_kind"].strip()
@@ -82,6 +100,8 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
                        "started over one request's duration, warm-up and drain waves excluded")  # fmt: skip
     if n is None and kind == "offline":
         n = _offline_steady_requests(row, assumed)
+    if n is None and kind == "open_loop_poisson":
+        n = _loadgen_server_requests(row, assumed)
     if n is None:
         raise Unexpressible("num_requests is blank")
     n_req = int(n)
