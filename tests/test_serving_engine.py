@@ -329,7 +329,13 @@ def test_the_mlperf_v40_profile_states_the_harness_settings_over_trtllm() -> Non
     ``trtllm_batch_sched_policy`` "max_util" (MAX_UTILIZATION: admit on the context's blocks, pause when full),
     ``enable_trt_overlap`` false with no measured host time of that runtime (left unpriced)."""
     base, v4 = load_engine("trtllm"), load_engine("trtllm-mlperf-v4")
-    own = {"decode_cuda_graphs", "mixed_cuda_graphs", "graph_batch_sizes", "kv_admission", "host_per_request_s"}
+    own = {
+        "decode_cuda_graphs",
+        "mixed_cuda_graphs",
+        "graph_batch_sizes",
+        "kv_admission",
+        "host_per_request_s",
+    }
     for f in dataclasses.fields(EngineProfile):
         if f.name not in own | {"id", "name", "versions", "description", "sources"}:
             assert getattr(v4, f.name) == getattr(base, f.name), f.name
