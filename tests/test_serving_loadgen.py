@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.presets.calibration import load_calibration
+from workbench.serving.steady import STEADY_WAVES
 from workbench.specs.serving import Arrival
 from workbench.validate.rows import Unexpressible
 from workbench.validate.serving import case_predictions, row_case
@@ -79,10 +80,30 @@ def test_the_server_rows_are_priced_over_loadgens_run_and_say_so():
     assert row_workload(by_id("MLP-04"), []).num_requests == 73728
 
 
-def test_a_poisson_row_of_another_source_without_a_count_is_still_skipped():
+def test_a_poisson_row_of_another_source_without_a_count_is_skipped_only_without_an_engine_batch():
     row = by_id("MLP-02") | {"source_key": "SOMEONE_ELSE"}
     with pytest.raises(Unexpressible, match="num_requests is blank"):
         row_workload(row, [])
+    assumed: list[str] = []
+    assert row_workload(row, assumed, 512).num_requests == STEADY_WAVES * 512
+    assert any("the Poisson run priced in steady state" in a for a in assumed)
+
+
+def test_a_poisson_run_of_another_source_is_scored_in_steady_state_at_its_arrival_rate():
+    """Closed form: below capacity, the completions in the steady window (warm-up and drain left out) come at the
+    arrival rate; the run is STEADY_WAVES x the deployment's sequences (4 engines x 128)."""
+    row = by_id("MLP-02") | {
+        "source_key": "SOMEONE_ELSE",
+        "max_batch_size": "128",
+        "request_rate_per_s": "40",
+    }
+    case = row_case(row)
+    assert case.workload is not None and case.workload.num_requests == STEADY_WAVES * 128 * 4
+    assert case.steady_concurrency == 128 * 4
+    values = case_predictions(case, load_calibration("default"))
+    assert values["requests_per_s"] == pytest.approx(40.0, rel=0.05)
+    assert values["output_tokens_per_s"] == pytest.approx(40.0 * case.workload.output_tokens, rel=0.05)
+    assert row_case(by_id("MLP-02")).steady_concurrency is None  # LoadGen's run is scored whole
 
 
 def test_a_server_run_that_keeps_up_completes_its_arrival_rate():

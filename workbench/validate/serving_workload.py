@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from workbench.serving.steady import steady_state_requests
+from workbench.serving.steady import STEADY_WAVES, steady_state_requests
 from workbench.specs.serving import Arrival, ServingWorkload
 from workbench.validate.rows import Unexpressible, cell_count, cell_number
 from workbench.validate.serving_datasets import named_dataset
@@ -84,8 +84,25 @@ def _loadgen_server_requests(row: dict[str, str], assumed: list[str]) -> int | N
     return n
 
 
-def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
-    """The request process of the row (see the module docstring for ``trace`` rows and the means)."""
+def steady_warmup_requests(row: dict[str, str], workload: ServingWorkload) -> int | None:
+    """Requests a row without ``num_requests`` is scored without at each end (``workbench.serving.steady.
+    steady_window``): a closed loop's clients; a Poisson run priced in steady state (not an MLPerf Server run,
+    which is scored over LoadGen's whole run) its 1/``STEADY_WAVES``; None for a row scored over its whole run."""
+    if row["num_requests"].strip():
+        return None
+    if workload.arrival is Arrival.CLOSED:
+        return workload.concurrency
+    poisson = workload.arrival is Arrival.POISSON and workload.num_requests is not None
+    if poisson and row["source_key"].strip() not in LOADGEN_SERVER_RULES:
+        return int(workload.num_requests or 0) // STEADY_WAVES
+    return None
+
+
+def row_workload(row: dict[str, str], assumed: list[str], engine_seqs: int | None = None) -> ServingWorkload:
+    """The request process of the row (see the module docstring for ``trace`` rows and the means). ``engine_seqs``:
+    the sequences the deployment holds at once (``max_num_seqs`` x replicas), which sizes a Poisson run without
+    ``num_requests`` outside MLPerf (``STEADY_WAVES`` times it, scored in steady state: ``steady_warmup_requests``);
+    without it such a row raises Unexpressible."""
     kind = row["workload_kind"].strip()
     if not kind:
         raise Unexpressible("the workload kind is not stated")
@@ -102,6 +119,11 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
         n = _offline_steady_requests(row, assumed)
     if n is None and kind == "open_loop_poisson":
         n = _loadgen_server_requests(row, assumed)
+    if n is None and kind == "open_loop_poisson" and engine_seqs is not None:
+        n = STEADY_WAVES * engine_seqs
+        assumed.append(f"num_requests={n} (blank): the Poisson run priced in steady state, {STEADY_WAVES} x the "
+                       f"{engine_seqs} sequences the deployment holds at once, scored without the first "
+                       f"{engine_seqs} (warm-up) and the last {2 * engine_seqs} (drain)")  # fmt: skip
     if n is None:
         raise Unexpressible("num_requests is blank")
     n_req = int(n)
