@@ -52,7 +52,8 @@ HARNESS_ENGINES: dict[str, tuple[str, int, str]] = {
         16384,
         "NVIDIA's MLPerf Inference v4.0 harness (mlcommons/inference_results_v4.0@3c4a1cf closed/NVIDIA: "
         "harness_llm on TensorRT-LLM's C++ runtime); max_num_tokens 16384: code/llama2-70b/tensorrt/builder.py "
-        "builds the engine with --max_num_tokens=16384 (its default; configs/llama2-70b set none)",
+        "builds the engine with --max_num_tokens=16384 (its default; configs/llama2-70b/Offline and Server set none, "
+        "their parent config unread)",
     ),
 }
 """Validation sources whose TensorRT-LLM rows ran in a harness of their own -> (engine profile id, tokens per
