@@ -299,12 +299,12 @@ def test_validation_rows_shipped_and_read() -> None:
     reasons = {s.id: s.reason for s in skipped}
     assert "expert-parallel degree" in reasons["TRT-07"]  # README: TRT-07 does not state ep
     assert "MLP-01" not in reasons  # its data set's mean input length: profiles/validation/datasets.toml
-    assert "num_requests" in reasons["MLP-02"]  # an open loop (MLPerf Server) with no run length
+    assert "MLP-02" not in reasons  # MLPerf Server without num_requests: LoadGen's own run length
     assert "host memory" in reasons["SGLG-01"]  # weights offloaded to Grace memory, not priced
     assert (
         "prefill_workers" in reasons["SGL-01"]
     )  # README: no prefill:decode split; the skip names the column
-    assert set(reasons) == {"MLP-02", "MLP-04", "TRT-07", "SGL-01", "SGLG-01"}
+    assert set(reasons) == {"TRT-07", "SGL-01", "SGLG-01"}
     apex = next(c for c in cases if c.id == "APEX-01")
     assert apex.plan.tp == 8 and apex.plan.num_devices == 8
     assert apex.measured["ttft_mean_s"] == pytest.approx(0.038)

@@ -321,3 +321,38 @@ def test_redundant_experts_are_read_from_the_quoted_launch_flag() -> None:
     plain = row_case({**row, "notes": "no flag quoted"})
     assert plain.plan.num_redundant_experts == 0
     assert not any("redundant" in a for a in plain.assumed)
+
+
+def test_the_mlperf_v40_profile_states_the_harness_settings_over_trtllm() -> None:
+    """``trtllm-mlperf-v4`` (NVIDIA's v4.0 harness_llm on TensorRT-LLM's C++ runtime) differs from ``trtllm`` only
+    where the harness says so: main_llm.cc ``use_graphs`` false (no CUDA graphs, so no padding to captured sizes),
+    ``trtllm_batch_sched_policy`` "max_util" (MAX_UTILIZATION: admit on the context's blocks, pause when full),
+    ``enable_trt_overlap`` false with no measured host time of that runtime (left unpriced)."""
+    base, v4 = load_engine("trtllm"), load_engine("trtllm-mlperf-v4")
+    own = {
+        "decode_cuda_graphs",
+        "mixed_cuda_graphs",
+        "graph_batch_sizes",
+        "kv_admission",
+        "host_per_request_s",
+    }
+    for f in dataclasses.fields(EngineProfile):
+        if f.name not in own | {"id", "name", "versions", "description", "sources"}:
+            assert getattr(v4, f.name) == getattr(base, f.name), f.name
+    assert (v4.decode_cuda_graphs, v4.mixed_cuda_graphs, v4.graph_batch_sizes) == (False, False, ())
+    assert (base.kv_admission, v4.kv_admission) == ("full", "prompt")
+    assert v4.host_per_request_s == 0.0 and v4.step_overhead_s == 0.0
+    assert v4.padded_decode_batch(897, v4.kept_graph_sizes(1024)) == 897  # the base pads 897 to 1024
+    assert base.padded_decode_batch(897, base.kept_graph_sizes(1024)) == 1024
+    assert "use_graphs" in v4.sources["decode_cuda_graphs"] and "max_util" in v4.sources["kv_admission"]
+    assert "NO published measurement" in v4.sources["host_per_request_s"]
+
+
+def test_the_mlperf_rows_run_in_nvidias_v40_harness() -> None:
+    for row_id in ("MLP-01", "MLP-02", "MLP-03", "MLP-04"):
+        case = _case(row_id)
+        assert case.plan.engine == "trtllm-mlperf-v4", row_id
+        # code/llama2-70b/tensorrt/builder.py: --max_num_tokens=16384 (the engine's build setting)
+        assert case.plan.max_num_batched_tokens == 16384, row_id
+        assert any(a.startswith("engine profile trtllm-mlperf-v4") for a in case.assumed)
+    assert _case("TRT-02").plan.engine == "trtllm"  # trtllm-bench rows keep the 1.0 profile

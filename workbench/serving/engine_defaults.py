@@ -46,6 +46,19 @@ FRONTEND_IN_PROCESS_SOURCES = {
 """Validation sources whose vLLM V0 servers ran the OpenAI server in the engine's process -> the launch line that
 says so; their rows are priced with ``vllm-v0-inproc`` (``EngineProfile.frontend_host_per_request_s``)."""
 
+HARNESS_ENGINES: dict[str, tuple[str, int, str]] = {
+    "MLPERF_INF40_NVIDIA": (
+        "trtllm-mlperf-v4",
+        16384,
+        "NVIDIA's MLPerf Inference v4.0 harness (mlcommons/inference_results_v4.0@3c4a1cf closed/NVIDIA: "
+        "harness_llm on TensorRT-LLM's C++ runtime); max_num_tokens 16384: code/llama2-70b/tensorrt/builder.py "
+        "builds the engine with --max_num_tokens=16384 (its default; configs/llama2-70b/Offline and Server set none, "
+        "their parent config unread)",
+    ),
+}
+"""Validation sources whose TensorRT-LLM rows ran in a harness of their own -> (engine profile id, tokens per
+iteration where the row leaves ``max_num_batched_tokens`` blank, the source that says so)."""
+
 TRTLLM_BENCH_KV_FRAC = 0.9
 """``trtllm-bench --kv_cache_free_gpu_mem_fraction`` default (the TRT-LLM perf-overview page's fallback)."""
 

@@ -29,7 +29,7 @@ from workbench.serving.results import token_weighted_tpot_s
 from workbench.serving.steady import steady_window
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
-from workbench.specs.serving import Arrival, ServingPlan, ServingWorkload
+from workbench.specs.serving import ServingPlan, ServingWorkload
 from workbench.validate.rows import (
     SkippedRow,
     Unexpressible,
@@ -42,7 +42,7 @@ from workbench.validate.rows import (
 from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows, row_measured
 from workbench.validate.serving_phase import row_phases
 from workbench.validate.serving_specs import complete_model, row_cluster, row_plan
-from workbench.validate.serving_workload import row_workload
+from workbench.validate.serving_workload import row_workload, steady_warmup_requests
 
 METRIC_GROUPS: dict[str, str] = {
     "ttft_mean_s": "ttft",
@@ -75,7 +75,8 @@ class ServingCase:
     phases: tuple[PhaseBatch, ...] = ()
     """A phase-only row's phases at their batch (:mod:`workbench.validate.serving_phase`); empty for ``e2e``."""
     steady_concurrency: int | None = None
-    """A closed loop whose run length is not given: its clients, and the row is scored in steady state
+    """A closed loop or a Poisson run whose run length is not given: the requests left out at each end (a closed
+    loop's clients; ``serving_workload.steady_warmup_requests``), and the row is scored in steady state
     (``workbench.serving.steady.steady_window``)."""
     measured: dict[str, float]
     """Keys of ``MEASURED`` (``ttft_mean_s``, ``output_tokens_per_s``, ...): only those the row fills."""
@@ -109,13 +110,13 @@ def row_case(row: dict[str, str]) -> ServingCase:
     except ValueError as exc:
         raise _offload_reason(row, exc) from exc
     if row["phase"].strip() == "e2e":
-        workload = row_workload(row, assumed)
+        workload = row_workload(row, assumed, plan.max_num_seqs * plan.replicas)
     else:
         phases = row_phases(row, cost_of, assumed)
-    steady = workload is not None and workload.arrival is Arrival.CLOSED and not row["num_requests"].strip()
+    warmup = None if workload is None else steady_warmup_requests(row, workload)
     return ServingCase(
         id=row["id"], source_key=row["source_key"], model=model, cluster=cluster, plan=plan, workload=workload,
-        phases=phases, steady_concurrency=workload.concurrency if steady and workload is not None else None,
+        phases=phases, steady_concurrency=warmup,
         measured=measured, scope=row["measured_scope"].strip() or "system", assumed=tuple(assumed), row=row,
     )  # fmt: skip
 

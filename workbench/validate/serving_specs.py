@@ -26,6 +26,7 @@ from workbench.serving.engine_defaults import (
     ENGINE_BATCHING,
     ENGINE_PROFILES,
     FRONTEND_IN_PROCESS_SOURCES,
+    HARNESS_ENGINES,
     TRTLLM_BENCH_KV_FRAC,
     VLLM_V0_LONG_CONTEXT_TOKENS,
     VLLM_V0_MIN_BATCHED_TOKENS,
@@ -196,6 +197,9 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
     role = row_role(row)
     replicas, tp, pp, ep, adp, disaggregation = _plan_layout(row, role, model, assumed)
     scheduler, budget, why = _batching(row, engine)
+    harness = HARNESS_ENGINES.get(row["source_key"].strip()) if engine == "trtllm" else None
+    if harness is not None:
+        budget, why = harness[1], f"in-flight batching of whole contexts; {harness[2]}"
     whole = scheduler is Scheduler.VLLM or load_engine(ENGINE_PROFILES[engine]).chunked_prefill is False
     prompt = cell_number(row, "input_tokens_mean")
     if whole and prompt is not None and prompt > budget:  # whole prompts must fit a step
@@ -276,9 +280,14 @@ def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
 
 
 def _engine_profile(row: dict[str, str], engine: str, assumed: list[str]) -> str:
-    """The engine profile id of a row: ``ENGINE_PROFILES``, except a vLLM V0 row of a source whose servers ran the
-    OpenAI server in the engine's process (``FRONTEND_IN_PROCESS_SOURCES``): ``vllm-v0-inproc``, noted in
-    ``assumed``."""
+    """The engine profile id of a row: ``ENGINE_PROFILES``, except a TensorRT-LLM row of a source that ran its own
+    harness (``HARNESS_ENGINES``: MLPerf v4.0 -> ``trtllm-mlperf-v4``) and a vLLM V0 row of a source whose servers
+    ran the OpenAI server in the engine's process (``FRONTEND_IN_PROCESS_SOURCES``): ``vllm-v0-inproc``; both
+    noted in ``assumed``."""
+    harness = HARNESS_ENGINES.get(row["source_key"].strip())
+    if engine == "trtllm" and harness is not None:
+        assumed.append(f"engine profile {harness[0]}: {harness[2]}")
+        return harness[0]
     launch = FRONTEND_IN_PROCESS_SOURCES.get(row["source_key"].strip())
     if engine != "vllm-v0" or launch is None:
         return ENGINE_PROFILES[engine]

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from functools import partial
 
-from workbench.serving.steady import steady_state_requests
+from workbench.serving.steady import STEADY_WAVES, steady_state_requests
 from workbench.specs.serving import Arrival, ServingWorkload
 from workbench.validate.rows import Unexpressible, cell_count, cell_number
 from workbench.validate.serving_datasets import named_dataset
+from workbench.validate.serving_loadgen import LOADGEN_SERVER_RULES, loadgen_server_queries
 from workbench.validate.serving_traces import trace_workload
 
 
@@ -66,8 +67,42 @@ def _offline_steady_requests(row: dict[str, str], assumed: list[str]) -> int | N
     return n
 
 
-def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
-    """The request process of the row (see the module docstring for ``trace`` rows and the means)."""
+def _loadgen_server_requests(row: dict[str, str], assumed: list[str]) -> int | None:
+    """Requests to simulate for a Poisson row of an MLPerf source that gives no ``num_requests``: the query count
+    LoadGen schedules at the row's rate under that source's rules (``workbench.validate.serving_loadgen``), said
+    in ``assumed``; None for other sources or a blank rate."""
+    rules = LOADGEN_SERVER_RULES.get(row["source_key"].strip())
+    rate = cell_number(row, "request_rate_per_s")
+    if rules is None or rate is None or rate <= 0:
+        return None
+    n = loadgen_server_queries(rate, rules)
+    assumed.append(
+        f"num_requests={n} (blank): the queries MLPerf LoadGen schedules in a Server run at {rate:g}/s "
+        f"({rules.source}; loadgen.cc GenerateQueries: Poisson arrivals until min_duration and the query count, "
+        "padded to whole permutations of the samples, are met), scored over all of them as LoadGen reports"
+    )
+    return n
+
+
+def steady_warmup_requests(row: dict[str, str], workload: ServingWorkload) -> int | None:
+    """Requests a row without ``num_requests`` is scored without at each end (``workbench.serving.steady.
+    steady_window``): a closed loop's clients; a Poisson run priced in steady state (not an MLPerf Server run,
+    which is scored over LoadGen's whole run) its 1/``STEADY_WAVES``; None for a row scored over its whole run."""
+    if row["num_requests"].strip():
+        return None
+    if workload.arrival is Arrival.CLOSED:
+        return workload.concurrency
+    poisson = workload.arrival is Arrival.POISSON and workload.num_requests is not None
+    if poisson and row["source_key"].strip() not in LOADGEN_SERVER_RULES:
+        return int(workload.num_requests or 0) // STEADY_WAVES
+    return None
+
+
+def row_workload(row: dict[str, str], assumed: list[str], engine_seqs: int | None = None) -> ServingWorkload:
+    """The request process of the row (see the module docstring for ``trace`` rows and the means). ``engine_seqs``:
+    the sequences the deployment holds at once (``max_num_seqs`` x replicas), which sizes a Poisson run without
+    ``num_requests`` outside MLPerf (``STEADY_WAVES`` times it, scored in steady state: ``steady_warmup_requests``);
+    without it such a row raises Unexpressible."""
     kind = row["workload_kind"].strip()
     if not kind:
         raise Unexpressible("the workload kind is not stated")
@@ -82,6 +117,13 @@ def row_workload(row: dict[str, str], assumed: list[str]) -> ServingWorkload:
                        "started over one request's duration, warm-up and drain waves excluded")  # fmt: skip
     if n is None and kind == "offline":
         n = _offline_steady_requests(row, assumed)
+    if n is None and kind == "open_loop_poisson":
+        n = _loadgen_server_requests(row, assumed)
+    if n is None and kind == "open_loop_poisson" and engine_seqs is not None:
+        n = STEADY_WAVES * engine_seqs
+        assumed.append(f"num_requests={n} (blank): the Poisson run priced in steady state, {STEADY_WAVES} x the "
+                       f"{engine_seqs} sequences the deployment holds at once, scored without the first "
+                       f"{engine_seqs} (warm-up) and the last {2 * engine_seqs} (drain)")  # fmt: skip
     if n is None:
         raise Unexpressible("num_requests is blank")
     n_req = int(n)

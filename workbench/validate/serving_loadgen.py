@@ -1,0 +1,61 @@
+"""MLPerf Inference LoadGen's run length for a Server-scenario row that gives no request count, for
+:mod:`workbench.validate.serving_workload`.
+
+LoadGen's Server scenario sends Poisson arrivals at the scheduled QPS and reports over every query of the run: its
+latencies over all of them, its throughput as the tokens completed over the time until the last query is done
+("Completed tokens per second", ``loadgen/results.cc``). How many queries a run has is fixed by LoadGen's rules,
+so a row that does not print ``num_requests`` is priced over the same run LoadGen generated (its warm-up, a few
+seconds of a run of at least ten minutes, is part of LoadGen's figures too).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoadGenServerRules:
+    """The LoadGen settings that fix a Server run's query count (``mlperf.conf`` and ``test_settings.h``)."""
+
+    min_duration_s: float
+    """``*.Server.min_duration`` (ms in the file), the scheduled time the run must cover."""
+    min_query_count: int
+    """``min_query_count`` (``test_settings.h`` default when ``mlperf.conf`` sets none for the model)."""
+    performance_sample_count: int
+    """``<model>.*.performance_sample_count_override``: the samples loaded for the performance run."""
+    equal_issue: bool
+    """``<model>.Server.sample_concatenate_permutation``: the query count is padded to whole permutations of the
+    loaded samples."""
+    source: str
+
+
+LOADGEN_SERVER_RULES = {
+    "MLPERF_INF40_NVIDIA": LoadGenServerRules(
+        min_duration_s=600.0,
+        min_query_count=100,
+        performance_sample_count=24576,
+        equal_issue=True,
+        source="mlcommons/inference v4.0 mlperf.conf: *.Server.min_duration = 600000, "
+        "llama2-70b.*.performance_sample_count_override = 24576, llama2-70b.Server.sample_concatenate_permutation "
+        "= 1, no llama2-70b Server min_query_count (loadgen/test_settings.h default 100)",
+    ),
+}
+"""Validation source -> the LoadGen rules its Server runs were generated under."""
+
+
+def loadgen_server_queries(rate_per_s: float, rules: LoadGenServerRules) -> int:
+    """Queries LoadGen schedules in a Server run at ``rate_per_s`` (mlcommons/inference v4.0
+    ``loadgen/loadgen.cc`` ``GenerateQueries``): it draws Poisson arrivals while the scheduled time is below
+    ``min_duration_s`` or the count below ``min_query_count``; with equal issue, ``min_query_count`` is first
+    padded up to a multiple of the loaded samples, and each time the count reaches it before the duration does it
+    grows by one more permutation. The expected count: the duration's rate x min_duration_s arrivals, rounded up
+    to whole permutations under equal issue, and at least the (padded) minimum. Raises ValueError for a rate that
+    is not positive."""
+    if not rate_per_s > 0:
+        raise ValueError(f"loadgen_server_queries: rate_per_s must be > 0, got {rate_per_s!r}")
+    by_duration = math.ceil(rate_per_s * rules.min_duration_s)
+    if not rules.equal_issue:
+        return max(rules.min_query_count, by_duration)
+    whole = rules.performance_sample_count
+    return whole * max(math.ceil(rules.min_query_count / whole), math.ceil(by_duration / whole))
