@@ -13,8 +13,9 @@ import pytest
 
 from tests.conftest import run_gloo_ranks
 from tests.test_cp_ring_memory import HEAD_DIM, HEADS, TOKENS, _tiny  # the same tiny GQA layer
+from workbench.cost import layer
 from workbench.cost.comm import all_gather_s, p2p_s
-from workbench.cost.cp_ring import merge_bytes, ring_comm, ring_traffic, ring_values
+from workbench.cost.cp_ring import merge_bytes, ring_comm, ring_traffic, ring_values, step_attention_rates
 from workbench.cost.layer import compute_slowdown, device_rates
 from workbench.estimate.analytic import estimate_plan
 from workbench.presets.calibration import load_calibration
@@ -146,8 +147,31 @@ def test_ring_work_matches_torch(cp: int, tmp_path) -> None:  # type: ignore[no-
                 calls = rank[method][name]["calls"]
                 flops = [HEADS * HEAD_DIM * 4 * sq * sk / (2 if causal else 1) for sq, sk, causal in calls]
                 assert len(calls) == cp and all(f == causal_share / cp for f in flops), calls
+        # the busiest (last) rank's calls, the shapes step_attention_rates reads: one causal diagonal block,
+        # then cp - 1 calls of the local queries on half a block of keys, unmasked
+        for name in ("fwd", "bwd"):
+            assert ranks[-1][method][name]["calls"] == [[TOKENS, TOKENS, True]] + [
+                [TOKENS, TOKENS // 2, False]
+            ] * (cp - 1)
         assert max(r[method]["fwd"]["bytes"] for r in ranks) == float(fwd_bytes)
         assert max(r[method]["bwd"]["bytes"] for r in ranks) == float(bwd_bytes)
+
+
+def test_step_kernels_at_their_shapes() -> None:
+    """Llama 3.1 8B, 131,072 tokens over cp 8 on H100 SXM5: step 0 runs FA2 causal on 16,384 x 16,384, the
+    other seven FA2 without a mask on 16,384 queries x 8,192 keys (the shapes the gloo test sees torch call);
+    each is 1/8 of the FLOPs, so the layer runs at the FLOP-weighted harmonic mean of the kernel table's
+    figures at those two points (the committed measurements laid over the published table)."""
+    cal = load_calibration("default", framework="torchtitan-2024")
+    model, device = load_model("llama-3.1-8b"), load_cluster("dgx-h100", 1).device
+    fa2 = {"dtype": "bf16", "head_dim": 128, "families": ("fa2",)}
+    diagonal = cal.attention(device, seq_len=16384, **fa2)  # type: ignore[arg-type]
+    block = cal.attention(device, seq_len=8192, causal=False, **fa2)  # type: ignore[arg-type]
+    assert block[0] > diagonal[0]  # FA2's forward without a mask runs nearer its peak than the causal one
+    got = step_attention_rates(cal, device, model, seq_len=131072, cp=np.array([1, 8]), whole=(0.5, 0.25))
+    for i in (0, 1):
+        want = 1 / (1 / 8 / diagonal[i] + 7 / 8 / block[i])
+        assert got[i][1] == pytest.approx(want, rel=1e-12) and got[i][0] == (0.5, 0.25)[i]
 
 
 def test_nothing_without_cp_or_for_another_method() -> None:
@@ -195,11 +219,13 @@ def test_waits_hide_what_one_step_covers() -> None:
         assert float(c.hidden_b_s + c.b_s) == pytest.approx(gather + cp * one)
 
 
-def test_step_model_prices_the_ring_for_torchtitan_only() -> None:
+def test_step_model_prices_the_ring_for_torchtitan_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """Llama 3.1 8B at cp 8 on one node (torchtitan 2024-12 Table 2's last row, in BF16): with the torch ring
     the step's compute grows by the merges of every layer (forward, its full recompute, backward) at the
     device's achieved HBM bandwidth, slowed as every op is, and exposed cp traffic appears; a profile without
-    a rotate method is priced by the generic ring."""
+    a rotate method is priced by the generic ring. (The kernels' own shapes, ``step_attention_rates``, are held
+    at the whole sequence's here to isolate the merges; test_step_kernels_at_their_shapes covers them.)"""
+    monkeypatch.setattr(layer, "step_attention_rates", lambda *a, whole, **k: whole)
     model, cluster = load_model("llama-3.1-8b"), load_cluster("dgx-h100", 1)
     work = Workload(seq_len=262144, global_batch_size=1)
     plan = ParallelPlan(dp=1, tp=1, cp=8, micro_batch_size=1, zero_stage=3, recompute="full")

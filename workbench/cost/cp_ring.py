@@ -40,8 +40,9 @@ import numpy as np
 
 from workbench.cost.comm import all_gather_s, p2p_s
 from workbench.cost.op_time import OpTimes
+from workbench.presets.calibration import Calibration
 from workbench.specs.framework import FrameworkProfile
-from workbench.specs.hardware import ClusterSpec
+from workbench.specs.hardware import ClusterSpec, DeviceSpec
 from workbench.specs.model import AttentionKind, ModelSpec
 
 Array = Any
@@ -100,6 +101,38 @@ def merge_bytes(values: RingValues, cp: Array) -> tuple[Array, Array]:
     bwd = 4 * q + 8 * kv + 8 * kv + 8 * kv * later + 20 * kv + 16 * kv + 26 * kv * later + 16 * kv * cp
     bwd = bwd + 10 * q * cp + 6 * q + 12 * kv
     return np.where(cp > 1, fwd, 0.0), np.where(cp > 1, bwd, 0.0)
+
+
+def step_attention_rates(
+    cal: Calibration,
+    device: DeviceSpec,
+    model: ModelSpec,
+    *,
+    seq_len: Array,
+    cp: Array,
+    whole: tuple[Array, Array],
+) -> tuple[Array, Array]:
+    """(forward, backward) fraction of the peak at which torch's ring runs a layer's attention on the busiest
+    rank (the last of the cp group), from the kernel table at the shapes of its SDPA calls
+    (``_templated_ring_attention``, head-tail load balance): step 0 attends the local s/cp queries to the local
+    keys, causal; each of the other cp - 1 steps attends them to half a block of keys, s/(2cp), without a mask.
+    Each step is 1/cp of the rank's FLOPs, so the fractions combine harmonically with weights 1/cp and
+    (cp - 1)/cp; the kernels are the stack's ``cp_attention_kernels`` (else its ``attention_kernels``). ``whole``
+    (the kernel at the whole sequence) where cp = 1. A non-square call is read at its key length (the loop
+    each query tile runs), the table's square shapes having q = k. tests/test_cp_ring_time.py checks the calls'
+    shapes on torch's own function."""
+    fw = cal.framework
+    cp = np.asarray(cp)
+    local = np.asarray(seq_len) / cp
+    dims = {"dtype": "bf16", "head_dim": model.qk_head_dim, "families": fw.cp_attention_kernels}
+    diagonal = cal.attention(device, seq_len=local, **dims)  # type: ignore[arg-type]
+    block = cal.attention(device, seq_len=local / 2, causal=False, **dims)  # type: ignore[arg-type]
+    share = (cp - 1) / cp
+
+    def mixed(d: Array, b: Array, w: Array) -> Array:
+        return np.where(cp > 1, 1.0 / ((1 - share) / d + share / b), w)
+
+    return mixed(diagonal[0], block[0], whole[0]), mixed(diagonal[1], block[1], whole[1])
 
 
 class RingTraffic(NamedTuple):
