@@ -26,7 +26,10 @@ What the layer pays beyond them:
   the backward's fp32 accumulation of dQ, dK, dV (``+=``, ``_partial_update``'s add and ``torch.cat``, the
   concatenation sent on, the final casts), the contiguous copies of the keys and values and the per-step
   concatenation of the keys and values for the rotater (made on every step, used by ``allgather`` only on the
-  first): eager, memory-bound element-wise kernels, priced at the device's achieved HBM bandwidth.
+  first): eager, memory-bound element-wise kernels, priced at the device's achieved HBM bandwidth (read as
+  torch dispatches them; under ``torch.compile`` Inductor may fuse them if it traces the ring, which the
+  model does not assume);
+- each SDPA call runs at its own shape (``step_attention_rates``), not the whole sequence's.
 
 A full recompute runs the forward again, collectives and merges included (the ring runs below autograd, so
 ``torch.utils.checkpoint`` replays it whole).
