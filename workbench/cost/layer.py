@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s
+from workbench.cost.cp_ring import step_attention_rates, torch_ring_layer
 from workbench.cost.elementwise_ops import FP8_VALUE_BYTES, cheap_recompute_ops
 from workbench.cost.flops import embedding_ops, head_ops, layer_ops, mtp_ops
 from workbench.cost.moe import (
@@ -161,7 +162,12 @@ def layer_costs(
     full = recompute == 2
     per_value = tp_bytes_per_value(fw, dtype=dtype, sequence_parallel=sequence_parallel)
     tp_comm = _tp_comm(model, cluster, fw, mm, per_value, tokens, tp, tp_stride, full)
-    cp_comm = _cp_comm(model, cluster, fw, rest, tokens, tp, cp, ulysses, cp_stride, full)
+    if fw.cp_rotate_method:  # torch's experimental context parallel: its collectives and merges (cp_ring.py)
+        ring_shard, hbm = (tokens, tp, cp, cp_stride), rates.hbm_bytes_per_s
+        ring, merge = torch_ring_layer(model, cluster, fw, rest, hbm, compute_slowdown(fw), ring_shard, full)
+        cp_comm, fwd, comp_i = _Comm(*ring), fwd + merge[0], comp_i + merge[1]
+    else:
+        cp_comm = _cp_comm(model, cluster, fw, rest, tokens, tp, cp, ulysses, cp_stride, full)
     if moe_layer:
         shard = (tokens, tp, ep, etp)
         ep_comm = _ep_comm(model, cluster, cal, dtype, shard, capacity_factor, full, fwd + comp_i + comp_w)
@@ -231,8 +237,8 @@ def _attention_rates(
     model: ModelSpec, cluster: ClusterSpec, cal: Calibration, *, seq_len: Array, cp: Array, ulysses: Array
 ) -> tuple[Array, Array] | None:
     """(forward, backward) fraction of the peak of the stack's fused attention kernel at ``seq_len``, the ring
-    implementation's own kernels (``cp_attention_kernels``) where the ring runs (cp > ulysses); None for
-    unfused attention."""
+    implementation's own kernels (``cp_attention_kernels``) where the ring runs (cp > ulysses), torch's ring's
+    at its calls' shapes (``cp_ring.step_attention_rates``); None for unfused attention."""
     fw = cal.framework
     if not fw.flash_attention:
         return None
@@ -247,6 +253,8 @@ def _attention_rates(
         )
         in_ring = cp > ulysses  # Ulysses alone calls the stack's ordinary kernels on whole sequences
         attention = (np.where(in_ring, ring[0], attention[0]), np.where(in_ring, ring[1], attention[1]))
+    if fw.cp_rotate_method:  # torch's ring: each step's kernel at its own shape
+        attention = step_attention_rates(cal, cluster.device, model, seq_len=seq_len, cp=cp, whole=attention)
     return attention
 
 

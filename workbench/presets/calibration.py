@@ -113,14 +113,15 @@ class Calibration:
         seq_len: Any,
         head_dim: int,
         families: tuple[str, ...] | None = None,
+        causal: bool = True,
     ) -> tuple[Any, Any]:
         """(forward, backward) fraction of the dense peak of the framework's fused attention kernel on
-        ``device`` (causal, the kernel table's nearest head dim, interpolated in seq_len); the first family
-        of ``families`` (default ``framework.attention_kernels``) the table has, else
-        ``FALLBACK_ATTENTION_FRAC``."""
+        ``device`` (causal unless ``causal`` is False, the kernel table's nearest head dim, interpolated in
+        seq_len); the first family of ``families`` (default ``framework.attention_kernels``) the table has,
+        else ``FALLBACK_ATTENTION_FRAC``."""
         families = self.framework.attention_kernels if families is None else families
         hit = self._attention_fracs(
-            device, families, dtype=dtype, seq_len=seq_len, head_dim=head_dim, window=0
+            device, families, dtype=dtype, seq_len=seq_len, head_dim=head_dim, window=0, causal=causal
         )
         return hit if hit is not None else (FALLBACK_ATTENTION_FRAC, FALLBACK_ATTENTION_FRAC)
 
@@ -147,15 +148,17 @@ class Calibration:
         seq_len: Any,
         head_dim: int,
         window: int,
+        causal: bool = True,
     ) -> tuple[Any, Any] | None:
-        """The causal (forward, backward) fractions of the kernel table of ``device`` at ``dtype``, else bf16
-        (``KernelTable.attention_fracs``); None without a table or a matching one."""
+        """The (forward, backward) fractions (causal unless ``causal`` is False) of the kernel table of
+        ``device`` at ``dtype``, else bf16 (``KernelTable.attention_fracs``); None without a table or a
+        matching one."""
         table = self.table(device)
         if table is None:
             return None
         for key in (dtype, "bf16"):
             hit = table.attention_fracs(
-                families, dtype=key, head_dim=head_dim, causal=True, seq_len=seq_len, window=window
+                families, dtype=key, head_dim=head_dim, causal=causal, seq_len=seq_len, window=window
             )
             if hit is not None:
                 return hit[1], hit[2]

@@ -117,8 +117,9 @@ class FrameworkFields:
     cp_rotate_method: str = ""
     """How the stack's ring attention passes key/value blocks when cp > 1 (``CP_ROTATE_METHODS``):
     ``allgather`` or ``alltoall`` for torch's experimental context parallel, whose backward pass holds a working
-    set beside the layer's saved activations (``workbench.cost.memory.cp_ring_backward_bytes``); ``""``: none
-    priced."""
+    set beside the layer's saved activations (``workbench.cost.memory.cp_ring_backward_bytes``) and whose
+    collectives, waits and eager merges are priced from its code (``workbench.cost.cp_ring``, in place of
+    ``cp_comm_overlap``); ``""``: the generic ring (``workbench.cost.layer``)."""
     attention_repeats_kv: bool = False
     """Grouped-query attention hands the attention kernel keys and values repeated to the query heads (torchtitan
     @9dec370 ``repeat_kv`` before ``F.scaled_dot_product_attention``): the ring attention's key/value buffers

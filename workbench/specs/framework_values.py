@@ -19,8 +19,8 @@ CP_ROTATE_METHODS = ("", "allgather", "alltoall")
 (``torch.distributed.tensor.experimental.context_parallel``, ``_templated_ring_attention`` and its backward) passes
 the key/value blocks, torchtitan's ``experimental.context_parallel_rotate_method`` (``set_rotate_method``):
 ``allgather`` gathers the whole sequence's keys and values once per attention call, ``alltoall`` passes one
-block per step to the next rank; ``""``: the stack's ring keeps no working set the model prices
-(``workbench.cost.memory.cp_ring_backward_bytes``)."""
+block per step to the next rank; both select torch's ring for the memory (``workbench.cost.memory
+.cp_ring_backward_bytes``) and the time (``workbench.cost.cp_ring``); ``""``: the generic ring."""
 
 DEFAULT_MICROBATCHES = ("mbs1", "stages", "pp")
 """Values of ``FrameworkProfile.default_microbatches``."""
