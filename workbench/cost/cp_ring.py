@@ -43,6 +43,7 @@ import numpy as np
 
 from workbench.cost.comm import all_gather_s, p2p_s
 from workbench.cost.op_time import OpTimes
+from workbench.cost.overlap import overlap
 from workbench.presets.calibration import Calibration
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DeviceSpec
@@ -172,8 +173,9 @@ def ring_traffic(values: RingValues, cp: Array, rotate_method: str, *, backward:
 
 
 class RingComm(NamedTuple):
-    """Seconds of one layer's ring traffic per micro-batch: exposed forward (one pass), exposed backward,
-    hidden forward (one pass), hidden backward."""
+    """Seconds of one layer's ring traffic per micro-batch: exposed forward (one pass), exposed backward (each
+    with ``interference`` times its hidden part, :func:`workbench.cost.overlap.overlap`), hidden forward (one
+    pass), hidden backward."""
 
     f_s: Array
     b_s: Array
@@ -191,12 +193,14 @@ def ring_comm(
     step_fwd_s: Array,
     step_bwd_s: Array,
     efficiency_frac: float = 1.0,
+    interference: float = 0.0,
 ) -> RingComm:
     """Exposed and hidden seconds of torch's ring collectives (``ring_traffic``) in one attention call, cp
     ranks ``stride`` apart; ``step_fwd_s`` / ``step_bwd_s``: one step's SDPA kernel (forward / backward). When
     each is waited on (module docstring): an all-gather, before step 1's kernel, hides behind step 0's; a
     key/value pass, before the next step's kernel, behind this step's; a dK/dV pass, after the next step's
-    kernel, behind it, and the last one (waited after the loop) behind nothing. 0 where cp = 1."""
+    kernel, behind it, and the last one (waited after the loop) behind nothing. Each collective is split by
+    :func:`workbench.cost.overlap.overlap` against one step's kernel. 0 where cp = 1."""
     cp = np.asarray(cp)
     fwd = ring_traffic(values, cp, rotate_method, backward=False)
     bwd = ring_traffic(values, cp, rotate_method, backward=True)
@@ -204,16 +208,18 @@ def ring_comm(
     kv_pass = p2p_s(cluster, fwd.kv_bytes, stride, efficiency_frac)
     dkv_pass = p2p_s(cluster, bwd.dkv_bytes, stride, efficiency_frac)
 
-    def exposed(t: RingTraffic, step_s: Array) -> Array:
-        kv = t.gathers * np.maximum(gather - step_s, 0.0) + t.kv_passes * np.maximum(kv_pass - step_s, 0.0)
+    def split(t: RingTraffic, step_s: Array) -> tuple[Array, Array]:
         last = np.minimum(t.dkv_passes, 1)
-        return kv + (t.dkv_passes - last) * np.maximum(dkv_pass - step_s, 0.0) + last * dkv_pass
+        parts = (
+            (t.gathers, overlap(gather, step_s, on=True, interference=interference)),
+            (t.kv_passes, overlap(kv_pass, step_s, on=True, interference=interference)),
+            (t.dkv_passes - last, overlap(dkv_pass, step_s, on=True, interference=interference)),
+            (last, overlap(dkv_pass, step_s, on=False)),
+        )
+        return sum(n * o.exposed for n, o in parts), sum(n * o.hidden for n, o in parts)
 
-    def total(t: RingTraffic) -> Array:
-        return t.gathers * gather + t.kv_passes * kv_pass + t.dkv_passes * dkv_pass
-
-    f_exp, b_exp = exposed(fwd, step_fwd_s), exposed(bwd, step_bwd_s)
-    return RingComm(f_exp, b_exp, total(fwd) - f_exp, total(bwd) - b_exp)
+    (f_exp, f_hid), (b_exp, b_hid) = split(fwd, step_fwd_s), split(bwd, step_bwd_s)
+    return RingComm(f_exp, b_exp, f_hid, b_hid)
 
 
 def torch_ring_layer(
@@ -232,8 +238,8 @@ def torch_ring_layer(
     (``attention_core_fwd_s`` / ``attention_core_bwd_s``) are slowed by ``slowdown`` as every compute time is
     (``workbench.cost.layer.compute_slowdown``); each of the cp steps runs 1/cp of them. ``shard``: (local
     tokens, tp, cp, the cp group's stride). A full recompute (``full``) repeats the forward's collectives and
-    merges in the backward pass; hidden communication costs ``fw.comm_interference_frac`` of itself, as in
-    :func:`workbench.cost.overlap.overlap`. The merge work is priced at ``hbm_bytes_per_s`` (the device's
+    merges in the backward pass; hidden communication costs ``fw.comm_interference_frac`` of itself
+    (:func:`workbench.cost.overlap.overlap`). The merge work is priced at ``hbm_bytes_per_s`` (the device's
     achieved HBM bandwidth), slowed by ``slowdown`` as every memory-bound op. Shapes broadcast."""
     tokens, tp, cp, stride = shard
     cp = np.asarray(cp)
@@ -247,12 +253,11 @@ def torch_ring_layer(
         step_fwd_s=rest.attention_core_fwd_s * slowdown / cp,
         step_bwd_s=rest.attention_core_bwd_s * slowdown / cp,
         efficiency_frac=fw.collective_efficiency_frac,
+        interference=fw.comm_interference_frac,
     )
     redo = np.where(full, 1.0, 0.0)
     hidden = comm.hidden_f_s * (1.0 + redo) + comm.hidden_b_s
-    mix = fw.comm_interference_frac
-    f_s = comm.f_s + mix * comm.hidden_f_s
-    b_s = comm.b_s + redo * comm.f_s + mix * (comm.hidden_b_s + redo * comm.hidden_f_s)
+    f_s, b_s = comm.f_s, comm.b_s + redo * comm.f_s
     merge_f, merge_b = merge_bytes(values, cp)
     per_byte = slowdown / hbm_bytes_per_s
     return (f_s, b_s, hidden), (merge_f * per_byte, (merge_b + redo * merge_f) * per_byte)

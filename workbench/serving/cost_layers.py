@@ -336,11 +336,11 @@ class LayerCost:
         the roofline of its FLOPs at the measured efficiency and its bytes at the achieved HBM bandwidth, one
         kernel."""
         shaped_s = np.zeros(np.shape(tokens))
-        covered = np.zeros(np.shape(tokens), dtype=bool)
+        covered = np.ones(np.shape(tokens), dtype=bool)  # whether a series spans M: the same for every shape
         for op, n, k in shaped:
             eff = shape_efficiency_frac(self._shapes, tokens, n, k)
-            covered = ~np.isnan(eff)
-            t = np.maximum(op.flop / (self._peak * np.where(covered, eff, 1.0)), op.bytes / self._bw)
+            covered &= ~np.isnan(eff)
+            t = np.maximum(op.flop / (self._peak * np.where(np.isnan(eff), 1.0, eff)), op.bytes / self._bw)
             shaped_s = shaped_s + np.maximum(t, MIN_KERNEL_S)
         priced_s = np.zeros(np.shape(tokens))
         for op, count in priced:
