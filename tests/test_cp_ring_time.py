@@ -16,7 +16,8 @@ from tests.test_cp_ring_memory import HEAD_DIM, HEADS, TOKENS, _tiny  # the same
 from workbench.cost import layer
 from workbench.cost.comm import all_gather_s, p2p_s
 from workbench.cost.cp_ring import merge_bytes, ring_comm, ring_traffic, ring_values, step_attention_rates
-from workbench.cost.layer import compute_slowdown, device_rates
+from workbench.cost.layer import device_rates
+from workbench.cost.layer_comm import compute_slowdown
 from workbench.estimate.analytic import estimate_plan
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model

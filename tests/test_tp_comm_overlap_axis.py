@@ -49,7 +49,7 @@ def test_the_choice_prices_as_the_profile_whose_own_it_is(on: bool) -> None:
 
 
 def test_async_tp_hides_tensor_parallel_communication() -> None:
-    """workbench.cost.layer._tp_comm: with the overlap on, one of tp chunks stays exposed; the rest hides behind
+    """workbench.cost.layer_comm.tp_layer_comm: with the overlap on, one of tp chunks stays exposed; the rest hides behind
     the GEMMs (less the interference), so the exposed tp time falls and the step with it, the compute unchanged."""
     cal = load_calibration("default", framework=TITAN)
     off, on = (

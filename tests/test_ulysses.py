@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from workbench.cost.comm import NVLINK_LINK_FRAC
-from workbench.cost.layer import ulysses_all_to_all_s
+from workbench.cost.layer_comm import ulysses_all_to_all_s
 from workbench.estimate.analytic import estimate_plan
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model

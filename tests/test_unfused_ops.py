@@ -13,7 +13,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from workbench.cost.flops import UNFUSED_MODEL_OP_PASSES, layer_ops, op_times, unfused_model_ops
-from workbench.cost.layer import compute_slowdown, device_rates, layer_costs
+from workbench.cost.layer import device_rates, layer_costs
+from workbench.cost.layer_comm import compute_slowdown
 from workbench.cost.memory import activation_parts
 from workbench.estimate.analytic import estimate_plan
 from workbench.presets.calibration import load_calibration

@@ -236,7 +236,7 @@ def torch_ring_layer(
     forward, exposed backward, hidden) communication seconds, (forward, backward) seconds of the merge work),
     per micro-batch. ``rest``: the layer's non-GEMM op times, whose attention kernels
     (``attention_core_fwd_s`` / ``attention_core_bwd_s``) are slowed by ``slowdown`` as every compute time is
-    (``workbench.cost.layer.compute_slowdown``); each of the cp steps runs 1/cp of them. ``shard``: (local
+    (``workbench.cost.layer_comm.compute_slowdown``); each of the cp steps runs 1/cp of them. ``shard``: (local
     tokens, tp, cp, the cp group's stride). A full recompute (``full``) repeats the forward's collectives and
     merges in the backward pass; hidden communication costs ``fw.comm_interference_frac`` of itself
     (:func:`workbench.cost.overlap.overlap`). The merge work is priced at ``hbm_bytes_per_s`` (the device's

@@ -352,7 +352,7 @@ class FrameworkFields:
     fp8_tp_all_gather: bool = False
     """FP8 runs with sequence parallelism quantise a linear layer's sharded input before the tensor-parallel
     all-gather, so the all-gathers (forward, and the output-gradient all-gathers backward) move FP8 values while
-    the reduce-scatters stay 16-bit (``workbench.cost.layer.tp_bytes_per_value``). Transformer Engine
+    the reduce-scatters stay 16-bit (``workbench.cost.layer_comm.tp_bytes_per_value``). Transformer Engine
     ``LayerNormLinear``/``Linear`` gather their quantised input (``gather_along_first_dim(..., quantizer=...)``);
     torchao's ``Float8ColwiseParallel``/``PrepareFloat8ModuleInput`` cast to float8 before the redistribute."""
     fp8_weight_copies: float = 0.0
