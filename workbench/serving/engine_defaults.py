@@ -39,13 +39,22 @@ ENGINE_PROFILES = {
 }
 """Engine key (``workbench.validate.serving_specs._engine_key``) -> serving engine profile id (``profiles/engines/``)."""
 
-FRONTEND_IN_PROCESS_SOURCES = {
-    "APEX_VLLM": "microsoft/apex_plus@8769096 vllm/8TP.sh, 2DP4TP.sh, 4DP2TP.sh, scale_2TP_llama.sh, "
+FRONTEND_IN_PROCESS_REPOS = {
+    "microsoft/apex_plus": "microsoft/apex_plus@8769096 vllm/8TP.sh, 2DP4TP.sh, 4DP2TP.sh, scale_2TP_llama.sh, "
     "scale_2TP_mistral.sh, scale_4TP.sh and their _fp8 variants start vllm/vllm-openai:v0.6.0 with "
     "--disable-frontend-multiprocessing",
 }
-"""Validation sources whose vLLM V0 servers ran the OpenAI server in the engine's process -> the launch line that
-says so; their rows are priced with ``vllm-v0-inproc`` (``EngineProfile.frontend_host_per_request_s``)."""
+"""Repositories whose vLLM V0 serving runs started the OpenAI server in the engine's process -> the launch line that
+says so; a vLLM V0 row that names one in ``locator`` or ``source`` is priced with ``vllm-v0-inproc``
+(``EngineProfile.frontend_host_per_request_s``; ``frontend_in_process``)."""
+
+
+def frontend_in_process(row: dict[str, str]) -> str | None:
+    """The launch line (``FRONTEND_IN_PROCESS_REPOS``) of a row whose ``locator`` or ``source`` names a repository
+    listed there, whatever its source key; None otherwise."""
+    where = f"{row.get('locator', '')} {row.get('source', '')}"
+    return next((line for repo, line in FRONTEND_IN_PROCESS_REPOS.items() if f"{repo}@" in where), None)
+
 
 HARNESS_ENGINES: dict[str, tuple[str, int, str]] = {
     "inference_results_v4.0": (

@@ -25,10 +25,10 @@ from workbench.serving.engine_defaults import (
     DEFAULT_MAX_NUM_SEQS,
     ENGINE_BATCHING,
     ENGINE_PROFILES,
-    FRONTEND_IN_PROCESS_SOURCES,
     TRTLLM_BENCH_KV_FRAC,
     VLLM_V0_LONG_CONTEXT_TOKENS,
     VLLM_V0_MIN_BATCHED_TOKENS,
+    frontend_in_process,
     harness_engine,
     trtllm_bench_settings,
     vllm_v1_batch_defaults,
@@ -280,15 +280,15 @@ def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
 
 
 def _engine_profile(row: dict[str, str], engine: str, assumed: list[str]) -> str:
-    """The engine profile id of a row: ``ENGINE_PROFILES``, except a TensorRT-LLM row of a source that ran its own
-    harness (``harness_engine``: a row of MLPerf v4.0's results -> ``trtllm-mlperf-v4``) and a vLLM V0 row of a source whose servers
-    ran the OpenAI server in the engine's process (``FRONTEND_IN_PROCESS_SOURCES``): ``vllm-v0-inproc``; both
-    noted in ``assumed``."""
+    """The engine profile id of a row: ``ENGINE_PROFILES``, except a TensorRT-LLM row that ran in a harness of its
+    own (``harness_engine``: a row of MLPerf v4.0's results -> ``trtllm-mlperf-v4``) and a vLLM V0 row whose server
+    ran the OpenAI server in the engine's process (``frontend_in_process``, by the repository the row names):
+    ``vllm-v0-inproc``; both noted in ``assumed``."""
     harness = harness_engine(row)
     if engine == "trtllm" and harness is not None:
         assumed.append(f"engine profile {harness[0]}: {harness[2]}")
         return harness[0]
-    launch = FRONTEND_IN_PROCESS_SOURCES.get(row["source_key"].strip())
+    launch = frontend_in_process(row)
     if engine != "vllm-v0" or launch is None:
         return ENGINE_PROFILES[engine]
     assumed.append(f"engine profile vllm-v0-inproc: the API server shares the engine's process ({launch})")
