@@ -356,3 +356,29 @@ def test_the_mlperf_rows_run_in_nvidias_v40_harness() -> None:
         assert case.plan.max_num_batched_tokens == 16384, row_id
         assert any(a.startswith("engine profile trtllm-mlperf-v4") for a in case.assumed)
     assert _case("TRT-02").plan.engine == "trtllm"  # trtllm-bench rows keep the 1.0 profile
+
+
+def test_the_v40_harness_follows_the_results_repository_not_the_source_key() -> None:
+    """A TensorRT-LLM row that names MLPerf v4.0's results (a partner's submission runs NVIDIA's harness code) gets the
+    v4.0 harness under any source key; a later round's row, whose harness settings were not read, keeps trtllm."""
+    mlp = next(r for r in read_serving_rows() if r["id"] == "MLP-01")
+    partner = mlp | {
+        "source_key": "MLPERF_INF40_PARTNER",
+        "source": "MLPerf Inference v4.0 closed division, a partner's submission",
+        "locator": "mlcommons/inference_results_v4.0@3c4a1cf closed/HPE/results/x/llama2-70b-99/Offline/...",
+    }
+    case = row_case(partner)
+    assert isinstance(case, ServingCase)
+    assert case.plan.engine == "trtllm-mlperf-v4" and case.plan.max_num_batched_tokens == 16384
+    later = partner | {
+        "source": "MLPerf Inference v4.1 closed division",
+        "locator": "mlcommons/inference_results_v4.1@0000000 closed/NVIDIA/results/x/llama2-70b-99/Offline/...",
+    }
+    assert _plan_engine(later) == "trtllm"
+    assert _plan_engine(partner | {"engine": "vllm"}) != "trtllm-mlperf-v4"
+
+
+def _plan_engine(row: dict[str, str]) -> str:
+    case = row_case(row)
+    assert isinstance(case, ServingCase), case
+    return case.plan.engine

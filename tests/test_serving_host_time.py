@@ -121,10 +121,14 @@ def test_an_in_process_api_server_adds_its_time_per_request() -> None:
 
 def test_apex_rows_run_the_api_server_in_the_engine_process() -> None:
     """The APEX launch scripts pass ``--disable-frontend-multiprocessing``: their vLLM 0.6.0 rows take
-    ``vllm-v0-inproc`` and say why; a vLLM 0.6.0 row of another source keeps ``vllm-v0``."""
+    ``vllm-v0-inproc`` and say why, under any source key (the row names the repository); a vLLM 0.6.0 row of another
+    repository keeps ``vllm-v0``."""
     row = next(r for r in read_serving_rows() if r["id"] == "APEX-01")
     case = row_case(row)
     assert case.plan.engine == "vllm-v0-inproc"
     assert any("--disable-frontend-multiprocessing" in a for a in case.assumed)
-    other = row_case({**row, "source_key": "OTHER_V0"})
+    assert row_case({**row, "source_key": "APEX_RERUN"}).plan.engine == "vllm-v0-inproc"
+    other = row_case(
+        {**row, "source_key": "OTHER_V0", "source": "a V0 run", "locator": "someone/else@0 results.txt"}
+    )
     assert other.plan.engine == "vllm-v0" and not any("inproc" in a for a in other.assumed)

@@ -18,7 +18,15 @@ from workbench.validate.serving_loadgen import (
 )
 from workbench.validate.serving_workload import row_workload
 
-V40 = LOADGEN_SERVER_RULES["MLPERF_INF40_NVIDIA"]
+V40 = LOADGEN_SERVER_RULES["mlperf-llama2-70b-openorca"]
+
+NOT_MLPERF = {
+    "source_key": "SOMEONE_ELSE",
+    "input_tokens_dist": "fixed",
+    "output_tokens_dist": "fixed",
+    "input_tokens_mean": "222",
+}
+"""What makes a copy of MLP-02 a Poisson row of another benchmark: prompts not drawn from an MLPerf data set."""
 
 
 def by_id(row_id: str) -> dict[str, str]:
@@ -26,7 +34,7 @@ def by_id(row_id: str) -> dict[str, str]:
 
 
 def test_the_v40_rules_are_mlperf_confs():
-    # mlcommons/inference v4.0 mlperf.conf: *.Server.min_duration = 600000 (ms);
+    # mlcommons/inference v4.0 mlperf.conf (v4.1, v5.0 and v5.1 alike): *.Server.min_duration = 600000 (ms);
     # llama2-70b.*.performance_sample_count_override = 24576; llama2-70b.Server.sample_concatenate_permutation = 1;
     # test_settings.h: uint64_t min_query_count = 100
     assert (V40.min_duration_s, V40.min_query_count, V40.performance_sample_count, V40.equal_issue) == (
@@ -81,7 +89,7 @@ def test_the_server_rows_are_priced_over_loadgens_run_and_say_so():
 
 
 def test_a_poisson_row_of_another_source_without_a_count_is_skipped_only_without_an_engine_batch():
-    row = by_id("MLP-02") | {"source_key": "SOMEONE_ELSE"}
+    row = by_id("MLP-02") | NOT_MLPERF
     with pytest.raises(Unexpressible, match="num_requests is blank"):
         row_workload(row, [])
     assumed: list[str] = []
@@ -92,11 +100,14 @@ def test_a_poisson_row_of_another_source_without_a_count_is_skipped_only_without
 def test_a_poisson_run_of_another_source_is_scored_in_steady_state_at_its_arrival_rate():
     """Closed form: below capacity, the completions in the steady window (warm-up and drain left out) come at the
     arrival rate; the run is STEADY_WAVES x the deployment's sequences (4 engines x 128)."""
-    row = by_id("MLP-02") | {
-        "source_key": "SOMEONE_ELSE",
-        "max_batch_size": "128",
-        "request_rate_per_s": "40",
-    }
+    row = (
+        by_id("MLP-02")
+        | NOT_MLPERF
+        | {
+            "max_batch_size": "128",
+            "request_rate_per_s": "40",
+        }
+    )
     case = row_case(row)
     assert case.workload is not None and case.workload.num_requests == STEADY_WAVES * 128 * 4
     assert case.steady_concurrency == 128 * 4
@@ -120,3 +131,17 @@ def test_a_server_run_that_keeps_up_completes_its_arrival_rate():
     assert values["output_tokens_per_s"] == pytest.approx(rate * case.workload.output_tokens, rel=0.02)
     # completions over the time until all are done: below the rate by at most a 60 s drain
     assert rate * span_s / (span_s + 60.0) <= values["requests_per_s"] <= rate * 1.01
+
+
+def test_loadgens_rules_follow_the_benchmark_data_set_not_the_source_key():
+    """A Server row of the llama2-70b benchmark from another submitter or round (another source key) is priced over
+    LoadGen's run as the v4.0 rows are; the same arrival rate gives the same query count (49,152 at 70.98/s)."""
+    other = by_id("MLP-02") | {
+        "id": "X-01",
+        "source_key": "MLPERF_INF41_PARTNER",
+        "locator": "mlcommons/inference_results_v4.1@0000000 closed/Partner/results/x/llama2-70b-99/Server/...",
+    }
+    assumed: list[str] = []
+    assert row_workload(other, assumed).num_requests == 2 * 24576
+    assert any("MLPerf LoadGen schedules" in a for a in assumed)
+    assert row_case(other).steady_concurrency is None  # scored over LoadGen's whole run

@@ -5,6 +5,7 @@ profiles per engine (``workbench.validate.serving_specs`` reads the validation r
 from __future__ import annotations
 
 import math
+import re
 
 from workbench.specs.hardware import ClusterSpec, DeviceSpec
 from workbench.specs.model import ModelSpec
@@ -38,26 +39,52 @@ ENGINE_PROFILES = {
 }
 """Engine key (``workbench.validate.serving_specs._engine_key``) -> serving engine profile id (``profiles/engines/``)."""
 
-FRONTEND_IN_PROCESS_SOURCES = {
-    "APEX_VLLM": "microsoft/apex_plus@8769096 vllm/8TP.sh, 2DP4TP.sh, 4DP2TP.sh, scale_2TP_llama.sh, "
+FRONTEND_IN_PROCESS_REPOS = {
+    "microsoft/apex_plus": "microsoft/apex_plus@8769096 vllm/8TP.sh, 2DP4TP.sh, 4DP2TP.sh, scale_2TP_llama.sh, "
     "scale_2TP_mistral.sh, scale_4TP.sh and their _fp8 variants start vllm/vllm-openai:v0.6.0 with "
     "--disable-frontend-multiprocessing",
 }
-"""Validation sources whose vLLM V0 servers ran the OpenAI server in the engine's process -> the launch line that
-says so; their rows are priced with ``vllm-v0-inproc`` (``EngineProfile.frontend_host_per_request_s``)."""
+"""Repositories whose vLLM V0 serving runs started the OpenAI server in the engine's process -> the launch line that
+says so; a vLLM V0 row that names one in ``locator`` or ``source`` is priced with ``vllm-v0-inproc``
+(``EngineProfile.frontend_host_per_request_s``; ``frontend_in_process``)."""
+
+
+def frontend_in_process(row: dict[str, str]) -> str | None:
+    """The launch line (``FRONTEND_IN_PROCESS_REPOS``) of a row whose ``locator`` or ``source`` names a repository
+    listed there, whatever its source key; None otherwise."""
+    where = f"{row.get('locator', '')} {row.get('source', '')}"
+    return next((line for repo, line in FRONTEND_IN_PROCESS_REPOS.items() if f"{repo}@" in where), None)
+
 
 HARNESS_ENGINES: dict[str, tuple[str, int, str]] = {
-    "MLPERF_INF40_NVIDIA": (
+    "inference_results_v4.0": (
         "trtllm-mlperf-v4",
         16384,
         "NVIDIA's MLPerf Inference v4.0 harness (mlcommons/inference_results_v4.0@3c4a1cf closed/NVIDIA: "
-        "harness_llm on TensorRT-LLM's C++ runtime); max_num_tokens 16384: code/llama2-70b/tensorrt/builder.py "
-        "builds the engine with --max_num_tokens=16384 (its default; configs/llama2-70b/Offline and Server set none, "
-        "their parent config unread)",
+        "harness_llm on TensorRT-LLM's C++ runtime; partners' TensorRT-LLM submissions run copies of it, e.g. "
+        "closed/HPE); max_num_tokens 16384: code/llama2-70b/tensorrt/builder.py builds the engine with "
+        "--max_num_tokens=16384 (its default; configs/llama2-70b/Offline and Server set none, their parent config "
+        "unread)",
     ),
 }
-"""Validation sources whose TensorRT-LLM rows ran in a harness of their own -> (engine profile id, tokens per
-iteration where the row leaves ``max_num_batched_tokens`` blank, the source that says so)."""
+"""MLPerf results repositories whose TensorRT-LLM rows ran in the submitter's harness -> (engine profile id, tokens
+per iteration where the row leaves ``max_num_batched_tokens`` blank, the source that says so); a row names its
+repository in ``locator`` or ``source`` (``harness_engine``). Later rounds are not listed: their harness settings were
+not read, so their rows keep the plain ``trtllm`` profile."""
+
+
+def harness_engine(row: dict[str, str]) -> tuple[str, int, str] | None:
+    """The harness entry (``HARNESS_ENGINES``) of a TensorRT-LLM validation row whose ``locator`` or ``source`` names
+    an MLPerf results repository listed there (``mlcommons/inference_results_v4.0``), whatever its source key; None
+    otherwise (other engines, other rounds, other sources)."""
+    if row.get("engine", "").strip() != "trtllm":
+        return None
+    where = f"{row.get('locator', '')} {row.get('source', '')}"
+    for repo in re.findall(r"mlcommons/(inference_results_v[0-9.]+[0-9])", where):
+        if repo in HARNESS_ENGINES:
+            return HARNESS_ENGINES[repo]
+    return None
+
 
 TRTLLM_BENCH_KV_FRAC = 0.9
 """``trtllm-bench --kv_cache_free_gpu_mem_fraction`` default (the TRT-LLM perf-overview page's fallback)."""

@@ -31,17 +31,25 @@ class LoadGenServerRules:
 
 
 LOADGEN_SERVER_RULES = {
-    "MLPERF_INF40_NVIDIA": LoadGenServerRules(
+    "mlperf-llama2-70b-openorca": LoadGenServerRules(
         min_duration_s=600.0,
         min_query_count=100,
         performance_sample_count=24576,
         equal_issue=True,
-        source="mlcommons/inference v4.0 mlperf.conf: *.Server.min_duration = 600000, "
-        "llama2-70b.*.performance_sample_count_override = 24576, llama2-70b.Server.sample_concatenate_permutation "
-        "= 1, no llama2-70b Server min_query_count (loadgen/test_settings.h default 100)",
+        source="mlcommons/inference mlperf.conf, the same at v4.0 (e39003a), v4.1 (379ee53), v5.0 (dcd0c3e) and v5.1 "
+        "(75f297d): *.Server.min_duration = 600000, llama2-70b.*.performance_sample_count_override = 24576, "
+        "llama2-70b sample_concatenate_permutation = 1 (v4.0: Server only; later: every scenario), no llama2-70b "
+        "Server min_query_count (loadgen/test_settings.h default 100)",
     ),
 }
-"""Validation source -> the LoadGen rules its Server runs were generated under."""
+"""MLPerf data set code (the serving schema's ``*_dist`` codes, ``profiles/validation/datasets.toml``) -> the LoadGen
+rules a Server run of that benchmark is generated under, in every round that has it (``loadgen_rules``)."""
+
+
+def loadgen_rules(row: dict[str, str]) -> LoadGenServerRules | None:
+    """The LoadGen rules of a row whose prompts come from an MLPerf benchmark's data set (its
+    ``input_tokens_dist`` is a code of ``LOADGEN_SERVER_RULES``), whatever its source key; None otherwise."""
+    return LOADGEN_SERVER_RULES.get(row.get("input_tokens_dist", "").strip())
 
 
 def loadgen_server_queries(rate_per_s: float, rules: LoadGenServerRules) -> int:

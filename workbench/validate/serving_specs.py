@@ -25,11 +25,11 @@ from workbench.serving.engine_defaults import (
     DEFAULT_MAX_NUM_SEQS,
     ENGINE_BATCHING,
     ENGINE_PROFILES,
-    FRONTEND_IN_PROCESS_SOURCES,
-    HARNESS_ENGINES,
     TRTLLM_BENCH_KV_FRAC,
     VLLM_V0_LONG_CONTEXT_TOKENS,
     VLLM_V0_MIN_BATCHED_TOKENS,
+    frontend_in_process,
+    harness_engine,
     trtllm_bench_settings,
     vllm_v1_batch_defaults,
 )
@@ -197,7 +197,7 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
     role = row_role(row)
     replicas, tp, pp, ep, adp, disaggregation = _plan_layout(row, role, model, assumed)
     scheduler, budget, why = _batching(row, engine)
-    harness = HARNESS_ENGINES.get(row["source_key"].strip()) if engine == "trtllm" else None
+    harness = harness_engine(row) if engine == "trtllm" else None
     if harness is not None:
         budget, why = harness[1], f"in-flight batching of whole contexts; {harness[2]}"
     whole = scheduler is Scheduler.VLLM or load_engine(ENGINE_PROFILES[engine]).chunked_prefill is False
@@ -280,15 +280,15 @@ def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
 
 
 def _engine_profile(row: dict[str, str], engine: str, assumed: list[str]) -> str:
-    """The engine profile id of a row: ``ENGINE_PROFILES``, except a TensorRT-LLM row of a source that ran its own
-    harness (``HARNESS_ENGINES``: MLPerf v4.0 -> ``trtllm-mlperf-v4``) and a vLLM V0 row of a source whose servers
-    ran the OpenAI server in the engine's process (``FRONTEND_IN_PROCESS_SOURCES``): ``vllm-v0-inproc``; both
-    noted in ``assumed``."""
-    harness = HARNESS_ENGINES.get(row["source_key"].strip())
+    """The engine profile id of a row: ``ENGINE_PROFILES``, except a TensorRT-LLM row that ran in a harness of its
+    own (``harness_engine``: a row of MLPerf v4.0's results -> ``trtllm-mlperf-v4``) and a vLLM V0 row whose server
+    ran the OpenAI server in the engine's process (``frontend_in_process``, by the repository the row names):
+    ``vllm-v0-inproc``; both noted in ``assumed``."""
+    harness = harness_engine(row)
     if engine == "trtllm" and harness is not None:
         assumed.append(f"engine profile {harness[0]}: {harness[2]}")
         return harness[0]
-    launch = FRONTEND_IN_PROCESS_SOURCES.get(row["source_key"].strip())
+    launch = frontend_in_process(row)
     if engine != "vllm-v0" or launch is None:
         return ENGINE_PROFILES[engine]
     assumed.append(f"engine profile vllm-v0-inproc: the API server shares the engine's process ({launch})")

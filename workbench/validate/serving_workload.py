@@ -15,7 +15,7 @@ from workbench.serving.steady import STEADY_WAVES, steady_state_requests
 from workbench.specs.serving import Arrival, ServingWorkload
 from workbench.validate.rows import Unexpressible, cell_count, cell_number
 from workbench.validate.serving_datasets import named_dataset
-from workbench.validate.serving_loadgen import LOADGEN_SERVER_RULES, loadgen_server_queries
+from workbench.validate.serving_loadgen import loadgen_rules, loadgen_server_queries
 from workbench.validate.serving_traces import trace_workload
 
 
@@ -68,10 +68,10 @@ def _offline_steady_requests(row: dict[str, str], assumed: list[str]) -> int | N
 
 
 def _loadgen_server_requests(row: dict[str, str], assumed: list[str]) -> int | None:
-    """Requests to simulate for a Poisson row of an MLPerf source that gives no ``num_requests``: the query count
-    LoadGen schedules at the row's rate under that source's rules (``workbench.validate.serving_loadgen``), said
-    in ``assumed``; None for other sources or a blank rate."""
-    rules = LOADGEN_SERVER_RULES.get(row["source_key"].strip())
+    """Requests to simulate for a Poisson row of an MLPerf benchmark that gives no ``num_requests``: the query count
+    LoadGen schedules at the row's rate under that benchmark's rules (``workbench.validate.serving_loadgen.
+    loadgen_rules``: by the row's data set), said in ``assumed``; None for other rows or a blank rate."""
+    rules = loadgen_rules(row)
     rate = cell_number(row, "request_rate_per_s")
     if rules is None or rate is None or rate <= 0:
         return None
@@ -93,7 +93,7 @@ def steady_warmup_requests(row: dict[str, str], workload: ServingWorkload) -> in
     if workload.arrival is Arrival.CLOSED:
         return workload.concurrency
     poisson = workload.arrival is Arrival.POISSON and workload.num_requests is not None
-    if poisson and row["source_key"].strip() not in LOADGEN_SERVER_RULES:
+    if poisson and loadgen_rules(row) is None:
         return int(workload.num_requests or 0) // STEADY_WAVES
     return None
 
