@@ -104,3 +104,18 @@ def test_decode_layer_pays_two_table_all_reduces(h100) -> None:
     for engine, us in (("vllm-v0", 11.8), ("trtllm", 7.8)):
         rc = ReplicaCost.of(model, h100, ServingPlan(tp=8, engine=engine), cal)
         assert float(rc.layers.layer_comm_s(False, tokens)[0]) == pytest.approx(2 * us * 1e-6)
+
+
+def test_apex_tp2_servers_ran_nccl() -> None:
+    """microsoft/apex_plus vllm/scale_2TP_*.sh and 4DP2TP.sh pass --disable-custom-all-reduce; the tp-4 and tp-8
+    scripts do not: APEX's tp-2 rows are priced with NCCL's all-reduce, the others with vLLM's custom one."""
+    from workbench.validate.serving import row_case
+    from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows
+
+    rows = {r["id"]: r for r in read_serving_rows(DEFAULT_SERVING_DATA) if r["source_key"] == "APEX_VLLM"}
+    for rid, row in rows.items():
+        case = row_case(row)
+        engine = load_engine(case.plan.engine)
+        expected = "nccl" if case.plan.tp == 2 else "vllm_custom"
+        assert engine.tp_all_reduce == expected, rid
+    assert {r["tp"] for r in rows.values()} >= {"2", "4", "8"}

@@ -46,6 +46,16 @@ FRONTEND_IN_PROCESS_SOURCES = {
 """Validation sources whose vLLM V0 servers ran the OpenAI server in the engine's process -> the launch line that
 says so; their rows are priced with ``vllm-v0-inproc`` (``EngineProfile.frontend_host_per_request_s``)."""
 
+CUSTOM_ALL_REDUCE_OFF: dict[tuple[str, int], str] = {
+    (
+        "APEX_VLLM",
+        2,
+    ): "microsoft/apex_plus@8769096 vllm/scale_2TP_llama.sh, scale_2TP_mistral.sh and 4DP2TP.sh "
+    "start every tp-2 server with --disable-custom-all-reduce; 8TP.sh, scale_4TP.sh and 2DP4TP.sh do not",
+}
+"""(validation source, tp) whose vLLM servers ran with ``--disable-custom-all-reduce`` -> the launch lines that say
+so; their rows are priced with ``vllm-v0-inproc-nccl`` (``EngineProfile.tp_all_reduce`` = ``nccl``)."""
+
 HARNESS_ENGINES: dict[str, tuple[str, int, str]] = {
     "MLPERF_INF40_NVIDIA": (
         "trtllm-mlperf-v4",
