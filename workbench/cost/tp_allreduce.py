@@ -1,11 +1,11 @@
 """The tensor-parallel all-reduce a serving engine runs, priced from its kernel family's published latency table.
 
 Serving engines do not run NCCL for the small all-reduces of a decode step: vLLM's custom all-reduce
-(``csrc/custom_all_reduce.cuh``, one-stage below 512 KB on a full NVLink mesh, two-stage above, up to its 8 MB
-buffer; vLLM PR #2192) and TensorRT-LLM's custom one-shot / two-shot kernels (``customAllReduceKernels.cu``;
-the ``AllReduceStrategy`` AUTO choice below its size limits) read every peer's buffer over NVLink in one kernel
-with no ring steps. NCCL's tuning model (:mod:`workbench.cost.comm`) prices a ring/LL all-reduce of 8 H100 at
-~15 us for a few KB, where these kernels take 4-12 us.
+(``csrc/custom_all_reduce.cuh``: one-stage for small buffers, two-stage above, up to its 8 MiB buffer; vLLM PR
+#2192) and TensorRT-LLM's custom one-shot / two-shot kernels (``customAllReduceKernels.cu``, chosen by its AUTO
+strategy below its size limits) run in one kernel over NVLink (one-shot: every rank reads every peer's buffer;
+two-shot: reduce-scatter then all-gather), with no ring steps. NCCL's tuning model (:mod:`workbench.cost.comm`)
+prices an all-reduce of a few KB on 8 H100 at ~15 us, where the table below gives these kernels 6-10 us.
 
 An engine profile names its family (``EngineProfile.tp_all_reduce``); :func:`tp_all_reduce_s` prices a tensor-
 parallel all-reduce with that family's table where one was published for the device and group size, and with
@@ -59,8 +59,9 @@ _SGL2904 = (
     "sgl-project/sglang PR #2904 ('optimize custom allreduce kernel', 2025-01), 'unit test performance in H100 "
     "(without cuda graph)', tables 'vllm' (vLLM's custom all-reduce) and 'custom allreduce' (TensorRT-LLM's "
     "one-shot/two-shot kernels as sgl_kernel ports them), latency in ms at tp 2/4/8 for data sizes 512, 4096, "
-    "32768, 262144, 524288 and 1048576. The test (sgl-kernel tests/test_trt_reduce.py, performance_worker) "
-    "makes a float32 tensor of that many elements, so the payloads are 4x: 2 KiB .. 4 MiB; it times 100 "
+    "32768, 262144, 524288 and 1048576. The test (sgl-kernel tests/test_trt_reduce.py, performance_worker, as "
+    "stored at sgl-project/sglang@4fd490c; ASSUMED the PR ran the same loop) makes a float32 tensor of that many "
+    "elements, so the payloads are 4x: 2 KiB .. 4 MiB; it times 100 "
     "back-to-back calls on the host between two synchronizes. The H200's NVLink 4 fabric is the H100's (18 "
     "links, 900 GB/s): ASSUMED the same times"
 )
