@@ -25,7 +25,6 @@ import numpy as np
 
 from workbench.cost.comm import (
     all_gather_s,
-    all_reduce_s,
     all_to_all_forwarded_s,
     all_to_all_s,
     p2p_s,
@@ -33,6 +32,7 @@ from workbench.cost.comm import (
 )
 from workbench.cost.deepep import deepep_low_latency_s, dispatch_bytes_per_value
 from workbench.cost.flops import Op, elementwise_op, embedding_ops, op_times
+from workbench.cost.tp_allreduce import tp_all_reduce_s
 from workbench.presets.calibration import Calibration
 from workbench.presets.gemm_shapes import GemmSeries, measured_gemm_series, shape_efficiency_frac
 from workbench.serving.memory import ACT_BYTES
@@ -131,7 +131,7 @@ class LayerCost:
         out = out + self._gemm_s(embedding_ops(m, tokens=t_r, act_bytes=ACT_BYTES))
         payload = ACT_BYTES * t_r * m.hidden_size
         if rp.tp > 1:
-            out = out + all_reduce_s(self._cluster, payload, rp.tp, 1, self._eff)
+            out = out + self._tp_all_reduce_s(payload)
         if rp.pp > 1:
             out = out + (rp.pp - 1) * p2p_s(self._cluster, payload, rp.tp * rp.attention_dp, self._eff)
         return np.where(tokens > 0, out, 0.0)
@@ -195,6 +195,11 @@ class LayerCost:
         heads = self.by_logits_s(tokens if logits is None else logits)
         return self._layer_s(moe, tokens) + self._gemm_s([proj], (1,)) + heads
 
+    def _tp_all_reduce_s(self, payload: np.ndarray) -> np.ndarray:
+        """A tp all-reduce of ``payload`` bytes with the engine's kernel family (``EngineProfile.tp_all_reduce``,
+        ``workbench.cost.tp_allreduce``), seconds."""
+        return tp_all_reduce_s(self._cluster, payload, self._rp.tp, self._engine.tp_all_reduce, self._eff)
+
     def layer_comm_s(self, moe: bool, tokens: np.ndarray, prefill: bool = False) -> np.ndarray:
         """Collectives of one layer: the tp all-reduce after attention and after the MLP (Megatron's two per
         layer, Shoeybi et al. 2019, arXiv:1909.08053); with attention_dp > 1 an MoE layer instead moves its
@@ -206,12 +211,13 @@ class LayerCost:
         ``AgRsAll2AllManager``); ``deepep`` runs DeepEP's normal kernels in iterations with prefill tokens
         (``all_to_all_forwarded_s``) and its low-latency kernels in decode-only ones, priced from DeepEP's own kernel
         benchmark (``workbench.cost.deepep``: a fixed 20 us a kernel plus the bytes; FP8 dispatch carries its
-        per-128-channel scales). The rest is priced by NCCL's model (``workbench.cost.comm``), seconds."""
+        per-128-channel scales). The tp all-reduces run the engine's kernel family (``_tp_all_reduce_s``); the rest is
+        priced by NCCL's model (``workbench.cost.comm``), seconds."""
         rp, h, eff = self._rp, self._model.hidden_size, self._eff
         payload = ACT_BYTES * tokens / rp.attention_dp * h
         out = np.zeros_like(tokens)
         if rp.tp > 1:
-            out = out + all_reduce_s(self._cluster, payload, rp.tp, 1, eff)
+            out = out + self._tp_all_reduce_s(payload)
         if moe and rp.attention_dp > 1 and self._engine.moe_dispatch == "allgather_reducescatter":
             gathered = payload * rp.attention_dp
             out = out + all_gather_s(self._cluster, gathered, rp.attention_dp, rp.tp, eff)
@@ -234,7 +240,7 @@ class LayerCost:
                 out = out + all_to_all_s(self._cluster, send * values * k, n, 1, eff)
                 out = out + all_to_all_s(self._cluster, ACT_BYTES * values * k, n, 1, eff)
         elif rp.tp > 1:
-            out = out + all_reduce_s(self._cluster, payload, rp.tp, 1, eff)
+            out = out + self._tp_all_reduce_s(payload)
         return np.asarray(out, dtype=float)
 
     def eager_floor_s(self) -> float:

@@ -52,8 +52,32 @@ says so; a vLLM V0 row that names one in ``locator`` or ``source`` is priced wit
 def frontend_in_process(row: dict[str, str]) -> str | None:
     """The launch line (``FRONTEND_IN_PROCESS_REPOS``) of a row whose ``locator`` or ``source`` names a repository
     listed there, whatever its source key; None otherwise."""
-    where = f"{row.get('locator', '')} {row.get('source', '')}"
-    return next((line for repo, line in FRONTEND_IN_PROCESS_REPOS.items() if f"{repo}@" in where), None)
+    return next((line for repo, line in FRONTEND_IN_PROCESS_REPOS.items() if _names(row, repo)), None)
+
+
+CUSTOM_ALL_REDUCE_OFF: dict[tuple[str, int], str] = {
+    (
+        "microsoft/apex_plus",
+        2,
+    ): "microsoft/apex_plus@8769096 vllm/scale_2TP_llama.sh, scale_2TP_mistral.sh and 4DP2TP.sh "
+    "start every tp-2 server with --disable-custom-all-reduce; 8TP.sh, scale_4TP.sh and 2DP4TP.sh do not",
+}
+"""(repository, tp) whose vLLM servers ran with ``--disable-custom-all-reduce`` -> the launch lines that say so; a row
+that names the repository in ``locator`` or ``source`` is priced with ``vllm-v0-inproc-nccl``
+(``EngineProfile.tp_all_reduce`` = ``nccl``; ``custom_all_reduce_off``)."""
+
+
+def custom_all_reduce_off(row: dict[str, str], tp: int) -> str | None:
+    """The launch lines (``CUSTOM_ALL_REDUCE_OFF``) of a row at ``tp`` whose ``locator`` or ``source`` names a
+    repository listed there with that tp, whatever its source key; None otherwise."""
+    return next(
+        (line for (repo, at), line in CUSTOM_ALL_REDUCE_OFF.items() if at == tp and _names(row, repo)), None
+    )
+
+
+def _names(row: dict[str, str], repo: str) -> bool:
+    """Whether the row's ``locator`` or ``source`` cites ``repo`` at a commit (``owner/name@``)."""
+    return f"{repo}@" in f"{row.get('locator', '')} {row.get('source', '')}"
 
 
 HARNESS_ENGINES: dict[str, tuple[str, int, str]] = {

@@ -35,6 +35,12 @@ kernels, which cross the network once per destination node and forward over NVLi
 (``workbench.cost.comm.all_to_all_forwarded_s``), decode-only iterations the low-latency kernels, which send each
 copy and are priced from DeepEP's own kernel benchmark (``workbench.cost.deepep``)."""
 
+TP_ALL_REDUCES = ("nccl", "vllm_custom", "trtllm_custom")
+"""The kernel family an engine runs its tensor-parallel all-reduces with (priced by ``workbench.cost.tp_allreduce``):
+``nccl`` (NCCL's own choice, priced by NCCL's tuning model), ``vllm_custom`` (vLLM's custom all-reduce, one- and
+two-stage), ``trtllm_custom`` (TensorRT-LLM's custom one-shot / two-shot kernels, as SGLang's ``sgl_kernel``
+ports them)."""
+
 MAX_HOST_S = 1.0
 """Largest per-iteration or per-kernel host time a profile may state, seconds (engines spend 10^-5..10^-2)."""
 
@@ -112,6 +118,9 @@ class EngineProfile:
     ``enable_chunked_prefill``)."""
     moe_dispatch: str = "all_to_all"
     """One of ``MOE_DISPATCHES``: the collectives of an MoE layer under attention data parallelism."""
+    tp_all_reduce: str = "nccl"
+    """One of ``TP_ALL_REDUCES``: the kernel family of the tensor-parallel all-reduces of every layer, priced
+    from that family's published latency table where one exists for the device and tp, else by NCCL's model."""
     varlen_attention: bool = False
     """Prefill chunks and decodes of an iteration share one FlashAttention varlen call (vLLM V1's FlashAttention
     backend) instead of separate prefill and decode kernels: with FlashAttention-2 each decode query then fills a
@@ -180,6 +189,10 @@ class EngineProfile:
         if self.moe_dispatch not in MOE_DISPATCHES:
             raise ValueError(
                 f"{where}: moe_dispatch must be one of {', '.join(MOE_DISPATCHES)}; got {shown(self.moe_dispatch)}"
+            )
+        if self.tp_all_reduce not in TP_ALL_REDUCES:
+            raise ValueError(
+                f"{where}: tp_all_reduce must be one of {', '.join(TP_ALL_REDUCES)}; got {shown(self.tp_all_reduce)}"
             )
         if self.kv_admission not in KV_ADMISSIONS:
             raise ValueError(

@@ -28,6 +28,7 @@ from workbench.serving.engine_defaults import (
     TRTLLM_BENCH_KV_FRAC,
     VLLM_V0_LONG_CONTEXT_TOKENS,
     VLLM_V0_MIN_BATCHED_TOKENS,
+    custom_all_reduce_off,
     frontend_in_process,
     harness_engine,
     trtllm_bench_settings,
@@ -237,7 +238,7 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
         max_num_batched_tokens=budget,
         scheduler=scheduler,
         gpu_memory_utilization_frac=1.0,
-        engine=_engine_profile(row, engine, assumed),
+        engine=_engine_profile(row, engine, tp, assumed),
     )  # fmt: skip
     return _with_memory_share(row, plan, model, cluster, assumed)
 
@@ -279,11 +280,12 @@ def _batching(row: dict[str, str], engine: str) -> tuple[Scheduler, int, str]:
             f"prompts, max(max_model_len, {VLLM_V0_MIN_BATCHED_TOKENS}) tokens per iteration (SchedulerConfig)")  # fmt: skip
 
 
-def _engine_profile(row: dict[str, str], engine: str, assumed: list[str]) -> str:
+def _engine_profile(row: dict[str, str], engine: str, tp: int, assumed: list[str]) -> str:
     """The engine profile id of a row: ``ENGINE_PROFILES``, except a TensorRT-LLM row that ran in a harness of its
     own (``harness_engine``: a row of MLPerf v4.0's results -> ``trtllm-mlperf-v4``) and a vLLM V0 row whose server
     ran the OpenAI server in the engine's process (``frontend_in_process``, by the repository the row names):
-    ``vllm-v0-inproc``; both noted in ``assumed``."""
+    ``vllm-v0-inproc``, or ``vllm-v0-inproc-nccl`` where those servers also ran with ``--disable-custom-all-reduce``
+    at this tp (``custom_all_reduce_off``); each noted in ``assumed``."""
     harness = harness_engine(row)
     if engine == "trtllm" and harness is not None:
         assumed.append(f"engine profile {harness[0]}: {harness[2]}")
@@ -292,7 +294,11 @@ def _engine_profile(row: dict[str, str], engine: str, assumed: list[str]) -> str
     if engine != "vllm-v0" or launch is None:
         return ENGINE_PROFILES[engine]
     assumed.append(f"engine profile vllm-v0-inproc: the API server shares the engine's process ({launch})")
-    return "vllm-v0-inproc"
+    off = custom_all_reduce_off(row, tp)
+    if off is None:
+        return "vllm-v0-inproc"
+    assumed.append(f"engine profile vllm-v0-inproc-nccl: NCCL's all-reduce, not vLLM's custom one ({off})")
+    return "vllm-v0-inproc-nccl"
 
 
 def _plan_layout(
