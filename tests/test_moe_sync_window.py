@@ -120,13 +120,14 @@ def test_a_launch_bound_moe_layer_pays_its_post_sync_launches_after_its_attentio
 
 
 def test_unfused_op_launches_of_gpt_oss_follow_megatron_core() -> None:
-    """GPT-OSS runs YaRN RoPE (12 kernels on the queries, 12 on the keys), a clamped GLU (two clamps, a
-    concatenation and a host-to-device copy) and biased experts (a concatenation and a cast) eagerly; the
-    attention block's CUDA graph (GB300's recipe) replays the RoPE kernels; Qwen3 has none of them."""
+    """GPT-OSS runs YaRN RoPE (12 kernels on the queries, 12 on the keys), the attention output bias's add
+    (its bias-dropout-add unfused: 1), a clamped GLU (two clamps, a concatenation and a host-to-device copy)
+    and biased experts (a concatenation and a cast) eagerly; the attention block's CUDA graph (GB300's
+    recipe) replays the RoPE and bias kernels; Qwen3 has none of them."""
     cal = load_calibration("default")
     fw = dataclasses.replace(cal.framework, cuda_graph_scopes=(), device_recipes={}, model_recipes={})
     oss, qwen = load_model("gpt-oss-120b"), load_model("qwen3-30b-a3b")
-    assert unfused_op_launches(fw, oss) == (2 * 12, 3 + 1 + 2)
+    assert unfused_op_launches(fw, oss) == (2 * 12 + 1, 3 + 1 + 2)
     graphed = dataclasses.replace(fw, cuda_graph_scopes=("attn", "moe_router", "moe_preprocess"))
     assert unfused_op_launches(graphed, oss) == (0, 6)
     assert unfused_op_launches(fw, qwen) == (0, 0)
