@@ -275,10 +275,13 @@ def test_inconsistent_windows_are_refused(window: int, layers: int) -> None:
 
 def test_model_recipes_lay_the_model_and_gpu_recipe_over_the_device_one() -> None:
     """Megatron-Bridge 25.11: GPT-OSS keeps the alltoall dispatcher on GB200 without CUDA graphs and recomputes
-    the norms and the expert activation, while the Qwen3 recipes on GB200 take Hybrid-EP with graphs."""
+    nothing (its recipes name recompute_modules without recompute_granularity 'selective', which Megatron-Core
+    0.15 needs to run them), while the Qwen3 recipes on GB200 take Hybrid-EP with graphs."""
     oss = MCORE.for_device("gb200", "GPT OSS 120B")
     assert (oss.moe_dispatcher, oss.cuda_graph_scopes) == ("alltoall", ())
-    assert oss.recompute_modules == ("layernorm", "moe_act")
+    assert oss.recompute_modules == ()
+    for gpu in ("b200-sxm-180gb", "h100-sxm5-80gb"):
+        assert MCORE.for_device(gpu, "gpt-oss-120b").recompute_modules == ()
     assert MCORE.for_device("gb200", "gpt-oss-120b") == oss  # names compare on letters and digits
     qwen = MCORE.for_device("gb200", "Qwen3_30B_a3B")
     assert (qwen.moe_dispatcher, qwen.recompute_modules) == ("hybridep", ())
@@ -312,19 +315,19 @@ def test_model_recipes_lay_the_model_and_gpu_recipe_over_the_device_one() -> Non
 
 
 def test_host_launches_of_gpt_oss_on_gb200_follow_its_own_recipe() -> None:
-    """No CUDA graphs: all 60 eager kernels of the layer and the unfused model ops' 30 (YaRN RoPE 2 x 12, the
-    GLU clamp 4, the expert bias's concatenation and cast 2; twice that backward); ep64 leaves 2 local experts,
+    """No CUDA graphs: all 60 eager kernels of the layer and the unfused model ops' 31 (YaRN RoPE 2 x 12, the
+    attention output bias's add 1, the GLU clamp 4, the expert bias's concatenation and cast 2; twice that
+    backward); ep64 leaves 2 local experts,
     BF16: 2 GEMMs forward and 4 backward per expert, plus the unfused expert bias (2 forward, 4 backward per
-    expert); its recipe recomputes the pre-MLP norm and the experts' activation with its clamps (1 + 1 + 4
-    more backward)."""
+    expert); its recipe recomputes nothing (no recompute_granularity 'selective'), so the backward relaunches
+    no recomputed kernel."""
     model = load_model("gpt-oss-120b")
     cal = load_calibration("default")
     cal = dataclasses.replace(cal, framework=dataclasses.replace(MCORE, host_s_per_kernel=1e-5))
     resolved = on_device(cal, load_device("gb200"), model)
     fwd, bwd = moe_host_s(model, resolved, dtype="bf16", ep=64)
-    redo = 1 + 1 + 4
     assert (float(fwd), float(bwd)) == pytest.approx(
-        ((60 + 30 + 2 * 2 + 2 * 2) * 1e-5, (2 * (60 + 30) + 4 * 2 + 4 * 2 + redo) * 1e-5)
+        ((60 + 31 + 2 * 2 + 2 * 2) * 1e-5, (2 * (60 + 31) + 4 * 2 + 4 * 2) * 1e-5)
     )
     qwen = on_device(cal, load_device("gb200"), load_model("qwen3-30b-a3b"))
     graphed_once = 60 - 20 - 12 - 6 + 1  # its attn, router and preprocess replay as one graph
@@ -369,10 +372,7 @@ def test_an_estimate_names_the_recipe_it_priced() -> None:
     est = estimate_plan(
         load_model("gpt-oss-120b"), load_cluster("gb200-nvl72", num_nodes=16), workload, plan, calibration=cal
     )
-    want = (
-        "recipe of megatron-core-2024 for gpt-oss-120b on gb200: moe_dispatcher alltoall; cuda_graph_scopes none;"
-        " recompute_modules layernorm, moe_act"
-    )
+    want = "recipe of megatron-core-2024 for gpt-oss-120b on gb200: moe_dispatcher alltoall; cuda_graph_scopes none"
     assert want in est.notes
     dense = estimate_plan(
         load_model("llama-3.1-8b"),

@@ -120,13 +120,14 @@ def test_a_launch_bound_moe_layer_pays_its_post_sync_launches_after_its_attentio
 
 
 def test_unfused_op_launches_of_gpt_oss_follow_megatron_core() -> None:
-    """GPT-OSS runs YaRN RoPE (12 kernels on the queries, 12 on the keys), a clamped GLU (two clamps, a
-    concatenation and a host-to-device copy) and biased experts (a concatenation and a cast) eagerly; the
-    attention block's CUDA graph (GB300's recipe) replays the RoPE kernels; Qwen3 has none of them."""
+    """GPT-OSS runs YaRN RoPE (12 kernels on the queries, 12 on the keys), the attention output bias's add
+    (its bias-dropout-add unfused: 1), a clamped GLU (two clamps, a concatenation and a host-to-device copy)
+    and biased experts (a concatenation and a cast) eagerly; the attention block's CUDA graph (GB300's
+    recipe) replays the RoPE and bias kernels; Qwen3 has none of them."""
     cal = load_calibration("default")
     fw = dataclasses.replace(cal.framework, cuda_graph_scopes=(), device_recipes={}, model_recipes={})
     oss, qwen = load_model("gpt-oss-120b"), load_model("qwen3-30b-a3b")
-    assert unfused_op_launches(fw, oss) == (2 * 12, 3 + 1 + 2)
+    assert unfused_op_launches(fw, oss) == (2 * 12 + 1, 3 + 1 + 2)
     graphed = dataclasses.replace(fw, cuda_graph_scopes=("attn", "moe_router", "moe_preprocess"))
     assert unfused_op_launches(graphed, oss) == (0, 6)
     assert unfused_op_launches(fw, qwen) == (0, 0)
@@ -171,6 +172,46 @@ def test_gb200_window_table_reproduces_the_published_kernel_times(seq: int) -> N
     assert float(t.bwd_input_s) * 1e3 == pytest.approx(GB200_SWA_BWD_MS[seq], rel=0.01)
 
 
+SWA_PREFILL_FWD_MS = {
+    ("dgx-b200", 2048): 0.035168,
+    ("dgx-b200", 8192): 0.113408,
+    ("dgx-b200", 32768): 0.436928,
+    ("dgx-h200", 2048): 0.03664,
+    ("dgx-h200", 8192): 0.135487,
+    ("dgx-h200", 32768): 0.517145,
+}
+"""cudnn-frontend benchmark/attention_inference/results/gpt_oss/{b200/gpt_oss_20260918_170602.csv @0501eca,
+h200/gpt_oss_20260928_135723.csv @104a33b}: cuDNN 9.27 BF16 prefill time_ms of GPT-OSS's 128-key sliding window
+with its sinks (rows gpt_oss_swa, phase context), batch 1, 64 q / 8 kv heads, head_dim 64, q_tokens = kv_len."""
+
+
+@pytest.mark.parametrize(("cluster", "seq"), sorted(SWA_PREFILL_FWD_MS))
+def test_b200_and_hopper_window_tables_reproduce_the_published_prefill_times(cluster: str, seq: int) -> None:
+    """GPT-OSS's window layers at the published prefill shape on B200 and H200: the modelled forward of the
+    window op equals the benchmark's time_ms (the model's band s w - w^2/2 per head against the benchmark's
+    w(w+1)/2 + (s - w) w: within 0.1%, rounding of the table's fractions within 0.5%); H100 SXM reads the same
+    fractions as H200 (the same GH100 SMs and clocks)."""
+    model = dataclasses.replace(load_model("gpt-oss-120b"), num_sliding_window_layers=36)
+    cal = load_calibration("default", framework="megatron-core-2024")
+    device = load_cluster(cluster, 1).device
+    win = cal.window_attention(device, dtype="bf16", seq_len=seq, head_dim=64, window=128)
+    assert win is not None
+    ops = attention_ops(model, tokens=float(seq), seq_len=seq, tp=1, act_bytes=2.0, flash=True)
+    t = op_times(
+        [o for o in ops if o.name == "attention_window"],
+        peak_flop_per_s=device.peak("bf16"),
+        gemm_curve=((1e9, 0.5),),
+        hbm_bytes_per_s=device.hbm_bytes_per_s,
+        attention=(1.0, 1.0),
+        window_attention=win,
+    )
+    assert float(t.fwd_s) * 1e3 == pytest.approx(SWA_PREFILL_FWD_MS[(cluster, seq)], rel=0.01)
+    if cluster == "dgx-h200":
+        h100 = load_cluster("dgx-h100", 1).device
+        same = cal.window_attention(h100, dtype="bf16", seq_len=seq, head_dim=64, window=128)
+        assert same is not None and (float(same[0]), float(same[1])) == (float(win[0]), float(win[1]))
+
+
 def test_window_tables_stand_only_for_windows_near_their_own() -> None:
     table = load_kernel_table("gb200")
     hit = table.attention_fracs(("cudnn",), dtype="bf16", head_dim=64, causal=True, seq_len=8192, window=128)
@@ -182,8 +223,8 @@ def test_window_tables_stand_only_for_windows_near_their_own() -> None:
     full = table.attention_fracs(("cudnn",), dtype="bf16", head_dim=64, causal=True, seq_len=8192)
     assert full is not None and float(full[1]) > 5 * float(hit[1])  # the full kernel, not the band's
     cal = load_calibration("default", framework="megatron-core-2024")
-    h100 = load_cluster("dgx-h100", 1).device  # no window table: the caller keeps the full kernel's rate
-    assert cal.window_attention(h100, dtype="bf16", seq_len=8192, head_dim=64, window=128) is None
+    a100 = load_cluster("dgx-a100", 1).device  # no window table: the caller keeps the full kernel's rate
+    assert cal.window_attention(a100, dtype="bf16", seq_len=8192, head_dim=64, window=128) is None
 
 
 def test_gpt_oss_window_layers_cost_more_on_gb200_than_at_the_full_kernel_rate() -> None:

@@ -98,6 +98,30 @@ def test_pass_counts_match_the_aten_ops_of_the_eager_code() -> None:
     assert got == pytest.approx(UNFUSED_MODEL_OP_PASSES["expert_bias"], rel=0.02)
 
 
+def test_unfused_bias_dropout_add_moves_two_passes_more_than_the_fused_one() -> None:
+    """Megatron-Core 0.15's bias-dropout-add without ``bias_dropout_fusion`` (GPT-OSS's provider), written out
+    as ``fused_bias_dropout._bias_dropout_add_func`` runs it in training (bf16, hidden dropout 0): ``x + bias``,
+    ``dropout(p=0)``, ``residual + out``, bytes counted at the ATen level. A fused kernel reads x and the
+    residual and writes the sum (3 passes, what ``elementwise_op`` prices); the eager sequence moves 2 more
+    forward. Its backward moves one pass, the bias gradient's reduction of the output gradient, which the fused
+    kernel's backward needs as well: nothing more."""
+    torch.manual_seed(0)
+    n, h = 2048, 512
+
+    def bias_dropout_add(x: list[torch.Tensor]) -> torch.Tensor:
+        out = torch.nn.functional.dropout(x[0] + x[2], p=0.0, training=True)
+        return x[1] + out
+
+    x = torch.randn(n, h, dtype=torch.bfloat16, requires_grad=True)
+    residual = torch.randn(n, h, dtype=torch.bfloat16, requires_grad=True)
+    bias = torch.randn(h, dtype=torch.bfloat16, requires_grad=True)
+    fwd, bwd = _passes(bias_dropout_add, [x, residual, bias], n * h)
+    assert (fwd - 3.0, bwd) == pytest.approx(
+        (UNFUSED_MODEL_OP_PASSES["attention_bias_add"][0], 1.0), abs=0.01
+    )
+    assert UNFUSED_MODEL_OP_PASSES["attention_bias_add"][1] == 0.0
+
+
 def test_torchtitan_2024_eager_norm_and_rotary_passes_match_its_aten_ops() -> None:
     """torchtitan @9dec370's RMSNorm and apply_rotary_emb written out as its model code runs them without
     torch.compile (bf16 activations, a bf16 weight as FSDP2's param_dtype casts it), bytes counted at the ATen
@@ -158,7 +182,7 @@ def test_torchtitan_eager_norm_and_rotary_only_without_compile() -> None:
     )
 
 
-ALL = ("yarn_rope", "glu_clamp", "expert_bias")
+ALL = ("yarn_rope", "glu_clamp", "expert_bias", "attention_bias_add")
 
 
 def test_gpt_oss_layer_gets_all_three_from_its_config_figures() -> None:
@@ -179,7 +203,23 @@ def test_gpt_oss_layer_gets_all_three_from_its_config_figures() -> None:
         o.name: o
         for o in unfused_model_ops(oss, tokens=tokens, tp=tp, act_bytes=2.0, moe_layer=False, unfused=ALL)
     }
-    assert sorted(dense) == ["glu_clamp_unfused", "yarn_rope_unfused"]
+    assert sorted(dense) == ["attention_bias_add_unfused", "glu_clamp_unfused", "yarn_rope_unfused"]
+    # the output projection's bias added on its own: h = 2880 per token, split over tp only with sequence parallel
+    assert dense["attention_bias_add_unfused"].bytes == pytest.approx(2 * 2 * 16384 * 2880)
+    assert dense["attention_bias_add_unfused"].backward_bytes == 0.0
+    (shard,) = [
+        o
+        for o in unfused_model_ops(
+            oss,
+            tokens=tokens,
+            tp=tp,
+            act_bytes=2.0,
+            moe_layer=False,
+            unfused=("attention_bias_add",),
+            sequence_parallel=True,
+        )
+    ]
+    assert shard.bytes == pytest.approx(2 * 2 * 16384 * 2880 / 2)
     assert dense["glu_clamp_unfused"].bytes == pytest.approx(8 * 2 * 16384 * 2880 / 2)
     assert unfused_model_ops(oss, tokens=tokens, tp=tp, act_bytes=2.0, moe_layer=True, unfused=()) == []
 

@@ -121,6 +121,7 @@ UNFUSED_MODEL_OP_PASSES: dict[str, tuple[float, float]] = {
     "yarn_rope": (12.0, 14.0),
     "glu_clamp": (8.0, 15.0),
     "expert_bias": (6.0, 8.0),
+    "attention_bias_add": (2.0, 0.0),
     "rmsnorm_fp32": (16.0, 44.0),
     "rope_complex": (10.0, 10.0),
 }
@@ -140,6 +141,15 @@ backward counted op by op in ``tests/test_unfused_ops.py``):
 - ``expert_bias``, per value of the routed experts' output: ``experts.TEGroupedMLP._apply_bias`` forms
   ``bias * prob`` per expert (write: 1), adds it (read 2, write 1) and concatenates the experts (2): 6;
   backward 8 (the bias and probability gradients each multiply the output gradient and reduce the product).
+- ``attention_bias_add``, per value of the attention block's output (h per token, split over tp with sequence
+  parallelism): a stack that leaves the bias-dropout-add unfused (Megatron-Core 0.15 ``fused_bias_dropout.
+  bias_dropout_add_unfused`` where ``bias_dropout_fusion`` is False: Megatron-Bridge 0.2's ``GPTOSSProvider``
+  sets it False; ``TransformerConfig`` defaults to False; the Llama, DeepSeek, GLM and T5 providers set True)
+  adds the output projection's bias (``skip_bias_add``: read, write: 2), then ``dropout`` at p = 0 returns its
+  input (ATen ``_dropout_impl``) and the residual add moves what a fused bias-dropout-add moves
+  (``elementwise_op`` prices those 3); backward 0 beyond it (the bias gradient's reduction of the output
+  gradient is in the fused kernel too). A block without an output bias (Qwen3) runs the same 3 passes either
+  way.
 - ``rmsnorm_fp32``, per value of each norm's input (two norms a layer, four with ``post_norms``): torchtitan
   2024's ``norms.RMSNorm`` (pytorch/torchtitan @9dec370, the commit of its 2024-12 benchmarks) runs
   ``(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight``: a copy to fp32 (2 + 4 bytes), the
@@ -166,8 +176,9 @@ def unfused_model_ops(
     """The unfused element-wise kernels of one layer's model features the stack (``unfused``:
     ``FrameworkProfile.unfused_model_ops``) does not fuse, one device, one micro-batch, as memory ops of
     ``UNFUSED_MODEL_OP_PASSES``: YaRN RoPE on the local query and key heads (MLA applies its rotary part in its
-    own fused path), the clamp of a clamped GLU on the dense MLP or the routed experts, and the routed experts'
-    output bias; where the stack does not compile (not ``fused_elementwise``) the fp32 RMSNorm chain (split
+    own fused path), the clamp of a clamped GLU on the dense MLP or the routed experts, the routed experts'
+    output bias and the attention output bias added before the residual (split over tp with
+    ``sequence_parallel``); where the stack does not compile (not ``fused_elementwise``) the fp32 RMSNorm chain (split
     over tp with ``sequence_parallel``) and the complex rotary embedding of a RoPE model (no learned positions,
     not MLA). ``tokens`` = b*s/cp on this device (scalar or array, broadcast); each op's ``bytes`` and
     ``backward_bytes`` are HBM bytes (``act_bytes`` per value). Empty for a model without these features."""
@@ -182,6 +193,8 @@ def unfused_model_ops(
         values["glu_clamp"] = tokens * width / tp
     if "expert_bias" in unfused and model.expert_bias and moe_layer:
         values["expert_bias"] = tokens * routed * h / tp
+    if "attention_bias_add" in unfused and (model.attention_out_bias or model.linear_bias):
+        values["attention_bias_add"] = tokens * h / np.where(sequence_parallel, tp, 1)
     if not fused_elementwise and "rmsnorm_fp32" in unfused and model.norm is NormKind.RMSNORM:
         norms = 4 if model.post_norms else 2
         values["rmsnorm_fp32"] = norms * tokens * h / np.where(sequence_parallel, tp, 1)

@@ -185,7 +185,12 @@ host sync (the attention block and the router: ``MOE_POST_SYNC_KERNEL_SHARE``). 
 and expert inputs) are left out, so their sum is a lower bound of the GPU's time before the sync."""
 
 
-UNFUSED_OP_LAUNCHES: dict[str, float] = {"yarn_rope": 24.0, "glu_clamp": 4.0, "expert_bias": 2.0}
+UNFUSED_OP_LAUNCHES: dict[str, float] = {
+    "yarn_rope": 24.0,
+    "glu_clamp": 4.0,
+    "expert_bias": 2.0,
+    "attention_bias_add": 1.0,
+}
 """Forward kernel launches per layer of each unfused model op (``workbench.cost.elementwise_ops.
 UNFUSED_MODEL_OP_PASSES`` prices their bytes), read from Megatron-Core 0.15 (NVIDIA/Megatron-LM @0d8e0714):
 
@@ -199,6 +204,10 @@ UNFUSED_MODEL_OP_PASSES`` prices their bytes), read from Megatron-Core 0.15 (NVI
 - ``expert_bias``: ``experts.TEGroupedMLP._apply_bias`` concatenates the experts' outputs and casts the fp32
   result back (2), besides the product and the sum per expert that :func:`expert_launches` counts. After the
   sync.
+- ``attention_bias_add``: ``fused_bias_dropout._bias_dropout_add_func`` unfused adds the output projection's
+  bias (1) before the residual add a fused bias-dropout-add launches too (dropout at p = 0 launches nothing).
+  In the attention block (``TransformerLayer._forward_attention``): before the sync, and replayed in its CUDA
+  graph where ``cuda_graph_scopes`` has ``attn``.
 
 Backward launches are ``BACKWARD_KERNELS`` times these, as for the layer's other eager kernels."""
 
@@ -206,12 +215,15 @@ Backward launches are ``BACKWARD_KERNELS`` times these, as for the layer's other
 def unfused_op_launches(fw: FrameworkProfile, model: ModelSpec) -> tuple[float, float]:
     """(before the dropless sync, after it) forward launches of the unfused model ops of one MoE layer
     (``UNFUSED_OP_LAUNCHES``) that the stack runs eagerly (``FrameworkProfile.unfused_model_ops``) and the
-    model has: YaRN RoPE outside MLA (none where the attention block is CUDA-graphed), a clamped GLU, the
-    experts' output bias."""
+    model has: YaRN RoPE outside MLA and the attention output bias's add (none where the attention block is
+    CUDA-graphed), a clamped GLU, the experts' output bias."""
     unfused, pre, post = fw.unfused_model_ops, 0.0, 0.0
     yarn = model.rope_scaling == "yarn" and model.attention is not AttentionKind.MLA
     if "yarn_rope" in unfused and yarn and "attn" not in fw.cuda_graph_scopes:
         pre += UNFUSED_OP_LAUNCHES["yarn_rope"]
+    bias_add = model.attention_out_bias or model.linear_bias
+    if "attention_bias_add" in unfused and bias_add and "attn" not in fw.cuda_graph_scopes:
+        pre += UNFUSED_OP_LAUNCHES["attention_bias_add"]
     if "glu_clamp" in unfused and model.glu_clamp:
         post += UNFUSED_OP_LAUNCHES["glu_clamp"]
     if "expert_bias" in unfused and model.expert_bias:

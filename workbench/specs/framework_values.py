@@ -57,13 +57,22 @@ granularity (megatron/core/transformer/transformer_config.py, 0.15): the norms' 
 activation output, MLA's up-projections; each module's forward runs again in the backward pass instead of
 keeping its output (``core_attn`` is the plan's ``recompute=selective``)."""
 
-UNFUSED_MODEL_OPS = ("yarn_rope", "glu_clamp", "expert_bias", "rmsnorm_fp32", "rope_complex")
+UNFUSED_MODEL_OPS = (
+    "yarn_rope",
+    "glu_clamp",
+    "expert_bias",
+    "attention_bias_add",
+    "rmsnorm_fp32",
+    "rope_complex",
+)
 """Values of ``FrameworkProfile.unfused_model_ops``: model features a stack applies with unfused (eager PyTorch)
 element-wise kernels, each priced from the HBM passes of its kernels
 (``workbench.cost.elementwise_ops.unfused_model_ops``):
 ``yarn_rope`` YaRN-scaled rotary embeddings outside MLA (``ModelSpec.rope_scaling`` yarn), ``glu_clamp`` the
 clamp of a clamped GLU before its fused activation (``ModelSpec.glu_clamp``), ``expert_bias`` the routed
-experts' output bias scaled by the routing probability per expert (``ModelSpec.expert_bias``).
+experts' output bias scaled by the routing probability per expert (``ModelSpec.expert_bias``),
+``attention_bias_add`` the attention output projection's bias added by its own kernel before the residual add
+(``ModelSpec.attention_out_bias`` or ``linear_bias``: a bias-dropout-add left unfused).
 ``rmsnorm_fp32`` and ``rope_complex``: model code that writes RMSNorm as an fp32 chain of ATen ops and the rotary
 embedding as a complex multiplication (torchtitan 2024's ``norms.RMSNorm`` and ``apply_rotary_emb``); they run
 unfused only where the stack does not compile its blocks (``fused_elementwise`` false: torch.compile fuses them)."""

@@ -21,6 +21,8 @@ from workbench.validate.rows import DEFAULT_CLUSTER, Unexpressible, cell_count, 
 SCHEMA_LESS_FIELDS = (
     "head_dim",
     "qkv_bias",
+    "attention_out_bias",
+    "attention_sinks",
     "qk_norm",
     "expert_bias",
     "glu_clamp",
@@ -38,8 +40,8 @@ SCHEMA_LESS_FIELDS = (
     "v_head_dim",
     "num_mtp_layers",
 )
-"""Architecture fields the CSV has no column for (head size when it is not hidden/heads, Qwen3's q/k norms,
-banded attention, MLA's ranks, DeepSeekMoE's dense layers and routing groups, multi-token prediction): a row whose columns match a
+"""Architecture fields the CSV has no column for (head size when it is not hidden/heads, the attention
+projections' biases and GPT-OSS's sinks, Qwen3's q/k norms, banded attention, MLA's ranks, DeepSeekMoE's dense layers and routing groups, multi-token prediction): a row whose columns match a
 model preset (:func:`matching_preset`) takes them from the preset's ``config.json``."""
 
 _MATCHED_COLUMNS = (
