@@ -124,7 +124,7 @@ def test_every_row_of_the_shipped_file_is_priced_or_skipped_for_a_named_reason()
 
     out = json.loads(result.output)
     skipped = {s["id"]: s["reason"] for s in out["skipped"]}
-    assert set(skipped) == {"TRT-07", "SGL-01", "SGLG-01"}
+    assert set(skipped) == {"TRT-07", "SGL-01"}
     assert "prefill_workers" in skipped["SGL-01"]
     assert "ep blank" in skipped["TRT-07"]
     scored = {r["id"] for r in out["rows"]}

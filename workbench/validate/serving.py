@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from workbench.presets.calibration import Calibration
+from workbench.presets.engines import load_engine
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.estimate import ServingEstimate, serve_estimate
+from workbench.serving.memory import kv_capacity_tokens
+from workbench.serving.offload import host_offload_bytes_per_device, offloaded_layers
 from workbench.serving.phases import PhaseBatch, phase_predictions
 from workbench.serving.results import token_weighted_tpot_s
 from workbench.serving.steady import steady_window
@@ -35,12 +38,14 @@ from workbench.validate.rows import (
     Unexpressible,
     ape,
     build_cases,
+    cell_count,
+    cell_number,
     mape_by,
     row_model,
     skipped_row,
 )
 from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows, row_measured
-from workbench.validate.serving_phase import row_phases
+from workbench.validate.serving_phase import prefill_batch_tokens, row_phases
 from workbench.validate.serving_specs import complete_model, row_cluster, row_plan
 from workbench.validate.serving_workload import row_workload, steady_warmup_requests
 
@@ -102,13 +107,11 @@ def row_case(row: dict[str, str]) -> ServingCase:
     measured = row_measured(row)
     if not measured:
         raise Unexpressible("no measured value")
-    roles = ("both",) if plan.disaggregation is None else ("prefill", "decode")
     try:
-        cost_of = {
-            r: ReplicaCost.of(model, cluster, plan, Calibration(), role=r) for r in roles
-        }  # layout, memory
+        cost_of = _costs(model, cluster, plan)  # layout, memory
     except ValueError as exc:
-        raise _offload_reason(row, exc) from exc
+        plan = _host_offload_plan(row, model, cluster, plan, exc, assumed)
+        cost_of = _costs(model, cluster, plan)
     if row["phase"].strip() == "e2e":
         workload = row_workload(row, assumed, plan.max_num_seqs * plan.replicas)
     else:
@@ -125,17 +128,50 @@ _HOST_OFFLOAD = re.compile(r"offload\w*\b[^.;]*\b(Grace|host|CPU)\b[^.;]*\bmemor
 """A row's notes saying the run holds weights in the host's memory (``expert-weight offload to Grace memory``)."""
 
 
-def _offload_reason(row: dict[str, str], exc: ValueError) -> Exception:
-    """The error to skip a row with when its plan does not fit the devices: the cost model's own, unless the
-    row's notes say the run offloads weights to the host's memory, which the serving model does not price
-    (SGLang's OffloaderV2, ``--offload-group-size``, keeps the MoE expert weights of some layers in pinned host
-    memory and copies them to the GPU a few layers ahead of their use, every forward); then an
-    Unexpressible that says so, with the cost model's figures."""
+def _costs(model: ModelSpec, cluster: ClusterSpec, plan: ServingPlan) -> dict[str, ReplicaCost]:
+    roles = ("both",) if plan.disaggregation is None else ("prefill", "decode")
+    return {r: ReplicaCost.of(model, cluster, plan, Calibration(), role=r) for r in roles}
+
+
+def _host_offload_plan(
+    row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, plan: ServingPlan, exc: ValueError,
+    assumed: list[str],
+) -> ServingPlan:  # fmt: skip
+    """``plan`` with the experts SGLang holds in host memory, for a row whose weights do not fit (``exc``) and
+    whose notes say the run offloads weights to host memory (``_HOST_OFFLOAD``); ``exc`` itself otherwise.
+
+    A row that gives no amount is read as the least offload in SGLang's steps (one layer in each group of
+    ``offload_group_size``, the largest group size tried first) that leaves the KV cache room for one prefill
+    batch (``serving_phase.prefill_batch_tokens``): stated in ``assumed``. Raises ``Unexpressible`` naming the
+    figures when no group size fits."""
     if "leave no room" not in str(exc) or not _HOST_OFFLOAD.search(row.get("notes", "")):
-        return exc
-    return Unexpressible(
-        "the run offloads weights to host memory (notes), which the serving model does not price (weights held "
-        f"in host memory and copied to the GPU every forward); without it: {str(exc).split('; use ')[0]}"
+        raise exc
+    if plan.disaggregation is not None:
+        raise Unexpressible(f"host offload of a disaggregated row is not read; without it: {exc}")
+    engine = load_engine(plan.engine)
+    prompt = cell_count(row, "input_tokens_mean") if cell_number(row, "input_tokens_mean") else 1
+    for group in range(model.num_layers, model.num_dense_layers, -1):
+        candidate = replace(plan, offload_group_size=group)
+        need = prefill_batch_tokens(row, candidate, prompt, []) * candidate.attention_dp
+        try:
+            room = kv_capacity_tokens(
+                model, cluster.device, candidate, engine.profile_sampler_bytes_per_logit
+            )
+        except ValueError:
+            continue
+        if room >= need:
+            n = len(offloaded_layers(model, group))
+            gib = host_offload_bytes_per_device(model, candidate) / 2**30
+            assumed.append(
+                f"host offload: the routed experts of {n} of {model.num_layers} layers ({gib:.1f} GiB per device) "
+                f"in host memory, offload_group_size {group} (SGLang's offloader, one layer per group, fetched one "
+                f"offloaded layer ahead): the least offload in SGLang's steps that leaves KV room for one prefill "
+                f"batch ({need} tokens); the source gives no amount (notes)"
+            )
+            return candidate
+    raise Unexpressible(
+        "the run offloads weights to host memory (notes), but even SGLang's largest offload leaves no room for "
+        f"one prefill batch; without it: {str(exc).split('; use ')[0]}"
     )
 
 
