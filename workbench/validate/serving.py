@@ -46,7 +46,7 @@ from workbench.validate.rows import (
 )
 from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows, row_measured
 from workbench.validate.serving_phase import prefill_batch_tokens, row_phases
-from workbench.validate.serving_specs import complete_model, row_cluster, row_plan
+from workbench.validate.serving_specs import complete_model, ep_readings, row_cluster, row_plan
 from workbench.validate.serving_workload import row_workload, steady_warmup_requests
 
 METRIC_GROUPS: dict[str, str] = {
@@ -89,6 +89,9 @@ class ServingCase:
     """``system`` (whole deployment) or ``one_replica`` (latencies of one replica's requests only)."""
     assumed: tuple[str, ...]
     """One line per default taken for a blank column, with its reason."""
+    readings: tuple[tuple[str, ServingPlan], ...] = ()
+    """The other readings of a blank the row leaves open (``serving_specs.ep_readings``: ``("ep=4", plan)``), each
+    priced beside the scored one by :func:`validate_serving` (``readings`` of its result)."""
     row: dict[str, str] = field(repr=False)
 
 
@@ -121,6 +124,7 @@ def row_case(row: dict[str, str]) -> ServingCase:
         id=row["id"], source_key=row["source_key"], model=model, cluster=cluster, plan=plan, workload=workload,
         phases=phases, steady_concurrency=warmup,
         measured=measured, scope=row["measured_scope"].strip() or "system", assumed=tuple(assumed), row=row,
+        readings=ep_readings(model, plan, assumed),
     )  # fmt: skip
 
 
@@ -273,6 +277,7 @@ def validate_serving(
             rows.extend(score_serving_case(case, cal))
         except ValueError as exc:
             skipped.append(skipped_row(case.id, case.source_key, exc).as_dict())
+    readings = [entry for case in cases for entry in alternative_readings(case, rows, cal)]
     by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
     by_engine: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -290,7 +295,44 @@ def validate_serving(
         "mape_by_engine_metric": {
             eng: mape_by(members, "group") for eng, members in sorted(by_engine.items())
         },
+        "readings": readings,
     }
+
+
+def alternative_readings(
+    case: ServingCase, scored_rows: list[dict[str, Any]], calibration: Any
+) -> list[dict[str, Any]]:
+    """A case with other readings of a blank (``ServingCase.readings``), per measured statistic: ``id``,
+    ``source_key``, ``metric``, ``measured``, ``readings`` (reading -> predicted: the scored one and each other),
+    ``range`` (lowest, highest predicted), ``scored`` (the reading the row is scored at: the stack's default) and
+    ``supported`` (the reading whose prediction is nearer the measured value), as
+    ``workbench.validate.band.alternative_readings`` reports the training rows'. A reading the model refuses
+    (ValueError) is left out."""
+    mine = {r["metric"]: r for r in scored_rows if r["id"] == case.id}
+    if not case.readings or not mine:
+        return []
+    scored = f"ep={case.plan.expert_parallel}"
+    by_metric: dict[str, dict[str, float]] = {m: {scored: r["predicted"]} for m, r in mine.items()}
+    for name, plan in case.readings:
+        try:
+            values = case_predictions(replace(case, plan=plan, readings=()), calibration)
+        except ValueError:
+            continue
+        for metric in by_metric:
+            by_metric[metric][name] = float(values[metric])
+    return [
+        {
+            "id": case.id,
+            "source_key": case.source_key,
+            "metric": metric,
+            "measured": mine[metric]["measured"],
+            "readings": preds,
+            "range": (min(preds.values()), max(preds.values())),
+            "scored": scored,
+            "supported": min(preds, key=lambda k: abs(preds[k] - mine[metric]["measured"])),
+        }  # fmt: skip
+        for metric, preds in by_metric.items()
+    ]
 
 
 def is_serving_file(path: str | Path) -> bool:
