@@ -4,10 +4,13 @@ host memory with prefetching")."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
+from workbench_cli import cli
 
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
@@ -91,3 +94,17 @@ def test_sglg01_is_priced_with_the_least_offload_that_leaves_room_for_its_batch(
     except ValueError:
         room = 0
     assert room < 16384
+
+
+def test_serve_estimate_takes_the_offload_and_decode_pays_the_copies():
+    args = ["serve", "estimate", "--model", "deepseek-v3", "--cluster", "gb200-nvl72", "--tp", "2", "--ep", "2",
+            "--weight-dtype", "fp4", "--activation-dtype", "fp4", "--kv-dtype", "fp8", "--engine", "sglang",
+            "--offload-group-size", "8", "--num-requests", "16", "--input-tokens", "2000", "--output-tokens", "32",
+            "--json"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert "host-offload1/8" in out["plan"]
+    # a decode step t waits 7 (copy - 7/61 of its layers) >= 7 (copy - 7/61 t): t >= 7 copy / (1 + 49/61)
+    copy_s = EXPERT_LAYER_BYTES / 225e9
+    assert out["tpot_s_p50"] >= 7 * copy_s / (1 + 49 / 61)
