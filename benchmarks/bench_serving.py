@@ -44,6 +44,11 @@ def main() -> None:
         )
     for s in result["skipped"]:
         print(f"skipped {s['id']}: {s['reason']}")
+    for r in result["readings"]:
+        preds = ", ".join(f"{k} {v:.4g}" for k, v in r["readings"].items())
+        print(
+            f"readings {r['id']} {r['metric']}: {preds} (measured {r['measured']:.4g}; scored {r['scored']})"
+        )
     scored = len({r["id"] for r in result["rows"]})
     print(f"{scored} rows scored, {len(result['skipped'])} skipped, {wall:.1f} s")
     for key, value in result["mape_by_metric"].items():

@@ -175,6 +175,7 @@ def serving_inputs(kw: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
         disaggregation=disaggregation_of(kw),
         speculative=speculative_of(kw),
         num_redundant_experts=kw["num_redundant_experts"],
+        offload_group_size=kw["offload_group_size"],
     )
     return model, cluster, plan, _workload(kw), load_calibration(kw["calibration"])
 

@@ -60,6 +60,8 @@ DEPLOYMENT_OPTIONS: list[Callable[[Any], Any]] = [
                  help="Extra expert copies per MoE layer (EPLB); ep divides experts + these."),
     click.option("--prefix-hit-rate", type=amount(1.0), default=0.0, show_default=True,
                  help="Share of each prompt served from the prefix cache, in [0, 1)."),
+    click.option("--offload-group-size", type=count(L.MAX_PP, 0), default=0, show_default=True,
+                 help="SGLang host offload: of every N layers the last keeps its experts in host memory (0: off)."),
 ]  # fmt: skip
 """Decorators, in order, added to ``serve estimate``."""
 

@@ -245,6 +245,22 @@ def _serving(path: Any, calibration: str, as_json: bool) -> None:
     )
     if result["skipped"]:
         print_table("Skipped rows", ["id", "reason"], [[s["id"], s["reason"]] for s in result["skipped"]])
+    if result["readings"]:
+        print_table(
+            "Rows read several ways (a blank the source leaves open: each reading predicted)",
+            ["id", "metric", "measured", "readings", "scored", "nearer the measured"],
+            [
+                [
+                    r["id"],
+                    r["metric"],
+                    _fmt(r["measured"]),
+                    ", ".join(f"{k}: {_fmt(v)}" for k, v in r["readings"].items()),
+                    r["scored"],
+                    r["supported"],
+                ]
+                for r in result["readings"]
+            ],  # fmt: skip
+        )
     print_table(
         "Serving MAPE per metric",
         ["metric", "MAPE"],

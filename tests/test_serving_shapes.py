@@ -124,9 +124,9 @@ def test_every_row_of_the_shipped_file_is_priced_or_skipped_for_a_named_reason()
 
     out = json.loads(result.output)
     skipped = {s["id"]: s["reason"] for s in out["skipped"]}
-    assert set(skipped) == {"TRT-07", "SGL-01", "SGLG-01"}
+    assert set(skipped) == {"SGL-01"}
     assert "prefill_workers" in skipped["SGL-01"]
-    assert "ep blank" in skipped["TRT-07"]
+    assert [(r["id"], r["scored"]) for r in out["readings"]] == [("TRT-07", "ep=1")]
     scored = {r["id"] for r in out["rows"]}
     assert {
         "SGLB-01",

@@ -82,6 +82,10 @@ def input_blocks(est: ServingEstimate) -> list[dict[str, Any]]:
                           f"{spec.mean_accepted_length:.2f} tokens per step"))  # fmt: skip
     if p.num_redundant_experts:
         plan_rows.append(("redundant experts", f"{p.num_redundant_experts} per MoE layer"))
+    if p.offload_group_size:
+        plan_rows.append(
+            ("host-held experts", f"the last layer of every {p.offload_group_size} (SGLang offload)")
+        )
     arrival = {
         "closed": lambda: f"closed loop, {w.concurrency} in flight",
         "poisson": lambda: f"Poisson, {w.request_rate_per_s:,.2f} requests/s",

@@ -68,6 +68,7 @@ from workbench.serving.memory import (
     reserve_bytes,
     weight_bytes_per_device,
 )
+from workbench.serving.offload import HostOffload
 from workbench.specs.engine import EngineProfile
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import AttentionKind, ModelSpec
@@ -200,7 +201,7 @@ class ReplicaCost:
         "_attention", "_cal", "_capacity", "_cluster", "_draft", "_eager_floor_s", "_engine", "_graph_sizes",
         "_layers", "_layer_groups", "_logits_table", "_prefill_table", "_verify",
         "_host_per_request_s", "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
-        "_dp_ranks", "_frontend_per_request_s",
+        "_dp_ranks", "_frontend_per_request_s", "_offload",
     )  # fmt: skip
 
     def __init__(
@@ -242,6 +243,7 @@ class ReplicaCost:
         self._attention = AttentionCost(model, cluster.device, rp, calibration, self._engine, hbm_bytes_per_s=bw,
                                         families=attention_kernels)  # fmt: skip
         self._eager_floor_s = self._layers.eager_floor_s()
+        self._offload = HostOffload.of(model, cluster, rp)  # experts held in host memory (None: off)
         self._capacity = kv_capacity_tokens(model, cluster.device, rp, engine.profile_sampler_bytes_per_logit)
         self._draft: DraftCost | None = None
         self._verify = 1  # positions the target computes per decode sequence and iteration
@@ -472,6 +474,8 @@ class ReplicaCost:
             layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
         heads = self._table_lookup(self._logits_table, n_pre + n_dec * q, self._layers.by_logits_s)
         gpu = layers + heads + attention + draft
+        if self._offload is not None:  # the copies of host-held experts the layers' compute does not hide
+            gpu += self._offload.wait_s(layers + attention)
         if not self._engine.graph_launched(prefill_tokens, n_dec):
             gpu = max(gpu, self._eager_floor_s)
         return (

@@ -30,6 +30,18 @@ for models with max_model_len > 32K")."""
 VLLM_V0_MIN_BATCHED_TOKENS = 2048
 """vLLM V0 SchedulerConfig without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) when unset."""
 
+ENGINE_DEFAULT_EP: dict[str, tuple[int, str]] = {
+    "vllm-v0": (1, "vLLM without --enable-expert-parallel runs the MoE layers tensor-parallel"),
+    "vllm": (1, "vLLM without --enable-expert-parallel runs the MoE layers tensor-parallel"),
+    "vllm-async": (1, "vLLM without --enable-expert-parallel runs the MoE layers tensor-parallel"),
+    "sglang": (1, "SGLang --ep-size default 1 (server_args.py): the MoE layers tensor-parallel"),
+    "trtllm": (1, "TensorRT-LLM's Mapping with moe_expert_parallel_size and moe_tensor_parallel_size unset: "
+               "moe_ep_size 1, moe_tp_size = tp (tensorrt_llm/mapping.py); trtllm-bench's --ep sets "
+               "moe_expert_parallel_size and defaults to unset"),
+}  # fmt: skip
+"""Engine key -> (the expert-parallel degree the engine runs when a launch gives none, why): the reading a row with
+a blank ``ep`` is scored at, its other readings priced beside it (``workbench.validate.serving_specs.ep_readings``)."""
+
 ENGINE_PROFILES = {
     "vllm-v0": "vllm-v0",
     "vllm": "vllm-v1",

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import math
 
+from workbench.serving.offload import (
+    host_offload_bytes_per_device,
+    offload_buffer_bytes_per_device,
+    routed_expert_params_per_device,
+)
 from workbench.specs.hardware import DeviceSpec
 from workbench.specs.model import AttentionKind, ModelSpec
 from workbench.specs.serving import BYTES_PER_VALUE, ServingDType, ServingPlan
@@ -59,8 +64,7 @@ def layer_weight_params(model: ModelSpec, rp: ServingPlan, moe: bool) -> tuple[f
     attn = m.attention_parameters() / rp.tp
     if not moe:
         return attn + m.mlp_parameters() / rp.tp, 2.0 * m.hidden_size
-    physical = m.num_experts + rp.num_redundant_experts  # redundant copies (EPLB) are whole experts too
-    routed = physical * m.mlp_parameters(m.moe_ffn_hidden_size, expert=True) / (rp.tp * rp.attention_dp)
+    routed = routed_expert_params_per_device(m, rp)  # redundant copies (EPLB) are whole experts too
     shared = m.num_shared_experts * m.mlp_parameters(m.moe_ffn_hidden_size) / rp.tp
     return attn + routed + shared, m.router_parameters() + 2.0 * m.hidden_size
 
@@ -68,7 +72,8 @@ def layer_weight_params(model: ModelSpec, rp: ServingPlan, moe: bool) -> tuple[f
 def weight_bytes_per_device(model: ModelSpec, rp: ServingPlan) -> float:
     """Weight bytes on the fullest device of one engine: ceil(layers / pp) layers (MoE layers first), the 16-bit
     embedding and LM head shards (vocab split over tp; both on one device when pp = 1 and untied) and the final
-    norm, bytes."""
+    norm, less the experts held in host memory (``ServingPlan.offload_group_size``) but for those in flight,
+    bytes."""
     m, wb = model, BYTES_PER_VALUE[rp.weight_dtype]
     per_stage = math.ceil(m.num_layers / rp.pp)
     n_moe = min(m.num_moe_layers, per_stage)
@@ -78,7 +83,9 @@ def weight_bytes_per_device(model: ModelSpec, rp: ServingPlan) -> float:
         total += count * (low * wb + high * 2.0)
     table = m.vocab_size * m.hidden_size / rp.tp * 2.0
     tables = 1 if m.tied_embeddings or rp.pp > 1 else 2
-    return total + tables * table + 2.0 * m.hidden_size  # + the final norm
+    held = total + tables * table + 2.0 * m.hidden_size  # + the final norm
+    # experts SGLang keeps in host memory leave the device, but for the layers in flight (workbench.serving.offload)
+    return held - host_offload_bytes_per_device(m, rp) + offload_buffer_bytes_per_device(m, rp)
 
 
 def activation_peak_bytes(model: ModelSpec, rp: ServingPlan, sampler_bytes_per_logit: float = 0.0) -> float:

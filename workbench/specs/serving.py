@@ -201,6 +201,11 @@ class ServingPlan:
     """Extra physical copies of experts per MoE layer for load balancing (DeepSeek's EPLB, SGLang
     ``--ep-num-redundant-experts``): every MoE layer holds ``num_experts + num_redundant_experts`` experts, which
     ``ep`` must divide. >= 0."""
+    offload_group_size: int = 0
+    """Host offload of MoE expert weights as SGLang runs it (its ``ModuleOffloader``, ``SGLANG_OFFLOAD_GROUP_SIZE``,
+    later ``--offload-group-size``): of every ``offload_group_size`` decoder layers the last keeps its routed-expert
+    weights in pinned host memory and copies them to the device one offloaded layer ahead of use, every forward
+    (:mod:`workbench.serving.offload`). Layers, 0: off; else 1 + the dense layers .. ``MAX_PP``."""
     engine: str = "generic"
     """Serving engine profile id (``profiles/engines/<id>.toml``, :mod:`workbench.presets.engines`): the engine's
     host overhead per iteration, CUDA-graph use, kernels per layer and KV admission rule. Checked when the plan is
@@ -220,6 +225,7 @@ class ServingPlan:
         check_int(self, "max_num_batched_tokens", maximum=MAX_SEQ_LEN, limit="MAX_SEQ_LEN")
         check_choice(self, "scheduler", Scheduler)
         check_int(self, "num_redundant_experts", minimum=0, maximum=MAX_DEVICES, limit="MAX_DEVICES")
+        check_int(self, "offload_group_size", minimum=0, maximum=MAX_PP, limit="MAX_PP")
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeDecoding):
             raise ValueError(
                 f"ServingPlan: speculative must be a SpeculativeDecoding or None, got {shown(self.speculative)}"
@@ -330,6 +336,7 @@ class ServingPlan:
             f"{layout} {self.weight_dtype}/{self.activation_dtype} kv-{self.kv_cache_dtype} "
             f"{self.scheduler}{self.max_num_batched_tokens}"
             + ("" if self.speculative is None else f" spec-{self.speculative.describe()}")
+            + (f" host-offload1/{self.offload_group_size}" if self.offload_group_size else "")
             + ("" if self.engine == "generic" else f" {self.engine}")
         )
 

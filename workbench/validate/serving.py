@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from workbench.presets.calibration import Calibration
+from workbench.presets.engines import load_engine
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.estimate import ServingEstimate, serve_estimate
+from workbench.serving.memory import kv_capacity_tokens
+from workbench.serving.offload import host_offload_bytes_per_device, offloaded_layers
 from workbench.serving.phases import PhaseBatch, phase_predictions
 from workbench.serving.results import token_weighted_tpot_s
 from workbench.serving.steady import steady_window
@@ -35,13 +38,15 @@ from workbench.validate.rows import (
     Unexpressible,
     ape,
     build_cases,
+    cell_count,
+    cell_number,
     mape_by,
     row_model,
     skipped_row,
 )
 from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows, row_measured
-from workbench.validate.serving_phase import row_phases
-from workbench.validate.serving_specs import complete_model, row_cluster, row_plan
+from workbench.validate.serving_phase import prefill_batch_tokens, row_phases
+from workbench.validate.serving_specs import complete_model, ep_readings, row_cluster, row_plan
 from workbench.validate.serving_workload import row_workload, steady_warmup_requests
 
 METRIC_GROUPS: dict[str, str] = {
@@ -84,6 +89,9 @@ class ServingCase:
     """``system`` (whole deployment) or ``one_replica`` (latencies of one replica's requests only)."""
     assumed: tuple[str, ...]
     """One line per default taken for a blank column, with its reason."""
+    readings: tuple[tuple[str, ServingPlan], ...] = ()
+    """The other readings of a blank the row leaves open (``serving_specs.ep_readings``: ``("ep=4", plan)``), each
+    priced beside the scored one by :func:`validate_serving` (``readings`` of its result)."""
     row: dict[str, str] = field(repr=False)
 
 
@@ -102,13 +110,11 @@ def row_case(row: dict[str, str]) -> ServingCase:
     measured = row_measured(row)
     if not measured:
         raise Unexpressible("no measured value")
-    roles = ("both",) if plan.disaggregation is None else ("prefill", "decode")
     try:
-        cost_of = {
-            r: ReplicaCost.of(model, cluster, plan, Calibration(), role=r) for r in roles
-        }  # layout, memory
+        cost_of = _costs(model, cluster, plan)  # layout, memory
     except ValueError as exc:
-        raise _offload_reason(row, exc) from exc
+        plan = _host_offload_plan(row, model, cluster, plan, exc, assumed)
+        cost_of = _costs(model, cluster, plan)
     if row["phase"].strip() == "e2e":
         workload = row_workload(row, assumed, plan.max_num_seqs * plan.replicas)
     else:
@@ -118,6 +124,7 @@ def row_case(row: dict[str, str]) -> ServingCase:
         id=row["id"], source_key=row["source_key"], model=model, cluster=cluster, plan=plan, workload=workload,
         phases=phases, steady_concurrency=warmup,
         measured=measured, scope=row["measured_scope"].strip() or "system", assumed=tuple(assumed), row=row,
+        readings=ep_readings(model, plan, assumed),
     )  # fmt: skip
 
 
@@ -125,17 +132,50 @@ _HOST_OFFLOAD = re.compile(r"offload\w*\b[^.;]*\b(Grace|host|CPU)\b[^.;]*\bmemor
 """A row's notes saying the run holds weights in the host's memory (``expert-weight offload to Grace memory``)."""
 
 
-def _offload_reason(row: dict[str, str], exc: ValueError) -> Exception:
-    """The error to skip a row with when its plan does not fit the devices: the cost model's own, unless the
-    row's notes say the run offloads weights to the host's memory, which the serving model does not price
-    (SGLang's OffloaderV2, ``--offload-group-size``, keeps the MoE expert weights of some layers in pinned host
-    memory and copies them to the GPU a few layers ahead of their use, every forward); then an
-    Unexpressible that says so, with the cost model's figures."""
+def _costs(model: ModelSpec, cluster: ClusterSpec, plan: ServingPlan) -> dict[str, ReplicaCost]:
+    roles = ("both",) if plan.disaggregation is None else ("prefill", "decode")
+    return {r: ReplicaCost.of(model, cluster, plan, Calibration(), role=r) for r in roles}
+
+
+def _host_offload_plan(
+    row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, plan: ServingPlan, exc: ValueError,
+    assumed: list[str],
+) -> ServingPlan:  # fmt: skip
+    """``plan`` with the experts SGLang holds in host memory, for a row whose weights do not fit (``exc``) and
+    whose notes say the run offloads weights to host memory (``_HOST_OFFLOAD``); ``exc`` itself otherwise.
+
+    A row that gives no amount is read as the least offload in SGLang's steps (one layer in each group of
+    ``offload_group_size``, the largest group size tried first) that leaves the KV cache room for one prefill
+    batch (``serving_phase.prefill_batch_tokens``): stated in ``assumed``. Raises ``Unexpressible`` naming the
+    figures when no group size fits."""
     if "leave no room" not in str(exc) or not _HOST_OFFLOAD.search(row.get("notes", "")):
-        return exc
-    return Unexpressible(
-        "the run offloads weights to host memory (notes), which the serving model does not price (weights held "
-        f"in host memory and copied to the GPU every forward); without it: {str(exc).split('; use ')[0]}"
+        raise exc
+    if plan.disaggregation is not None:
+        raise Unexpressible(f"host offload of a disaggregated row is not read; without it: {exc}")
+    engine = load_engine(plan.engine)
+    prompt = cell_count(row, "input_tokens_mean") if cell_number(row, "input_tokens_mean") else 1
+    for group in range(model.num_layers, model.num_dense_layers, -1):
+        candidate = replace(plan, offload_group_size=group)
+        need = prefill_batch_tokens(row, candidate, prompt, []) * candidate.attention_dp
+        try:
+            room = kv_capacity_tokens(
+                model, cluster.device, candidate, engine.profile_sampler_bytes_per_logit
+            )
+        except ValueError:
+            continue
+        if room >= need:
+            n = len(offloaded_layers(model, group))
+            gib = host_offload_bytes_per_device(model, candidate) / 2**30
+            assumed.append(
+                f"host offload: the routed experts of {n} of {model.num_layers} layers ({gib:.1f} GiB per device) "
+                f"in host memory, offload_group_size {group} (SGLang's offloader, one layer per group, fetched one "
+                f"offloaded layer ahead): the least offload in SGLang's steps that leaves KV room for one prefill "
+                f"batch ({need} tokens); the source gives no amount (notes)"
+            )
+            return candidate
+    raise Unexpressible(
+        "the run offloads weights to host memory (notes), but even SGLang's largest offload leaves no room for "
+        f"one prefill batch; without it: {str(exc).split('; use ')[0]}"
     )
 
 
@@ -237,6 +277,7 @@ def validate_serving(
             rows.extend(score_serving_case(case, cal))
         except ValueError as exc:
             skipped.append(skipped_row(case.id, case.source_key, exc).as_dict())
+    readings = [entry for case in cases for entry in alternative_readings(case, rows, cal)]
     by_source: dict[str, list[dict[str, Any]]] = defaultdict(list)
     by_engine: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -254,7 +295,44 @@ def validate_serving(
         "mape_by_engine_metric": {
             eng: mape_by(members, "group") for eng, members in sorted(by_engine.items())
         },
+        "readings": readings,
     }
+
+
+def alternative_readings(
+    case: ServingCase, scored_rows: list[dict[str, Any]], calibration: Any
+) -> list[dict[str, Any]]:
+    """A case with other readings of a blank (``ServingCase.readings``), per measured statistic: ``id``,
+    ``source_key``, ``metric``, ``measured``, ``readings`` (reading -> predicted: the scored one and each other),
+    ``range`` (lowest, highest predicted), ``scored`` (the reading the row is scored at: the stack's default) and
+    ``supported`` (the reading whose prediction is nearer the measured value), as
+    ``workbench.validate.band.alternative_readings`` reports the training rows'. A reading the model refuses
+    (ValueError) is left out."""
+    mine = {r["metric"]: r for r in scored_rows if r["id"] == case.id}
+    if not case.readings or not mine:
+        return []
+    scored = f"ep={case.plan.expert_parallel}"
+    by_metric: dict[str, dict[str, float]] = {m: {scored: r["predicted"]} for m, r in mine.items()}
+    for name, plan in case.readings:
+        try:
+            values = case_predictions(replace(case, plan=plan, readings=()), calibration)
+        except ValueError:
+            continue
+        for metric in by_metric:
+            by_metric[metric][name] = float(values[metric])
+    return [
+        {
+            "id": case.id,
+            "source_key": case.source_key,
+            "metric": metric,
+            "measured": mine[metric]["measured"],
+            "readings": preds,
+            "range": (min(preds.values()), max(preds.values())),
+            "scored": scored,
+            "supported": min(preds, key=lambda k: abs(preds[k] - mine[metric]["measured"])),
+        }  # fmt: skip
+        for metric, preds in by_metric.items()
+    ]
 
 
 def is_serving_file(path: str | Path) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.phases import PhaseBatch
+from workbench.specs.serving import ServingPlan
 from workbench.validate.rows import Unexpressible, cell_count, cell_number
 from workbench.validate.serving_specs import row_role
 
@@ -38,7 +39,7 @@ def row_phases(
         cost = cost_of[engine_role]
         if ph == "prefill":
             out.append(PhaseBatch(phase=ph, role=engine_role, prompt_tokens=prompt,
-                                  batch_tokens_per_rank=_prefill_tokens(row, cost, prompt, assumed)))  # fmt: skip
+                                  batch_tokens_per_rank=prefill_batch_tokens(row, cost.plan, prompt, assumed)))  # fmt: skip
         else:
             context = prompt + round((cell_number(row, "output_tokens_mean") or 0) / 2)
             if cell_number(row, "output_tokens_mean") is None:
@@ -48,11 +49,12 @@ def row_phases(
     return tuple(out)
 
 
-def _prefill_tokens(row: dict[str, str], cost: ReplicaCost, prompt: int, assumed: list[str]) -> int:
+def prefill_batch_tokens(row: dict[str, str], rp: ServingPlan, prompt: int, assumed: list[str]) -> int:
+    """Prompt tokens per attention-DP rank in one prefill batch of ``row`` run as ``rp`` (module docstring), the
+    default taken noted in ``assumed``."""
     stated = cell_number(row, "prefill_batch_tokens")
     if stated is not None:
         return int(stated)
-    rp = cost.plan
     if cell_number(row, "prefill_batch_size") is not None:
         return max(1, cell_count(row, "prefill_batch_size") * prompt // rp.attention_dp)
     tokens = SGLANG_MAX_PREFILL_TOKENS if row["engine"].strip() == "sglang" else rp.max_num_batched_tokens

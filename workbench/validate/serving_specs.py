@@ -24,6 +24,7 @@ from workbench.serving.cost import ReplicaCost
 from workbench.serving.engine_defaults import (
     DEFAULT_MAX_NUM_SEQS,
     ENGINE_BATCHING,
+    ENGINE_DEFAULT_EP,
     ENGINE_PROFILES,
     TRTLLM_BENCH_KV_FRAC,
     VLLM_V0_LONG_CONTEXT_TOKENS,
@@ -306,7 +307,9 @@ def _plan_layout(
 ) -> tuple[int, int, int, int | None, int, Disaggregation | None]:
     """The ServingPlan layout (replicas, tp, pp, ep, attention_dp) of a row and, for a whole P/D
     deployment, its Disaggregation (the layout fields then stay at their defaults). A role measured alone is laid
-    out as that role's engines. MoE rows need their ep (the source's, never guessed). Raises ``Unexpressible``
+    out as that role's engines. A blank ep of an MoE row
+    is read as the engine's default (``ENGINE_DEFAULT_EP``, its other readings: ``ep_readings``); a P/D row needs its
+    roles' ep. Raises ``Unexpressible``
     naming what is blank or inconsistent."""
     devices = row_devices(row, [])
 
@@ -319,7 +322,13 @@ def _plan_layout(
     if role == "both":
         tp, replicas, pp, adp = _row_layout(row, assumed)
         ep = int(cell_number(row, "ep") or 0) or None
-        needs_ep(ep, "ep")
+        if ep is None and model.is_moe:  # several readings: the stack's default scored, the others beside it
+            ep, why = ENGINE_DEFAULT_EP[_engine_key(row)]
+            others = ", ".join(f"ep={d}" for d in _ep_choices(model, tp * adp) if d != ep)
+            assumed.append(
+                f"ep:{ep}, the stack's default (ep blank: {why}); the other readings ({others}) are priced beside "
+                "it (readings)"
+            )
         if replicas * tp * pp * adp != devices:
             raise Unexpressible("replicas * tp * pp * attention_dp differs from num_devices_total")
         return replicas, tp, pp, ep, adp, None
@@ -338,6 +347,26 @@ def _plan_layout(
             f"the roles' devices ({split.num_devices}) differ from num_devices_total={devices}"
         )
     return 1, 1, 1, None, 1, split
+
+
+def _ep_choices(model: ModelSpec, ranks: int) -> list[int]:
+    """The expert-parallel degrees an engine of ``ranks`` attention ranks can run ``model`` at: divisors of the
+    ranks that divide the experts."""
+    return [d for d in range(1, ranks + 1) if ranks % d == 0 and model.num_experts % d == 0]
+
+
+def ep_readings(
+    model: ModelSpec, plan: ServingPlan, assumed: list[str] | tuple[str, ...]
+) -> tuple[tuple[str, ServingPlan], ...]:
+    """The other readings of a row whose blank ``ep`` ``row_plan`` read as the stack's default (its ``ep:`` line in
+    ``assumed``, ``ENGINE_DEFAULT_EP``): ``("ep=d", plan at ep d)`` for every other degree the layout allows; ()
+    for any other row."""
+    if not any(a.startswith("ep:") for a in assumed):
+        return ()
+    ranks = plan.tp * plan.attention_dp
+    return tuple(
+        (f"ep={d}", replace(plan, ep=d)) for d in _ep_choices(model, ranks) if d != plan.expert_parallel
+    )
 
 
 def row_speculative(row: dict[str, str]) -> SpeculativeDecoding | None:
