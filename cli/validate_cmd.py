@@ -145,6 +145,7 @@ def validate_cmd(
             for c in result["constants"]
         ],
     )
+    _print_readings(result.get("readings", []), "out-of-sample" if cv else "in-sample")
     _print_mape(result, "out-of-sample (leave one source out)" if cv else "")
     if cv:
         _print_mape(result["in_sample"], "in-sample (fit on all rows)")
@@ -163,6 +164,30 @@ def _generated_stamp() -> str:
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
     return f"{datetime.date.today().isoformat()} at commit {commit}"
+
+
+def _print_readings(readings: list[dict[str, Any]], kind: str) -> None:
+    """Rows read two ways (a blank recompute the row's arithmetic leaves open, a table layout its stack's recipe
+    contradicts): each reading's prediction and need, the one scored, the one nearer the measured value."""
+    if not readings:
+        return
+    print_table(
+        f"Rows read two ways (recompute blank and not settled by the row's arithmetic, or table and recipe"
+        f" layouts that disagree; {kind} predictions)",
+        ["id", "question", "metric", "measured", "readings (need GiB)", "scored", "nearer the measured"],
+        [
+            [
+                r["id"],
+                r["question"],
+                (r["metric"] or "-").removeprefix("measured_"),
+                _fmt(r["measured"]),
+                ", ".join(f"{k}: {_fmt(v)} ({r['need_GiB'][k]:.1f})" for k, v in r["readings"].items()),
+                r["scored"],
+                r["supported"],
+            ]
+            for r in readings
+        ],
+    )
 
 
 def _print_cv_extras(result: dict[str, Any]) -> None:
@@ -202,22 +227,6 @@ def _print_cv_extras(result: dict[str, Any]) -> None:
         [[k, _pct(v)] for k, v in signed["by_source"].items()],
     )
     say(f"out-of-sample mean signed error: {_pct(signed['overall'])}")
-    readings = result.get("readings", [])
-    if readings:
-        print_table(
-            "Rows read two ways (recompute blank, not settled by the row's arithmetic; out-of-sample predictions)",
-            ["id", "metric", "measured", "readings", "nearer the measured"],
-            [
-                [
-                    r["id"],
-                    (r["metric"] or "-").removeprefix("measured_"),
-                    _fmt(r["measured"]),
-                    ", ".join(f"{k}: {_fmt(v)}" for k, v in r["readings"].items()),
-                    r["supported"],
-                ]
-                for r in readings
-            ],
-        )
     band = result["band"]
     cov = band["coverage"]
     say(

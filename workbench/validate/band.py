@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.estimate.band import BandTable, Residual, band_table_toml, calibrate, coverage, regime_of
-from workbench.validate.training import Prepared
+from workbench.validate.training import Prepared, pricer
 
 STEP_METRIC = "measured_step_time_s"
 
@@ -149,45 +149,19 @@ def cross_validate_with_band(
 def alternative_readings(
     prepared: Prepared, result: dict[str, Any], calibration: Any
 ) -> list[dict[str, Any]]:
-    """Rows whose recompute is blank and not settled by their own arithmetic
-    (:func:`workbench.validate.readings.read_arithmetic`) read two ways: the plan as priced and the other
-    reading (no recompute <-> full), each out of sample (the constants of the fold that left the row's source
-    out). Per row: ``id``, ``metric``, ``measured``, ``readings`` (recompute -> predicted), ``range``
-    (lowest, highest predicted), ``supported`` (the reading whose prediction is nearer the measured value) and
-    ``arithmetic`` (what the row's FLOP count says, or None when it gives one metric only)."""
+    """Every scored row's open questions (:func:`workbench.validate.readings.priced_readings`: a blank recompute
+    its arithmetic does not settle, a table layout its stack's recipe contradicts), each reading priced out of
+    sample: with the constants of the fold that left the row's source out."""
     import dataclasses
 
-    from workbench.specs.plan import Recompute
-    from workbench.validate.training import score_case
+    from workbench.validate.readings import priced_readings
 
-    scored = {r["id"]: r for r in result["rows"] if r.get("predicted") is not None}
+    scored = {r["id"]: r for r in result["rows"]}
     out = []
     for case in prepared.cases:
         row = scored.get(case.id)
-        if row is None or "recompute" not in case.assumed or case.source_key not in result["folds"]:
+        if row is None or case.source_key not in result["folds"]:
             continue
         cal = dataclasses.replace(calibration, fits=result["folds"][case.source_key])
-        current = str(case.plan.recompute)
-        other = "full" if current == "none" else "none"
-        try:
-            alt = score_case(
-                dataclasses.replace(case, plan=dataclasses.replace(case.plan, recompute=Recompute(other))),
-                cal,
-            )["predicted"]
-        except (ValueError, LookupError):
-            continue
-        readings = {current: row["predicted"], other: alt}
-        flops = [a for a in case.assumed if a.startswith("flops:")]
-        out.append(
-            {
-                "id": case.id,
-                "source_key": case.source_key,
-                "metric": row["metric"],
-                "measured": row["measured"],
-                "readings": readings,
-                "range": (min(readings.values()), max(readings.values())),
-                "supported": min(readings, key=lambda k: abs(readings[k] - row["measured"])),
-                "arithmetic": flops[0] if flops else None,
-            }
-        )
+        out.extend(priced_readings(case, row, pricer(case, cal)))
     return out

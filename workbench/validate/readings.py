@@ -8,13 +8,21 @@ whether the authors counted recompute; model TFLOP/s above the device's BF16 den
 run, so the run used FP8. Each inference is a sentence in the row's ``assumed``; :func:`read_arithmetic` also
 returns the blanks it settles (``dtype``, ``recompute``, ``flops_definition``) for :func:`workbench.validate.training.row_case`.
 When the arithmetic leaves two readings (a blank recompute the FLOP count cannot settle),
-:func:`workbench.validate.band.alternative_readings` prices both.
+:func:`priced_readings` prices both (in sample in :func:`workbench.validate.training.validate_rows`, out of
+sample in :func:`workbench.validate.band.alternative_readings`).
+
+A row that is not blank but self-inconsistent, whose published table gives a layout its stack's recipe of the
+same commit contradicts, carries the recipe's degrees in this copy's ``recipe_layout`` column
+(:func:`recipe_layout`, :func:`recipe_plan`); both layouts are priced, and :func:`choose_layout` scores one by
+a rule that never looks at the measured throughput: the table's when it fits the device memory, the recipe's
+when the table's does not and the recipe's does (the published plan could not have run as tabulated).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -25,6 +33,7 @@ if TYPE_CHECKING:
     from workbench.specs.framework import FrameworkProfile
     from workbench.specs.hardware import DeviceSpec
     from workbench.specs.model import ModelSpec
+    from workbench.specs.plan import ParallelPlan
 
 MATCH_FRAC = 0.08
 """An implied FLOP count within this share of a convention's count matches it (the causal-attention and
@@ -188,3 +197,162 @@ def apply_recipe_columns(row: dict[str, str], fw: FrameworkProfile) -> Framework
             )
         fw = replace(fw, grad_reduce_bytes_per_param=FSDP_REDUCE_BYTES_PER_PARAM[mode])
     return fw
+
+
+LAYOUT_COLUMN = "recipe_layout"
+"""This copy's column (profiles/validation/README.md): the stack's published recipe for the row's model and GPU
+where its layout disagrees with the published table's, as ``key=value`` pairs joined by ``;``."""
+
+LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size")
+"""What ``recipe_layout`` may set: the plan's degrees and its micro-batch (``ParallelPlan`` fields)."""
+
+
+def recipe_layout(row: dict[str, str]) -> dict[str, int]:
+    """The ``recipe_layout`` cell of ``row`` as {plan field: value} (``ep=64;micro_batch_size=4`` ->
+    ``{"ep": 64, "micro_batch_size": 4}``); blank or absent: {}. ValueError naming the column, the bad part and
+    what is allowed: a part that is not ``key=value``, a key outside ``LAYOUT_KEYS``, a key given twice, a value
+    that is not a whole number >= 1."""
+    text = row.get(LAYOUT_COLUMN, "").strip()
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        key, sep, value = (s.strip() for s in part.partition("="))
+        if not sep or key not in LAYOUT_KEYS:
+            raise ValueError(
+                f"column {LAYOUT_COLUMN}: {part!r} is not key=value with a key among {', '.join(LAYOUT_KEYS)}"
+            )
+        if key in out:
+            raise ValueError(f"column {LAYOUT_COLUMN}: {key} given twice in {text!r}")
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"column {LAYOUT_COLUMN}: {key}={value!r} is not a whole number >= 1")
+        out[key] = int(value)
+    return out
+
+
+def recipe_plan(table: ParallelPlan, layout: dict[str, int], num_devices: int) -> ParallelPlan:
+    """The published table's plan ``table`` with the recipe's ``layout`` (:func:`recipe_layout`): a dp the
+    layout does not give is what its tp, pp and cp leave of ``num_devices``; the schedule follows vpp
+    (interleaved 1F1B when vpp > 1, else 1F1B where the table's was interleaved). ValueError naming the column
+    when the degrees do not divide the devices (or the plan's own check fails)."""
+    from workbench.specs.plan import data_parallel_degree
+
+    changes: dict[str, object] = dict(layout)
+    if "dp" not in layout and {"tp", "pp", "cp"} & set(layout):
+        tp, pp, cp = (layout.get(k, getattr(table, k)) for k in ("tp", "pp", "cp"))
+        if num_devices % (tp * pp * cp):
+            raise ValueError(
+                f"column {LAYOUT_COLUMN}: tp {tp} x pp {pp} x cp {cp} does not divide {num_devices} devices"
+            )
+        changes["dp"] = data_parallel_degree(num_devices, tp=tp, pp=pp, cp=cp)
+    vpp = int(layout.get("vpp", table.vpp))
+    if vpp > 1:
+        changes["schedule"] = "interleaved-1f1b"
+    elif table.schedule == "interleaved-1f1b":
+        changes["schedule"] = "1f1b"
+    try:
+        return replace(table, **changes)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ValueError(f"column {LAYOUT_COLUMN}: {exc}") from None
+
+
+def _layout_text(plan: ParallelPlan, keys: Iterable[str]) -> str:
+    return ";".join(f"{k}={getattr(plan, k)}" for k in keys)
+
+
+def choose_layout(
+    table: ParallelPlan,
+    recipe: ParallelPlan,
+    fits: Callable[[ParallelPlan], tuple[bool, str]],
+) -> tuple[str, ParallelPlan, str]:
+    """Which of a row's two layouts to score, by a rule that never looks at the measured throughput: the
+    published table's when it fits the device memory, the recipe's when the table's does not and the recipe's
+    does (the published plan could not have run as tabulated), else the table's. ``fits(plan)`` gives
+    (fits, what it needs: ``"197.9 of 171.0 GiB usable"``). Returns (``table`` or ``recipe``, that plan, the
+    sentence for the row's ``assumed``: ``layout:<reading> ...``, naming both layouts and why)."""
+    keys = [k for k in LAYOUT_KEYS if getattr(table, k) != getattr(recipe, k)]
+    table_text, recipe_text = _layout_text(table, keys), _layout_text(recipe, keys)
+    table_fits, table_need = fits(table)
+    recipe_fits, recipe_need = fits(recipe)
+    if table_fits:
+        why = f"the table's layout fits ({table_need}); the recipe's {recipe_text} priced beside it"
+        return "table", table, f"layout:table {table_text} ({why})"
+    if recipe_fits:
+        why = (
+            f"the table's {table_text} needs {table_need}, so the published plan could not have run as "
+            f"tabulated; the recipe's fits ({recipe_need})"
+        )
+        return "recipe", recipe, f"layout:recipe {recipe_text} ({why})"
+    why = f"neither fits: the table's needs {table_need}, the recipe's {recipe_text} {recipe_need}"
+    return "table", table, f"layout:table {table_text} ({why})"
+
+
+class ReadCase(Protocol):
+    """What :func:`priced_readings` reads of a row's case (:class:`workbench.validate.training.RowCase`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def source_key(self) -> str: ...
+    @property
+    def plan(self) -> ParallelPlan: ...
+    @property
+    def assumed(self) -> tuple[str, ...]: ...
+    @property
+    def readings(self) -> tuple[tuple[str, ParallelPlan], ...]: ...
+
+
+def priced_readings(
+    case: ReadCase, scored: dict[str, Any], price: Callable[[ParallelPlan], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every open question of ``case`` with each reading priced beside the scored one (``scored``: the case's
+    :func:`workbench.validate.training.score_case` result; ``price(plan)``: that of the case at another plan,
+    under the calibration the caller scores with). Questions: ``recompute``
+    when the row leaves it blank and its arithmetic does not settle it (:func:`read_arithmetic`: the plan as
+    priced and the other reading, no recompute <-> full), ``layout`` when its table and its stack's recipe
+    disagree (``RowCase.readings``: ``table`` and ``recipe``, the one :func:`choose_layout` scored among them).
+    Per question: ``id``, ``source_key``, ``question``, ``metric``, ``measured``, ``readings`` (reading ->
+    predicted), ``need_GiB`` (reading -> the peak rank's predicted need, the fit verdict's), ``usable_GiB``,
+    ``range`` (lowest, highest predicted), ``scored`` (the reading in the row's score), ``supported`` (the
+    reading whose prediction is nearer the measured value: what the row's own numbers support) and
+    ``arithmetic`` (what the row's FLOP count says, or None when it gives one metric only). A reading the model
+    refuses (an infeasible plan) drops its question. [] for a row without a measured throughput."""
+    from workbench.specs.plan import Recompute
+
+    if scored.get("predicted") is None:
+        return []
+    questions: list[tuple[str, str, dict[str, ParallelPlan]]] = []
+    if "recompute" in case.assumed:
+        current = str(case.plan.recompute)
+        other = "full" if current == "none" else "none"
+        plans = {current: case.plan, other: replace(case.plan, recompute=Recompute(other))}
+        questions.append(("recompute", current, plans))
+    if case.readings:
+        name = next(n for n, p in case.readings if p == case.plan)
+        questions.append(("layout", name, dict(case.readings)))
+    flops = [a for a in case.assumed if a.startswith("flops:")]
+    out = []
+    for question, current, plans in questions:
+        priced = {current: scored}
+        try:
+            for name, plan in plans.items():
+                if name != current:
+                    priced[name] = price(plan)
+        except (ValueError, LookupError):
+            continue
+        readings = {name: priced[name]["predicted"] for name in plans}
+        out.append(
+            {
+                "id": case.id,
+                "source_key": case.source_key,
+                "question": question,
+                "metric": scored["metric"],
+                "measured": scored["measured"],
+                "readings": readings,
+                "need_GiB": {name: priced[name]["predicted_need_GiB"] for name in plans},
+                "usable_GiB": scored["usable_GiB"],
+                "range": (min(readings.values()), max(readings.values())),
+                "scored": current,
+                "supported": min(readings, key=lambda k: abs(readings[k] - scored["measured"])),
+                "arithmetic": flops[0] if flops else None,
+            }
+        )
+    return out

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,14 @@ from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Recompute, Workload, data_parallel_degree
-from workbench.validate.readings import apply_recipe_columns, read_arithmetic
+from workbench.validate.readings import (
+    apply_recipe_columns,
+    choose_layout,
+    priced_readings,
+    read_arithmetic,
+    recipe_layout,
+    recipe_plan,
+)
 from workbench.validate.rows import (
     GIB,
     Unexpressible,
@@ -60,6 +68,7 @@ from workbench.validate.training_model import complete_model, row_cluster
 from workbench.validate.tuning import (
     default_micro_batch_size,
     largest_fitting_micro_batch,
+    memory_fit,
     microbatches_per_rank,
     tuned_recompute,
     whole_micro_batches,
@@ -112,6 +121,10 @@ class RowCase:
     plan: ParallelPlan
     framework: FrameworkProfile
     assumed: tuple[str, ...]
+    readings: tuple[tuple[str, ParallelPlan], ...] = ()
+    """A row whose published table and its stack's recipe disagree (``recipe_layout``): both layouts,
+    ``("table", plan)`` and ``("recipe", plan)``, ``plan`` being one of them
+    (:func:`workbench.validate.readings.choose_layout`); () for a row with one layout."""
     row: dict[str, str] = field(repr=False)
 
 
@@ -205,6 +218,14 @@ def row_case(
         plan = largest_fitting_micro_batch(model, cluster, workload, plan, fw)
         if not row["recompute"] and untuned == "none":
             plan = tuned_recompute(model, cluster, workload, plan, fw, assumed)
+    readings: tuple[tuple[str, ParallelPlan], ...] = ()
+    layout = recipe_layout(row)
+    recipe = recipe_plan(plan, layout, plan.num_devices) if layout else plan
+    if recipe != plan:  # the published table and the stack's recipe disagree: score one by the memory rule
+        table = plan
+        _, plan, note = choose_layout(table, recipe, lambda p: memory_fit(model, cluster, workload, p, fw))
+        assumed.append(note)
+        readings = (("table", table), ("recipe", recipe))
     dtype = str(workload.dtype)
     outside = fw.unsupported(plan, dtype=dtype)
     if outside:
@@ -220,6 +241,7 @@ def row_case(
         plan=plan,
         framework=fw,
         assumed=tuple(assumed),
+        readings=readings,
         row=row,
     )
 
@@ -392,11 +414,25 @@ def validate_rows(
 ) -> dict[str, Any]:
     """Run the analytic model on every row. Returns the JSON object ``workbench validate --json`` prints:
     rows (id, source_key, framework, metric, predicted, measured, ape, assumed, plus memory fields), skipped
-    (id, reason), mape, mape_by_source, memory_mape, memory_mape_by_source, defaults, constants."""
+    (id, reason), mape, mape_by_source, memory_mape, memory_mape_by_source, defaults, constants and readings
+    (each row's open questions priced every way, :func:`workbench.validate.readings.priced_readings`)."""
     prepared = prepare(rows, framework=framework, data_dir=data_dir)
     result = score(prepared, calibration)
     result["constants"] = constants_table(calibration, prepared)
+    scored = {r["id"]: r for r in result["rows"]}
+    result["readings"] = [
+        entry
+        for case in prepared.cases
+        if case.id in scored
+        for entry in priced_readings(case, scored[case.id], pricer(case, calibration))
+    ]
     return result
+
+
+def pricer(case: RowCase, cal: Calibration) -> Callable[[ParallelPlan], dict[str, Any]]:
+    """``case`` scored at another plan under ``cal`` (:func:`score_case`): what
+    :func:`workbench.validate.readings.priced_readings` prices each reading with."""
+    return lambda plan: score_case(dataclasses.replace(case, plan=plan), cal)
 
 
 def constants_table(calibration: Calibration, prepared: Prepared) -> list[dict[str, Any]]:

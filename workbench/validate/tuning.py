@@ -11,7 +11,7 @@ from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import ModelSpec
 from workbench.specs.plan import ParallelPlan, Recompute, Workload
-from workbench.validate.rows import cell_number
+from workbench.validate.rows import cell_number, fit_verdict
 
 
 def whole_micro_batches(row: dict[str, str], gbs: int, replica_batch: int, assumed: list[str]) -> int:
@@ -34,6 +34,23 @@ def _tuning_calibration(plan: ParallelPlan, fw: FrameworkProfile, workload: Work
     from workbench.presets.calibration import load_calibration
 
     return load_calibration().with_framework(fw.admitting(plan, dtype=str(workload.dtype)))
+
+
+def memory_fit(
+    model: ModelSpec, cluster: ClusterSpec, workload: Workload, plan: ParallelPlan, fw: FrameworkProfile
+) -> tuple[bool, str]:
+    """Whether ``plan`` fits the device by the planner's rule (:func:`workbench.validate.rows.fit_verdict`:
+    the peak rank's need within the usable memory), priced as a row's plan is tuned, and what it needs
+    (``"197.9 of 171.0 GiB usable"``; an infeasible plan: ``(False, "infeasible: <why>")``)."""
+    from workbench.estimate.analytic import estimate_plan
+
+    cal = _tuning_calibration(plan, fw, workload)
+    try:
+        est = estimate_plan(model, cluster, workload, plan, calibration=cal, allow_uneven_layers=True)
+    except ValueError as exc:
+        return False, f"infeasible: {' '.join(str(exc).split())}"
+    verdict = fit_verdict(est, cal.framework, cal.framework)
+    return verdict["fits"], f"{verdict['predicted_need_GiB']:.1f} of {verdict['usable_GiB']:.1f} GiB usable"
 
 
 def largest_fitting_micro_batch(
