@@ -171,6 +171,8 @@ def test_recipe_plan_refills_dp_and_the_schedule() -> None:
     assert flat.schedule == "1f1b" and flat.vpp == 1
     with pytest.raises(ValueError, match="recipe_layout: tp 3"):
         recipe_plan(table, {"tp": 3}, 16)
+    with pytest.raises(ValueError, match="recipe_layout: dp 4 x tp 1 x pp 2 x cp 1 is 8 devices"):
+        recipe_plan(table, {"dp": 4}, 16)
 
 
 @pytest.mark.parametrize(

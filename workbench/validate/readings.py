@@ -232,7 +232,8 @@ def recipe_plan(table: ParallelPlan, layout: dict[str, int], num_devices: int) -
     """The published table's plan ``table`` with the recipe's ``layout`` (:func:`recipe_layout`): a dp the
     layout does not give is what its tp, pp and cp leave of ``num_devices``; the schedule follows vpp
     (interleaved 1F1B when vpp > 1, else 1F1B where the table's was interleaved). ValueError naming the column
-    when the degrees do not divide the devices (or the plan's own check fails)."""
+    when the degrees do not divide the devices, multiply to another device count, or fail the plan's own
+    check."""
     from workbench.specs.plan import data_parallel_degree
 
     changes: dict[str, object] = dict(layout)
@@ -249,9 +250,15 @@ def recipe_plan(table: ParallelPlan, layout: dict[str, int], num_devices: int) -
     elif table.schedule == "interleaved-1f1b":
         changes["schedule"] = "1f1b"
     try:
-        return replace(table, **changes)  # type: ignore[arg-type]
+        plan = replace(table, **changes)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ValueError(f"column {LAYOUT_COLUMN}: {exc}") from None
+    if plan.num_devices != num_devices:
+        raise ValueError(
+            f"column {LAYOUT_COLUMN}: dp {plan.dp} x tp {plan.tp} x pp {plan.pp} x cp {plan.cp} is"
+            f" {plan.num_devices} devices, the row has {num_devices}"
+        )
+    return plan
 
 
 def _layout_text(plan: ParallelPlan, keys: Iterable[str]) -> str:
