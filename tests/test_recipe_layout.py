@@ -192,3 +192,19 @@ def test_a_bad_recipe_layout_names_the_column_and_what_is_allowed(cell: str, mat
         "micro_batch_size": 1,
         "vpp": 12,
     }
+
+
+def test_out_of_sample_readings_price_both_layouts(tmp_path: Path) -> None:
+    """``--cv source``: the layout question of -018 is priced with the constants of the fold that left its
+    source out; the scored reading's prediction is the row's out-of-sample prediction."""
+    from workbench.validate.band import cross_validate_with_band
+
+    rows = (
+        _rows("MBRIDGE_2511-018") + [r for r in read_rows(DEFAULT_DATA) if r["source_key"] == "ZB_ICLR24"][:3]
+    )
+    result, _ = cross_validate_with_band(_write(rows, tmp_path / "rows.csv"), generated="today", source="t")
+    (row,) = [r for r in result["rows"] if r["id"] == "MBRIDGE_2511-018"]
+    (layout,) = [e for e in result["readings"] if e["question"] == "layout"]
+    assert layout["scored"] == "recipe" and layout["readings"]["recipe"] == row["predicted"]
+    assert layout["need_GiB"]["table"] > layout["usable_GiB"] >= layout["need_GiB"]["recipe"]
+    assert not any(r["id"] == "MBRIDGE_2511-018" for r in result["not_fitting"])
