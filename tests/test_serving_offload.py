@@ -16,7 +16,7 @@ from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.memory import kv_capacity_tokens, weight_bytes_per_device
-from workbench.serving.offload import HostOffload, offloaded_layers
+from workbench.serving.offload import HostOffload, offload_unavailable, offloaded_layers
 from workbench.specs.serving import ServingPlan
 from workbench.validate.serving import row_case
 from workbench.validate.serving_csv import read_serving_rows
@@ -105,6 +105,29 @@ def test_serve_estimate_takes_the_offload_and_decode_pays_the_copies():
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert "host-offload1/8" in out["plan"]
+    assert out["host_offload_bytes_per_device"] == pytest.approx(7 * EXPERT_LAYER_BYTES, rel=1e-12)
+    assert out["offload_copy_s"] == pytest.approx(7 * EXPERT_LAYER_BYTES / 225e9, rel=1e-12)
     # a decode step t waits 7 (copy - 7/61 of its layers) >= 7 (copy - 7/61 t): t >= 7 copy / (1 + 49/61)
     copy_s = EXPERT_LAYER_BYTES / 225e9
     assert out["tpot_s_p50"] >= 7 * copy_s / (1 + 49 / 61)
+
+
+def test_the_wait_of_a_decode_step_is_the_step_less_the_same_step_without_offload():
+    # on 4 GPUs the model fits without offload: the wait is the difference to a cost built without it
+    base_plan = replace(PLAN, tp=4, ep=4)
+    base = ReplicaCost.of(V3, GB200, base_plan, CAL)
+    off = ReplicaCost.of(V3, GB200, replace(base_plan, offload_group_size=8), CAL)
+    assert base.offload is None and base.offload_wait_s(8, 2000) == 0.0
+    wait = off.offload_wait_s(8, 2000)
+    assert wait == pytest.approx(off.decode_s(8, 2000) - base.decode_s(8, 2000), rel=1e-12)
+    assert 0.0 < wait <= off.offload.copy_per_forward_s
+    assert off.decode_s(8, 2000) > base.decode_s(8, 2000)  # the bare copy priced it without touching the cost
+
+
+def test_a_dense_model_says_why_it_takes_no_offload():
+    llama = load_model("llama-3.1-70b")
+    assert offload_unavailable(V3) == ""
+    why = offload_unavailable(llama)
+    assert "no MoE layers" in why
+    with pytest.raises(ValueError, match="no MoE layers"):
+        offloaded_layers(llama, 4)
