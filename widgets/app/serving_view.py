@@ -164,7 +164,7 @@ class ServingView(param.Parameterized):
         super().__init__(**params)
         state = self.store.state
         self.widgets = {name: _control(state, name) for name in LABELS}
-        self.offload_note = pn.pane.Alert("", alert_type="secondary", visible=False, width=WIDTH,
+        self.offload_note = pn.pane.Alert("", alert_type="secondary", visible=False, width=2 * WIDTH,
                                           css_classes=["wb-serving-offload-note"])  # fmt: skip
         self.summary = pn.pane.Markdown(summary_markdown(self.store), sizing_mode="stretch_width",
                                         css_classes=["wb-serving-summary"])  # fmt: skip
