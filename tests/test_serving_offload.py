@@ -131,3 +131,21 @@ def test_a_dense_model_says_why_it_takes_no_offload():
     assert "no MoE layers" in why
     with pytest.raises(ValueError, match="no MoE layers"):
         offloaded_layers(llama, 4)
+
+
+def test_a_disaggregated_estimate_reports_the_decode_engines_offload():
+    # decode pool tp4 ep4: 64 experts per device, half of one EP2 device's (EXPERT_LAYER_BYTES is 128 experts)
+    from workbench.serving.estimate import serve_estimate
+    from workbench.specs.serving import Disaggregation, ServingWorkload
+
+    split = Disaggregation(
+        prefill_workers=1, prefill_tp=2, prefill_ep=2, decode_workers=1, decode_tp=4, decode_ep=4
+    )
+    plan = replace(PLAN, tp=1, ep=None, disaggregation=split, offload_group_size=8)
+    work = ServingWorkload(
+        arrival="closed", concurrency=4, num_requests=8, input_tokens=1000, output_tokens=16
+    )
+    est = serve_estimate(V3, GB200, plan, work, CAL)
+    assert est.host_offload_bytes_per_device == pytest.approx(7 * EXPERT_LAYER_BYTES / 2, rel=1e-12)
+    assert est.offload_copy_s == pytest.approx(7 * EXPERT_LAYER_BYTES / 2 / 225e9, rel=1e-12)
+    assert est.offload_decode_batch >= 1 and 0.0 < est.offload_wait_s <= est.offload_copy_s

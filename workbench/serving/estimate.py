@@ -150,16 +150,16 @@ def serve_estimate(
     if plan.speculative is not None:
         sim = with_requests(sim, requests)
     first = plan.disaggregation.prefill_workers if plan.disaggregation is not None else 0
-    fields.update(_engine_fields(model, cluster, cost, sim.iterations.filter(pl.col("engine") >= first)))
+    fields.update(_engine_fields(model, cluster, cost, sim.iterations, first))
     return ServingEstimate(model=model, cluster=cluster, plan=plan, workload=workload, sim=sim, **fields)
 
 
 def _engine_fields(
-    model: ModelSpec, cluster: ClusterSpec, cost: ReplicaCost, iterations: pl.DataFrame
+    model: ModelSpec, cluster: ClusterSpec, cost: ReplicaCost, iterations: pl.DataFrame, first_engine: int
 ) -> dict[str, Any]:
     """The ``ServingEstimate`` fields of the (decode) engine ``cost``: its host-held experts (bytes per device, the
-    copy per forward, the wait of a decode-only iteration at the mean batch and cached tokens of ``iterations``)
-    and its tp all-reduce kernel family."""
+    copy per forward, the wait of a decode-only iteration at the mean batch and cached tokens of the (decode)
+    engines' ``iterations``, those from ``first_engine`` on) and its tp all-reduce kernel family."""
     rp = cost.plan
     fields: dict[str, Any] = {
         "tp_all_reduce": cost.engine.tp_all_reduce,
@@ -170,7 +170,11 @@ def _engine_fields(
         return fields
     fields["host_offload_bytes_per_device"] = host_offload_bytes_per_device(model, rp)
     fields["offload_copy_s"] = offload.copy_per_forward_s
-    decode = iterations.filter((pl.col("num_prefill_tokens") == 0) & (pl.col("num_decode_seqs") > 0))
+    decode = iterations.filter(
+        (pl.col("engine") >= first_engine)
+        & (pl.col("num_prefill_tokens") == 0)
+        & (pl.col("num_decode_seqs") > 0)
+    )
     if decode.height:
         seqs = float(decode["num_decode_seqs"].sum())
         batch = max(1, round(seqs / decode.height))
