@@ -132,3 +132,84 @@ def test_disaggregated_speculative_and_prefix_deployments_from_the_tab(view: Ser
     assert json.loads(result.stdout)["tpot_s"] == pytest.approx(est.summary()["tpot_s"], rel=1e-12)
     html = view._report_file().getvalue().decode("utf-8")
     assert "decode pool" in html and "speculative decoding" in html and "prefix cache hit rate" in html
+
+
+def test_host_offload_is_disabled_with_its_reason_on_a_dense_model(view: ServingView) -> None:
+    view.show()
+    control, note = view.widgets["offload_group_size"], view.offload_note
+    assert (
+        control.disabled
+        and note.visible
+        and "no MoE layers" in note.object
+        and "llama-3.1-70b" in note.object
+    )
+    view.store.state.offload_group_size = 4  # kept for an MoE model, not applied to the dense one
+    est = view.store.estimate
+    assert (
+        est is not None
+        and est.plan.offload_group_size == 0
+        and "host-held experts" not in view.summary.object
+    )
+    assert "--offload-group-size" not in view.store.cli_command()
+    assert "tp all-reduce: NCCL at tp 8, priced by NCCL's tuning model" in view.summary.object
+
+
+def test_host_offload_of_an_moe_model_reaches_the_plan_the_summary_and_the_command(view: ServingView) -> None:
+    """DeepSeek-V3 in bf16 on 2 DGX H100 at tp 16 with one layer in 4 host-held (3, 7, .., 59: 15 layers): each
+    device keeps 15 x 256 experts x 3 x 7168 x 2048 parameters / 16 x 2 bytes in host memory (config.json: hidden
+    7168, moe_intermediate_size 2048, 256 routed experts)."""
+    view.show()
+    s = view.store.state
+    s.param.update(model_preset="deepseek-v3", num_nodes=2, tp=16, offload_group_size=4, num_requests=32)
+    est = view.store.estimate
+    assert est is not None, view.store.error
+    assert not view.widgets["offload_group_size"].disabled and not view.offload_note.visible
+    offloaded = 15 * 256 * 3 * 7168 * 2048 / 16 * 2
+    assert est.plan.offload_group_size == 4 and est.host_offload_bytes_per_device == pytest.approx(offloaded)
+    text = view.summary.object
+    assert (
+        f"- host-held experts: the last layer of every 4 (SGLang offload), {offloaded / 2**30:,.2f} GiB"
+        in text
+    )
+    assert f"waits {est.offload_wait_s * 1e3:,.2f} ms" in text and "tp all-reduce: NCCL at tp 16" in text
+    args = shlex.split(view.store.cli_command())
+    assert args[args.index("--offload-group-size") + 1] == "4"
+    result = CliRunner().invoke(cli, [*args[1:], "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    for key in ("tpot_s", "host_offload_bytes_per_device", "offload_wait_s"):
+        assert out[key] == pytest.approx(est.summary()[key], rel=1e-12)
+    view.widgets["offload_group_size"].value = None  # empty: off
+    assert (
+        view.store.specs()[2].offload_group_size == 0
+        and "--offload-group-size" not in view.store.cli_command()
+    )
+    assert "host-held experts" not in view.summary.object
+    view.widgets["offload_group_size"].value = 3  # layer 2 is one of DeepSeek-V3's 3 dense layers: refused
+    assert (
+        view.store.estimate is None and "layer 2" in view.summary.object and "is dense" in view.summary.object
+    )
+
+
+def test_the_engine_control_picks_the_all_reduce_kernels(view: ServingView) -> None:
+    """TensorRT-LLM's profile names its custom kernels (profiles/engines/trtllm.toml, read with tomllib), timed
+    on H100 at tp 8 by sgl-project/sglang PR #2904: the tab says so and its command names the engine."""
+    import tomllib
+    from pathlib import Path
+
+    from workbench.presets.engines import engines_dir
+
+    view.show()
+    view.widgets["engine"].value = "trtllm"
+    family = tomllib.loads(Path(engines_dir(), "trtllm.toml").read_text(encoding="utf-8"))["tp_all_reduce"]
+    est = view.store.estimate
+    assert est is not None and est.plan.engine == "trtllm" and est.tp_all_reduce == family == "trtllm_custom"
+    assert (
+        "TensorRT-LLM's custom one-shot/two-shot kernels at tp 8, priced by its published latency table"
+        in (view.summary.object)
+    )
+    args = shlex.split(view.store.cli_command())
+    assert args[args.index("--engine") + 1] == "trtllm"
+    result = CliRunner().invoke(cli, [*args[1:], "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["tpot_s"] == pytest.approx(est.summary()["tpot_s"], rel=1e-12)

@@ -1,6 +1,6 @@
 """The Serving tab in a real browser (headless Debian Chromium, Playwright): opening the tab simulates the default
 deployment, the two latency CDFs are laid out side by side at their full width in a 1280-pixel window, a change of the input length
-updates the numbers, nothing leaves 127.0.0.1 and the page logs no error. Skipped without /usr/bin/chromium."""
+updates the numbers, the host-offload field of the dense default model is disabled with its reason, nothing leaves 127.0.0.1 and the page logs no error. Skipped without /usr/bin/chromium."""
 
 from __future__ import annotations
 
@@ -46,6 +46,13 @@ def test_serving_tab_computes_and_lays_out_its_figures() -> None:
         assert (ttft["title"], tpot["title"]) == ("TTFT", "TPOT")
         assert ttft["width"] > 400 and tpot["width"] > 400  # not collapsed
         assert abs(ttft["y"] - tpot["y"]) < 2 and tpot["x"] >= ttft["x"] + ttft["width"] - 2  # side by side
+        # the dense default model: the host-offload field is disabled in the page, its reason beside it
+        sync_api.expect(page.locator(".wb-serving-offload_group_size input").first).to_be_disabled(
+            timeout=30_000
+        )
+        note = page.locator(".wb-serving-offload-note").first
+        sync_api.expect(note).to_contain_text("no MoE layers", timeout=30_000)
+        sync_api.expect(summary.first).to_contain_text("tp all-reduce: NCCL at tp 8", timeout=30_000)
         ttft_line = page.locator(".wb-serving-summary li").first  # "TTFT mean ... ms, p50 ..., p99 ..."
         before = ttft_line.inner_text()
         assert before.startswith("TTFT mean") and " ms" in before

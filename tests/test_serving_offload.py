@@ -16,7 +16,7 @@ from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.memory import kv_capacity_tokens, weight_bytes_per_device
-from workbench.serving.offload import HostOffload, offloaded_layers
+from workbench.serving.offload import HostOffload, offload_unavailable, offloaded_layers
 from workbench.specs.serving import ServingPlan
 from workbench.validate.serving import row_case
 from workbench.validate.serving_csv import read_serving_rows
@@ -105,6 +105,47 @@ def test_serve_estimate_takes_the_offload_and_decode_pays_the_copies():
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert "host-offload1/8" in out["plan"]
+    assert out["host_offload_bytes_per_device"] == pytest.approx(7 * EXPERT_LAYER_BYTES, rel=1e-12)
+    assert out["offload_copy_s"] == pytest.approx(7 * EXPERT_LAYER_BYTES / 225e9, rel=1e-12)
     # a decode step t waits 7 (copy - 7/61 of its layers) >= 7 (copy - 7/61 t): t >= 7 copy / (1 + 49/61)
     copy_s = EXPERT_LAYER_BYTES / 225e9
     assert out["tpot_s_p50"] >= 7 * copy_s / (1 + 49 / 61)
+
+
+def test_the_wait_of_a_decode_step_is_the_step_less_the_same_step_without_offload():
+    # on 4 GPUs the model fits without offload: the wait is the difference to a cost built without it
+    base_plan = replace(PLAN, tp=4, ep=4)
+    base = ReplicaCost.of(V3, GB200, base_plan, CAL)
+    off = ReplicaCost.of(V3, GB200, replace(base_plan, offload_group_size=8), CAL)
+    assert base.offload is None and base.offload_wait_s(8, 2000) == 0.0
+    wait = off.offload_wait_s(8, 2000)
+    assert wait == pytest.approx(off.decode_s(8, 2000) - base.decode_s(8, 2000), rel=1e-12)
+    assert 0.0 < wait <= off.offload.copy_per_forward_s
+    assert off.decode_s(8, 2000) > base.decode_s(8, 2000)  # the bare copy priced it without touching the cost
+
+
+def test_a_dense_model_says_why_it_takes_no_offload():
+    llama = load_model("llama-3.1-70b")
+    assert offload_unavailable(V3) == ""
+    why = offload_unavailable(llama)
+    assert "no MoE layers" in why
+    with pytest.raises(ValueError, match="no MoE layers"):
+        offloaded_layers(llama, 4)
+
+
+def test_a_disaggregated_estimate_reports_the_decode_engines_offload():
+    # decode pool tp4 ep4: 64 experts per device, half of one EP2 device's (EXPERT_LAYER_BYTES is 128 experts)
+    from workbench.serving.estimate import serve_estimate
+    from workbench.specs.serving import Disaggregation, ServingWorkload
+
+    split = Disaggregation(
+        prefill_workers=1, prefill_tp=2, prefill_ep=2, decode_workers=1, decode_tp=4, decode_ep=4
+    )
+    plan = replace(PLAN, tp=1, ep=None, disaggregation=split, offload_group_size=8)
+    work = ServingWorkload(
+        arrival="closed", concurrency=4, num_requests=8, input_tokens=1000, output_tokens=16
+    )
+    est = serve_estimate(V3, GB200, plan, work, CAL)
+    assert est.host_offload_bytes_per_device == pytest.approx(7 * EXPERT_LAYER_BYTES / 2, rel=1e-12)
+    assert est.offload_copy_s == pytest.approx(7 * EXPERT_LAYER_BYTES / 2 / 225e9, rel=1e-12)
+    assert est.offload_decode_batch >= 1 and 0.0 < est.offload_wait_s <= est.offload_copy_s

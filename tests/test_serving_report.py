@@ -137,3 +137,53 @@ def test_wide_tables_scroll_inside_the_page(est) -> None:
     wrapped = [m.end() - len("<table>") for m in re.finditer(r'<div class="scroll"><table>', text)]
     assert tables and set(tables) == set(wrapped)
     assert ".scroll { overflow-x: auto; max-width: 100%; }" in text
+
+
+def test_report_shows_the_host_held_experts_and_the_all_reduce_kernels() -> None:
+    """DeepSeek-V3 on 2 GB200 with SGLang's offloader (group 8: layers 7, 15, .., 55 host-held): the report's
+    bytes per device and copy per forward against the experts' bytes by hand (config.json: hidden 7168,
+    moe_intermediate_size 2048, 256 routed experts, 128 per device at ep 2; NVFP4 = 0.5 byte + one FP8 scale per
+    16 values) over the GB200 preset's device-host link (NVLink-C2C, 225 GB/s per GPU and direction)."""
+    plan = ServingPlan(tp=2, ep=2, weight_dtype="fp4", activation_dtype="fp4", kv_cache_dtype="fp8",
+                       engine="sglang", offload_group_size=8)  # fmt: skip
+    work = ServingWorkload(
+        arrival="closed", concurrency=8, num_requests=16, input_tokens=2000, output_tokens=32
+    )
+    est = serve_estimate(load_model("deepseek-v3"), load_cluster("gb200-nvl72"), plan, work, CAL)
+    offloaded_bytes = 7 * 3 * 7168 * 2048 * 128 * (0.5 + 1 / 16)
+    copy_s = offloaded_bytes / 225e9
+    assert est.host_offload_bytes_per_device == pytest.approx(offloaded_bytes, rel=1e-12)
+    assert est.offload_copy_s == pytest.approx(copy_s, rel=1e-12)
+    assert 0.0 < est.offload_wait_s <= copy_s and est.offload_decode_batch >= 1
+    text = render_serving_report(est)
+    assert (
+        f"the last layer of every 8 (SGLang offload), {offloaded_bytes / 2**30:,.2f} GiB per device" in text
+    )
+    assert f"copying them takes {copy_s * 1e3:,.2f} ms per forward" in text
+    assert (
+        f"a decode step of {est.offload_decode_batch:,} sequences waits {est.offload_wait_s * 1e3:,.2f} ms"
+        in text
+    )
+    # sglang's profile runs NCCL's kernels (profiles/engines/sglang.toml names no family): NCCL's model prices them
+    assert "NCCL at tp 2, priced by NCCL&#39;s tuning model" in text
+
+
+def test_report_names_a_table_priced_all_reduce(est) -> None:
+    """TensorRT-LLM's profile (profiles/engines/trtllm.toml, read with tomllib) names its custom kernels, which
+    sgl-project/sglang PR #2904 timed on H100 at tp 8: the report says so; the plain plan runs NCCL."""
+    import tomllib
+    from pathlib import Path
+
+    from workbench.presets.engines import engines_dir
+
+    assert "NCCL at tp 8, priced by NCCL&#39;s tuning model" in render_serving_report(est)
+    family = tomllib.loads(Path(engines_dir(), "trtllm.toml").read_text(encoding="utf-8"))["tp_all_reduce"]
+    assert family == "trtllm_custom"
+    trt = serve_estimate(est.model, est.cluster, replace(est.plan, engine="trtllm"), est.workload, CAL)
+    assert trt.tp_all_reduce == family and trt.tp_all_reduce_table
+    text = render_serving_report(trt)
+    assert (
+        "TensorRT-LLM&#39;s custom one-shot/two-shot kernels at tp 8, priced by its published latency table"
+        in text
+    )
+    assert "host-held experts" not in text

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workbench.cost.comm import all_reduce_s
-from workbench.cost.tp_allreduce import TABLES, kernel_table, tp_all_reduce_s
+from workbench.cost.tp_allreduce import TABLES, kernel_table, priced_table, tp_all_reduce_s
 from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.presets.engines import engine_names, load_engine
@@ -119,3 +119,14 @@ def test_apex_tp2_servers_ran_nccl() -> None:
         expected = "nccl" if case.plan.tp == 2 else "vllm_custom"
         assert engine.tp_all_reduce == expected, rid
     assert {r["tp"] for r in rows.values()} >= {"2", "4", "8"}
+
+
+def test_priced_table_is_the_table_inside_the_nvlink_domain_only(h100) -> None:
+    assert priced_table(h100, 8, "vllm_custom") is kernel_table("vllm_custom", "h100-sxm5-80gb", 8)
+    assert priced_table(h100, 8, "trtllm_custom") is not None
+    assert priced_table(h100, 8, "nccl") is None  # NCCL's model
+    assert priced_table(h100, 1, "vllm_custom") is None  # no all-reduce
+    two = load_cluster("dgx-h100", 2)
+    assert priced_table(two, 16, "vllm_custom") is None  # leaves the 8-GPU NVLink domain
+    payload = np.array([2048.0, 1e6])
+    assert np.array_equal(tp_all_reduce_s(two, payload, 16, "vllm_custom"), all_reduce_s(two, payload, 16, 1))

@@ -15,7 +15,7 @@ import polars as pl
 from markupsafe import Markup
 from workbench_widgets._report_page import Block, Section, table, workbench_version
 from workbench_widgets.plots._style import GIB, MS_PER_S
-from workbench_widgets.plots.serving import serving_figures, slo_text
+from workbench_widgets.plots.serving import all_reduce_text, offload_text, serving_figures, slo_text
 from workbench_widgets.plots.serving_run import kv_bytes_per_token_per_device
 from workbench_widgets.plots.serving_search import SEARCH_FIGURE_COLUMNS, serving_search_figure
 
@@ -57,6 +57,7 @@ def input_blocks(est: ServingEstimate) -> list[dict[str, Any]]:
         ("layout", p.describe()),
         ("devices used", f"{p.num_devices}"),
         ("weights / activations / KV", f"{p.weight_dtype} / {p.activation_dtype} / {p.kv_cache_dtype}"),
+        ("engine profile", p.engine),
         ("scheduler", f"{p.scheduler} (chunked prefill {'on' if p.chunked_prefill else 'off'})"),
         ("max sequences per engine", f"{p.max_num_seqs:,}"),
         ("max tokens per iteration", f"{p.max_num_batched_tokens:,}"),
@@ -82,10 +83,10 @@ def input_blocks(est: ServingEstimate) -> list[dict[str, Any]]:
                           f"{spec.mean_accepted_length:.2f} tokens per step"))  # fmt: skip
     if p.num_redundant_experts:
         plan_rows.append(("redundant experts", f"{p.num_redundant_experts} per MoE layer"))
-    if p.offload_group_size:
-        plan_rows.append(
-            ("host-held experts", f"the last layer of every {p.offload_group_size} (SGLang offload)")
-        )
+    offload = offload_text(est)
+    if offload:
+        plan_rows.append(("host-held experts" + (" (decode engine)" if d is not None else ""), offload))
+    plan_rows.append(("tp all-reduce" + (" (decode engine)" if d is not None else ""), all_reduce_text(est)))
     arrival = {
         "closed": lambda: f"closed loop, {w.concurrency} in flight",
         "poisson": lambda: f"Poisson, {w.request_rate_per_s:,.2f} requests/s",

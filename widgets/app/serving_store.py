@@ -1,7 +1,8 @@
 """State and Store of the Serving tab: a serving deployment of a model on a cluster, simulated with
 ``workbench.serving``.
 
-- ``ServingState``: the choices (model, cluster, layout, request lengths, arrivals, SLO), parameters only;
+- ``ServingState``: the choices (model, cluster, layout, engine, host offload, request lengths, arrivals, SLO),
+  parameters only;
 - ``ServingStore``: builds the specs, runs ``serve_estimate`` and a rate sweep, holds the results and the reason
   there are none; no widgets.
 
@@ -16,9 +17,11 @@ from typing import Any
 import param
 
 from workbench.presets import catalog
+from workbench.presets.engines import DEFAULT_ENGINE, engine_names
 from workbench.serving.estimate import serve_estimate
+from workbench.serving.offload import offload_unavailable
 from workbench.serving.sweep import rate_sweep, sweep_table
-from workbench.specs.limits import MAX_DEVICES, MAX_SEQ_LEN
+from workbench.specs.limits import MAX_DEVICES, MAX_PP, MAX_SEQ_LEN
 from workbench.specs.serving import SLO, Disaggregation, ServingPlan, ServingWorkload
 from workbench.specs.speculative import MAX_SPECULATIVE_TOKENS, SpecMethod, SpeculativeDecoding
 
@@ -63,6 +66,12 @@ class ServingState(param.Parameterized):
     prefix_hit_rate = param.Number(
         default=0.0, bounds=(0.0, 0.999), doc="Share of prompts in the prefix cache."
     )
+    engine = param.Selector(
+        default=DEFAULT_ENGINE, objects=[DEFAULT_ENGINE], doc="Serving engine profile id."
+    )
+    offload_group_size = param.Integer(default=0, bounds=(0, MAX_PP), allow_None=True,
+                                       doc="SGLang host offload: of every N layers the last keeps its experts in "
+                                           "host memory; 0 or empty: off (MoE models only).")  # fmt: skip
 
 
 class ServingStore(param.Parameterized):
@@ -76,6 +85,10 @@ class ServingStore(param.Parameterized):
     sweep = param.Parameter(default=None, doc="Rate sweep of the plan (polars, SWEEP_COLUMNS).")
     slo = param.Parameter(default=None, doc="The SLO of the choices, or None without targets.")
     error = param.String(default="", doc="Why the last estimate failed.")
+    offload_reason = param.String(
+        default="",
+        doc="Why the model takes no host offload (a dense model); '' when it can, or before a refresh.",
+    )
 
     def __init__(self, state: ServingState | None = None, **params: Any) -> None:
         super().__init__(state=state or ServingState(), **params)
@@ -84,6 +97,7 @@ class ServingStore(param.Parameterized):
         s = self.state
         s.param.model_preset.objects = catalog.model_choices()
         s.param.cluster_preset.objects = catalog.preset_names("cluster")
+        s.param.engine.objects = engine_names()
         names = [n for n in s.param if n != "name"]
         s.param.watch(lambda *_: self.refresh() if self.active else None, names)
 
@@ -101,6 +115,10 @@ class ServingStore(param.Parameterized):
             (s.cluster_preset, s.num_nodes),
             lambda: catalog.load_cluster(s.cluster_preset, num_nodes=s.num_nodes),
         )
+        self.offload_reason = offload_unavailable(model)
+        # a dense model takes none: the control is disabled with the reason, and its value kept for an MoE model
+        common: dict[str, Any] = {"scheduler": s.scheduler, "engine": s.engine,
+                                  "offload_group_size": self.offload_group_size()}  # fmt: skip
         spec = None
         if s.speculative != "none":
             spec = SpeculativeDecoding(method=s.speculative, num_speculative_tokens=s.num_speculative_tokens,
@@ -108,9 +126,9 @@ class ServingStore(param.Parameterized):
         if s.prefill_workers:  # disaggregated: the role layouts replace replicas, tp and pp
             split = Disaggregation(prefill_workers=s.prefill_workers, prefill_tp=s.prefill_tp,
                                    decode_workers=s.decode_workers, decode_tp=s.decode_tp)  # fmt: skip
-            plan = ServingPlan(disaggregation=split, scheduler=s.scheduler, speculative=spec)
+            plan = ServingPlan(disaggregation=split, speculative=spec, **common)
         else:
-            plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, scheduler=s.scheduler, speculative=spec)
+            plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, speculative=spec, **common)
         arrival = (
             {"concurrency": s.concurrency}
             if s.arrival == "closed"
@@ -123,6 +141,11 @@ class ServingStore(param.Parameterized):
         given = {k: v / MS_PER_S for k, v in targets.items() if v is not None}
         slo = SLO(percentile=s.slo_percentile, **given) if given else None
         return model, cluster, plan, workload, slo
+
+    def offload_group_size(self) -> int:
+        """The State's offload group size the plan takes: 0 when empty or when the model takes none
+        (``offload_reason``, set by ``specs``)."""
+        return 0 if self.offload_reason else int(self.state.offload_group_size or 0)
 
     def refresh(self) -> None:
         """Recompute from the State (and follow its changes from now on); a refusal is kept in ``error``."""
@@ -156,6 +179,10 @@ class ServingStore(param.Parameterized):
                      "--acceptance-rate", f"{s.acceptance_rate:g}"]  # fmt: skip
         if s.prefix_hit_rate:
             args += ["--prefix-hit-rate", f"{s.prefix_hit_rate:g}"]
+        if s.engine != DEFAULT_ENGINE:
+            args += ["--engine", s.engine]
+        if self.offload_group_size():
+            args += ["--offload-group-size", str(self.offload_group_size())]
         if s.arrival == "closed":
             args += ["--concurrency", str(s.concurrency)]
         else:

@@ -18,7 +18,7 @@ from bokeh.models import FixedTicker, Span
 from panel.io.document import hold
 from workbench_widgets.app.page_text import page_text
 from workbench_widgets.app.serving_store import MS_PER_S, ServingState, ServingStore
-from workbench_widgets.plots.serving import serving_figures, slo_text
+from workbench_widgets.plots.serving import all_reduce_text, offload_text, serving_figures, slo_text
 
 GIB = 2**30
 WIDTH = 200
@@ -52,6 +52,8 @@ LABELS = {
     "num_speculative_tokens": "Proposed tokens (k)",
     "acceptance_rate": "Acceptance rate",
     "prefix_hit_rate": "Prefix hit rate",
+    "engine": "Engine",
+    "offload_group_size": "Host offload: 1 layer in (empty: off)",
 }
 
 
@@ -78,6 +80,7 @@ def summary_markdown(store: ServingStore) -> str:
         f"{s['requests_per_s']:,.2f} requests/s, {s['num_preemptions']:,} preemptions",
         f"- KV cache {s['kv_cache_capacity_tokens']:,} tokens per engine",
         *deployment_lines(s),
+        *engine_lines(est),
         _dollars_line(est, s["output_tokens_per_s"]),
     ]
     if store.slo is not None:
@@ -98,6 +101,15 @@ def deployment_lines(summary: dict[str, Any]) -> list[str]:
     if summary["prefix_hit_rate"]:
         lines.append(f"- prefix cache hit rate {summary['prefix_hit_rate']:.0%} of prompt tokens")
     return lines
+
+
+def engine_lines(est: Any) -> list[str]:
+    """Markdown lines on the (decode) engine's host-held experts (none when off) and its tp all-reduce kernels."""
+    offload = offload_text(est)
+    return [
+        *([f"- host-held experts: {offload}"] if offload else []),
+        f"- tp all-reduce: {all_reduce_text(est)}",
+    ]
 
 
 def _dollars_line(est: Any, tokens_per_s: float) -> str:
@@ -152,6 +164,8 @@ class ServingView(param.Parameterized):
         super().__init__(**params)
         state = self.store.state
         self.widgets = {name: _control(state, name) for name in LABELS}
+        self.offload_note = pn.pane.Alert("", alert_type="secondary", visible=False, width=2 * WIDTH,
+                                          css_classes=["wb-serving-offload-note"])  # fmt: skip
         self.summary = pn.pane.Markdown(summary_markdown(self.store), sizing_mode="stretch_width",
                                         css_classes=["wb-serving-summary"])  # fmt: skip
         self.figures = {n: pn.pane.Bokeh(None, visible=False, sizing_mode="stretch_width") for n in FIGURES}
@@ -159,11 +173,19 @@ class ServingView(param.Parameterized):
                                                 label="Download serving report", embed=False,
                                                 css_classes=["wb-serving-download"])  # fmt: skip
         self.store.param.watch(self._show, ["estimate", "error"])
+        self.store.param.watch(self._show_offload, "offload_reason")
 
     def show(self) -> None:
         """Compute on the first call (the tab is opened); later calls do nothing: changes recompute."""
         if not self.store.active:
             self.store.refresh()
+
+    def _show_offload(self, *_: Any) -> None:
+        """The host-offload control disabled, with the Store's reason beside it, for a model that takes none."""
+        reason = self.store.offload_reason
+        self.widgets["offload_group_size"].disabled = bool(reason)
+        self.offload_note.param.update(object=f"Unavailable here — {page_text(reason)}." if reason else "",
+                                       visible=bool(reason))  # fmt: skip
 
     def _show(self, *_: Any) -> None:
         est = self.store.estimate
@@ -197,8 +219,8 @@ class ServingView(param.Parameterized):
         return io.BytesIO(html.encode("utf-8"))
 
     def panel(self) -> pn.Column:
-        controls = pn.FlexBox(*self.widgets.values(), flex_wrap="wrap", align_items="flex-end",
-                              sizing_mode="stretch_width")  # fmt: skip
+        controls = pn.FlexBox(*self.widgets.values(), self.offload_note, flex_wrap="wrap",
+                              align_items="flex-end", sizing_mode="stretch_width")  # fmt: skip
         f = self.figures
         return pn.Column(
             controls,

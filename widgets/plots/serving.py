@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from bokeh.models import ColumnDataSource, FixedTicker, HoverTool, Label, NumeralTickFormatter, Range1d, Span
 from bokeh.plotting import figure
-from workbench_widgets.plots._style import MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
+from workbench_widgets.plots._style import GIB, MS_PER_S, OKABE_ITO, PLOT_WIDTH_PX
 from workbench_widgets.plots.serving_run import batch_composition_figure, kv_cache_figure
 
 from workbench.serving.sweep import SWEEP_COLUMNS, meets_slo, slo_attained_frac, sweep_table
@@ -262,3 +262,46 @@ def slo_text(est: ServingEstimate, slo: SLO) -> str:
         f"SLO {' and '.join(p for p in parts if p)} at {slo.percentile.value}: {verdict}; "
         f"{slo_attained_frac(est.sim, slo):.1%} of the requests meet both targets"
     )
+
+
+TP_ALL_REDUCE_NAMES = {
+    "nccl": "NCCL",
+    "vllm_custom": "vLLM's custom all-reduce (one-/two-stage)",
+    "trtllm_custom": "TensorRT-LLM's custom one-shot/two-shot kernels",
+}
+"""Words for ``EngineProfile.tp_all_reduce`` (``workbench.specs.engine.TP_ALL_REDUCES``)."""
+
+
+def _engine_plan(est: ServingEstimate) -> Any:
+    """The plan of the engine the estimate's engine fields describe: the decode role of a disaggregated plan."""
+    return est.plan if est.plan.disaggregation is None else est.plan.role_plan("decode")
+
+
+def all_reduce_text(est: ServingEstimate) -> str:
+    """The (decode) engine's tp all-reduces in words: the kernel family it runs and what prices it (its published
+    latency table or NCCL's tuning model, ``workbench.cost.tp_allreduce``)."""
+    tp = _engine_plan(est).tp
+    name = TP_ALL_REDUCE_NAMES.get(est.tp_all_reduce, est.tp_all_reduce)
+    if tp == 1:
+        return f"none at tp 1 (the engine runs {name})"
+    how = "its published latency table" if est.tp_all_reduce_table else "NCCL's tuning model"
+    return f"{name} at tp {tp}, priced by {how}"
+
+
+def offload_text(est: ServingEstimate) -> str | None:
+    """The (decode) engine's MoE experts held in host memory (SGLang's offloader) in words: GiB per device, the
+    copy one forward needs and what a decode step at the run's mean batch waits for it; None when off."""
+    group = _engine_plan(est).offload_group_size
+    if not group:
+        return None
+    text = (
+        f"the last layer of every {group} (SGLang offload), "
+        f"{est.host_offload_bytes_per_device / GIB:,.2f} GiB per device in host memory; copying them takes "
+        f"{est.offload_copy_s * MS_PER_S:,.2f} ms per forward"
+    )
+    if est.offload_decode_batch:
+        text += (
+            f", of which a decode step of {est.offload_decode_batch:,} sequences waits "
+            f"{est.offload_wait_s * MS_PER_S:,.2f} ms"
+        )
+    return text

@@ -99,6 +99,15 @@ def kernel_table(kernel: str, device_id: str, n: int) -> LatencyTable | None:
     return next((t for t in TABLES if t.kernel == kernel and t.n == n and device_id in t.devices), None)
 
 
+def priced_table(cluster: ClusterSpec, n: int, kernel: str) -> LatencyTable | None:
+    """The published table that prices a tp all-reduce of ``kernel`` over ``n`` adjacent ranks of ``cluster``, or
+    None where NCCL's model does: the ``nccl`` family, no table for the device and ``n``, ``n`` <= 1, or a group
+    that leaves the first (NVLink) level. Raises ValueError for a family not in ``TP_ALL_REDUCES``."""
+    table = kernel_table(kernel, cluster.device.id, int(n))
+    inside = n <= (cluster.levels[0].span or cluster.devices_per_node)
+    return table if inside and n > 1 else None
+
+
 def tp_all_reduce_s(
     cluster: ClusterSpec, payload_bytes: Array, n: int, kernel: str = "nccl", efficiency_frac: float = 1.0
 ) -> Array:
@@ -106,10 +115,9 @@ def tp_all_reduce_s(
     family (see the module docstring), seconds, same shape; 0 where n == 1.
 
     Raises ValueError for an unknown ``kernel``."""
-    table = kernel_table(kernel, cluster.device.id, int(n))
-    inside = n <= (cluster.levels[0].span or cluster.devices_per_node)
+    table = priced_table(cluster, n, kernel)
     nccl = all_reduce_s(cluster, payload_bytes, n, 1, efficiency_frac)
-    if table is None or not inside or n <= 1:
+    if table is None:
         return nccl
     payload = np.asarray(payload_bytes, dtype=float)
     sizes, seconds = np.asarray(table.sizes_bytes), np.asarray(table.seconds)

@@ -28,6 +28,7 @@ per-layer costs summed over all layers) plus ``pp - 1`` activation hand-offs (``
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -529,6 +530,21 @@ class ReplicaCost:
             raise ValueError(f"decode_s: batch and context must be >= 1, got {batch!r}, {context!r}")
         empty = np.array([], dtype=int)
         return self.iteration_s(empty, empty, np.full(batch, context))
+
+    @property
+    def offload(self) -> HostOffload | None:
+        """The engine's MoE experts held in host memory (``ServingPlan.offload_group_size``); None when off."""
+        return self._offload
+
+    def offload_wait_s(self, batch: int, context: int) -> float:
+        """Seconds one decode-only iteration of ``batch`` sequences with ``context`` cached tokens each spends
+        waiting for the copies of host-held experts: ``decode_s`` less the same iteration priced without the wait
+        (``HostOffload.wait_s``), so what the engine's host work hides is not counted. 0.0 with offload off."""
+        if self._offload is None:
+            return 0.0
+        bare = copy.copy(self)
+        bare._offload = None
+        return self.decode_s(batch, context) - bare.decode_s(batch, context)
 
     def kv_transfer_s(self, tokens: int) -> float:
         """Seconds to send one request's KV cache of ``tokens`` tokens from its prefill engine to a decode engine:

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from workbench.cost.tp_allreduce import priced_table
 from workbench.serving.cost import ReplicaCost, kv_bytes_per_token
+from workbench.serving.offload import host_offload_bytes_per_device
 from workbench.serving.results import with_requests
 from workbench.serving.simulate import DisaggregatedPools, Requests, RequestSimResult, simulate
 from workbench.serving.speculative import speculative_steps
@@ -52,6 +54,23 @@ class ServingEstimate:
     kv_bytes_per_token_per_device: dict[str, float]
     """By engine role (``both`` for an aggregated plan, else ``prefill`` and ``decode``): the KV bytes one cached
     token takes on the fullest device of an attention-DP rank (``ReplicaCost.kv_bytes_per_token_per_device``)."""
+    host_offload_bytes_per_device: float = 0.0
+    """Expert-weight bytes one device of the (decode) engine keeps in host memory (``ServingPlan.
+    offload_group_size``, :func:`workbench.serving.offload.host_offload_bytes_per_device`); 0.0 when off."""
+    offload_copy_s: float = 0.0
+    """Seconds of copying one forward of the (decode) engine needs for its host-held experts, all offloaded layers
+    (``HostOffload.copy_per_forward_s``: the wait if no layer hid it); 0.0 when off."""
+    offload_wait_s: float = 0.0
+    """Seconds a decode-only iteration at ``offload_decode_batch`` waits for those copies
+    (``ReplicaCost.offload_wait_s``); 0.0 when off."""
+    offload_decode_batch: int = 0
+    """The decode batch ``offload_wait_s`` is priced at: the run's mean decode sequences per decode-only iteration
+    of a (decode) engine, at their mean cached tokens; 0 when off or when the run has no decode iteration."""
+    tp_all_reduce: str = "nccl"
+    """The kernel family of the (decode) engine's tensor-parallel all-reduces (``EngineProfile.tp_all_reduce``)."""
+    tp_all_reduce_table: bool = False
+    """Whether a published latency table prices those all-reduces (:func:`workbench.cost.tp_allreduce.priced_table`);
+    False: NCCL's model does (or tp is 1)."""
     notes: tuple[str, ...] = ()
     """Assumptions and warnings a user should read (``workbench.specs.estimate.Result``)."""
 
@@ -81,6 +100,12 @@ class ServingEstimate:
             if self.plan.speculative is None
             else self.plan.speculative.mean_accepted_length,
             "prefix_hit_rate": self.workload.prefix_hit_rate,
+            "host_offload_bytes_per_device": self.host_offload_bytes_per_device,
+            "offload_copy_s": self.offload_copy_s,
+            "offload_wait_s": self.offload_wait_s,
+            "offload_decode_batch": self.offload_decode_batch,
+            "tp_all_reduce": self.tp_all_reduce,
+            "tp_all_reduce_table": self.tp_all_reduce_table,
         }
 
 
@@ -121,10 +146,42 @@ def serve_estimate(
             f"serving plan {plan.describe()} needs {plan.num_devices} devices; the cluster has {cluster.num_devices}"
         )
     run = _aggregated if plan.disaggregation is None else _disaggregated
-    requests, sim, fields = run(model, cluster, plan, workload, calibration)
+    requests, sim, fields, cost = run(model, cluster, plan, workload, calibration)
     if plan.speculative is not None:
         sim = with_requests(sim, requests)
+    first = plan.disaggregation.prefill_workers if plan.disaggregation is not None else 0
+    fields.update(_engine_fields(model, cluster, cost, sim.iterations, first))
     return ServingEstimate(model=model, cluster=cluster, plan=plan, workload=workload, sim=sim, **fields)
+
+
+def _engine_fields(
+    model: ModelSpec, cluster: ClusterSpec, cost: ReplicaCost, iterations: pl.DataFrame, first_engine: int
+) -> dict[str, Any]:
+    """The ``ServingEstimate`` fields of the (decode) engine ``cost``: its host-held experts (bytes per device, the
+    copy per forward, the wait of a decode-only iteration at the mean batch and cached tokens of the (decode)
+    engines' ``iterations``, those from ``first_engine`` on) and its tp all-reduce kernel family."""
+    rp = cost.plan
+    fields: dict[str, Any] = {
+        "tp_all_reduce": cost.engine.tp_all_reduce,
+        "tp_all_reduce_table": priced_table(cluster, rp.tp, cost.engine.tp_all_reduce) is not None,
+    }
+    offload = cost.offload
+    if offload is None:
+        return fields
+    fields["host_offload_bytes_per_device"] = host_offload_bytes_per_device(model, rp)
+    fields["offload_copy_s"] = offload.copy_per_forward_s
+    decode = iterations.filter(
+        (pl.col("engine") >= first_engine)
+        & (pl.col("num_prefill_tokens") == 0)
+        & (pl.col("num_decode_seqs") > 0)
+    )
+    if decode.height:
+        seqs = float(decode["num_decode_seqs"].sum())
+        batch = max(1, round(seqs / decode.height))
+        context = max(1, round(float(decode["kv_used_tokens"].sum()) / seqs))
+        fields["offload_decode_batch"] = batch
+        fields["offload_wait_s"] = cost.offload_wait_s(batch, context)
+    return fields
 
 
 def _batching(plan: ServingPlan, workload: ServingWorkload) -> dict[str, Any]:
@@ -139,7 +196,7 @@ def _batching(plan: ServingPlan, workload: ServingWorkload) -> dict[str, Any]:
 
 def _aggregated(
     model: ModelSpec, cluster: ClusterSpec, plan: ServingPlan, workload: ServingWorkload, cal: Calibration
-) -> tuple[Requests, RequestSimResult, dict[str, Any]]:
+) -> tuple[Requests, RequestSimResult, dict[str, Any], ReplicaCost]:
     """``plan.replicas`` engines that prefill and decode, requests routed to the least loaded."""
     cost = ReplicaCost.of(model, cluster, plan, cal)
     requests = requests_of(workload, closed_loop_ramp_s(workload, cost, cost, plan))
@@ -166,12 +223,13 @@ def _aggregated(
             "kv_cache_capacity_tokens": int(cost.kv_capacity_tokens),
             "kv_bytes_per_token_per_device": per_token,
         },
+        cost,
     )
 
 
 def _disaggregated(
     model: ModelSpec, cluster: ClusterSpec, plan: ServingPlan, workload: ServingWorkload, cal: Calibration
-) -> tuple[Requests, RequestSimResult, dict[str, Any]]:
+) -> tuple[Requests, RequestSimResult, dict[str, Any], ReplicaCost]:
     """Prefill and decode pools joined by a KV transfer (``plan.disaggregation``)."""
     d = plan.disaggregation
     assert d is not None
@@ -208,4 +266,5 @@ def _disaggregated(
             * kv_bytes_per_token(model, prefill.plan.kv_cache_dtype),
             "kv_transfer_s": prefill.kv_transfer_s(mean_prompt),
         },
+        decode,
     )

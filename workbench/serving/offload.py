@@ -47,6 +47,14 @@ def routed_expert_params_per_device(model: ModelSpec, rp: ServingPlan) -> float:
     return physical * model.mlp_parameters(model.moe_ffn_hidden_size, expert=True) / (rp.tp * rp.attention_dp)
 
 
+def offload_unavailable(model: ModelSpec) -> str:
+    """Why no ``offload_group_size`` applies to ``model``, or '' when one can: SGLang's offloader moves the routed
+    experts (``mlp.experts``) of MoE layers only, which a dense model has none of."""
+    if model.is_moe:
+        return ""
+    return f"model {model.name!r} has no MoE layers whose experts could be offloaded"
+
+
 def offloaded_layers(model: ModelSpec, group_size: int) -> tuple[int, ...]:
     """Indices of the decoder layers whose routed experts SGLang keeps in host memory for ``group_size``: every
     ``i`` with ``i % group_size >= group_size - OFFLOAD_NUM_IN_GROUP``; () for 0. Raises ValueError when the
@@ -54,11 +62,8 @@ def offloaded_layers(model: ModelSpec, group_size: int) -> tuple[int, ...]:
     ``w2_weight`` of ``mlp.experts``, which a dense layer does not have)."""
     if group_size == 0:
         return ()
-    if not model.is_moe:
-        raise ValueError(
-            f"offload_group_size={group_size}: model {model.name!r} has no MoE layers whose experts could be "
-            "offloaded; use 0"
-        )
+    if why := offload_unavailable(model):
+        raise ValueError(f"offload_group_size={group_size}: {why}; use 0")
     chosen = tuple(i for i in range(model.num_layers) if i % group_size >= group_size - OFFLOAD_NUM_IN_GROUP)
     if chosen and chosen[0] < model.num_dense_layers:
         raise ValueError(
