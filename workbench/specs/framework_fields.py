@@ -317,6 +317,11 @@ class FrameworkFields:
     """The host waits for the GPU once per MoE layer forward (token counts per expert copied to the CPU), so
     the layer cannot be queued ahead and costs at least its launch time (``workbench.cost.moe.moe_host_s``).
     Megatron-Core's alltoall dispatcher does; drop-and-pad, CUDA graphs and DeepEP's fixed buffers avoid it."""
+    moe_router_fusion: bool = False
+    """The MoE router's top-k with its score function, the auxiliary-loss scores and the auxiliary loss run as
+    Transformer Engine's fused kernels, one launch each (Megatron-Core ``moe_router_fusion``, TE 2.6+
+    ``fused_topk_with_score_function``): the router part of a layer launches
+    ``workbench.cost.moe.FUSED_ROUTER_LAUNCHES`` instead of ``MOE_LAYER_KERNEL_PARTS['moe_router']``."""
     host_s_per_kernel: float = 0.0
     """Host seconds to issue one kernel from the framework's Python code (PyTorch dispatch, autograd
     bookkeeping and the CUDA launch: ~5-20 us per op in eager PyTorch)."""

@@ -175,6 +175,7 @@ FLAG_FIELDS = (
     "moe_grouped_gemm",
     "moe_fp8_dispatch",
     "moe_host_sync",
+    "moe_router_fusion",
     "fp8_param_gather",
     "fp8_tp_all_gather",
     "chunked_loss",
