@@ -15,6 +15,9 @@ import numpy as np
 import pytest
 
 from workbench.cost.overlap import combined_pair_s
+from workbench.presets.frameworks import load_framework
+
+MCORE = load_framework("megatron-core-2024")
 
 # program order of TransformerLayerSchedulePlan.run (Megatron-Core 0.15, delay_wgrad_compute):
 # (name, stream, inputs that must be done first)
@@ -74,3 +77,36 @@ def test_pair_lies_between_compute_and_serial(comm_scale: float, compute_scale: 
     assert sum(compute) - 1e-12 <= t <= sum(compute) + sum(comm) + 1e-12
     if comm_scale == 0.0 or compute_scale == 0.0:
         assert t == pytest.approx(sum(compute) + sum(comm))  # nothing to hide behind, or nothing to hide
+
+
+def test_recipes_that_set_moe_a2a_overlap_encode_it() -> None:
+    """scripts/performance/configs/{qwen3,deepseek}/workload_base_configs.py at Megatron-Bridge v0.2.0:
+    moe_a2a_overlap=True for Qwen3-235B-A22B on B200 and H100, Qwen3-30B-A3B on H100 and DeepSeek-V3 on H100;
+    False (explicitly) for DeepSeek-V3 on GB300, GB200 and B200; GPT-OSS never."""
+    on = [
+        ("b200-sxm-180gb", "qwen3-235b-a22b"),
+        ("h100-sxm5-80gb", "Qwen3_235B_a22B"),
+        ("h100-sxm5-80gb", "qwen3-30b-a3b"),
+        ("h100-sxm5-80gb", "DeepSeekV3"),
+    ]
+    off = [
+        ("gb300", "DeepSeekV3"),
+        ("gb200", "DeepSeekV3"),
+        ("b200-sxm-180gb", "DeepSeekV3"),
+        ("b200-sxm-180gb", "qwen3-30b-a3b"),
+        ("gb200", "qwen3-235b-a22b"),
+        ("h100-sxm5-80gb", "gpt-oss-120b"),
+    ]
+    assert all(MCORE.for_device(gpu, name).ep_comm_overlap for gpu, name in on)
+    assert not any(MCORE.for_device(gpu, name).ep_comm_overlap for gpu, name in off)
+    assert not MCORE.ep_comm_overlap
+
+
+def test_other_per_recipe_overlap_choices() -> None:
+    """DeepSeek-V3 on H100 turns the gradient-reduce overlap off (deepseek_llm_pretrain.py
+    deepseek_v3_h100_config: cfg.comm_overlap.overlap_grad_reduce = False); Qwen3-235B-A22B on H100 builds its
+    recipe with CommOverlapConfig(tp_comm_overlap=False) (qwen3_llm_pretrain.py qwen3_235b_a22b_h100_config)."""
+    assert not MCORE.for_device("h100-sxm5-80gb", "DeepSeekV3").overlap_grad_reduce
+    assert MCORE.for_device("gb200", "DeepSeekV3").overlap_grad_reduce
+    assert not MCORE.for_device("h100-sxm5-80gb", "qwen3-235b-a22b").tp_comm_overlap
+    assert MCORE.for_device("h100-sxm5-80gb", "qwen3-30b-a3b").tp_comm_overlap

@@ -77,7 +77,14 @@ experts' output bias scaled by the routing probability per expert (``ModelSpec.e
 embedding as a complex multiplication (torchtitan 2024's ``norms.RMSNorm`` and ``apply_rotary_emb``); they run
 unfused only where the stack does not compile its blocks (``fused_elementwise`` false: torch.compile fuses them)."""
 
-DEVICE_RECIPE_FIELDS = ("moe_dispatcher", "cuda_graph_scopes", "recompute_modules", "ep_comm_overlap")
+DEVICE_RECIPE_FIELDS = (
+    "moe_dispatcher",
+    "cuda_graph_scopes",
+    "recompute_modules",
+    "ep_comm_overlap",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+)
 """Fields a profile's ``device_recipes`` may set per device (the execution choices a stack's published recipes
 make per GPU)."""
 
