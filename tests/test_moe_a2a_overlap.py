@@ -110,3 +110,27 @@ def test_other_per_recipe_overlap_choices() -> None:
     assert MCORE.for_device("gb200", "DeepSeekV3").overlap_grad_reduce
     assert not MCORE.for_device("h100-sxm5-80gb", "qwen3-235b-a22b").tp_comm_overlap
     assert MCORE.for_device("h100-sxm5-80gb", "qwen3-30b-a3b").tp_comm_overlap
+
+
+def test_a_recipes_step_level_field_reaches_the_step_cost() -> None:
+    """overlap_grad_reduce is read by the step's data-parallel cost (workbench.cost.update), not by a layer:
+    the DeepSeek-V3 H100 recipe's False exposes the gradient reduction that the profile's default hides."""
+    import dataclasses
+
+    from workbench.estimate.analytic import estimate_plan
+    from workbench.presets.calibration import load_calibration
+    from workbench.presets.catalog import load_cluster, load_model
+    from workbench.specs.plan import ParallelPlan, Workload
+
+    model = load_model("deepseek-v3")
+    cluster = load_cluster("dgx-h100", num_nodes=64)
+    workload = Workload(seq_len=4096, global_batch_size=4096)
+    plan = ParallelPlan(dp=64, pp=8, ep=64, micro_batch_size=1, zero_stage=1)
+    cal = load_calibration("default").with_framework("megatron-core-2024")
+    recipe = cal.framework.model_recipes["deepseek-v3"]["h100-sxm5-80gb"]
+    hidden = dict(cal.framework.model_recipes, **{"deepseek-v3": {"h100-sxm5-80gb": {**recipe}}})
+    hidden["deepseek-v3"]["h100-sxm5-80gb"]["overlap_grad_reduce"] = True
+    on = dataclasses.replace(cal, framework=dataclasses.replace(cal.framework, model_recipes=hidden))
+    off_est = estimate_plan(model, cluster, workload, plan, calibration=cal)
+    on_est = estimate_plan(model, cluster, workload, plan, calibration=on)
+    assert off_est.breakdown.exposed_dp_comm_s > on_est.breakdown.exposed_dp_comm_s
