@@ -26,6 +26,7 @@ from workbench.specs.framework_values import (
     UNFUSED_MODEL_OPS,
     check_number,
     model_key,
+    recipe_for,
 )
 from workbench.specs.kernels import ATTENTION_FAMILIES
 from workbench.specs.limits import shown
@@ -488,15 +489,22 @@ class FrameworkFields:
                 under = self.device_recipes.get(device, {})
                 self._check_recipe(f"{where}: model_recipes.{key}.{device}", recipe, under)
 
-    def _check_recipe(self, where: str, recipe: object, under: dict[str, Any] | None = None) -> None:
-        """``recipe`` (laid over ``under``, the device's own entry) names known fields and gives a profile."""
+    def _check_recipe(
+        self, where: str, recipe: object, under: dict[str, Any] | None = None, top: bool = True
+    ) -> None:
+        """``recipe`` (laid over ``under``, the device's own entry) names known fields, and at the top level
+        sub-tables per FP8 recipe (``recipe_for``), and gives a profile."""
         if not isinstance(recipe, dict):
             raise ValueError(f"{where} must be a table, got {shown(recipe)}")
-        bad = sorted(set(recipe) - set(DEVICE_RECIPE_FIELDS))
+        subs = {k: v for k, v in recipe.items() if top and k in FP8_RECIPES}
+        bad = sorted(set(recipe) - set(DEVICE_RECIPE_FIELDS) - set(subs))
         if bad:
             raise ValueError(f"{where}: unknown field(s) {bad}; allowed: {', '.join(DEVICE_RECIPE_FIELDS)}")
+        plain = {**recipe_for(under or {}, ""), **recipe_for(recipe, "")}
+        for name, sub in subs.items():
+            self._check_recipe(f"{where}.{name}", sub, {**plain, **(under or {}).get(name, {})}, top=False)
         try:
-            self._with_recipe({**(under or {}), **recipe})
+            self._with_recipe(plain)
         except (TypeError, ValueError) as exc:
             reason = str(exc).removeprefix(f"framework profile {shown(self.id)}: ")
             raise ValueError(f"{where}: {reason}") from None
