@@ -375,7 +375,10 @@ def test_an_estimate_names_the_recipe_it_priced() -> None:
     est = estimate_plan(
         load_model("gpt-oss-120b"), load_cluster("gb200-nvl72", num_nodes=16), workload, plan, calibration=cal
     )
-    want = "recipe of megatron-core-2024 for gpt-oss-120b on gb200: moe_dispatcher alltoall; cuda_graph_scopes none"
+    want = (
+        "recipe of megatron-core-2024 for gpt-oss-120b on gb200: moe_dispatcher alltoall; cuda_graph_scopes none; "
+        "tp_comm_overlap False"
+    )
     assert want in est.notes
     dense = estimate_plan(
         load_model("llama-3.1-8b"),

@@ -110,6 +110,14 @@ def test_other_per_recipe_overlap_choices() -> None:
     assert MCORE.for_device("gb200", "DeepSeekV3").overlap_grad_reduce
     assert not MCORE.for_device("h100-sxm5-80gb", "qwen3-235b-a22b").tp_comm_overlap
     assert MCORE.for_device("h100-sxm5-80gb", "qwen3-30b-a3b").tp_comm_overlap
+    assert MCORE.for_device(
+        "gb300", "qwen3-235b-a22b"
+    ).tp_comm_overlap  # CommOverlapConfig(tp_comm_overlap=True)
+    # DeepSeek-V3 and GPT-OSS pass no comm_overlap_config: recipes/deepseek/deepseek_v3.py falls back to
+    # CommOverlapConfig(tp_comm_overlap=False), recipes/gpt_oss/gpt_oss.py leaves comm_overlap None
+    for gpu in ("gb300", "gb200", "b200-sxm-180gb", "h100-sxm5-80gb"):
+        assert not MCORE.for_device(gpu, "DeepSeekV3").tp_comm_overlap
+        assert not MCORE.for_device(gpu, "gpt-oss-120b").tp_comm_overlap
 
 
 def test_a_recipes_step_level_field_reaches_the_step_cost() -> None:
