@@ -15,7 +15,7 @@ write the 16-bit weight: 4 + 24 + 2 bytes).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,7 +103,7 @@ class StepContext:
             model=model,
             cluster=cluster,
             workload=workload,
-            cal=cal,
+            cal=cal if fw is cal.framework else replace(cal, framework=fw),  # the recipe's fields
             param_bytes=1.0 if fp8 and fw.fp8_param_gather else dtype_bytes(workload.dtype),
             fp8_copy_bytes=fp8_weight_copy_bytes(fw, cluster.device) if fp8 else 0.0,
             optimizer_bytes=optimizer_state_bytes_per_param(

@@ -160,9 +160,11 @@ def layer_costs(
         cp_comm = cp_layer_comm(model, cluster, fw, rest, tokens, tp, cp, ulysses, cp_stride, full)
     if moe_layer:
         shard = (tokens, tp, ep, etp)
-        ep_comm = ep_layer_comm(
-            model, cluster, cal, dtype, shard, capacity_factor, full, fwd + comp_i + comp_w
-        )
+        pair = (fwd, 0.0, comp_i + comp_w, 0.0, 0.0)  # read only with ep_comm_overlap
+        if fw.ep_comm_overlap:
+            attn = _split_op_times([o for o in ops if o.name in PRE_SYNC_OPS], rates, attention)
+            pair = _pair_compute(attn, compute_slowdown(fw), fwd, comp_i, comp_w)
+        ep_comm = ep_layer_comm(model, cluster, cal, dtype, shard, capacity_factor, full, pair)
     else:
         ep_comm = LayerComm(0.0 * tokens, 0.0 * tokens, 0.0 * tokens)
     return LayerCosts(
@@ -289,6 +291,22 @@ def _split_op_times(ops: list[Op], rates: Rates, attention: AttentionRates) -> t
         window_attention=window,
     )
     return mm, rest
+
+
+def _pair_compute(
+    attn: tuple[OpTimes, OpTimes], slow: Array, fwd: Array, comp_i: Array, comp_w: Array
+) -> tuple[Array, Array, Array, Array, Array]:
+    """(attention fwd, MoE fwd, attention bwd, MoE bwd input, MoE bwd weight) seconds of one MoE layer, the
+    parts a combined forward-backward pair schedules apart (``workbench.cost.overlap.combined_pair_s``):
+    ``attn`` the (GEMMs, rest) times of the ops before the dispatch (``PRE_SYNC_OPS``: the attention block
+    and the router), slowed by ``slow``; the MoE block is the rest of the layer's F, I and W (host bounds,
+    recompute and the per-layer overhead included), never below 0."""
+    mm, rest = attn
+    a_f = (mm.fwd_s + rest.fwd_s) * slow
+    a_i = (mm.bwd_input_s + rest.bwd_input_s) * slow
+    a_w = (mm.bwd_weight_s + rest.bwd_weight_s) * slow
+    m_f, m_i, m_w = np.maximum(fwd - a_f, 0.0), np.maximum(comp_i - a_i, 0.0), np.maximum(comp_w - a_w, 0.0)
+    return np.minimum(a_f, fwd), m_f, np.minimum(a_i, comp_i) + np.minimum(a_w, comp_w), m_i, m_w
 
 
 def _fwd_s(ops: list[Op], rates: Rates, attention: AttentionRates) -> Array:

@@ -28,7 +28,7 @@ from workbench.cost.comm import all_reduce_s, all_to_all_s, p2p_s
 from workbench.cost.elementwise_ops import FP8_VALUE_BYTES
 from workbench.cost.moe import ACT_BYTES, moe_dispatch_s
 from workbench.cost.op_time import OpTimes
-from workbench.cost.overlap import overlap
+from workbench.cost.overlap import combined_pair_s, overlap
 from workbench.presets.calibration import Calibration
 from workbench.specs.framework import FrameworkProfile
 from workbench.specs.hardware import ClusterSpec, DType
@@ -125,12 +125,15 @@ def ep_layer_comm(
     shard: tuple[Array, Array, Array, Array],
     capacity_factor: float | None,
     full: Array,
-    compute_s: Array,
+    compute: tuple[Array, Array, Array, Array, Array],
 ) -> LayerComm:
     """Expert-parallel traffic of one MoE layer: dispatch + combine forward and backward (again in a full
-    recompute), hidden behind another micro-batch's compute of the layer (``compute_s``: F + I + W) with
-    ``ep_comm_overlap``; the exposed part split between forward and backward by their shares. ``shard``:
-    (tokens, tp, ep, etp)."""
+    recompute). With ``ep_comm_overlap`` each transfer hides behind the compute of the other micro-batch of
+    a combined forward-backward pair (:func:`workbench.cost.overlap.combined_pair_s`; ``compute``: the
+    layer's (attention fwd, MoE fwd, attention bwd, MoE bwd input, MoE bwd weight) seconds); the dispatch and
+    the combine of a pass carry the same bytes, so each gets half of the pass's seconds. The exposed part is
+    the pair's period over the compute's sum, plus ``comm_interference_frac`` of the hidden part, split between
+    forward and backward by their shares. ``shard``: (tokens, tp, ep, etp)."""
     fw = cal.framework
     tokens, tp, ep, etp = shard
     ep_fwd, ep_bwd = moe_dispatch_s(
@@ -145,8 +148,14 @@ def ep_layer_comm(
         etp=etp,
     )
     ep_bwd = ep_bwd + np.where(full, ep_fwd, 0.0)
-    split = overlap(ep_fwd + ep_bwd, compute_s, on=fw.ep_comm_overlap, interference=fw.comm_interference_frac)
-    total = np.maximum(ep_fwd + ep_bwd, 1e-300)
+    comm = ep_fwd + ep_bwd
+    if fw.ep_comm_overlap:
+        pair = combined_pair_s(compute, (ep_fwd / 2, ep_fwd / 2, ep_bwd / 2, ep_bwd / 2))
+        window = comm - (pair - sum(compute))  # the hidden seconds as an overlap window
+        split = overlap(comm, window, on=True, interference=fw.comm_interference_frac)
+    else:
+        split = overlap(comm, 0.0, on=False)
+    total = np.maximum(comm, 1e-300)
     return LayerComm(split.exposed * ep_fwd / total, split.exposed * ep_bwd / total, split.hidden)
 
 

@@ -78,6 +78,38 @@ the expert group: ``moe_preprocess``), permute and unpermute with their index an
 (``expert_act``). Counts read from Megatron-Core's MoE layer (megatron/core/transformer/moe/, 0.15), rounded;
 the first three are the parts ``FrameworkProfile.cuda_graph_scopes`` can graph."""
 
+FUSED_ROUTER_LAUNCHES: dict[str, int] = {
+    "pre_mlp_norm": 1,
+    "gating_gemm": 1,
+    "force_balance_logits": 2,
+    "topk_with_score_function": 1,
+    "aux_loss_scores": 1,
+    "tokens_per_expert": 1,
+    "aux_loss": 1,
+    "aux_loss_tracker": 2,
+}
+"""Forward kernels of the ``moe_router`` part of a layer when the stack fuses the router
+(``FrameworkProfile.moe_router_fusion``), in call order, read from Megatron-Core 0.15 (NVIDIA/Megatron-LM
+@0d8e0714, the submodule of Megatron-Bridge v0.2.0) with Transformer Engine release_v2.9 for a top-k router with
+an auxiliary load-balancing loss at tp x cp = 1 (Qwen3, GPT-OSS): the pre-MLP norm (one TE norm kernel); the
+gating GEMM (moe_utils.py ``RouterGatingLinearFunction.forward``: one ``te_general_gemm``); the benchmark's
+forced balance (router.py ``TopKRouter.forward`` -> ``apply_random_logits``: ``RandomSTE.forward`` clones the
+logits and fills them with ``normal_``, 2; every Megatron-Bridge 25.11 MoE performance recipe sets
+``moe_router_force_load_balancing = True``); ``topk_routing_with_score_function(fused=True)`` ->
+``fused_topk_with_score_function`` (transformer_engine/pytorch/router.py ``FusedTopkScoreFunction``:
+``tex.fused_topk_with_score_function_fwd``, whose common/fused_router/fused_topk_with_score_function.cu
+launches one kernel into ``at::empty`` outputs); ``compute_routing_scores_for_aux_loss(fused=True)`` ->
+``fused_score_for_moe_aux_loss_fwd`` (one kernel); ``_apply_aux_loss``: ``routing_map.sum(dim=0)`` (one
+reduction; the tp x cp all-reduce is a no-op at size 1) and ``switch_load_balancing_loss_func(fused=True)`` ->
+``fused_moe_aux_loss_fwd`` (one kernel, fused_moe_aux_loss.cu); ``save_to_aux_losses_tracker``: the loss over
+its coefficient and the in-place add into the layer's slot (2). ``MoEAuxLossAutoScaler.forward`` launches
+nothing. 10 in all. The same call sequence unfused launches 25: the softmax top-k path 8 (``torch.topk``,
+``torch.softmax``, ``zeros_like`` + ``scatter`` for the probabilities, ``zeros_like`` + ``.int()`` +
+``scatter`` + ``.bool()`` for the map), the aux-loss scores 6 (softmax, top-k, the map's 4) and the aux loss 4
+(``probs.sum``, the product, ``torch.sum``, the scaling), where ``MOE_LAYER_KERNEL_PARTS`` keeps its rounded 12
+for every stack. Backward launches are ``BACKWARD_KERNELS`` times these, as for the layer's other eager
+parts."""
+
 MOE_LAYER_KERNELS = sum(MOE_LAYER_KERNEL_PARTS.values())
 """All of them (60): what a layer launches with nothing graphed and the alltoall dispatcher."""
 
@@ -120,15 +152,23 @@ def routed_load(fw: FrameworkProfile, capacity_factor: float | None) -> float:
     return float(capacity_factor) if capacity_factor is not None else fw.moe_imbalance
 
 
+def layer_kernel_parts(fw: FrameworkProfile) -> dict[str, int]:
+    """``MOE_LAYER_KERNEL_PARTS`` as the stack runs them: the router part launches
+    ``FUSED_ROUTER_LAUNCHES`` where the profile fuses the router (``moe_router_fusion``)."""
+    if not fw.moe_router_fusion:
+        return MOE_LAYER_KERNEL_PARTS
+    return {**MOE_LAYER_KERNEL_PARTS, "moe_router": sum(FUSED_ROUTER_LAUNCHES.values())}
+
+
 def moe_layer_launches(fw: FrameworkProfile) -> float:
     """Host launches of one MoE layer's forward apart from the per-expert kernels: the kernels of the
-    ``MOE_LAYER_KERNEL_PARTS`` the profile does not graph, plus one launch per CUDA graph (graphed parts that
+    ``MOE_LAYER_KERNEL_PARTS`` (:func:`layer_kernel_parts`) the profile does not graph, plus one launch per CUDA graph (graphed parts that
     follow one another in layer order replay as one graph, as Megatron-Core captures attn, moe_router and
     moe_preprocess in one callable); none when the whole step replays as one graph (``full_iteration``)."""
     if fw.graphs_whole_step:
         return 0.0
     scopes = set(fw.cuda_graph_scopes)
-    eager = sum(n for k, n in MOE_LAYER_KERNEL_PARTS.items() if k not in scopes)
+    eager = sum(n for k, n in layer_kernel_parts(fw).items() if k not in scopes)
     flags = [k in scopes for k in MOE_LAYER_KERNEL_PARTS]
     graphs = sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
     return float(eager + graphs)

@@ -35,6 +35,7 @@ from workbench.specs.framework_values import (
     UNFUSED_MODEL_OPS,
     check_number,
     model_key,
+    recipe_for,
 )
 from workbench.specs.plan import ParallelPlan, rank_order_name
 
@@ -77,8 +78,13 @@ class FrameworkProfile(FrameworkFields):
     def recipe(self, device_id: str, model_name: str = "") -> dict[str, Any]:
         """The execution fields (``DEVICE_RECIPE_FIELDS``) the stack's recipes set for the model ``model_name``
         on the device preset ``device_id``: the ``device_recipes`` entry with the model's ``model_recipes``
-        entry for that device laid over it; empty when neither sets anything."""
-        return {**self.device_recipes.get(device_id, {}), **self.model_recipe(model_name).get(device_id, {})}
+        entry for that device laid over it, each with its sub-table for the profile's ``fp8_recipe``
+        (:func:`recipe_for`); empty when neither sets anything."""
+        device, model = (
+            self.device_recipes.get(device_id, {}),
+            self.model_recipe(model_name).get(device_id, {}),
+        )
+        return {**recipe_for(device, self.fp8_recipe), **recipe_for(model, self.fp8_recipe)}
 
     def model_recipe(self, model_name: str) -> dict[str, dict[str, Any]]:
         """The ``model_recipes`` entry (device id -> fields) of the model named ``model_name``: the longest

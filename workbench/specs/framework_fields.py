@@ -26,6 +26,7 @@ from workbench.specs.framework_values import (
     UNFUSED_MODEL_OPS,
     check_number,
     model_key,
+    recipe_for,
 )
 from workbench.specs.kernels import ATTENTION_FAMILIES
 from workbench.specs.limits import shown
@@ -317,6 +318,11 @@ class FrameworkFields:
     """The host waits for the GPU once per MoE layer forward (token counts per expert copied to the CPU), so
     the layer cannot be queued ahead and costs at least its launch time (``workbench.cost.moe.moe_host_s``).
     Megatron-Core's alltoall dispatcher does; drop-and-pad, CUDA graphs and DeepEP's fixed buffers avoid it."""
+    moe_router_fusion: bool = False
+    """The MoE router's top-k with its score function, the auxiliary-loss scores and the auxiliary loss run as
+    Transformer Engine's fused kernels, one launch each (Megatron-Core ``moe_router_fusion``, TE 2.6+
+    ``fused_topk_with_score_function``): the router part of a layer launches
+    ``workbench.cost.moe.FUSED_ROUTER_LAUNCHES`` instead of ``MOE_LAYER_KERNEL_PARTS['moe_router']``."""
     host_s_per_kernel: float = 0.0
     """Host seconds to issue one kernel from the framework's Python code (PyTorch dispatch, autograd
     bookkeeping and the CUDA launch: ~5-20 us per op in eager PyTorch)."""
@@ -483,15 +489,22 @@ class FrameworkFields:
                 under = self.device_recipes.get(device, {})
                 self._check_recipe(f"{where}: model_recipes.{key}.{device}", recipe, under)
 
-    def _check_recipe(self, where: str, recipe: object, under: dict[str, Any] | None = None) -> None:
-        """``recipe`` (laid over ``under``, the device's own entry) names known fields and gives a profile."""
+    def _check_recipe(
+        self, where: str, recipe: object, under: dict[str, Any] | None = None, top: bool = True
+    ) -> None:
+        """``recipe`` (laid over ``under``, the device's own entry) names known fields, and at the top level
+        sub-tables per FP8 recipe (``recipe_for``), and gives a profile."""
         if not isinstance(recipe, dict):
             raise ValueError(f"{where} must be a table, got {shown(recipe)}")
-        bad = sorted(set(recipe) - set(DEVICE_RECIPE_FIELDS))
+        subs = {k: v for k, v in recipe.items() if top and k in FP8_RECIPES}
+        bad = sorted(set(recipe) - set(DEVICE_RECIPE_FIELDS) - set(subs))
         if bad:
             raise ValueError(f"{where}: unknown field(s) {bad}; allowed: {', '.join(DEVICE_RECIPE_FIELDS)}")
+        plain = {**recipe_for(under or {}, ""), **recipe_for(recipe, "")}
+        for name, sub in subs.items():
+            self._check_recipe(f"{where}.{name}", sub, {**plain, **(under or {}).get(name, {})}, top=False)
         try:
-            self._with_recipe({**(under or {}), **recipe})
+            self._with_recipe(plain)
         except (TypeError, ValueError) as exc:
             reason = str(exc).removeprefix(f"framework profile {shown(self.id)}: ")
             raise ValueError(f"{where}: {reason}") from None

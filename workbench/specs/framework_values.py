@@ -7,6 +7,8 @@ stack documentation it follows.
 
 from __future__ import annotations
 
+from typing import Any
+
 from workbench.specs.limits import check_real
 
 CP_KINDS = ("ring", "ulysses", "usp")
@@ -77,9 +79,26 @@ experts' output bias scaled by the routing probability per expert (``ModelSpec.e
 embedding as a complex multiplication (torchtitan 2024's ``norms.RMSNorm`` and ``apply_rotary_emb``); they run
 unfused only where the stack does not compile its blocks (``fused_elementwise`` false: torch.compile fuses them)."""
 
-DEVICE_RECIPE_FIELDS = ("moe_dispatcher", "cuda_graph_scopes", "recompute_modules", "ep_comm_overlap")
+DEVICE_RECIPE_FIELDS = (
+    "moe_dispatcher",
+    "cuda_graph_scopes",
+    "recompute_modules",
+    "ep_comm_overlap",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+)
 """Fields a profile's ``device_recipes`` may set per device (the execution choices a stack's published recipes
-make per GPU)."""
+make per GPU), also in a sub-table per FP8 recipe (:func:`recipe_for`)."""
+
+
+def recipe_for(entry: dict[str, Any], fp8_recipe: str) -> dict[str, Any]:
+    """The fields of a ``device_recipes`` or ``model_recipes`` entry for runs of ``fp8_recipe``: its own fields
+    with its sub-table named by that FP8 recipe (a key of ``FP8_RECIPES``) laid over them, as a published recipe
+    may choose per precision (Megatron-Bridge 25.11's Qwen3-30B-A3B on GB200 graphs the attention block in
+    BF16 and FP8-CS but not in FP8-MX)."""
+    plain = {k: v for k, v in entry.items() if k not in FP8_RECIPES}
+    return {**plain, **entry.get(fp8_recipe, {})}
 
 
 def model_key(name: str) -> str:
@@ -175,6 +194,7 @@ FLAG_FIELDS = (
     "moe_grouped_gemm",
     "moe_fp8_dispatch",
     "moe_host_sync",
+    "moe_router_fusion",
     "fp8_param_gather",
     "fp8_tp_all_gather",
     "chunked_loss",
