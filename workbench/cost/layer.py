@@ -160,7 +160,7 @@ def layer_costs(
         cp_comm = cp_layer_comm(model, cluster, fw, rest, tokens, tp, cp, ulysses, cp_stride, full)
     if moe_layer:
         shard = (tokens, tp, ep, etp)
-        pair = (fwd, 0.0, comp_i + comp_w, 0.0, 0.0)  # read only with ep_comm_overlap
+        pair = None
         if fw.ep_comm_overlap:
             attn = _split_op_times([o for o in ops if o.name in PRE_SYNC_OPS], rates, attention)
             pair = _pair_compute(attn, compute_slowdown(fw), fwd, comp_i, comp_w)

@@ -125,12 +125,13 @@ def ep_layer_comm(
     shard: tuple[Array, Array, Array, Array],
     capacity_factor: float | None,
     full: Array,
-    compute: tuple[Array, Array, Array, Array, Array],
+    compute: tuple[Array, Array, Array, Array, Array] | None,
 ) -> LayerComm:
     """Expert-parallel traffic of one MoE layer: dispatch + combine forward and backward (again in a full
     recompute). With ``ep_comm_overlap`` each transfer hides behind the compute of the other micro-batch of
     a combined forward-backward pair (:func:`workbench.cost.overlap.combined_pair_s`; ``compute``: the
-    layer's (attention fwd, MoE fwd, attention bwd, MoE bwd input, MoE bwd weight) seconds); the dispatch and
+    layer's (attention fwd, MoE fwd, attention bwd, MoE bwd input, MoE bwd weight) seconds, None without the
+    overlap); the dispatch and
     the combine of a pass carry the same bytes, so each gets half of the pass's seconds. The exposed part is
     the pair's period over the compute's sum, plus ``comm_interference_frac`` of the hidden part, split between
     forward and backward by their shares. ``shard``: (tokens, tp, ep, etp)."""
@@ -149,7 +150,7 @@ def ep_layer_comm(
     )
     ep_bwd = ep_bwd + np.where(full, ep_fwd, 0.0)
     comm = ep_fwd + ep_bwd
-    if fw.ep_comm_overlap:
+    if fw.ep_comm_overlap and compute is not None:
         pair = combined_pair_s(compute, (ep_fwd / 2, ep_fwd / 2, ep_bwd / 2, ep_bwd / 2))
         window = comm - (pair - sum(compute))  # the hidden seconds as an overlap window
         split = overlap(comm, window, on=True, interference=fw.comm_interference_frac)

@@ -30,10 +30,12 @@ for models with max_model_len > 32K")."""
 VLLM_V0_MIN_BATCHED_TOKENS = 2048
 """vLLM V0 SchedulerConfig without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) when unset."""
 
+_VLLM_EP = (1, "vLLM without --enable-expert-parallel runs the MoE layers tensor-parallel")
+
 ENGINE_DEFAULT_EP: dict[str, tuple[int, str]] = {
-    "vllm-v0": (1, "vLLM without --enable-expert-parallel runs the MoE layers tensor-parallel"),
-    "vllm": (1, "vLLM without --enable-expert-parallel runs the MoE layers tensor-parallel"),
-    "vllm-async": (1, "vLLM without --enable-expert-parallel runs the MoE layers tensor-parallel"),
+    "vllm-v0": _VLLM_EP,
+    "vllm": _VLLM_EP,
+    "vllm-async": _VLLM_EP,
     "sglang": (1, "SGLang --ep-size default 1 (server_args.py): the MoE layers tensor-parallel"),
     "trtllm": (1, "TensorRT-LLM's Mapping with moe_expert_parallel_size and moe_tensor_parallel_size unset: "
                "moe_ep_size 1, moe_tp_size = tp (tensorrt_llm/mapping.py); trtllm-bench's --ep sets "
@@ -87,9 +89,14 @@ def custom_all_reduce_off(row: dict[str, str], tp: int) -> str | None:
     )
 
 
+def _cited(row: dict[str, str]) -> str:
+    """What a validation row cites: its ``locator`` and ``source`` cells."""
+    return f"{row.get('locator', '')} {row.get('source', '')}"
+
+
 def _names(row: dict[str, str], repo: str) -> bool:
     """Whether the row's ``locator`` or ``source`` cites ``repo`` at a commit (``owner/name@``)."""
-    return f"{repo}@" in f"{row.get('locator', '')} {row.get('source', '')}"
+    return f"{repo}@" in _cited(row)
 
 
 HARNESS_ENGINES: dict[str, tuple[str, int, str]] = {
@@ -115,8 +122,7 @@ def harness_engine(row: dict[str, str]) -> tuple[str, int, str] | None:
     otherwise (other engines, other rounds, other sources)."""
     if row.get("engine", "").strip() != "trtllm":
         return None
-    where = f"{row.get('locator', '')} {row.get('source', '')}"
-    for repo in re.findall(r"mlcommons/(inference_results_v[0-9.]+[0-9])", where):
+    for repo in re.findall(r"mlcommons/(inference_results_v[0-9.]+[0-9])", _cited(row)):
         if repo in HARNESS_ENGINES:
             return HARNESS_ENGINES[repo]
     return None
