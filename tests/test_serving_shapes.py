@@ -50,7 +50,7 @@ def test_a_file_without_the_new_columns_reads_them_blank(tmp_path):
     ("column", "value", "message"),
     [
         ("tp", "0", "column tp: 0 must be a whole number >= 1"),
-        ("engine", "tgi", "column engine: 'tgi' is not one of vllm, sglang, trtllm"),
+        ("engine", "vLLM 0.6", "column engine: 'vllm 0.6' is not an engine code"),
         ("gpu_memory_utilization_frac", "1.2", "column gpu_memory_utilization_frac: 1.2 must be in (0, 1]"),
         ("prefix_hit_rate", "1.5", "column prefix_hit_rate: 1.5 must be in [0, 1]"),
         ("spec_method", "medusa", "column spec_method"),

@@ -19,6 +19,8 @@ ENGINE_BATCHING: dict[str, tuple[Scheduler, int, str]] = {
     "sglang": (Scheduler.SARATHI, 8192, "SGLang --chunked-prefill-size default 8192"),
     "trtllm": (Scheduler.SARATHI, 8192, "TRT-LLM PyTorch backend: in-flight batching of whole contexts with the "
                "generation requests (enable_chunked_prefill off), max_num_tokens 8192"),
+    "generic": (Scheduler.SARATHI, 8192, "an engine without a profile: chunked prefill at 8192 tokens a step, the "
+                "default budget of vLLM V1 and SGLang (--chunked-prefill-size)"),
 }  # fmt: skip
 """Engine -> (scheduler, max_num_batched_tokens, why) for rows that leave the budget blank."""
 
@@ -50,6 +52,7 @@ ENGINE_PROFILES = {
     "vllm-async": "vllm-v1-async",
     "sglang": "sglang",
     "trtllm": "trtllm",
+    "generic": "generic",
 }
 """Engine key (``workbench.validate.serving_specs._engine_key``) -> serving engine profile id (``profiles/engines/``)."""
 
@@ -99,6 +102,55 @@ def _names(row: dict[str, str], repo: str) -> bool:
     return f"{repo}@" in _cited(row)
 
 
+KNOWN_ENGINES = ("vllm", "sglang", "trtllm")
+"""Engine codes of the serving validation schema the workbench has profiles for (``shared/validation/README.md``,
+column ``engine``: "``vllm``, ``sglang``, ``trtllm``; another engine gets a short lowercase code explained in
+``notes``")."""
+
+ENGINE_CODE = re.compile(r"[a-z][a-z0-9._+-]{0,31}")
+"""A short lowercase engine code (the README's form for an engine outside ``KNOWN_ENGINES``)."""
+
+ENGINE_ALIASES = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "trtllm-serve": "trtllm",
+                  "trtllm-bench": "trtllm", "sglang-router": "sglang", "vllm-openai": "vllm"}  # fmt: skip
+"""Other spellings of the known engines' names and of their own front ends (``trtllm-serve``, ``trtllm-bench``,
+``sglang_router``, the ``vllm/vllm-openai`` image) -> the engine's code."""
+
+_ENGINE_NAMES = {
+    "vllm": re.compile(r"\bvllm\b", re.IGNORECASE),
+    "sglang": re.compile(r"\bsglang\b", re.IGNORECASE),
+    "trtllm": re.compile(r"\b(tensorrt[-_ ]llm|trt[-_]llm|trtllm)\b", re.IGNORECASE),
+}
+"""How a row's ``notes`` name each known engine."""
+
+GENERIC_ENGINE = "generic"
+"""The engine a row of an engine without a profile is priced as (``profiles/engines/generic.toml``)."""
+
+
+def priced_engine(row: dict[str, str], assumed: list[str]) -> str:
+    """The engine code a serving validation row is priced as: its ``engine`` when it is one of ``KNOWN_ENGINES``;
+    the engine of an ``ENGINE_ALIASES`` spelling; for another engine's code (the README lets a source's engine
+    outside the three take "a short lowercase code explained in ``notes``") the one known engine the row's
+    ``notes`` name, as a serving layer over that engine (NVIDIA Dynamo or NIM over TensorRT-LLM, vLLM or SGLang)
+    would say; else ``GENERIC_ENGINE`` (no engine-specific batching, graphs or host time: the generic profile). A
+    blank engine is priced as generic too. Every reading but the first is noted in ``assumed``."""
+    code = row.get("engine", "").strip().lower()
+    if code in KNOWN_ENGINES:
+        return code
+    if code in ENGINE_ALIASES:
+        assumed.append(f"engine {code!r} read as {ENGINE_ALIASES[code]!r} (another name of the same engine)")
+        return ENGINE_ALIASES[code]
+    named = [key for key, pattern in _ENGINE_NAMES.items() if pattern.search(row.get("notes", ""))]
+    shown = repr(code) if code else "blank"
+    if len(named) == 1:
+        assumed.append(f"engine {shown} has no profile here; priced as {named[0]!r}, the one engine its notes name "
+                       "(a serving layer over that engine)")  # fmt: skip
+        return named[0]
+    why = "its notes name none of vllm, sglang, trtllm" if not named else "its notes name several engines"
+    assumed.append(f"engine {shown} has no profile here and {why}: priced with the generic engine profile "
+                   "(continuous batching, CUDA graphs, 1 ms host time a step; profiles/engines/generic.toml)")  # fmt: skip
+    return GENERIC_ENGINE
+
+
 HARNESS_ENGINES: dict[str, tuple[str, int, str]] = {
     "inference_results_v4.0": (
         "trtllm-mlperf-v4",
@@ -135,10 +187,10 @@ TRTLLM_BENCH_WEIGHT_BYTES = {ServingDType.FP8: 1.0, ServingDType.FP4: 0.5}
 """Bytes per parameter trtllm-bench assumes per checkpoint quantisation (tensorrt_llm/bench/build/tuning.py
 ``BYTES_PER_ELEM``: FP8 1.0, NVFP4 0.5, anything else 2.0)."""
 
-DEFAULT_MAX_NUM_SEQS = {"vllm": 256, "sglang": 256, "trtllm": 2048}
+DEFAULT_MAX_NUM_SEQS = {"vllm": 256, "sglang": 256, "trtllm": 2048, "generic": 256}
 """Sequences in flight when ``max_batch_size`` is blank: vLLM V0 ``--max-num-seqs`` 256 (V1: by device,
 ``vllm_v1_batch_defaults``); TRT-LLM ``max_batch_size`` default 2048 (trtllm-bench sizes it itself); SGLang's own
-cap is memory-driven (256 taken)."""
+cap is memory-driven (256 taken); an engine without a profile: 256, vLLM V0's and SGLang's."""
 
 VLLM_V1_LARGE_DEVICE_BYTES = 70 * 2**30
 """vLLM V1 gives devices with at least this much memory (A100s excepted) the larger batch defaults."""

@@ -24,6 +24,7 @@ from typing import Any
 from workbench.presets.calibration import Calibration
 from workbench.presets.engines import load_engine
 from workbench.serving.cost import ReplicaCost
+from workbench.serving.engine_defaults import priced_engine
 from workbench.serving.estimate import ServingEstimate, serve_estimate
 from workbench.serving.memory import kv_capacity_tokens
 from workbench.serving.offload import host_offload_bytes_per_device, offloaded_layers
@@ -47,7 +48,7 @@ from workbench.validate.rows import (
 from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows, row_measured
 from workbench.validate.serving_phase import prefill_batch_tokens, row_phases
 from workbench.validate.serving_specs import complete_model, ep_readings, row_cluster, row_plan
-from workbench.validate.serving_workload import row_workload, steady_warmup_requests
+from workbench.validate.serving_workload import read_workload_kind, row_workload, steady_warmup_requests
 
 METRIC_GROUPS: dict[str, str] = {
     "ttft_mean_s": "ttft",
@@ -104,6 +105,7 @@ def row_case(row: dict[str, str]) -> ServingCase:
     workload = None
     if not row["phase"].strip():
         raise Unexpressible("phase is blank")
+    row = {**row, "engine": priced_engine(row, assumed), "workload_kind": read_workload_kind(row, assumed)}
     model = row_model(row, assumed, complete_model)
     cluster = row_cluster(row, assumed)
     plan = row_plan(row, model, cluster, assumed)

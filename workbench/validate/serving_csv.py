@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from workbench.presets.catalog import profiles_dir
+from workbench.serving.engine_defaults import ENGINE_CODE
 from workbench.specs import limits
 from workbench.specs.files import normalised_cells
 from workbench.validate.rows import cell_number, check_unique_ids, read_table, row_place
@@ -54,14 +55,15 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "tie_word_embeddings": ("true", "false"),
     "disaggregated": ("true", "false"),
     "ignore_eos": ("true", "false"),
-    "engine": ("vllm", "sglang", "trtllm"),
     "phase": ("e2e", "prefill", "decode", "prefill_and_decode"),
     "workload_kind": ("offline", "closed_loop", "open_loop_poisson", "trace", "fixed_batch"),
     "measured_scope": ("system", "one_replica"),
     "spec_method": ("mtp", "eagle", "eagle3", "draft", "ngram"),
 }
-"""Code columns and the values the README allows (``engine``: the engines the workbench has profiles for); a
-filled cell outside them fails the read naming the file, row and column."""
+"""Code columns and the values the README allows; a filled cell outside them fails the read naming the file, row
+and column. ``engine`` is not closed: the README gives ``vllm``, ``sglang``, ``trtllm`` and lets another engine
+take "a short lowercase code explained in ``notes``", so a filled ``engine`` must only be such a code
+(``workbench.serving.engine_defaults.ENGINE_CODE``; ``priced_engine`` says how it is priced)."""
 
 COUNT_COLUMNS = frozenset(
     {"num_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "ffn_hidden_size",
@@ -175,14 +177,21 @@ def _check_numbers(row: dict[str, str], where: str) -> None:
 
 
 def _check_values(row: dict[str, str], where: str) -> None:
-    """ValueError naming ``where`` and the column for a code outside ``CHOICES``, a count that is not a whole
-    number >= 1 or a share outside ``FRACTION_COLUMNS``'s range."""
+    """ValueError naming ``where`` and the column for a code outside ``CHOICES``, an ``engine`` that is not an
+    engine code, a count that is not a whole number >= 1 or a share outside ``FRACTION_COLUMNS``'s range."""
     for col, allowed in CHOICES.items():
         value = row[col].strip()
         if value and value not in allowed:
             raise ValueError(
                 f"{where}: column {col}: {limits.shown(value)} is not one of {', '.join(allowed)}"
             )
+    engine = row["engine"].strip()
+    if engine and not ENGINE_CODE.fullmatch(engine):
+        raise ValueError(
+            f"{where}: column engine: {limits.shown(engine)} is not an engine code (vllm, sglang, trtllm, or "
+            "another engine's short lowercase code: a letter, then letters, digits, '.', '_', '+' or '-', at most "
+            "32 characters, explained in notes)"
+        )
     for col in COUNT_COLUMNS:
         number = cell_number(row, col)
         if number is not None and (number != int(number) or number < 1):

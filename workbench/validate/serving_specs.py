@@ -114,10 +114,17 @@ def _role_layout(row: dict[str, str], role: str, assumed: list[str]) -> tuple[in
 
 
 def row_devices(row: dict[str, str], assumed: list[str]) -> int:
-    """``num_devices_total``, or where it is blank on a row measuring one role of a P/D deployment, that role's
-    devices (workers x tp x attention_dp), noted in ``assumed``."""
+    """``num_devices_total``, or where it is blank: on an aggregated row whose ``replicas`` and ``tp`` are given,
+    replicas x tp x pp x attention_dp (the README's sum, blank pp and attention_dp 1); on a row measuring one role
+    of a P/D deployment, that role's devices (workers x tp x attention_dp); each noted in ``assumed``."""
     role = row_role(row)
-    if cell_number(row, "num_devices_total") is not None or role in ("both", "pd"):
+    given = cell_number(row, "num_devices_total") is not None
+    if not given and role == "both" and all(cell_number(row, k) is not None for k in ("replicas", "tp")):
+        degrees = [cell_count(row, k, 1) for k in ("replicas", "tp", "pp", "attention_dp")]
+        total = math.prod(degrees)
+        assumed.append(f"devices={total} = replicas x tp x pp x attention_dp (num_devices_total blank)")
+        return total
+    if given or role in ("both", "pd"):
         return cell_count(row, "num_devices_total")
     workers, tp, _, adp = _role_layout(row, role, [])
     assumed.append(f"devices={workers * tp * adp}: the {role} role's (num_devices_total blank)")

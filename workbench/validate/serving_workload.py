@@ -98,6 +98,29 @@ def steady_warmup_requests(row: dict[str, str], workload: ServingWorkload) -> in
     return None
 
 
+def read_workload_kind(row: dict[str, str], assumed: list[str]) -> str:
+    """The row's ``workload_kind``; where it is blank on a whole-request (``e2e``) row, the kind its filled columns
+    leave (README, "Serving enumerated values"): ``closed_loop`` when ``concurrency`` is given (requests kept in
+    flight), else ``open_loop_poisson`` when ``request_rate_per_s`` is (a rate's arrivals are Poisson; a trace
+    without its file is simulated so too), else ``offline`` (no arrival process stated: every request available at
+    once, as throughput benchmarks run), noted in ``assumed``. Phase-only rows keep theirs (they are priced at a
+    batch, not a request process)."""
+    kind = row["workload_kind"].strip()
+    if kind or row["phase"].strip() != "e2e":
+        return kind
+    if cell_number(row, "concurrency") is not None:
+        kind, why = "closed_loop", "concurrency is given (requests kept in flight)"
+    elif cell_number(row, "request_rate_per_s") is not None:
+        kind, why = "open_loop_poisson", "an arrival rate is given and no concurrency"
+    else:
+        kind, why = (
+            "offline",
+            "neither a concurrency nor an arrival rate is given (every request available at once)",
+        )
+    assumed.append(f"workload_kind={kind} (blank): {why}")
+    return kind
+
+
 def row_workload(row: dict[str, str], assumed: list[str], engine_seqs: int | None = None) -> ServingWorkload:
     """The request process of the row (see the module docstring for ``trace`` rows and the means). ``engine_seqs``:
     the sequences the deployment holds at once (``max_num_seqs`` x replicas), which sizes a Poisson run without
