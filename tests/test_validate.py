@@ -239,6 +239,18 @@ def test_a_blank_cp_is_no_context_parallelism_even_when_the_degrees_leave_device
     assert case.plan.cp == 1 and case.plan.dp * case.plan.tp * case.plan.pp == 32
 
 
+@pytest.mark.parametrize(("cp", "devices"), [("", 8), ("2", 16)])
+def test_a_blank_device_count_is_the_product_of_the_given_degrees(cp: str, devices: int) -> None:
+    # README: where tp, pp, dp and num_devices are filled, tp*pp*dp*(cp or 1) = num_devices
+    case = row_case({**BASE, "num_devices": "", "cp": cp})
+    assert case.plan.num_devices == devices
+    assert f"num_devices={devices} = tp x pp x dp x cp (blank)" in case.assumed
+    from workbench.validate import Unexpressible
+
+    with pytest.raises(Unexpressible, match="blank required column\\(s\\): num_devices"):
+        row_case({**BASE, "num_devices": "", "dp": ""})
+
+
 def test_tensor_parallelism_filled_in_divides_the_heads_and_given_degrees_must_divide_the_devices() -> None:
     from workbench.validate import Unexpressible
 

@@ -190,6 +190,19 @@ def _count(row: dict[str, str], key: str, default: int, assumed: list[str], *, m
     return cell_count(row, key, default, assumed, minimum=minimum, note="{key}")
 
 
+def _devices_from_degrees(row: dict[str, str], assumed: list[str]) -> dict[str, str]:
+    """The row with a blank ``num_devices`` filled where ``tp``, ``pp`` and ``dp`` are given: tp x pp x dp x (cp or
+    1), the README's identity for rows that fill all four ("Checks that hold on this file"), noted in ``assumed``;
+    the row unchanged otherwise."""
+    degrees = [row.get(k, "").strip() for k in ("tp", "pp", "dp")]
+    if row.get("num_devices", "").strip() or not all(d.isdigit() for d in degrees):
+        return row
+    cp = row.get("cp", "").strip()
+    total = math.prod(int(d) for d in degrees) * (int(cp) if cp.isdigit() else 1)
+    assumed.append(f"num_devices={total} = tp x pp x dp x cp (blank)")
+    return {**row, "num_devices": str(total)}
+
+
 def _check_row(row: dict[str, str]) -> None:
     """Unexpressible for a row without its architecture columns or any parallel degree, or a boolean column
     that is not true or false."""
@@ -207,8 +220,9 @@ def row_case(
     row: dict[str, str], *, framework: FrameworkProfile | None = None, data_dir: Path | None = None
 ) -> RowCase:
     """Specs for one row; raises Unexpressible with the reason. ``framework`` overrides the row's own."""
-    _check_row(row)
     assumed: list[str] = []
+    row = _devices_from_degrees(row, assumed)
+    _check_row(row)
     fw = apply_recipe_columns(row, row_framework(row, assumed, framework))
     model = row_model(row, assumed, complete_model)
     cluster = row_cluster(row, assumed, data_dir)
