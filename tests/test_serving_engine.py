@@ -190,6 +190,11 @@ def test_vllm_versions_and_v1_batch_defaults() -> None:
         ("0.8.5", "vllm-v1"),
         ("0.10.1rc2", "vllm-v1"),
         ("0.19.0", "vllm-v1-async"),
+        ("v0.6.3.post1", "vllm-v0"),  # as sources also write it: a leading v, a runtime or image prefix
+        ("vLLM 0.8.5", "vllm-v1"),
+        ("vllm/vllm-openai:v0.6.0", "vllm-v0"),
+        ("~0.14.1", "vllm-v1-async"),
+        ("nightly", "vllm-v1"),  # no release number: read as a blank version (V1)
     ):
         case = row_case({**row, "engine_version": version})
         assert isinstance(case, ServingCase) and case.plan.engine == engine, version

@@ -137,14 +137,11 @@ PR #27614; ``profiles/engines/vllm-v1-async.toml`` gives the evidence)."""
 
 
 def _version(text: str) -> tuple[int, ...] | None:
-    """``0.19.0`` -> (0, 19, 0); None when the text does not start with a dotted number."""
-    parts: list[int] = []
-    for piece in text.strip().lstrip("~").split(".")[:4]:
-        lead = re.match(r"\d{1,6}", piece)
-        if lead is None:
-            break
-        parts.append(int(lead.group()))
-    return tuple(parts) or None
+    """The first dotted release number in an ``engine_version`` as sources write it: ``0.19.0`` -> (0, 19, 0),
+    and likewise ``~0.6.0``, ``v0.6.3.post1``, ``vLLM 0.6.0``, ``vllm/vllm-openai:v0.6.0`` or ``0.10.1rc2``; None
+    when the text holds none (``main``, ``nightly``)."""
+    found = re.search(r"(?<![\d.])(\d{1,6}(?:\.\d{1,6}){1,3})", text)
+    return tuple(int(p) for p in found.group(1).split(".")) if found else None
 
 
 def _engine_key(row: dict[str, str]) -> str:
