@@ -1,6 +1,6 @@
 """The Serving tab in a real browser (headless Debian Chromium, Playwright): opening the tab simulates the default
 deployment, the two latency CDFs are laid out side by side at their full width in a 1280-pixel window, a change of the input length
-updates the numbers, the host-offload field of the dense default model is disabled with its reason, nothing leaves 127.0.0.1 and the page logs no error. Skipped without /usr/bin/chromium."""
+updates the numbers, the host-offload and ep fields of the dense default model are disabled with their reasons, nothing leaves 127.0.0.1 and the page logs no error. Skipped without /usr/bin/chromium."""
 
 from __future__ import annotations
 
@@ -52,6 +52,10 @@ def test_serving_tab_computes_and_lays_out_its_figures() -> None:
         )
         note = page.locator(".wb-serving-offload-note").first
         sync_api.expect(note).to_contain_text("no MoE layers", timeout=30_000)
+        # and so are its ep fields, with their reason; the dtype fields are enabled
+        sync_api.expect(page.locator(".wb-serving-ep select").first).to_be_disabled(timeout=30_000)
+        sync_api.expect(page.locator(".wb-serving-ep-note").first).to_contain_text("is dense", timeout=30_000)
+        sync_api.expect(page.locator(".wb-serving-weight_dtype select").first).to_be_enabled(timeout=30_000)
         sync_api.expect(summary.first).to_contain_text("tp all-reduce: NCCL at tp 8", timeout=30_000)
         ttft_line = page.locator(".wb-serving-summary li").first  # "TTFT mean ... ms, p50 ..., p99 ..."
         before = ttft_line.inner_text()

@@ -15,7 +15,13 @@ import polars as pl
 from markupsafe import Markup
 from workbench_widgets._report_page import Block, Section, table, workbench_version
 from workbench_widgets.plots._style import GIB, MS_PER_S
-from workbench_widgets.plots.serving import all_reduce_text, offload_text, serving_figures, slo_text
+from workbench_widgets.plots.serving import (
+    all_reduce_text,
+    offload_text,
+    pool_text,
+    serving_figures,
+    slo_text,
+)
 from workbench_widgets.plots.serving_run import kv_bytes_per_token_per_device
 from workbench_widgets.plots.serving_search import SEARCH_FIGURE_COLUMNS, serving_search_figure
 
@@ -67,13 +73,8 @@ def input_blocks(est: ServingEstimate) -> list[dict[str, Any]]:
     d = p.disaggregation
     if d is not None:
         plan_rows += [
-            ("prefill pool", f"{d.prefill_workers} x tp{d.prefill_tp}" + (f" ep{d.prefill_ep}" if d.prefill_ep else "")
-             + (f" adp{d.prefill_attention_dp}" if d.prefill_attention_dp > 1 else "")),
-            ("decode pool", f"{d.decode_workers} x tp{d.decode_tp}" + (f" ep{d.decode_ep}" if d.decode_ep else "")
-             + (f" adp{d.decode_attention_dp}" if d.decode_attention_dp > 1 else "")),
-            ("prefill / decode dtypes (weights/activations/KV)", " | ".join(
-                "/".join(str(v) for v in (r.weight_dtype, r.activation_dtype, r.kv_cache_dtype))
-                for r in (p.role_plan("prefill"), p.role_plan("decode")))),
+            ("prefill pool (weights/activations/KV)", pool_text(est, "prefill")),
+            ("decode pool (weights/activations/KV)", pool_text(est, "decode")),
             ("KV transfer per request", f"{est.kv_transfer_bytes_per_request / GIB:,.3f} GiB (mean prompt), "
              f"{est.kv_transfer_s * 1e3:,.2f} ms exposed"),
         ]  # fmt: skip

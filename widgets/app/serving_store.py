@@ -1,8 +1,8 @@
 """State and Store of the Serving tab: a serving deployment of a model on a cluster, simulated with
 ``workbench.serving``.
 
-- ``ServingState``: the choices (model, cluster, layout, engine, host offload, request lengths, arrivals, SLO),
-  parameters only;
+- ``ServingState``: the choices (model, cluster, layout with expert parallelism and attention-DP, dtypes, engine,
+  host offload, request lengths, arrivals, SLO), parameters only;
 - ``ServingStore``: builds the specs, runs ``serve_estimate`` and a rate sweep, holds the results and the reason
   there are none; no widgets.
 
@@ -18,11 +18,13 @@ import param
 
 from workbench.presets import catalog
 from workbench.presets.engines import DEFAULT_ENGINE, engine_names
+from workbench.search.serving.space import peak_dtypes
 from workbench.serving.estimate import serve_estimate
 from workbench.serving.offload import offload_unavailable
 from workbench.serving.sweep import rate_sweep, sweep_table
+from workbench.specs.degrees import divisors
 from workbench.specs.limits import MAX_DEVICES, MAX_PP, MAX_SEQ_LEN
-from workbench.specs.serving import SLO, Disaggregation, ServingPlan, ServingWorkload
+from workbench.specs.serving import SLO, Disaggregation, ServingDType, ServingPlan, ServingWorkload
 from workbench.specs.speculative import MAX_SPECULATIVE_TOKENS, SpecMethod, SpeculativeDecoding
 
 MS_PER_S = 1e3
@@ -30,6 +32,28 @@ SPEC_METHODS = tuple(m.value for m in SpecMethod if m is not SpecMethod.DRAFT)
 """Speculative methods the tab offers (a draft model needs a second model choice: the CLI's --draft-model)."""
 MAX_APP_REQUESTS = 5_000
 """Most requests one change of the tab simulates (the simulation and the sweep run on every change)."""
+DEGREES = [1, 2, 4, 8, 16, 32]
+"""tp and attention-DP degrees the tab offers."""
+DTYPES = [d.value for d in ServingDType]
+EP_FIELDS = {"ep": ("tp", "attention_dp"), "prefill_ep": ("prefill_tp", "prefill_attention_dp"),
+             "decode_ep": ("decode_tp", "decode_attention_dp")}  # fmt: skip
+"""Each ep choice and the (tp, attention_dp) choices of its engine: ep divides tp * attention_dp."""
+PEAK_DTYPE_FIELDS = ("activation_dtype", "kv_cache_dtype")
+"""Dtype choices limited to the device's peaks (``peak_dtypes``); weights take any (weight-only kernels)."""
+
+
+def ep_unavailable(model: Any) -> str:
+    """Why no ``ep`` applies to ``model`` (a ``ModelSpec``), or '' when one can: expert parallelism splits the
+    routed experts of MoE layers, which a dense model has none of."""
+    return "" if model.is_moe else f"model {model.name!r} is dense: expert parallelism needs MoE layers"
+
+
+def ep_choices(model: Any, ranks: int) -> list[int]:
+    """The ep degrees an engine of ``ranks`` = tp x attention_dp devices can take for ``model``: the divisors of
+    ``ranks`` that divide its routed experts (``ServingPlan``'s and ``ReplicaCost``'s rules); [1] for a dense
+    model. Raises ValueError for ``ranks`` outside 1..MAX_DEVICES."""
+    experts = model.num_experts if model.is_moe else 1
+    return [d for d in divisors(ranks) if experts % d == 0]
 
 
 class ServingState(param.Parameterized):
@@ -39,9 +63,24 @@ class ServingState(param.Parameterized):
     cluster_preset = param.Selector(default="dgx-h100", objects=["dgx-h100"], doc="Cluster preset id.")
     num_nodes = param.Integer(default=1, bounds=(1, 4096), doc="Nodes of the cluster.")
     replicas = param.Integer(default=1, bounds=(1, MAX_DEVICES), doc="Engines behind the router.")
-    tp = param.Selector(default=8, objects=[1, 2, 4, 8, 16, 32], doc="Tensor-parallel degree of an engine.")
+    tp = param.Selector(default=8, objects=DEGREES, doc="Tensor-parallel degree of an engine.")
     pp = param.Selector(default=1, objects=[1, 2, 4, 8], doc="Pipeline stages of an engine.")
+    ep = param.Selector(check_on_set=False, default=1, objects=DEGREES,
+                        doc="Expert-parallel degree of an engine's MoE layers; 1: the experts tensor-parallel over "
+                            "the engine (ep unset). MoE models only.")  # fmt: skip
+    attention_dp = param.Selector(
+        default=1, objects=DEGREES, doc="Data-parallel attention ranks of an engine."
+    )
     scheduler = param.Selector(default="sarathi", objects=["sarathi", "vllm"], doc="Batching policy.")
+    weight_dtype = param.Selector(
+        check_on_set=False, default="bf16", objects=DTYPES, doc="Storage type of the main GEMM weights."
+    )
+    activation_dtype = param.Selector(
+        check_on_set=False, default="bf16", objects=DTYPES, doc="Input type of the main GEMMs."
+    )
+    kv_cache_dtype = param.Selector(
+        check_on_set=False, default="bf16", objects=DTYPES, doc="Element type of the KV cache."
+    )
     input_tokens = param.Integer(default=1024, bounds=(1, MAX_SEQ_LEN), doc="Prompt tokens per request.")
     output_tokens = param.Integer(default=256, bounds=(1, MAX_SEQ_LEN), doc="Generated tokens per request.")
     num_requests = param.Integer(default=200, bounds=(1, MAX_APP_REQUESTS), doc="Requests simulated.")
@@ -55,9 +94,17 @@ class ServingState(param.Parameterized):
     )
     prefill_workers = param.Integer(default=0, bounds=(0, MAX_DEVICES),
                                     doc="Prefill engines of a disaggregated deployment; 0: aggregated.")  # fmt: skip
-    prefill_tp = param.Selector(default=8, objects=[1, 2, 4, 8, 16, 32], doc="tp of a prefill engine.")
+    prefill_tp = param.Selector(default=8, objects=DEGREES, doc="tp of a prefill engine.")
+    prefill_ep = param.Selector(
+        check_on_set=False, default=1, objects=DEGREES, doc="ep of a prefill engine (1: unset)."
+    )
+    prefill_attention_dp = param.Selector(default=1, objects=DEGREES, doc="Attention-DP of a prefill engine.")
     decode_workers = param.Integer(default=1, bounds=(1, MAX_DEVICES), doc="Decode engines (disaggregated).")
-    decode_tp = param.Selector(default=8, objects=[1, 2, 4, 8, 16, 32], doc="tp of a decode engine.")
+    decode_tp = param.Selector(default=8, objects=DEGREES, doc="tp of a decode engine.")
+    decode_ep = param.Selector(
+        check_on_set=False, default=1, objects=DEGREES, doc="ep of a decode engine (1: unset)."
+    )
+    decode_attention_dp = param.Selector(default=1, objects=DEGREES, doc="Attention-DP of a decode engine.")
     speculative = param.Selector(default="none", objects=["none", *SPEC_METHODS], doc="Speculative decoding.")
     num_speculative_tokens = param.Integer(
         default=3, bounds=(1, MAX_SPECULATIVE_TOKENS), doc="Tokens proposed."
@@ -89,6 +136,9 @@ class ServingStore(param.Parameterized):
         default="",
         doc="Why the model takes no host offload (a dense model); '' when it can, or before a refresh.",
     )
+    ep_reason = param.String(
+        default="", doc="Why the model takes no ep (a dense model); '' when it can, or before a refresh."
+    )
 
     def __init__(self, state: ServingState | None = None, **params: Any) -> None:
         super().__init__(state=state or ServingState(), **params)
@@ -116,19 +166,26 @@ class ServingStore(param.Parameterized):
             lambda: catalog.load_cluster(s.cluster_preset, num_nodes=s.num_nodes),
         )
         self.offload_reason = offload_unavailable(model)
+        self.ep_reason = ep_unavailable(model)
         # a dense model takes none: the control is disabled with the reason, and its value kept for an MoE model
+        self._offer_choices(model, cluster)
         common: dict[str, Any] = {"scheduler": s.scheduler, "engine": s.engine,
-                                  "offload_group_size": self.offload_group_size()}  # fmt: skip
+                                  "offload_group_size": self.offload_group_size(),
+                                  **{name: getattr(s, name) for name in ("weight_dtype", *PEAK_DTYPE_FIELDS)}}  # fmt: skip
         spec = None
         if s.speculative != "none":
             spec = SpeculativeDecoding(method=s.speculative, num_speculative_tokens=s.num_speculative_tokens,
                                        acceptance_rate=s.acceptance_rate)  # fmt: skip
         if s.prefill_workers:  # disaggregated: the role layouts replace replicas, tp and pp
-            split = Disaggregation(prefill_workers=s.prefill_workers, prefill_tp=s.prefill_tp,
-                                   decode_workers=s.decode_workers, decode_tp=s.decode_tp)  # fmt: skip
+            split = Disaggregation(
+                prefill_workers=s.prefill_workers, prefill_tp=s.prefill_tp, prefill_ep=self.ep("prefill_ep"),
+                prefill_attention_dp=s.prefill_attention_dp, decode_workers=s.decode_workers,
+                decode_tp=s.decode_tp, decode_ep=self.ep("decode_ep"), decode_attention_dp=s.decode_attention_dp,
+            )  # fmt: skip
             plan = ServingPlan(disaggregation=split, speculative=spec, **common)
         else:
-            plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, speculative=spec, **common)
+            plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, ep=self.ep("ep"), attention_dp=s.attention_dp,
+                               speculative=spec, **common)  # fmt: skip
         arrival = (
             {"concurrency": s.concurrency}
             if s.arrival == "closed"
@@ -141,6 +198,30 @@ class ServingStore(param.Parameterized):
         given = {k: v / MS_PER_S for k, v in targets.items() if v is not None}
         slo = SLO(percentile=s.slo_percentile, **given) if given else None
         return model, cluster, plan, workload, slo
+
+    def _offer_choices(self, model: Any, cluster: Any) -> None:
+        """Offer the ep degrees each engine can take (``ep_choices``) and the GEMM-input and KV dtypes the device
+        has a peak for (``peak_dtypes``); a current value outside them stays offered so that the refusal names it.
+        Raises ValueError naming a dtype the device has no peak for."""
+        s = self.state
+        for name, (tp, adp) in EP_FIELDS.items():
+            offered = ep_choices(model, getattr(s, tp) * getattr(s, adp))
+            s.param[name].objects = sorted({*offered, getattr(s, name)})
+        usable = [d.value for d in peak_dtypes(cluster.device.peak_flop_per_s)]
+        for name in PEAK_DTYPE_FIELDS:
+            s.param[name].objects = [d for d in DTYPES if d in usable or d == getattr(s, name)]
+        for name in PEAK_DTYPE_FIELDS:
+            if getattr(s, name) in DTYPES and getattr(s, name) not in usable:  # else ServingPlan names it
+                raise ValueError(
+                    f"{name}={getattr(s, name)!r}: device {cluster.device.id!r} has no fp8 peak for fp8 or fp4 "
+                    f"GEMM inputs and KV cache; choose one of {', '.join(usable)}"
+                )
+
+    def ep(self, name: str) -> int | None:
+        """The plan's value of the State's ``name`` (``ep``, ``prefill_ep`` or ``decode_ep``): None (unset) for 1
+        or when the model takes none (``ep_reason``, set by ``specs``)."""
+        value = int(getattr(self.state, name))
+        return None if self.ep_reason or value == 1 else value
 
     def offload_group_size(self) -> int:
         """The State's offload group size the plan takes: 0 when empty or when the model takes none
@@ -170,8 +251,23 @@ class ServingStore(param.Parameterized):
         if s.prefill_workers:
             args += ["--prefill-workers", str(s.prefill_workers), "--prefill-tp", str(s.prefill_tp),
                      "--decode-workers", str(s.decode_workers), "--decode-tp", str(s.decode_tp)]  # fmt: skip
+            layout: tuple[str, ...] = (
+                "prefill_ep",
+                "prefill_attention_dp",
+                "decode_ep",
+                "decode_attention_dp",
+            )
         else:
             args += ["--replicas", str(s.replicas), "--tp", str(s.tp), "--pp", str(s.pp)]
+            layout = ("ep", "attention_dp")
+        for name in layout:
+            value = self.ep(name) if name.endswith("ep") else getattr(s, name)
+            if value not in (None, 1):
+                args += ["--" + name.replace("_", "-"), str(value)]
+        for name, flag in (("weight_dtype", "--weight-dtype"), ("activation_dtype", "--activation-dtype"),
+                           ("kv_cache_dtype", "--kv-dtype")):  # fmt: skip
+            if getattr(s, name) != "bf16":
+                args += [flag, getattr(s, name)]
         args += ["--scheduler", s.scheduler, "--input-tokens", str(s.input_tokens), "--output-tokens",
                  str(s.output_tokens), "--num-requests", str(s.num_requests)]  # fmt: skip
         if s.speculative != "none":

@@ -17,8 +17,14 @@ import param
 from bokeh.models import FixedTicker, Span
 from panel.io.document import hold
 from workbench_widgets.app.page_text import page_text
-from workbench_widgets.app.serving_store import MS_PER_S, ServingState, ServingStore
-from workbench_widgets.plots.serving import all_reduce_text, offload_text, serving_figures, slo_text
+from workbench_widgets.app.serving_store import EP_FIELDS, MS_PER_S, ServingState, ServingStore
+from workbench_widgets.plots.serving import (
+    all_reduce_text,
+    offload_text,
+    pool_text,
+    serving_figures,
+    slo_text,
+)
 
 GIB = 2**30
 WIDTH = 200
@@ -34,7 +40,12 @@ LABELS = {
     "replicas": "Replicas (engines)",
     "tp": "tp",
     "pp": "pp",
+    "ep": "ep (MoE; 1: unset)",
+    "attention_dp": "Attention-DP ranks",
     "scheduler": "Scheduler",
+    "weight_dtype": "Weight dtype",
+    "activation_dtype": "GEMM input dtype",
+    "kv_cache_dtype": "KV cache dtype",
     "input_tokens": "Input tokens",
     "output_tokens": "Output tokens",
     "num_requests": "Requests",
@@ -46,8 +57,12 @@ LABELS = {
     "slo_percentile": "SLO percentile",
     "prefill_workers": "Prefill engines (0: aggregated)",
     "prefill_tp": "Prefill tp",
+    "prefill_ep": "Prefill ep",
+    "prefill_attention_dp": "Prefill attention-DP",
     "decode_workers": "Decode engines",
     "decode_tp": "Decode tp",
+    "decode_ep": "Decode ep",
+    "decode_attention_dp": "Decode attention-DP",
     "speculative": "Speculative decoding",
     "num_speculative_tokens": "Proposed tokens (k)",
     "acceptance_rate": "Acceptance rate",
@@ -71,9 +86,15 @@ def summary_markdown(store: ServingStore) -> str:
     def ms(key: str) -> str:
         return f"{s[key] * MS_PER_S:,.1f} ms"
 
+    pools = (
+        []
+        if est.plan.disaggregation is None
+        else [f"- {role} pool {pool_text(est, role)}" for role in ("prefill", "decode")]
+    )
     lines = [
         f"**{page_text(est.model.name)}** on {est.plan.num_devices} x {page_text(est.cluster.device.id)}, `{est.plan.describe()}`, "
         f"{est.workload.request_count:,} requests",
+        *pools,
         f"- TTFT mean {ms('ttft_s_mean')}, p50 {ms('ttft_s_p50')}, p99 {ms('ttft_s_p99')}",
         f"- TPOT mean {ms('tpot_s_mean')}, p50 {ms('tpot_s_p50')}, p99 {ms('tpot_s_p99')}",
         f"- {s['output_tokens_per_s']:,.0f} output tokens/s ({s['output_tokens_per_s_per_device']:,.0f} per device), "
@@ -166,6 +187,8 @@ class ServingView(param.Parameterized):
         self.widgets = {name: _control(state, name) for name in LABELS}
         self.offload_note = pn.pane.Alert("", alert_type="secondary", visible=False, width=2 * WIDTH,
                                           css_classes=["wb-serving-offload-note"])  # fmt: skip
+        self.ep_note = pn.pane.Alert("", alert_type="secondary", visible=False, width=2 * WIDTH,
+                                     css_classes=["wb-serving-ep-note"])  # fmt: skip
         self.summary = pn.pane.Markdown(summary_markdown(self.store), sizing_mode="stretch_width",
                                         css_classes=["wb-serving-summary"])  # fmt: skip
         self.figures = {n: pn.pane.Bokeh(None, visible=False, sizing_mode="stretch_width") for n in FIGURES}
@@ -174,6 +197,7 @@ class ServingView(param.Parameterized):
                                                 css_classes=["wb-serving-download"])  # fmt: skip
         self.store.param.watch(self._show, ["estimate", "error"])
         self.store.param.watch(self._show_offload, "offload_reason")
+        self.store.param.watch(self._show_ep, "ep_reason")
 
     def show(self) -> None:
         """Compute on the first call (the tab is opened); later calls do nothing: changes recompute."""
@@ -186,6 +210,14 @@ class ServingView(param.Parameterized):
         self.widgets["offload_group_size"].disabled = bool(reason)
         self.offload_note.param.update(object=f"Unavailable here — {page_text(reason)}." if reason else "",
                                        visible=bool(reason))  # fmt: skip
+
+    def _show_ep(self, *_: Any) -> None:
+        """The ep controls disabled, with the Store's reason beside them, for a model that takes none."""
+        reason = self.store.ep_reason
+        for name in EP_FIELDS:
+            self.widgets[name].disabled = bool(reason)
+        self.ep_note.param.update(object=f"ep unavailable here — {page_text(reason)}." if reason else "",
+                                  visible=bool(reason))  # fmt: skip
 
     def _show(self, *_: Any) -> None:
         est = self.store.estimate
@@ -219,7 +251,7 @@ class ServingView(param.Parameterized):
         return io.BytesIO(html.encode("utf-8"))
 
     def panel(self) -> pn.Column:
-        controls = pn.FlexBox(*self.widgets.values(), self.offload_note, flex_wrap="wrap",
+        controls = pn.FlexBox(*self.widgets.values(), self.ep_note, self.offload_note, flex_wrap="wrap",
                               align_items="flex-end", sizing_mode="stretch_width")  # fmt: skip
         f = self.figures
         return pn.Column(

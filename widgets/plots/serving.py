@@ -305,3 +305,16 @@ def offload_text(est: ServingEstimate) -> str | None:
             f"{est.offload_wait_s * MS_PER_S:,.2f} ms"
         )
     return text
+
+
+def pool_text(est: ServingEstimate, role: str) -> str:
+    """One pool (``role``: ``prefill`` or ``decode``) of a disaggregated plan in words: engines x tp, its ep and
+    attention-DP when set, and its weight/activation/KV dtypes (the plan's unless the role sets its own). Raises
+    ValueError as ``ServingPlan.role_plan`` does (an unknown role, or a role the plan has no engines of)."""
+    r = est.plan.role_plan(role)
+    return (
+        f"{r.replicas} x tp{r.tp}"
+        + (f" ep{r.ep}" if r.ep is not None else "")
+        + (f" adp{r.attention_dp}" if r.attention_dp > 1 else "")
+        + f", {r.weight_dtype}/{r.activation_dtype}/kv-{r.kv_cache_dtype}"
+    )

@@ -13,6 +13,7 @@ engine sizes, under the first searched scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -63,6 +64,15 @@ NVFP4, W4A16 for int4 (AWQ/GPTQ Marlin kernels), 16-bit weights at their own wid
 
 NEEDS_FP8_PEAK = frozenset({ServingDType.FP8, ServingDType.FP4})
 """GEMM input or KV dtypes searched only on a device with an fp8 peak."""
+
+
+def peak_dtypes(device_peaks: Mapping[DType, float]) -> tuple[ServingDType, ...]:
+    """The dtypes a plan may give its GEMM inputs (``activation_dtype``) and KV cache on a device whose dense peaks
+    are ``device_peaks`` (``DeviceSpec.peak_flop_per_s``): every ``ServingDType``, less ``NEEDS_FP8_PEAK`` on a
+    device without an fp8 peak. The rule ``candidate_plans`` (``workbench serve plan``) applies and the app's
+    Serving tab offers."""
+    has_fp8 = DType.FP8 in device_peaks
+    return tuple(d for d in ServingDType if has_fp8 or d not in NEEDS_FP8_PEAK)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -183,7 +193,7 @@ def candidate_plans(
     ``counts`` under ``devices`` (an engine larger than the budget) and ``dtype`` (fp8 without an fp8 peak).
     Batching pairs with ``max_num_batched_tokens < max_num_seqs`` are skipped (the simulator needs a budget of
     one token per running sequence)."""
-    has_fp8 = DType.FP8 in cluster.device.peak_flop_per_s
+    usable = frozenset(peak_dtypes(cluster.device.peak_flop_per_s))
     dtypes = [(ServingDType(w), ServingDType(k)) for w in c.weight_dtypes for k in c.kv_cache_dtypes]
     batching = [(s, t) for s in c.max_num_seqs for t in c.max_num_batched_tokens if t >= s]
     widest = max(BYTES_PER_VALUE[w] for w, _ in dtypes)
@@ -206,7 +216,7 @@ def candidate_plans(
         for w, kv in dtypes:
             act = ACTIVATION_OF_WEIGHT[w]
             for seqs, tokens in batching:
-                if not has_fp8 and ({act, kv} & NEEDS_FP8_PEAK):
+                if not {act, kv} <= usable:
                     counts["dtype"] += 1
                     continue
                 plan = replace(layout, weight_dtype=w, activation_dtype=act, kv_cache_dtype=kv, max_num_seqs=seqs,
