@@ -16,7 +16,9 @@ B_H100 = 450e9 * 20.6 / 25  # topo.h SM90_NVLINK_BW 20.6 GB/s per 25 GB/s NVLink
 def test_nvls_bus_bandwidth_matches_the_closed_form(n: int) -> None:
     r = collective(load_cluster("dgx-h100"), "all_reduce", 4 * GIB, n)
     algbw = 0.85 * B_H100 / (1 + 1 / n)  # every GPU moves (1 + 1/n) x the payload each way
-    seconds = 25e-6 + 4 * GIB / algbw  # tuning.cc hwLatencies NVLink NVLS 25 us, no base latency
+    # start-up: the 80 us measured on 8x H100 (comm.NVLS_STARTUP_US, tests/test_comm_nccl_tests.py) in place of
+    # tuning.cc's hwLatencies NVLink NVLS 25 us (no base latency)
+    seconds = 80e-6 + 4 * GIB / algbw
     assert r.algorithm == "nvls"
     assert r.seconds == pytest.approx(seconds, rel=1e-9)
 

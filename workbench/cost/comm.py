@@ -30,7 +30,9 @@ aggregate NICs for all-to-all: S. Jeaugey, NVIDIA/nccl-tests#267, #130), with on
 Known error: NCCL's latencies are for ranking algorithms, not for prediction: medium sizes are off by up to 2x
 (the tree correction factors show it). NVLS takes the NVLS graph's channels and per-channel bandwidth without
 the search's rounding (``_nvls``): 8 H100 reach ~487 GB/s all-reduce bus bandwidth at 1 GiB where nccl-tests
-measures ~480 (NVIDIA/nccl-tests#212, NVIDIA/nccl#1455). CollNet-Direct is not modelled; CPU vendor is taken as
+measures ~480 (NVIDIA/nccl-tests#212, NVIDIA/nccl#1455). One deliberate departure: a one-domain NVLS all-reduce on
+Hopper starts in the 80 us published nccl-tests curves show (``NVLS_STARTUP_US``), not tuning.cc's 25 us; 8 H100,
+64 KiB-1 GiB, are then within 20% of three published tables (2-32 MiB within 15%, tests/test_comm_nccl_tests.py). CollNet-Direct is not modelled; CPU vendor is taken as
 Intel/Arm (``llMaxBws`` row 0) across nodes.
 
 ``efficiency_frac`` scales every bandwidth (default 1.0). Payloads, group sizes and strides may be scalars or
@@ -90,6 +92,16 @@ NVLS_CHANNELS = ((0, 0), (0, 0), (16, 16), (24, 32))
 channels, used here only for the NVLS-Tree per-channel cap."""
 NVLS_MAX_ARITY = 32
 """device.h ``NCCL_MAX_NVLS_ARITY``: the NVLS graph has at most this many channels (one head GPU each)."""
+NVLS_STARTUP_US = {2: 80.0}
+"""Measured start-up of a one-domain NVLS all-reduce by architecture (Hopper), us, in place of tuning.cc's 25 us.
+Source: the intercept of published nccl-tests all_reduce_perf curves on 8x H100 SXM at 32 MiB, the smallest
+size at which the NVLS-enabled tables run faster than a node without NVLS (so NVLS is what runs), after NCCL's
+own NVLS bandwidth (``_nvls``, 280.2 GB/s algbw for 8 H100): 199.3 - 119.8 = 79.5 us (NVIDIA/exemplar-performance
+@b4ac983 microbenchmarks/nccl/README.md, DGX H100) and 200.1 - 119.8 = 80.3 us (togethercomputer/together-nccl-tests
+@c9a53f3 benchmarks/H100/results/20260306_001221_slurm/all_reduce_nvls.out, NCCL 2.26.2). With 25 us the model ran
+NVLS from 2 MiB at 0.66-0.77x the published times up to 32 MiB and 0.81-0.90x to 512 MiB; with 80 us Ring keeps
+2-16 MiB, where those tables equal the NVLS-less table (tests/fixtures/nccl_tests_h100.csv). Blackwell keeps NCCL's
+25 us (no published table checked)."""
 NVLINK_LINK_FRAC = {3: 20.0 / 25.0, 4: 20.6 / 25.0, 5: 40.1 / 50.0}
 """topo.h SM80/SM90/SM100_NVLINK_BW over the NVLink3/4/5 line rate per link (25, 25, 50 GB/s)."""
 SPEED_ARRAY_INTER = (
@@ -271,6 +283,8 @@ def _nvls(op: Op, g: _Group, tree: bool) -> tuple[Array, Array]:
     _, inter_lat = _lats(g, "nvls_tree" if tree else "nvls", _SIMPLE)
     hops = 2 * _log2i(g.nodes) if tree else np.where(g.nodes > 1, 1.0, 0.0)
     lat = HW_LAT_US[g.intra_hw]["nvls_tree" if tree else "nvls"][_SIMPLE] + hops * inter_lat
+    if op is Op.ALL_REDUCE and not tree and g.arch in NVLS_STARTUP_US:
+        lat = np.where(g.nodes <= 1, NVLS_STARTUP_US[g.arch], lat)
     if op is not Op.ALL_REDUCE:
         return lat, bus
     steps = 2 * (g.n - 1)
