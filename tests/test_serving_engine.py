@@ -218,8 +218,19 @@ def test_lss_rows_replay_their_trace() -> None:
     assert sum(t[1] for t in trace) == 257_239 and sum(t[2] for t in trace) == 195_753
     assert trace[-1][0] - trace[0][0] == pytest.approx(29.14, abs=0.01)
     row = next(r for r in read_serving_rows() if r["id"] == "LSS-01")
-    with pytest.raises(ValueError, match="does not describe this run"):
-        row_case({**row, "num_requests": "299"})
+    other = row_case({**row, "num_requests": "299"})  # not the run's trace: Poisson with the means, said so
+    assert other.workload.arrival.value == "poisson"
+    assert any("does not describe this run (300 requests, not num_requests=299)" in a for a in other.assumed)
+    counted = row_case(
+        {**row, "num_requests": "", "ignore_eos": ""}
+    )  # the file gives the count and the lengths
+    assert (
+        counted.workload.trace == trace
+        and "num_requests=300 (blank): the requests of the trace file" in counted.assumed
+    )
+    assert (
+        row_case({**row, "ignore_eos": "false"}).workload.arrival.value == "poisson"
+    )  # generated total unknown
     apex = _case("APEX-06")  # no trace file shipped: Poisson at the row's rate with the mean lengths
     assert apex.workload.arrival.value == "poisson"
 

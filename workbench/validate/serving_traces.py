@@ -28,8 +28,10 @@ def trace_file(code: str, folder: Path = TRACE_DIR) -> Path:
 def trace_workload(row: dict[str, str], n_req: int, assumed: list[str]) -> ServingWorkload | None:
     """The row's requests replayed from its trace file (``trace_file``), or None when there is none. The file
     must hold ``num_requests`` requests whose mean lengths round to the row's means (it is the run's trace, not
-    another), and when EOS was not ignored it must hold what was generated (``output_tokens_total``); otherwise
-    the row cannot be replayed: ValueError with the reason (``row_case`` skips the row with it)."""
+    another), and when the row says EOS was not ignored (``ignore_eos`` false; blank is not stated, and the file's
+    lengths are replayed) it must hold what was generated (``output_tokens_total``). A file that does not describe
+    the run is not replayed: None, with the reason in ``assumed`` (the caller then simulates Poisson arrivals with
+    the mean lengths, the README's reading of a trace row without its file)."""
     code = row["input_tokens_dist"].strip()
     path = trace_file(code) if code else None
     if path is None or not path.is_file() or row["output_tokens_dist"].strip() != code:
@@ -42,10 +44,23 @@ def trace_workload(row: dict[str, str], n_req: int, assumed: list[str]) -> Servi
         if mean is not None and round(float(values.mean())) != round(mean):
             problems.append(f"{side} mean {values.mean():.1f} != {side}_tokens_mean {mean:g}")
     total = cell_number(row, "output_tokens_total")
-    if row["ignore_eos"].strip() != "true" and (total is None or int(outputs.sum()) != int(total)):
+    eos = row["ignore_eos"].strip()
+    if eos == "false" and (total is None or int(outputs.sum()) != int(total)):
         problems.append("EOS not ignored and the generated token count does not match output_tokens_total")
     if problems:
-        raise ValueError(f"trace file {path.name} does not describe this run: " + "; ".join(problems))
+        assumed.append(
+            f"trace file {path.name} does not describe this run ({'; '.join(problems)}): not replayed"
+        )
+        return None
+    if not eos:
+        assumed.append("ignore_eos blank: the trace's output lengths replayed as generated")
     assumed.append(f"requests replayed from {path.name} (arrival times and lengths of the run)")
     trace = zip(req.arrival_s.tolist(), inputs.tolist(), outputs.tolist(), strict=True)
     return ServingWorkload(arrival=Arrival.TRACE, trace=tuple(trace))
+
+
+def trace_requests(row: dict[str, str]) -> int | None:
+    """Requests in the row's trace file (``trace_file`` of its ``input_tokens_dist``), or None when it ships none."""
+    code = row["input_tokens_dist"].strip()
+    path = trace_file(code) if code else None
+    return len(Requests.from_trace_csv(path)) if path is not None and path.is_file() else None

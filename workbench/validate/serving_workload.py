@@ -16,7 +16,7 @@ from workbench.specs.serving import Arrival, ServingWorkload
 from workbench.validate.rows import Unexpressible, cell_count, cell_number
 from workbench.validate.serving_datasets import named_dataset
 from workbench.validate.serving_loadgen import loadgen_rules, loadgen_server_queries
-from workbench.validate.serving_traces import trace_workload
+from workbench.validate.serving_traces import trace_requests, trace_workload
 
 
 def _dataset_means(row: dict[str, str], assumed: list[str]) -> dict[str, float]:
@@ -147,6 +147,10 @@ def row_workload(row: dict[str, str], assumed: list[str], engine_seqs: int | Non
         assumed.append(f"num_requests={n} (blank): the Poisson run priced in steady state, {STEADY_WAVES} x the "
                        f"{engine_seqs} sequences the deployment holds at once, scored without the first "
                        f"{engine_seqs} (warm-up) and the last {2 * engine_seqs} (drain)")  # fmt: skip
+    if n is None and kind == "trace":
+        n = trace_requests(row)
+        if n is not None:
+            assumed.append(f"num_requests={n} (blank): the requests of the trace file")
     if n is None:
         raise Unexpressible("num_requests is blank")
     n_req = int(n)
