@@ -84,7 +84,7 @@ def test_an_offline_row_without_a_run_length_or_a_batch_limit_is_skipped():
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ('name = "x"\nsamples = 10\ninput_tokens_mean = 5.0\n', "lacks output_tokens_mean"),
+        ('name = "x"\nsamples = 10\noutput_tokens_mean = 5.0\n', "lacks input_tokens_mean"),
         (
             'name = "x"\nsamples = 10\ninput_tokens_mean = 5.0\noutput_tokens_mean = 2.0\n[d.sources]\nsamples = "s"\n',
             "without a line in",

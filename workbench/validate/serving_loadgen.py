@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from workbench.validate.serving_datasets import resolve_dataset
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoadGenServerRules:
@@ -30,26 +32,66 @@ class LoadGenServerRules:
     source: str
 
 
-LOADGEN_SERVER_RULES = {
-    "mlperf-llama2-70b-openorca": LoadGenServerRules(
+def _llm_server_rules(performance_sample_count: int, source: str) -> LoadGenServerRules:
+    """The Server rules every MLPerf LLM benchmark of v4.0-v5.1 runs under, but for its sample count: mlperf.conf's
+    ``*.Server.min_duration = 600000`` (ms), ``<model>...sample_concatenate_permutation = 1`` (equal issue) and no
+    Server ``min_query_count`` for the model (``loadgen/test_settings.h`` default 100); ``source`` says where."""
+    return LoadGenServerRules(
         min_duration_s=600.0,
         min_query_count=100,
-        performance_sample_count=24576,
+        performance_sample_count=performance_sample_count,
         equal_issue=True,
-        source="mlcommons/inference mlperf.conf, the same at v4.0 (e39003a), v4.1 (379ee53), v5.0 (dcd0c3e) and v5.1 "
+        source=source,
+    )
+
+
+_CONF = "mlcommons/inference loadgen/mlperf.conf (mlperf.conf at v4.0 e39003a and v4.1 379ee53; v5.0 dcd0c3e, v5.1 75f297d)"
+_NO_SERVER_MIN = "no Server min_query_count for the model (loadgen/test_settings.h default 100, every round)"
+
+LOADGEN_SERVER_RULES = {
+    "mlperf-llama2-70b-openorca": _llm_server_rules(
+        24576,
+        "mlcommons/inference mlperf.conf, the same at v4.0 (e39003a), v4.1 (379ee53), v5.0 (dcd0c3e) and v5.1 "
         "(75f297d): *.Server.min_duration = 600000, llama2-70b.*.performance_sample_count_override = 24576, "
         "llama2-70b sample_concatenate_permutation = 1 (v4.0: Server only; later: every scenario), no llama2-70b "
-        "Server min_query_count (loadgen/test_settings.h default 100)",
+        "Server min_query_count (loadgen/test_settings.h default 100); llama2-70b-interactive (v5.1) sets the same",
+    ),
+    "mlperf-mixtral-8x7b-openorca-gsm8k-mbxp": _llm_server_rules(
+        15000,
+        f"{_CONF}, the same in v4.1, v5.0 and v5.1: *.Server.min_duration = 600000, "
+        "mixtral-8x7b.*.sample_concatenate_permutation = 1, mixtral-8x7b.*.performance_sample_count_override = "
+        "15000 (v5.0 on; v4.1 sets none and the QSL loads the whole 15,000-sample set: language/mixtral-8x7b/"
+        f"dataset.py perf_count = total_sample_count, the v4.1 submission checker requires 15000), {_NO_SERVER_MIN}",
+    ),
+    "mlperf-llama3.1-405b-longcontext": _llm_server_rules(
+        8313,
+        f"{_CONF}, the same in v5.0 and v5.1: *.Server.min_duration = 600000, "
+        "llama3_1-405b.*.performance_sample_count_override = 8313, llama3_1-405b.*.sample_concatenate_permutation "
+        f"= 1, {_NO_SERVER_MIN}",
+    ),
+    "mlperf-llama3.1-8b-cnndm": _llm_server_rules(
+        13368,
+        f"{_CONF}, v5.1: *.Server.min_duration = 600000, llama3_1-8b.*.performance_sample_count_override = "
+        f"13368, llama3_1-8b.*.sample_concatenate_permutation = 1, {_NO_SERVER_MIN}",
+    ),
+    "mlperf-deepseek-r1-ensemble": _llm_server_rules(
+        4388,
+        f"{_CONF}, v5.1: *.Server.min_duration = 600000, deepseek-r1.*.performance_sample_count_override = "
+        f"4388, deepseek-r1.*.sample_concatenate_permutation = 1, {_NO_SERVER_MIN}",
     ),
 }
 """MLPerf data set code (the serving schema's ``*_dist`` codes, ``profiles/validation/datasets.toml``) -> the LoadGen
-rules a Server run of that benchmark is generated under, in every round that has it (``loadgen_rules``)."""
+rules a Server run of that benchmark is generated under. Every round that has a benchmark (v4.0 to v5.1) sets the
+same values for it, so one entry serves all its rounds; a round that changed one would need its own key (by the
+row's ``locator``, ``mlcommons/inference_results_vX.Y``)."""
 
 
 def loadgen_rules(row: dict[str, str]) -> LoadGenServerRules | None:
     """The LoadGen rules of a row whose prompts come from an MLPerf benchmark's data set (its
-    ``input_tokens_dist`` is a code of ``LOADGEN_SERVER_RULES``), whatever its source key; None otherwise."""
-    return LOADGEN_SERVER_RULES.get(row.get("input_tokens_dist", "").strip())
+    ``input_tokens_dist`` names a data set of ``LOADGEN_SERVER_RULES``: by its code, an alias or the benchmark's
+    model name, ``serving_datasets.resolve_dataset``), whatever its source key; None otherwise."""
+    found = resolve_dataset(row.get("input_tokens_dist", ""))
+    return None if found is None else LOADGEN_SERVER_RULES.get(found[0].code)
 
 
 def loadgen_server_queries(rate_per_s: float, rules: LoadGenServerRules) -> int:

@@ -22,7 +22,8 @@ from workbench.validate.serving_traces import trace_requests, trace_workload
 def _dataset_means(row: dict[str, str], assumed: list[str]) -> dict[str, float]:
     """The mean length of each side the row leaves blank (``<side>_tokens_mean`` and ``_total``), taken from the
     named data set of its ``<side>_tokens_dist`` (``workbench.validate.serving_datasets``) and said in
-    ``assumed``; Unexpressible naming both columns when the side has neither a value nor a named data set."""
+    ``assumed`` (and which data set a code other than its own named, ``named_dataset``); Unexpressible naming both
+    columns when the side has neither a value nor a named data set, or the data set states no mean for it."""
     means: dict[str, float] = {}
     for side in ("input", "output"):
         if (
@@ -30,13 +31,19 @@ def _dataset_means(row: dict[str, str], assumed: list[str]) -> dict[str, float]:
             or cell_number(row, f"{side}_tokens_mean") is not None
         ):
             continue
-        dataset = named_dataset(row, side)
+        dataset = named_dataset(row, side, assumed)
         if dataset is None:
             raise Unexpressible(
                 f"no {side} length ({side}_tokens_mean and _total blank, {side}_tokens_dist names no data set "
                 "of profiles/validation/datasets.toml)"
             )
-        means[side] = dataset.mean_tokens(side)
+        mean = dataset.mean_tokens(side)
+        if mean is None:
+            raise Unexpressible(
+                f"no {side} length ({side}_tokens_mean and _total blank, and data set {dataset.code} states no "
+                f"mean {side} length in tokens: profiles/validation/datasets.toml)"
+            )
+        means[side] = mean
         assumed.append(
             f"{side}_tokens_mean={means[side]:g} (blank): the mean of data set {dataset.code} "
             f"({dataset.samples} samples; profiles/validation/datasets.toml)"
