@@ -25,6 +25,12 @@ REQUIRED_DEVICES = [
     "gb300",
     "mi300x",
     "h20-96gb",
+    "h100-pcie-80gb",
+    "h100-nvl-94gb",
+    "l40s-48gb",
+    "b300-sxm-288gb",
+    "mi325x",
+    "mi355x",
 ]
 REQUIRED_CLUSTERS = [
     "dgx-a100",
@@ -36,6 +42,13 @@ REQUIRED_CLUSTERS = [
     "hgx-h800",
     "meta-grand-teton-h100",
     "hgx-h20",
+    "pcie-h100",
+    "pcie-h100-nvl",
+    "pcie-l40s",
+    "hgx-b300",
+    "amd-mi300x-platform",
+    "amd-mi325x-platform",
+    "amd-mi355x-platform",
 ]
 REQUIRED_MODELS = [
     "llama-2-7b",

@@ -54,11 +54,17 @@ token, write each copy) and unpermute (read each copy, write the weighted sum), 
 ``FrameworkProfile.moe_dispatch_passes`` counts them for training."""
 
 
-FP4_OVER_FP8_PEAK: dict[str, float] = {"b200-sxm-180gb": 2.0, "gb200": 2.0, "rtx-pro-6000-96gb": 2.0}
+FP4_OVER_FP8_PEAK: dict[str, float] = {
+    "b200-sxm-180gb": 2.0,
+    "gb200": 2.0,
+    "rtx-pro-6000-96gb": 2.0,
+    "mi355x": 2.0,
+}
 """Dense FP4 over dense FP8 tensor-core rate of the devices with FP4 tensor cores, where the datasheet gives both
 (``DType`` has no 4-bit peak, so NVFP4 GEMMs with fp4 inputs run at the fp8 peak times this): DGX B200 datasheet,
 FP4 144 vs FP8 72 PFLOPS per 8 GPUs; GB200 NVL72 datasheet, FP4 1,440 vs FP8 720 PFLOPS per 72 GPUs; RTX PRO 6000
-Blackwell whitepaper, 4,000 FP4 vs 2,000 FP8 AI TOPS (all with sparsity, same ratio dense)."""
+Blackwell whitepaper, 4,000 FP4 vs 2,000 FP8 AI TOPS (all with sparsity, same ratio dense); AMD Instinct MI355X
+product page, MXFP4 10.1 vs OCP-FP8 5.0 PFLOPS dense."""
 
 
 def expected_experts_touched(tokens: Any, num_experts: int, experts_per_token: int) -> Any:

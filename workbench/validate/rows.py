@@ -146,6 +146,13 @@ DEFAULT_CLUSTER = {
     "gb300": "gb300-nvl72",
     "rtx4090-24gb": "pcie-rtx4090",
     "rtx-pro-6000-96gb": "pcie-rtx-pro-6000",
+    "h100-pcie-80gb": "pcie-h100",
+    "h100-nvl-94gb": "pcie-h100-nvl",
+    "l40s-48gb": "pcie-l40s",
+    "b300-sxm-288gb": "hgx-b300",
+    "mi300x": "amd-mi300x-platform",
+    "mi325x": "amd-mi325x-platform",
+    "mi355x": "amd-mi355x-platform",
 }
 """The node a row of each device (the README's device ids) is priced on when its ``cluster`` is blank, or an
 ``other-*`` id the schema leaves to the row's notes that is no preset (listed in the row's ``assumed``)."""
