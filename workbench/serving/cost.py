@@ -28,7 +28,6 @@ per-layer costs summed over all layers) plus ``pp - 1`` activation hand-offs (``
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -421,6 +420,19 @@ class ReplicaCost:
         (``EngineProfile.padded_decode_batch``). Attention-DP ranks take equal shares of the batch; the decodes of a mixed iteration share the prefills' varlen attention call where the engine runs
         one (``AttentionCost.varlen_decode_layer_s``). Raises ValueError when the two prefill arrays differ in
         length or hold a negative (or zero new) count."""
+        return self._iteration_s(
+            prefill_new_tokens, prefill_context_tokens, decode_context_tokens, offload=True
+        )
+
+    def _iteration_s(
+        self,
+        prefill_new_tokens: np.ndarray,
+        prefill_context_tokens: np.ndarray,
+        decode_context_tokens: np.ndarray,
+        *,
+        offload: bool,
+    ) -> float:
+        """:meth:`iteration_s`, with the wait for host-held experts' copies (``offload``) or without it."""
         new = np.asarray(prefill_new_tokens).ravel()
         ctx = np.asarray(prefill_context_tokens).ravel()
         dec = np.asarray(decode_context_tokens).ravel()
@@ -475,7 +487,7 @@ class ReplicaCost:
             layers = self._table_lookup(self._tokens_table, tokens, self._layers.by_tokens_s)
         heads = self._table_lookup(self._logits_table, n_pre + n_dec * q, self._layers.by_logits_s)
         gpu = layers + heads + attention + draft
-        if self._offload is not None:  # the copies of host-held experts the layers' compute does not hide
+        if offload and self._offload is not None:  # the host-held experts' copies the layers do not hide
             gpu += self._offload.wait_s(layers + attention)
         if not self._engine.graph_launched(prefill_tokens, n_dec):
             gpu = max(gpu, self._eager_floor_s)
@@ -542,9 +554,12 @@ class ReplicaCost:
         (``HostOffload.wait_s``), so what the engine's host work hides is not counted. 0.0 with offload off."""
         if self._offload is None:
             return 0.0
-        bare = copy.copy(self)
-        bare._offload = None
-        return self.decode_s(batch, context) - bare.decode_s(batch, context)
+        if batch < 1 or context < 1:
+            raise ValueError(f"offload_wait_s: batch and context must be >= 1, got {batch!r}, {context!r}")
+        empty, dec = np.array([], dtype=int), np.full(batch, context)
+        return self._iteration_s(empty, empty, dec, offload=True) - self._iteration_s(
+            empty, empty, dec, offload=False
+        )
 
     def kv_transfer_s(self, tokens: int) -> float:
         """Seconds to send one request's KV cache of ``tokens`` tokens from its prefill engine to a decode engine:
