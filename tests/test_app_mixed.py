@@ -147,7 +147,10 @@ def test_the_planner_runs_off_the_callers_thread_with_the_button_off(ran: MixedV
     [
         ([("dgx-h100", 1)], "needs at least two pools, got 1"),
         ([("dgx-h100", 1), ("dgx-a100", 0)], "pool 2 (dgx-a100): nodes must be a whole number 1.."),
-        ([("dgx-h100", 1), ("dgx-z9", 2)], "pool 2: unknown cluster preset 'dgx-z9'; known: amd-mi300x-platform,"),
+        (
+            [("dgx-h100", 1), ("dgx-z9", 2)],
+            "pool 2: unknown cluster preset 'dgx-z9'; known: amd-mi300x-platform,",
+        ),
     ],
 )
 def test_a_bad_composition_is_said_in_the_tab(ran: MixedView, pools, said) -> None:
