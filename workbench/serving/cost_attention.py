@@ -62,7 +62,10 @@ configuration on H800 SXM5" (deepseek-ai/FlashMLA README, 2025-04 kernel; the H1
 clocks); Blackwell, FlashMLA's "up to 700 TFlops on B200" for its token-level sparse MLA decoding kernel (FP8 KV
 cache, BF16 MMA; ASSUMPTION: the only published Blackwell MLA decode figure, taken for dense decoding too).
 ``decode_layer_s`` prices MLA decode FLOPs at this rate instead of the prefill kernel table's fraction (a
-different kernel: FlashAttention over 192-wide heads)."""
+different kernel: FlashAttention over 192-wide heads). The rate serves every engine's Hopper MLA decode kernel:
+SGLang's default there is FA3's MLA path, not FlashMLA (docs/serving.md, ``SGLM-*``), whose only published gap to
+FlashMLA is with variable-length batches (Dao-AILab/flash-attention PR #1770); no published timing sets it apart
+at equal lengths."""
 
 
 class AttentionCost:
