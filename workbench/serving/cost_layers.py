@@ -46,7 +46,9 @@ MIN_KERNEL_S = 3.8e-6
 kernel benchmark (sgl-project/sglang PR #32994, benchmark/kernels/bench_fused_rmsnorm_fp8_quant.py, 512 tokens x
 4096) times one fused RMSNorm + FP8-quant kernel at 3.78 us and the unfused pair at 7.17 us, i.e. ~3.6-3.8 us a
 kernel whose data moves in ~1.4 us; vLLM's RMSNorm benchmark under CUDA graphs reads 5-7 us at batch 1 (vLLM PR
-#36899). Taken for every device (the floor is launch and ramp-up time, not bandwidth)."""
+#36899). Taken for every device (the floor is launch and ramp-up time, not bandwidth): the same PR's B200 table
+gives 2.81 us fused and 4.24 us unfused, of which ~0.8 us is the 6.3 MB at 8 TB/s, so the fixed part is ~2 us on
+both devices (docs/serving.md, the ``TRTB-*`` rows)."""
 
 MOE_PERMUTE_PASSES = 4.0
 """HBM passes over the routed token copies (tokens x top-k x hidden) per MoE layer forward: permute (read the
