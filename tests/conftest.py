@@ -192,3 +192,26 @@ def served_app_page(
             yield app, page, outside, errors
         finally:
             browser.close()
+
+
+def serving_row(row_id: str) -> dict[str, str]:
+    """The row ``row_id`` of the shipped public serving file, as ``read_serving_rows`` reads it."""
+    from workbench.validate.serving_csv import read_serving_rows
+
+    return next(r for r in read_serving_rows() if r["id"] == row_id)
+
+
+def write_serving_csv(path: Path, rows: list[dict[str, str]], columns: tuple[str, ...] | None = None) -> Path:
+    """``rows`` written to ``path`` as a serving validation CSV with the header ``columns`` (default: every column
+    of the schema, ``SERVING_COLUMNS``); cells of other columns are left out. Returns ``path``."""
+    import csv
+
+    from workbench.validate.serving_csv import SERVING_COLUMNS
+
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(
+            fh, fieldnames=columns or SERVING_COLUMNS, extrasaction="ignore", lineterminator="\n"
+        )
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

@@ -7,32 +7,19 @@ same row written out in full."""
 
 from __future__ import annotations
 
-import csv
 import json
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from workbench_cli import cli
 
+from tests.conftest import serving_row as by_id
+from tests.conftest import write_serving_csv as write
 from workbench.presets.calibration import load_calibration
 from workbench.serving.engine_defaults import GENERIC_ENGINE, priced_engine
 from workbench.validate.serving import case_predictions, row_case
-from workbench.validate.serving_csv import SERVING_COLUMNS, read_serving_rows
 
 CAL = load_calibration("default")
-
-
-def by_id(row_id: str) -> dict[str, str]:
-    return next(r for r in read_serving_rows() if r["id"] == row_id)
-
-
-def write(path: Path, rows: list[dict[str, str]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=SERVING_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 @pytest.mark.parametrize(

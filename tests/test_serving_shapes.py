@@ -4,14 +4,13 @@ device (closed forms on the cost), P/D role rows, steady-state closed loops and 
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import numpy as np
 import pytest
 from click.testing import CliRunner
 from workbench_cli import cli
 
+from tests.conftest import serving_row as by_id
+from tests.conftest import write_serving_csv as write
 from workbench.presets.calibration import load_calibration
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.phases import decode_tokens_per_s_per_device, prefill_tokens_per_s_per_device
@@ -24,18 +23,6 @@ from workbench.validate.serving_csv import (
 )
 
 CAL = load_calibration("default")
-
-
-def by_id(row_id: str) -> dict[str, str]:
-    return next(r for r in read_serving_rows() if r["id"] == row_id)
-
-
-def write(path: Path, rows: list[dict[str, str]], columns: tuple[str, ...] = SERVING_COLUMNS) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 def test_a_file_without_the_new_columns_reads_them_blank(tmp_path):
