@@ -12,7 +12,7 @@ I is 0 and W is the fused backward. B is ``torch.autograd.backward`` (what ``sta
 ``consistency_frac`` reports (I + W) / B - 1: on a CPU with one thread it is about +0.15..+0.5 for a decoder
 block, more for small ones (the split's overhead, seen in real pipelined runs too); it is not ~0.
 
-Timing: ``time.perf_counter`` on the CPU; CUDA events (``torch.cuda.Event(enable_timing=True)``) and
+Timing (:class:`Clock`): the thread's CPU time on a CPU with one torch thread, else ``time.perf_counter``; CUDA events (``torch.cuda.Event(enable_timing=True)``) and
 ``torch.cuda.max_memory_allocated`` on a GPU. Activation bytes are counted on every device with
 ``torch.autograd.graph.saved_tensors_hooks``: the unique storages saved for backward in the forward, the
 module's parameters excluded. Each quantity is the median of ``repeats`` runs after ``warmup`` runs; the
@@ -60,10 +60,13 @@ class OpTiming:
 
 
 class Clock:
-    """Wall time of a callable on ``device``: perf_counter on the CPU, CUDA events on a GPU."""
+    """Time of a callable on ``device``: CUDA events on a GPU; on the CPU with one torch thread the calling
+    thread's CPU time (``time.thread_time``: every op runs in this thread, and processes sharing the cores do
+    not inflate it), else wall time (``time.perf_counter``: intra-op threads work in parallel)."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        self.counter = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
 
     def sync(self) -> None:
         if self.cuda:
@@ -78,9 +81,9 @@ class Clock:
             end.record()
             torch.cuda.synchronize()
             return start.elapsed_time(end) / 1e3, result
-        t0 = time.perf_counter()
+        t0 = self.counter()
         result = fn()
-        return time.perf_counter() - t0, result
+        return self.counter() - t0, result
 
 
 @contextmanager

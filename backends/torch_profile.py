@@ -4,10 +4,11 @@ From the profile (:mod:`workbench.presets.profile_table`, recorded by ``workbenc
 the compute of its forward F, backward-input I, backward-weight W and fused backward B and the activation bytes
 one micro-batch leaves stored, summed over the ops the stage holds (its dense or MoE blocks, the embedding on
 the first stage, the LM head with its loss on the last), each looked up at the plan's shard shape (tp, cp, ep,
-micro-batch, sequence length; an unmeasured micro-batch is interpolated in tokens and noted); and the optimizer
-step, the AdamW time per parameter measured with the profile times the parameters a rank owns (over the ZeRO
-shard group with ZeRO >= 1: dp*cp, or ``zero_shard`` ranks with HSDP, as :func:`workbench.cost.step.optimizer_s`
-shards them).
+micro-batch, sequence length; an unmeasured micro-batch is interpolated in tokens and noted); the gradient
+accumulation of every micro-batch after the first (the step probe's seconds per parameter times the stage's
+parameters, spread over the micro-batches); and the optimizer step, the AdamW time per parameter measured by the
+step probe over a whole model times the parameters a rank owns (over the ZeRO shard group with ZeRO >= 1: dp*cp,
+or ``zero_shard`` ranks with HSDP, as :func:`workbench.cost.step.optimizer_s` shards them).
 
 From the step model (:mod:`workbench.cost.step`), the very functions the analytic backend calls: which blocks each
 stage holds (``stage_holdings``: uneven splits give the remainder to the middle stages), the exposed tensor-,
@@ -298,6 +299,9 @@ class _Pricer:
             num_blocks = np.asarray(held["dense"]) + np.asarray(held["moe"])
             act = act - share * (blocks("activation_bytes") - num_blocks * float(layer_input))
 
+        accumulate = self._grad_accumulate_s()
+        b, w = b + accumulate, w + accumulate
+
         comm_only = _comm_only(step.layer_pair(ctx, cols))
         fsdp = step.fsdp_layer_s(ctx, cols, self._layer_compute_s(ops, share))
         comm = step.share_s(comm_only, held, fsdp)
@@ -351,6 +355,24 @@ class _Pricer:
             return float(np.max(step.optimizer_s(ctx, cols, dense, expert)))
         owned = (dense + expert) / np.where(cols["zero_stage"] >= 1, step.shard_group(cols), 1)
         return float(self.prof.manifest["optimizer_s_per_parameter"] * np.max(owned))
+
+    def _grad_accumulate_s(self) -> np.ndarray:
+        """Per stage, the mean per micro-batch of adding into gradients already there: every micro-batch but
+        the first of a step accumulates (autograd's ``AccumulateGrad`` adds in place), so
+        ``grad_accumulate_s_per_parameter`` x the stage's parameters x (m - 1) / m, m the micro-batches. The
+        weight gradients are what accumulate: the fused backward and W carry it. 0, with a note, for a profile
+        recorded before the step probe measured it."""
+        per_param = self.prof.manifest.get("grad_accumulate_s_per_parameter")
+        m = self.plan.num_microbatches(self.workload)
+        if per_param is None:
+            if m > 1:
+                self.notes.append(
+                    "gradient accumulation over micro-batches priced 0: the profile predates the step probe "
+                    "(re-record it with workbench profile)"
+                )
+            return np.zeros(self.schedule.num_stages)
+        dense, expert = step.params_held(self.ctx, self.cols, self.stage_held)
+        return float(per_param) * np.asarray(dense + expert, dtype=float) * (m - 1) / m
 
     def _layer_compute_s(self, ops: dict[str, OpCost], share: float) -> tuple[float, float]:
         """Measured (F, B + the recomputed F) of one block, the mean over the model's blocks: the compute

@@ -51,7 +51,7 @@ def _row(op: str, mbs: int, seq: int = 128, tp: int = 1) -> dict:
     }
 
 
-def _write(tmp: Path, device_id: str = "host-cpu") -> Path:
+def _write(tmp: Path, device_id: str = "host-cpu", **manifest_extra: float) -> Path:
     ops = pl.DataFrame([_row(op, b) for op in ("embedding", "layer", "head") for b in (1, 4)])
     manifest = {
         "model": SPEC.to_dict(),
@@ -63,6 +63,7 @@ def _write(tmp: Path, device_id: str = "host-cpu") -> Path:
         "device_memory_bytes_per_s": 1e10,
         "optimizer_s_per_parameter": 1e-8,
         "created_at": "2026-01-01T00:00:00+00:00",
+        **manifest_extra,
     }
     return write_profile(tmp / device_id, manifest, ops)
 

@@ -28,6 +28,7 @@ from workbench.estimate.analytic import analytic_costs, estimate_plan
 from workbench.estimate.metrics import hardware_flop_per_token, throughput
 from workbench.estimate.registry import get_backend
 from workbench.presets.calibration import Calibration
+from workbench.presets.catalog import load_model
 from workbench.presets.profile_table import find_profile, host_cluster, read_profile
 from workbench.specs.axes import PLAN_AXES, plan_axis
 from workbench.specs.axis_types import Pricing
@@ -80,6 +81,40 @@ def test_pipeline_matches_1f1b_closed_form(tmp_path: Path) -> None:
     assert est.step_time_s == pytest.approx(step_s)
     # The bubble as metrics defines it: the critical rank's idle time (p - 1)(F + B) over the step time.
     assert est.bubble_fraction == pytest.approx(7.2e-3 / step_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_gradient_accumulation_priced_for_every_micro_batch_after_the_first(tmp_path: Path, pp: int) -> None:
+    """m = 4 micro-batches: 3 of them add into the gradients the first left, at the probe's 1e-9 s per
+    parameter of the stage. pp = 1: the step grows by 3 x 1e-9 x the model's parameters. pp = 2: each stage's
+    B grows by 1e-9 x its parameters x 3/4 (Narayanan et al. 2021, section 2.2.1, for the 1F1B path)."""
+    plain = _write(tmp_path / "plain")
+    acc = _write(tmp_path / "acc", grad_accumulate_s_per_parameter=1e-9)
+    wl = Workload(seq_len=128, global_batch_size=4, dtype="fp32")
+    before, after = (
+        get_backend("torch-profile", profile=str(folder)).estimate(
+            SPEC, _cluster(pp), wl, ParallelPlan(pp=pp)
+        )
+        for folder in (plain, acc)
+    )
+    if pp == 1:
+        assert after.step_time_s - before.step_time_s == pytest.approx(3 * SPEC.total_parameters() * 1e-9)
+    else:  # 1F1B, p = 2: F0 + m (F1 + B1) + B0 is the critical path, so B0 counts once and B1 m times
+        first = SPEC.embedding_parameters() + SPEC.layer_parameters(0)
+        last = SPEC.total_parameters() - first  # block 1, the final norm and the head
+        added = (first + 4 * last) * 1e-9 * 3 / 4
+        assert after.step_time_s - before.step_time_s == pytest.approx(added)
+    assert any("predates the step probe" in n for n in before.notes)
+    assert not any("predates the step probe" in n for n in after.notes)
+
+
+def test_step_probe_cuts_layers_under_its_cap() -> None:
+    from workbench_backends.profile_record import PROBE_MAX_PARAMETERS, probe_layers
+
+    assert probe_layers(SPEC) == SPEC.num_layers  # 3.6 M parameters: the whole model
+    big = replace(SPEC, num_layers=400, vocab_size=1000)  # 787k per block, 0.5 M of embedding and head
+    assert probe_layers(big) == (PROBE_MAX_PARAMETERS - 2 * 1000 * 256) // big.layer_parameters(0) == 169
+    assert probe_layers(load_model("llama-3.1-70b")) == 1  # its embedding and head alone exceed the cap
 
 
 def test_stage_zero_backward_is_one_fused_w_in_zero_bubble(tmp_path: Path) -> None:
@@ -385,13 +420,13 @@ def _measured_step_s(torch, spec, *, seq_len: int, micro_batch: int, num_micro: 
     tokens = random_tokens(spec, micro_batch * num_micro, seq_len + 1)
     times = []
     for k in range(repeats + 2):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()  # the clock the profile's ops were timed with (one torch thread)
         for mb in tokens.split(micro_batch):
             model.loss(mb).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         if k >= 2:
-            times.append(time.perf_counter() - t0)
+            times.append(time.thread_time() - t0)
     return statistics.median(times)
 
 

@@ -6,7 +6,10 @@ kind of one rank at one shard shape, for one micro-batch (``OP_COLUMNS`` gives t
 ``schema_version``, ``model`` (the ``ModelSpec`` as a dict, possibly shrunk), ``base_model``, ``overrides``
 (``num_layers``/``hidden_size`` of a shrunk variant, {} otherwise), ``device_kind`` (cpu|cuda), ``device_id``
 (catalog preset id, or ``host-cpu``), ``device_name``, ``device_peak_flop_per_s`` and
-``device_memory_bytes_per_s`` (micro-benchmarked on that device), ``dtype``, ``torch_version``,
+``device_memory_bytes_per_s`` (micro-benchmarked on that device), ``optimizer_s_per_parameter`` and
+``grad_accumulate_s_per_parameter`` (seconds per parameter of an AdamW step and of adding a micro-batch's
+gradients into those already there, probed on a whole model: ``step_probe_layers``, ``step_probe_parameters``;
+a profile without the second prices accumulation 0), ``dtype``, ``torch_version``,
 ``cuda_version`` (null on CPU), ``host``, ``created_at`` (ISO 8601, UTC), ``num_threads``, ``warmup``,
 ``repeats``, ``shapes`` (every shape measured), ``collective_fit`` (per level: level, num_ranks, latency_s,
 bytes_per_s, backend) and ``columns`` (column -> unit).
@@ -249,7 +252,7 @@ def _check_manifest(manifest: Any, where: Path) -> dict[str, Any]:
             raise ValueError(f"{where}: {key} must be a non-empty string, got {shown(manifest.get(key))}")
     for key in _MANIFEST_RATES:
         check_real(str(where), key, manifest.get(key))
-    for key in ("device_memory_bytes", "optimizer_s_per_parameter"):
+    for key in ("device_memory_bytes", "optimizer_s_per_parameter", "grad_accumulate_s_per_parameter"):
         if key in manifest:
             check_real(str(where), key, manifest[key], min_open=key == "device_memory_bytes")
     fits = manifest.get("collective_fit", [])
