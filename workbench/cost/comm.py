@@ -12,11 +12,18 @@ per-channel caps. What we supply in place of NCCL's topology search is the graph
 
 - inside an NVLink domain (NCCL's "node", level 0): the preset's NVLink bandwidth per device times NCCL's
   per-link NVLink bandwidth over the line rate (``SM80/SM90/SM100_NVLINK_BW``: 20/25, 20.6/25, 40.1/50);
+- host levels (``host_level_count``: levels after the first spanning no more than one node, the PCIe switches,
+  CPU root ports and socket link of a PCIe server) belong to NCCL's node too, but are one shared path: a ring
+  that crosses one is bound by that level's bandwidth whatever its member count, not one PCIe link per card,
+  and its hops take NCCL's PCI latencies (tuning.cc ``intraHw``: PCI unless the graph is all NVLink). So the
+  NVLink bridge of an H100 NVL pair serves a 2-card group only; 4 and 8 cards run at the host's bandwidth, as
+  nccl-tests measures on bridged pairs (NVIDIA/nccl-tests#178: 208 GB/s on the pair, ~20 GB/s with a third GPU
+  across PCIe; tests/test_comm_pcie_host.py). NVLS needs the group inside the NVSwitch domain;
 - across domains (rail accounting): the group's members in one domain share that domain's NICs:
   ``members x nics_per_node / devices_per_node`` NICs, each at NCCL's search speed for it (the largest entry of
   the architecture's ``speedArrayInter`` not above the NIC's rate: 48 GB/s for a 400 Gb/s NIC). A group with one
   member per node (stride 8 on a DGX) uses one NIC per member; eight members use all eight;
-- the graph bandwidth is the smaller of the two (the slowest outer level when several are crossed).
+- the graph bandwidth is the smallest of these (the slowest level crossed).
 
 Payload P: all-reduce, reduce-scatter, all-gather: the full (unsharded) buffer, as nccl-tests' "size";
 all-to-all: each rank holds P and keeps 1/n; point-to-point: the bytes sent. Bus bandwidth (nccl-tests):
@@ -157,6 +164,10 @@ class _Group:
     """One member's NIC share (all-to-all); inf on one domain."""
     arch: int
     intra_hw: str
+    """Hardware of the innermost level for NCCL's per-hop latencies: "nvlink" or "pci"."""
+    host: Array
+    """The group crosses a host level (PCIe switches, CPU root ports, the socket link): its hops use NCCL's
+    PCI latencies and NVLS is off."""
     nvls: bool
     sharp: bool
     col: Array = None
@@ -177,18 +188,40 @@ def _nic_speed(bytes_per_s: float, arch: int) -> float:
     return next((s for s in table if s <= gbps), table[-1]) * 1e9
 
 
+def host_level_count(cluster: ClusterSpec) -> int:
+    """How many levels after the innermost lie inside one host (a span no wider than ``devices_per_node``):
+    the PCIe switches, CPU root ports and socket link that join NVLink-bridged pairs, or groups of cards, in a
+    PCIe server. NCCL sees them as part of one node, not as a network: no NICs, one ring's traffic per hop."""
+    count = 0
+    for level in cluster.levels[1:]:
+        if level.span is None or level.span > cluster.devices_per_node:
+            break
+        count += 1
+    return count
+
+
 def _group(cluster: ClusterSpec, n: Array, stride: Array) -> _Group:
+    """The group as NCCL's tuning model sees it. NCCL's node is the innermost level plus the host levels
+    (``host_level_count``); a host level is one shared path, so a ring over it is bound by that level's
+    bandwidth whatever the number of members (no rail per card), and its hops use PCI latencies."""
     n = np.asarray(n, dtype=float)
     fans = level_fanouts(cluster, np.asarray(stride), n)
     inner = cluster.levels[0]
     arch = _ARCH_OF_NVLINK.get(inner.nvlink_generation or 0, 1)
     frac = NVLINK_LINK_FRAC.get(inner.nvlink_generation or 0, 1.0)
+    node = 1 + host_level_count(cluster)
     ppn = np.asarray(fans[0], dtype=float)
     intra = np.where(ppn > 1, inner.bytes_per_s * frac, np.inf)
+    host: Array = np.zeros_like(ppn, dtype=bool)
+    for level, fan in zip(cluster.levels[1:node], fans[1:node], strict=True):
+        crossed = np.asarray(fan) > 1
+        intra = np.where(crossed, np.minimum(intra, level.bytes_per_s), intra)
+        host = host | crossed
+        ppn = ppn * np.asarray(fan, dtype=float)
     inter: Array = np.inf
     nic: Array = np.inf
-    sharp = len(cluster.levels) > 1
-    for level, fan in zip(cluster.levels[1:], fans[1:], strict=True):
+    sharp = len(cluster.levels) > node
+    for level, fan in zip(cluster.levels[node:], fans[node:], strict=True):
         nics = level.nics_per_node or cluster.devices_per_node
         per_nic = level.bytes_per_s * cluster.devices_per_node / nics
         share = _nic_speed(per_nic, arch) * nics / cluster.devices_per_node
@@ -197,7 +230,7 @@ def _group(cluster: ClusterSpec, n: Array, stride: Array) -> _Group:
         inter = np.where(crossed, np.minimum(inter, share * ppn), inter)
         sharp = sharp and level.sharp
     return _Group(n, ppn, n / ppn, intra, inter, nic, arch, "nvlink" if inner.nvlink_generation else "pci",
-                  inner.nvls, sharp)  # fmt: skip
+                  host, inner.nvls, sharp)  # fmt: skip
 
 
 def _by_nodes(table: tuple[tuple[float, ...], ...], g: _Group) -> Array:
@@ -211,10 +244,15 @@ def _log2i(x: Array) -> Array:
 
 def _lats(g: _Group, algo: str, p: int) -> tuple[Array, Array]:
     """(intra-domain, inter-domain) per-hop latency in us; one member per domain uses the tree's network one."""
-    intra = HW_LAT_US[g.intra_hw][algo][p]
+    intra = _intra_lat(g, algo, p)
     tree, own = HW_LAT_US["net"]["tree"][p], HW_LAT_US["net"][algo][p]
     inter = np.asarray(own, dtype=float) if tree == own else np.where(g.solo, tree, own)
-    return np.asarray(intra, dtype=float), inter
+    return intra, inter
+
+
+def _intra_lat(g: _Group, algo: str, p: int) -> Array:
+    """NCCL's per-hop latency inside a node, us: the innermost level's hardware, PCI where a host level is crossed."""
+    return np.where(g.host, HW_LAT_US["pci"][algo][p], HW_LAT_US[g.intra_hw][algo][p])
 
 
 def _channels(graph_bytes_per_s: Array) -> Array:
@@ -304,7 +342,7 @@ def _candidates(op: Op, g: _Group, payload: Array) -> list[tuple[str, int, Array
             out.append(("tree", p, *_tree(g, p, graph, nch, payload), one))
     multi = g.nodes > 1
     if g.nvls and g.arch >= 2:
-        shared = g.ppn > 1
+        shared = (g.ppn > 1) & ~g.host
         if op is Op.ALL_REDUCE:
             out.append(("nvls", _SIMPLE, *_nvls(op, g, tree=False), shared & (~multi | g.sharp)))
             out.append(("nvls_tree", _SIMPLE, *_nvls(op, g, tree=True), shared & multi))
@@ -422,7 +460,7 @@ def all_to_all_s(
     with np.errstate(divide="ignore", invalid="ignore"):
         intra = payload * (g.ppn - 1) / g.n / (g.intra_bytes_per_s * efficiency_frac)
         inter = payload * (g.n - g.ppn) / g.n / (g.nic_bytes_per_s * efficiency_frac)
-    hop = np.where(g.nodes > 1, HW_LAT_US["net"]["ring"][_SIMPLE], HW_LAT_US[g.intra_hw]["ring"][_SIMPLE])
+    hop = np.where(g.nodes > 1, HW_LAT_US["net"]["ring"][_SIMPLE], _intra_lat(g, "ring", _SIMPLE))
     t = (BASE_LAT_US["ring"][_SIMPLE] + hop) * 1e-6 + np.maximum(np.nan_to_num(intra), np.nan_to_num(inter))
     return np.where(g.n > 1, t, 0.0)
 
@@ -448,7 +486,7 @@ def all_to_all_forwarded_s(
         remote = (g.nodes - 1) * (1.0 - (1.0 - 1.0 / g.nodes) ** copies)
         inter = payload * remote / (g.nic_bytes_per_s * efficiency_frac)
         intra = payload * copies * (g.ppn - 1) / g.ppn / (g.intra_bytes_per_s * efficiency_frac)
-    hop = np.where(g.nodes > 1, HW_LAT_US["net"]["ring"][_SIMPLE], HW_LAT_US[g.intra_hw]["ring"][_SIMPLE])
+    hop = np.where(g.nodes > 1, HW_LAT_US["net"]["ring"][_SIMPLE], _intra_lat(g, "ring", _SIMPLE))
     t = (BASE_LAT_US["ring"][_SIMPLE] + hop) * 1e-6 + np.maximum(np.nan_to_num(intra), np.nan_to_num(inter))
     return np.where(g.n > 1, t, 0.0)
 

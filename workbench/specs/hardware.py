@@ -152,7 +152,9 @@ class NetworkLevel:
     """Start-up cost of one message (the alpha term), s. >= 0."""
     span: int | None = None
     """Devices this level connects (a group of up to ``span`` consecutive ranks talks over it);
-    None: the whole cluster."""
+    None: the whole cluster. A level after the first whose span fits in one node (<= ``devices_per_node``) is a
+    host level (PCIe switches, CPU root ports, the socket link): collectives take its ``bytes_per_s`` as the
+    one path every ring shares, not one link per device (:func:`workbench.cost.comm.host_level_count`)."""
     nvlink_generation: int | None = None
     """NVLink generation of this level (3: A100, 4: H100/H200/H800, 5: B200/GB200/GB300); None: not NVLink
     (PCIe or a network). Picks NCCL's per-architecture constants in :mod:`workbench.cost.comm`."""
