@@ -128,6 +128,8 @@ def serve_estimate_cmd(as_json: bool, report_path: str | None, force: bool, **kw
             f"KV transfer per request (mean prompt): {summary['kv_transfer_bytes_per_request'] / 2**20:,.1f} MiB, "
             f"{summary['kv_transfer_s'] * ms:.2f} ms exposed"
         )
+    for note in summary["assumed"]:
+        say(f"assumed: {note}")
     if summary["speculative"] is not None:
         say(
             f"speculative decoding {summary['speculative']}: {summary['accepted_length']:.2f} tokens per step"

@@ -157,8 +157,8 @@ def test_an_invalid_combination_shows_the_error_instead_of_raising(view: Serving
 
 def test_dtype_choices_follow_the_device_peaks() -> None:
     """A100 has no FP8 tensor cores (its datasheet; profiles/hardware/a100-sxm4-80gb.toml has no fp8 peak): the
-    tab offers no fp8 or fp4 GEMM inputs or KV there, and says why when one is already chosen; weights may be
-    fp8 (weight-only kernels)."""
+    tab offers no fp8 or fp4 KV there, nor fp8 or fp4 GEMM inputs beside 16-bit weights (``gemm_precision``), and
+    says why when one is already chosen; weights may be fp8 (weight-only kernels)."""
     v = _opened(32)
     options = {
         n: list(v.widgets[n].options.values()) for n in ("activation_dtype", "kv_cache_dtype", "weight_dtype")
@@ -186,19 +186,24 @@ def test_sessions_offer_their_own_choices() -> None:
 
 
 def test_serve_plan_searches_the_same_dtypes_the_tab_offers() -> None:
-    """``workbench serve plan`` (``candidate_plans``) and the tab share ``peak_dtypes``: on DGX A100 no searched
-    plan has fp8 GEMM inputs or KV, and with bf16 and fp8 tried for each, 3 of every 4 dtype pairs are refused."""
+    """``workbench serve plan`` (``candidate_plans``) and the tab share ``gemm_precision`` and ``peak_dtypes``: on
+    DGX A100 no searched plan has an fp8 KV cache; fp8 weights (W8A8 as searched) stay under the generic engine
+    (priced weight-only there) and are refused under TensorRT-LLM (no FP8 on Ampere). With bf16 and fp8 tried for
+    weights and KV, 2 of every 4 dtype pairs are refused (generic), 3 (trtllm), none on H100."""
     from collections import Counter
 
     from workbench.search.serving.space import ServingSearchConstraints, candidate_plans
 
     model = catalog.load_model("llama-3.1-8b")
-    c = ServingSearchConstraints(disaggregation=False, max_num_seqs=(64,), max_num_batched_tokens=(2048,))
-    for cluster, refused in (("dgx-a100", 3), ("dgx-h100", 0)):
+    for cluster, engine, kept_pairs in (
+        ("dgx-a100", "generic", {("fp8", "bf16"), ("bf16", "bf16")}),
+        ("dgx-a100", "trtllm", {("bf16", "bf16")}),
+        ("dgx-h100", "generic", {(a, k) for a in ("bf16", "fp8") for k in ("bf16", "fp8")}),
+    ):
+        c = ServingSearchConstraints(disaggregation=False, max_num_seqs=(64,), max_num_batched_tokens=(2048,),
+                                     engine=engine)  # fmt: skip
         counts: Counter[str] = Counter()
         plans = candidate_plans(model, catalog.load_cluster(cluster), 8, c, counts)
-        kept = {(p.activation_dtype.value, p.kv_cache_dtype.value) for p in plans}
-        assert kept == (
-            {("bf16", "bf16")} if refused else {(a, k) for a in ("bf16", "fp8") for k in ("bf16", "fp8")}
-        )
-        assert counts["dtype"] == refused * len(plans)
+        assert {(p.activation_dtype.value, p.kv_cache_dtype.value) for p in plans} == kept_pairs
+        refused = 4 - len(kept_pairs)
+        assert counts["dtype"] * len(kept_pairs) == refused * len(plans)

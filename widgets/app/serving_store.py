@@ -17,10 +17,11 @@ from typing import Any
 import param
 
 from workbench.presets import catalog
-from workbench.presets.engines import DEFAULT_ENGINE, engine_names
+from workbench.presets.engines import DEFAULT_ENGINE, engine_names, load_engine
 from workbench.search.serving.space import peak_dtypes
 from workbench.serving.estimate import serve_estimate
 from workbench.serving.offload import offload_unavailable
+from workbench.serving.precision import gemm_precision
 from workbench.serving.sweep import rate_sweep, sweep_table
 from workbench.specs.degrees import divisors
 from workbench.specs.limits import MAX_DEVICES, MAX_PP, MAX_SEQ_LEN
@@ -38,8 +39,9 @@ DTYPES = [d.value for d in ServingDType]
 EP_FIELDS = {"ep": ("tp", "attention_dp"), "prefill_ep": ("prefill_tp", "prefill_attention_dp"),
              "decode_ep": ("decode_tp", "decode_attention_dp")}  # fmt: skip
 """Each ep choice and the (tp, attention_dp) choices of its engine: ep divides tp * attention_dp."""
-PEAK_DTYPE_FIELDS = ("activation_dtype", "kv_cache_dtype")
-"""Dtype choices limited to the device's peaks (``peak_dtypes``); weights take any (weight-only kernels)."""
+DTYPE_FIELDS = ("weight_dtype", "activation_dtype", "kv_cache_dtype")
+"""The plan's dtype choices: weights take any; GEMM inputs those ``gemm_precision`` runs with the chosen weights,
+engine and device; the KV cache those the device has a peak for (``peak_dtypes``)."""
 
 
 def ep_unavailable(model: Any) -> str:
@@ -171,7 +173,7 @@ class ServingStore(param.Parameterized):
         self._offer_choices(model, cluster)
         common: dict[str, Any] = {"scheduler": s.scheduler, "engine": s.engine,
                                   "offload_group_size": self.offload_group_size(),
-                                  **{name: getattr(s, name) for name in ("weight_dtype", *PEAK_DTYPE_FIELDS)}}  # fmt: skip
+                                  **{name: getattr(s, name) for name in DTYPE_FIELDS}}  # fmt: skip
         spec = None
         if s.speculative != "none":
             spec = SpeculativeDecoding(method=s.speculative, num_speculative_tokens=s.num_speculative_tokens,
@@ -200,22 +202,35 @@ class ServingStore(param.Parameterized):
         return model, cluster, plan, workload, slo
 
     def _offer_choices(self, model: Any, cluster: Any) -> None:
-        """Offer the ep degrees each engine can take (``ep_choices``) and the GEMM-input and KV dtypes the device
-        has a peak for (``peak_dtypes``); a current value outside them stays offered so that the refusal names it.
-        Raises ValueError naming a dtype the device has no peak for."""
+        """Offer the ep degrees each engine can take (``ep_choices``), the GEMM-input dtypes ``gemm_precision`` runs
+        with the chosen weights and engine on the device, and the KV dtypes the device has a peak for
+        (``peak_dtypes``); a current value outside them stays offered so that the refusal names it. Raises
+        ValueError naming a refused dtype (``gemm_precision``'s error for the GEMM dtypes)."""
         s = self.state
+        assert s is not None  # set by the constructor
         for name, (tp, adp) in EP_FIELDS.items():
             offered = ep_choices(model, getattr(s, tp) * getattr(s, adp))
             s.param[name].objects = sorted({*offered, getattr(s, name)})
+        if s.weight_dtype not in DTYPES or s.activation_dtype not in DTYPES:
+            return  # ServingPlan names it
+        engine = self._cached("engine", s.engine, lambda: load_engine(s.engine))
+
+        def runs(act: str) -> bool:
+            try:
+                gemm_precision(engine, cluster.device, s.weight_dtype, act, moe=model.is_moe)
+            except ValueError:
+                return False
+            return True
+
+        s.param.activation_dtype.objects = [d for d in DTYPES if runs(d) or d == s.activation_dtype]
         usable = [d.value for d in peak_dtypes(cluster.device.peak_flop_per_s)]
-        for name in PEAK_DTYPE_FIELDS:
-            s.param[name].objects = [d for d in DTYPES if d in usable or d == getattr(s, name)]
-        for name in PEAK_DTYPE_FIELDS:
-            if getattr(s, name) in DTYPES and getattr(s, name) not in usable:  # else ServingPlan names it
-                raise ValueError(
-                    f"{name}={getattr(s, name)!r}: device {cluster.device.id!r} has no fp8 peak for fp8 or fp4 "
-                    f"GEMM inputs and KV cache; choose one of {', '.join(usable)}"
-                )
+        s.param.kv_cache_dtype.objects = [d for d in DTYPES if d in usable or d == s.kv_cache_dtype]
+        if s.kv_cache_dtype in DTYPES and s.kv_cache_dtype not in usable:  # else ServingPlan names it
+            raise ValueError(
+                f"kv_cache_dtype={s.kv_cache_dtype!r}: device {cluster.device.id!r} has no fp8 peak for an fp8 or "
+                f"fp4 KV cache; choose one of {', '.join(usable)}"
+            )
+        gemm_precision(engine, cluster.device, s.weight_dtype, s.activation_dtype, moe=model.is_moe)
 
     def ep(self, name: str) -> int | None:
         """The plan's value of the State's ``name`` (``ep``, ``prefill_ep`` or ``decode_ep``): None (unset) for 1

@@ -121,6 +121,7 @@ def deployment_lines(summary: dict[str, Any]) -> list[str]:
                      "per verification step")  # fmt: skip
     if summary["prefix_hit_rate"]:
         lines.append(f"- prefix cache hit rate {summary['prefix_hit_rate']:.0%} of prompt tokens")
+    lines += [f"- assumed: {page_text(note)}" for note in summary.get("assumed", ())]
     return lines
 
 

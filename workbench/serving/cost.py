@@ -53,7 +53,6 @@ from workbench.serving.cost_layers import (
     MOE_PERMUTE_PASSES,
     LayerCost,
     expected_experts_touched,
-    gemm_compute_dtype,
 )
 from workbench.serving.cost_speculative import DraftCost
 from workbench.serving.memory import (
@@ -69,6 +68,7 @@ from workbench.serving.memory import (
     weight_bytes_per_device,
 )
 from workbench.serving.offload import HostOffload
+from workbench.serving.precision import GemmPrecision, gemm_precision
 from workbench.specs.engine import EngineProfile
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import AttentionKind, ModelSpec
@@ -226,7 +226,7 @@ class ReplicaCost:
             role,
         )
         rp = self._role_plan = plan.role_plan(role)
-        self._check_layout(rp)
+        self._check_layout(rp, engine)
         self._engine = engine
         # attention-DP ranks that schedule their own requests and run in lockstep (1: the batch is split evenly)
         lockstep = engine.dp_rank_batches and model.is_moe
@@ -303,7 +303,7 @@ class ReplicaCost:
         )  # fmt: skip
 
     # ---- plan checks ---------------------------------------------------------------------------------------
-    def _check_layout(self, rp: ServingPlan) -> None:
+    def _check_layout(self, rp: ServingPlan, engine: EngineProfile) -> None:
         m = self._model
         where = f"ServingPlan {rp.describe()!r} for model {self._model.name!r}"
         problems = []
@@ -325,11 +325,10 @@ class ReplicaCost:
             problems.append(f"num_redundant_experts={rp.num_redundant_experts} needs an MoE model")
         if problems:
             raise ValueError(f"{where}: " + "; ".join(problems))
-        dtype = gemm_compute_dtype(self._cluster.device.peak_flop_per_s, rp.activation_dtype)
-        if dtype not in self._cluster.device.peak_flop_per_s:
-            raise ValueError(
-                f"{where}: device {self._cluster.device.id!r} has no {dtype.value} peak for the GEMMs"
-            )
+        try:
+            gemm_precision(engine, self._cluster.device, rp.weight_dtype, rp.activation_dtype, moe=m.is_moe)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
     # ---- memory --------------------------------------------------------------------------------------------
     def weight_bytes_per_device(self) -> float:
@@ -361,6 +360,11 @@ class ReplicaCost:
     @property
     def kv_block_tokens(self) -> int:
         return self._role_plan.kv_block_tokens
+
+    @property
+    def precision(self) -> GemmPrecision:
+        """How the main GEMMs run (``workbench.serving.precision.gemm_precision``: as-is or weight-only)."""
+        return self._layers.precision
 
     @property
     def plan(self) -> ServingPlan:

@@ -36,6 +36,7 @@ from workbench.cost.tp_allreduce import tp_all_reduce_s
 from workbench.presets.calibration import Calibration
 from workbench.presets.gemm_shapes import GemmSeries, measured_gemm_series, shape_efficiency_frac
 from workbench.serving.memory import ACT_BYTES
+from workbench.serving.precision import GemmPrecision, gemm_precision
 from workbench.specs.engine import EngineProfile
 from workbench.specs.hardware import ClusterSpec, DType
 from workbench.specs.model import AttentionKind, ModelSpec
@@ -78,28 +79,20 @@ def expected_experts_touched(tokens: Any, num_experts: int, experts_per_token: i
     return num_experts * (1.0 - (1.0 - experts_per_token / num_experts) ** np.asarray(tokens, dtype=float))
 
 
-def gemm_compute_dtype(device_peaks: dict[DType, float], dtype: ServingDType) -> DType:
-    """The device precision a GEMM with ``dtype`` inputs runs at: bf16/fp16 as named; fp8, fp4 and int4 at fp8
-    (``DType`` has no 4-bit peak: ``LayerCost`` scales the fp8 peak by ``FP4_OVER_FP8_PEAK`` for fp4 inputs on
-    devices with FP4 tensor cores), or at bf16
-    on a device without an fp8 peak (weight-only kernels such as vLLM's FP8 Marlin path on Ampere)."""
-    if dtype in (ServingDType.BF16, ServingDType.FP16):
-        return DType(dtype.value)
-    return DType.FP8 if DType.FP8 in device_peaks else DType.BF16
-
-
 class LayerCost:
     """Everything of one iteration but the attention cores, for one engine of ``role_plan`` (the aggregated form
-    of one role) serving ``model`` on ``cluster`` with the serving ``engine``: GEMMs at the peak of
-    :func:`gemm_compute_dtype` on ``calibration``'s GEMM curve, memory-bound ops at ``hbm_bytes_per_s`` (the
-    achieved HBM bandwidth), collectives at the framework's ``collective_efficiency_frac``. Token counts are
-    engine tokens (float arrays, any shape); each attention-DP rank computes tokens / attention_dp.
+    of one role) serving ``model`` on ``cluster`` with the serving ``engine``: GEMMs as ``precision``
+    (:func:`workbench.serving.precision.gemm_precision`) says, on ``calibration``'s GEMM curve, memory-bound ops at
+    ``hbm_bytes_per_s`` (the achieved HBM bandwidth), collectives at the framework's
+    ``collective_efficiency_frac``. Token counts are engine tokens (float arrays, any shape); each attention-DP
+    rank computes tokens / attention_dp.
 
-    The caller checks the layout first (``ReplicaCost``): a GEMM dtype the device has no peak for raises the
-    device's ValueError here.
+    Raises ValueError naming the field for a weight/activation dtype pair the engine runs no path for on the
+    device (``gemm_precision``).
     """
 
-    __slots__ = ("_bw", "_cluster", "_curve", "_eff", "_engine", "_model", "_peak", "_rp", "_shapes", "_wb")
+    __slots__ = ("_act", "_bw", "_cluster", "_curve", "_eff", "_engine", "_model", "_peak", "_rp", "_shapes", "_wb",
+                 "precision")  # fmt: skip
 
     def __init__(
         self,
@@ -112,14 +105,17 @@ class LayerCost:
         hbm_bytes_per_s: float,
     ) -> None:
         self._model, self._cluster, self._rp, self._engine = model, cluster, role_plan, engine
-        compute = gemm_compute_dtype(cluster.device.peak_flop_per_s, role_plan.activation_dtype)
+        self.precision: GemmPrecision = gemm_precision(
+            engine, cluster.device, role_plan.weight_dtype, role_plan.activation_dtype, moe=model.is_moe
+        )
+        compute, self._act = self.precision.compute_dtype, self.precision.activation_dtype
         self._peak = cluster.device.peak(compute)
-        if role_plan.activation_dtype is ServingDType.FP4 and compute is DType.FP8:  # NVFP4 tensor cores
+        if self._act is ServingDType.FP4 and compute is DType.FP8:  # NVFP4 tensor cores
             self._peak *= FP4_OVER_FP8_PEAK.get(cluster.device.id, 1.0)
         self._curve = calibration.gemm_curve(cluster.device, compute.value)
         self._shapes: tuple[GemmSeries, ...] = ()
         table = calibration.table(cluster.device)
-        if table is not None and table.measured and role_plan.activation_dtype is not ServingDType.FP4:
+        if table is not None and table.measured and self._act is not ServingDType.FP4:
             self._shapes = measured_gemm_series(cluster.device.id, compute.value)
         self._bw = hbm_bytes_per_s
         self._wb = BYTES_PER_VALUE[role_plan.weight_dtype]
@@ -233,14 +229,14 @@ class LayerCost:
         elif moe and rp.attention_dp > 1:
             n, k = rp.tp * rp.attention_dp, self._model.experts_per_token
             values = payload / ACT_BYTES / rp.tp  # this rank's share of its tokens' hidden values
-            send = 1.0 if rp.activation_dtype in (ServingDType.FP8, ServingDType.FP4) else ACT_BYTES
+            send = 1.0 if self._act in (ServingDType.FP8, ServingDType.FP4) else ACT_BYTES
             if (
                 prefill and self._engine.moe_dispatch == "deepep"
             ):  # normal kernels: once per node, NVLink fan-out
                 out = out + all_to_all_forwarded_s(self._cluster, send * values, k, n, 1, eff)
                 out = out + all_to_all_forwarded_s(self._cluster, ACT_BYTES * values, k, n, 1, eff)
             elif self._engine.moe_dispatch == "deepep":  # low-latency kernels, from DeepEP's kernel benchmark
-                narrow = rp.activation_dtype.value if send == 1.0 else None
+                narrow = self._act.value if send == 1.0 else None
                 sent = dispatch_bytes_per_value(narrow) * values
                 out = out + deepep_low_latency_s(self._cluster, sent, k, n, 1)
                 out = out + deepep_low_latency_s(self._cluster, ACT_BYTES * values, k, n, 1)
@@ -274,9 +270,10 @@ class LayerCost:
         return np.asarray(total, dtype=float)
 
     def _quant_kernels(self) -> int:
-        """Activation-quantisation kernels per GEMM input: the engine's count for fp8/fp4 GEMM inputs, else 0."""
-        narrow = self._rp.activation_dtype in (ServingDType.FP8, ServingDType.FP4)
-        return self._engine.fp8_quant_kernels if narrow else 0
+        """Activation-quantisation kernels per GEMM input (the engine's count for fp8/fp4 GEMM inputs as priced,
+        ``GemmPrecision.activation_dtype``, else 0) plus the weight-unpacking kernels of a weight-only path."""
+        narrow = self._act in (ServingDType.FP8, ServingDType.FP4)
+        return (self._engine.fp8_quant_kernels if narrow else 0) + self.precision.dequant_kernels
 
     def _gemm(self, name: str, tokens: np.ndarray, params: float, d_in: float, d_out: float) -> Op:
         """A weight GEMM on one device: 2 T P FLOPs; weight bytes at weight_dtype, 16-bit input and output."""

@@ -71,8 +71,12 @@ class ServingEstimate:
     tp_all_reduce_table: bool = False
     """Whether a published latency table prices those all-reduces (:func:`workbench.cost.tp_allreduce.priced_table`);
     False: NCCL's model does (or tp is 1)."""
+    gemm_precision: str = "as-is"
+    """How the (decode) engine's main GEMMs run: ``as-is`` or ``weight-only`` (fp8 weights on a device without an
+    fp8 peak, :func:`workbench.serving.precision.gemm_precision`)."""
     notes: tuple[str, ...] = ()
-    """Assumptions and warnings a user should read (``workbench.specs.estimate.Result``)."""
+    """Assumptions and warnings a user should read (``workbench.specs.estimate.Result``): each engine role's
+    weight-only reading, if any. ``summary()`` lists them under ``assumed``."""
 
     def table(self) -> pl.DataFrame:
         """The requests, one row each (``workbench.serving.results.REQUEST_COLUMNS``)."""
@@ -106,6 +110,8 @@ class ServingEstimate:
             "offload_decode_batch": self.offload_decode_batch,
             "tp_all_reduce": self.tp_all_reduce,
             "tp_all_reduce_table": self.tp_all_reduce_table,
+            "gemm_precision": self.gemm_precision,
+            "assumed": list(self.notes),
         }
 
 
@@ -162,6 +168,7 @@ def _engine_fields(
     engines' ``iterations``, those from ``first_engine`` on) and its tp all-reduce kernel family."""
     rp = cost.plan
     fields: dict[str, Any] = {
+        "gemm_precision": cost.precision.reading,
         "tp_all_reduce": cost.engine.tp_all_reduce,
         "tp_all_reduce_table": priced_table(cluster, rp.tp, cost.engine.tp_all_reduce) is not None,
     }
@@ -182,6 +189,11 @@ def _engine_fields(
         fields["offload_decode_batch"] = batch
         fields["offload_wait_s"] = cost.offload_wait_s(batch, context)
     return fields
+
+
+def _precision_notes(*costs: ReplicaCost) -> tuple[str, ...]:
+    """The weight-only readings of ``costs``' GEMMs (``GemmPrecision.note``), each once, in order."""
+    return tuple(dict.fromkeys(c.precision.note for c in costs if c.precision.note))
 
 
 def _batching(plan: ServingPlan, workload: ServingWorkload) -> dict[str, Any]:
@@ -222,6 +234,7 @@ def _aggregated(
         {
             "kv_cache_capacity_tokens": int(cost.kv_capacity_tokens),
             "kv_bytes_per_token_per_device": per_token,
+            "notes": _precision_notes(cost),
         },
         cost,
     )
@@ -265,6 +278,7 @@ def _disaggregated(
             "kv_transfer_bytes_per_request": mean_prompt
             * kv_bytes_per_token(model, prefill.plan.kv_cache_dtype),
             "kv_transfer_s": prefill.kv_transfer_s(mean_prompt),
+            "notes": _precision_notes(prefill, decode),
         },
         decode,
     )

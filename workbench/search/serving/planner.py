@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from workbench.presets.engines import load_engine
 from workbench.search.serving.result import (
     GoodputPoint,
     KeptPlan,
@@ -46,9 +47,10 @@ from workbench.search.serving.result import (
 from workbench.search.serving.screen import CostCache, Lengths, Screened, screen
 from workbench.search.serving.space import REASONS, ServingSearchConstraints, candidate_plans
 from workbench.serving.estimate import serve_estimate
+from workbench.serving.precision import gemm_precision
 from workbench.serving.simulate import LatencyStats, RequestSimResult
 from workbench.specs.hardware import DType
-from workbench.specs.serving import SLO, Arrival, ServingPlan, ServingWorkload
+from workbench.specs.serving import SLO, Arrival, ServingDType, ServingPlan, ServingWorkload
 
 if TYPE_CHECKING:
     from workbench.presets.calibration import Calibration
@@ -249,8 +251,7 @@ def serve_search(
     else:
         notes = [f"price: {price.describe()}"]
         table = with_dollars(table, price.usd_per_device_hour)
-    if DType.FP8 not in cluster.device.peak_flop_per_s:
-        notes.append(f"no fp8 plans: {cluster.device.id} has no fp8 peak")
+    notes += fp8_notes(model, cluster, c)
     return ServingSearchResult(
         model=model, cluster=cluster, workload=workload, slo=slo, calibration=calibration, constraints=c,
         table=table, plans=tuple(k.screened.plan for k in kept),
@@ -260,6 +261,22 @@ def serve_search(
         num_candidates=num_candidates, num_simulations=evaluator.runs,
         goodput_workloads=tuple(k.point.workload for k in kept), notes=tuple(notes),
     )  # fmt: skip
+
+
+def fp8_notes(model: ModelSpec, cluster: ClusterSpec, c: ServingSearchConstraints) -> list[str]:
+    """On a device without an fp8 peak, how the searched fp8 weights were read (``gemm_precision``: weight-only
+    W8A16 through the engine's Marlin path, or refused and why) and that fp8/fp4 KV was not searched; else []."""
+    if DType.FP8 in cluster.device.peak_flop_per_s:
+        return []
+    notes = [f"no fp8/fp4 KV plans: {cluster.device.id} has no fp8 peak"]
+    if "fp8" in c.weight_dtypes:
+        try:
+            p = gemm_precision(load_engine(c.engine), cluster.device, ServingDType.FP8, ServingDType.FP8,
+                               moe=model.is_moe)  # fmt: skip
+            notes.append(p.note)
+        except ValueError as exc:
+            notes.append(f"no fp8 plans: {exc}")
+    return notes
 
 
 def with_dollars(table: pl.DataFrame, usd_per_device_hour: float) -> pl.DataFrame:

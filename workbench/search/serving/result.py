@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 TABLE_COLUMNS: tuple[str, ...] = (
     "rank", "plan", "disaggregated", "num_devices", "replicas", "tp", "pp", "ep", "attention_dp",
     "prefill_workers", "prefill_tp", "decode_workers", "decode_tp", "weight_dtype", "activation_dtype",
-    "kv_cache_dtype", "scheduler", "max_num_seqs", "max_num_batched_tokens",
+    "kv_cache_dtype", "gemm_precision", "scheduler", "max_num_seqs", "max_num_batched_tokens",
     "goodput_requests_per_s", "goodput_output_tokens_per_s", "goodput_requests_per_s_per_device",
     "goodput_output_tokens_per_s_per_device", "slo_attainment_frac", "ttft_s_at_goodput", "tpot_s_at_goodput",
     "ttft_s_alone", "tpot_s_alone", "kv_cache_capacity_tokens", "estimate_requests_per_s",
@@ -34,7 +34,8 @@ TABLE_COLUMNS: tuple[str, ...] = (
 
 - ``rank`` (1 = best), ``plan`` (``ServingPlan.describe()``), ``disaggregated`` (bool), ``num_devices``; the
   plan's ``replicas tp pp ep attention_dp`` (aggregated; ``ep`` null when unset) or ``prefill_workers prefill_tp
-  decode_workers decode_tp`` (disaggregated), the three dtypes, ``scheduler``, ``max_num_seqs``,
+  decode_workers decode_tp`` (disaggregated), the three dtypes, ``gemm_precision`` (how the (decode) engine's
+  GEMMs run: ``as-is`` or ``weight-only``, :func:`workbench.serving.precision.gemm_precision`), ``scheduler``, ``max_num_seqs``,
   ``max_num_batched_tokens``;
 - ``goodput_requests_per_s`` and ``goodput_output_tokens_per_s`` of the deployment (Poisson: the rate found, at
   most ``bound_requests_per_s``, and that rate times the mean output length), and both ``_per_device``;
@@ -183,7 +184,8 @@ def _row(rank: int, k: KeptPlan) -> dict[str, Any]:
         "prefill_workers": d.prefill_workers if d else None, "prefill_tp": d.prefill_tp if d else None,
         "decode_workers": d.decode_workers if d else None, "decode_tp": d.decode_tp if d else None,
         "weight_dtype": p.weight_dtype.value, "activation_dtype": p.activation_dtype.value,
-        "kv_cache_dtype": p.kv_cache_dtype.value, "scheduler": p.scheduler.value,
+        "kv_cache_dtype": p.kv_cache_dtype.value, "gemm_precision": s.decode.precision.reading,
+        "scheduler": p.scheduler.value,
         "max_num_seqs": p.max_num_seqs, "max_num_batched_tokens": p.max_num_batched_tokens,
         "goodput_requests_per_s": pt.goodput_per_s, "goodput_output_tokens_per_s": pt.tokens_per_s,
         "goodput_requests_per_s_per_device": k.per_device,
@@ -228,7 +230,9 @@ def screened_table(passed: list[Screened], simulated: set[int]) -> pl.DataFrame:
     return pl.DataFrame(cols, schema=_schema(SCREEN_COLUMNS))
 
 
-_STRINGS = frozenset({"plan", "weight_dtype", "activation_dtype", "kv_cache_dtype", "scheduler"})
+_STRINGS = frozenset(
+    {"plan", "weight_dtype", "activation_dtype", "kv_cache_dtype", "gemm_precision", "scheduler"}
+)
 _BOOLS = frozenset({"disaggregated", "pareto_ttft", "pareto_tpot", "pareto", "simulated"})
 _INTS = frozenset({
     "rank", "num_devices", "replicas", "tp", "pp", "ep", "attention_dp", "prefill_workers", "prefill_tp",

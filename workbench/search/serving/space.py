@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workbench.presets.engines import load_engine
+from workbench.serving.precision import gemm_precision
 from workbench.specs.degrees import divisors
 from workbench.specs.errors import check_int
 from workbench.specs.hardware import DType
@@ -27,12 +29,17 @@ from workbench.specs.model import AttentionKind
 from workbench.specs.serving import BYTES_PER_VALUE, Disaggregation, Scheduler, ServingDType, ServingPlan
 
 if TYPE_CHECKING:
+    from workbench.specs.engine import EngineProfile
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
 
 REASONS: tuple[tuple[str, str], ...] = (
     ("devices", "an engine needs more devices than the budget"),
-    ("dtype", "fp8 weights or KV on a device without an fp8 peak"),
+    (
+        "dtype",
+        "a weight/GEMM-input dtype the engine runs no path for on the device (gemm_precision), or fp8/fp4 KV "
+        "without an fp8 peak",
+    ),
     ("heads", "tp does not divide the attention heads, or tp and the KV heads do not divide one another"),
     ("experts", "ep does not divide the experts"),
     ("layers", "pp exceeds the layers"),
@@ -63,14 +70,14 @@ ACTIVATION_OF_WEIGHT: dict[ServingDType, ServingDType] = {
 NVFP4, W4A16 for int4 (AWQ/GPTQ Marlin kernels), 16-bit weights at their own width."""
 
 NEEDS_FP8_PEAK = frozenset({ServingDType.FP8, ServingDType.FP4})
-"""GEMM input or KV dtypes searched only on a device with an fp8 peak."""
+"""KV dtypes searched only on a device with an fp8 peak (GEMM dtypes follow ``gemm_precision``)."""
 
 
 def peak_dtypes(device_peaks: Mapping[DType, float]) -> tuple[ServingDType, ...]:
-    """The dtypes a plan may give its GEMM inputs (``activation_dtype``) and KV cache on a device whose dense peaks
-    are ``device_peaks`` (``DeviceSpec.peak_flop_per_s``): every ``ServingDType``, less ``NEEDS_FP8_PEAK`` on a
-    device without an fp8 peak. The rule ``candidate_plans`` (``workbench serve plan``) applies and the app's
-    Serving tab offers."""
+    """The dtypes a plan may give its KV cache on a device whose dense peaks are ``device_peaks``
+    (``DeviceSpec.peak_flop_per_s``): every ``ServingDType``, less ``NEEDS_FP8_PEAK`` on a device without an fp8
+    peak. The rule ``candidate_plans`` (``workbench serve plan``) applies and the app's Serving tab offers; the
+    weight and GEMM-input dtypes follow :func:`workbench.serving.precision.gemm_precision`."""
     has_fp8 = DType.FP8 in device_peaks
     return tuple(d for d in ServingDType if has_fp8 or d not in NEEDS_FP8_PEAK)
 
@@ -83,7 +90,8 @@ class ServingSearchConstraints:
     """Device budget of the deployment; None: the whole cluster."""
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8")
     """Weight dtypes tried (``ServingDType`` values), each with its GEMM input dtype (``ACTIVATION_OF_WEIGHT``).
-    Plans needing an fp8 peak (``NEEDS_FP8_PEAK``) are counted under ``dtype`` on a device without one."""
+    A pair the engine runs no path for on the device (``gemm_precision``; fp8 weights without an fp8 peak run as
+    weight-only W8A16 where the engine has that path) is counted under ``dtype``."""
     kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp8")
     """KV-cache dtypes tried."""
     max_num_seqs: tuple[int, ...] = (64, 256)
@@ -186,15 +194,29 @@ def _splits(budget: int, prefill_size: int, decode_size: int) -> list[tuple[int,
     return pairs
 
 
+def _runs(model: ModelSpec, cluster: ClusterSpec, engine: EngineProfile, weight: ServingDType) -> bool:
+    """Whether ``engine`` runs ``weight`` with its searched GEMM input dtype on the cluster's device
+    (``gemm_precision`` does not refuse it)."""
+    act = ACTIVATION_OF_WEIGHT[weight]
+    try:
+        gemm_precision(engine, cluster.device, weight, act, moe=model.is_moe)
+    except ValueError:
+        return False
+    return True
+
+
 def candidate_plans(
     model: ModelSpec, cluster: ClusterSpec, budget: int, c: ServingSearchConstraints, counts: dict[str, int]
 ) -> list[ServingPlan]:
     """Every plan of the space on ``budget`` devices of ``cluster`` (module docstring), except those counted in
-    ``counts`` under ``devices`` (an engine larger than the budget) and ``dtype`` (fp8 without an fp8 peak).
+    ``counts`` under ``devices`` (an engine larger than the budget) and ``dtype`` (a weight/GEMM-input pair
+    ``gemm_precision`` refuses for ``c.engine`` on the device, or fp8/fp4 KV without an fp8 peak).
     Batching pairs with ``max_num_batched_tokens < max_num_seqs`` are skipped (the simulator needs a budget of
     one token per running sequence)."""
     usable = frozenset(peak_dtypes(cluster.device.peak_flop_per_s))
     dtypes = [(ServingDType(w), ServingDType(k)) for w in c.weight_dtypes for k in c.kv_cache_dtypes]
+    profile = load_engine(c.engine)
+    runs = {w: _runs(model, cluster, profile, w) for w, _ in dtypes}
     batching = [(s, t) for s in c.max_num_seqs for t in c.max_num_batched_tokens if t >= s]
     widest = max(BYTES_PER_VALUE[w] for w, _ in dtypes)
     schedulers = [Scheduler(s) for s in c.schedulers]
@@ -216,7 +238,7 @@ def candidate_plans(
         for w, kv in dtypes:
             act = ACTIVATION_OF_WEIGHT[w]
             for seqs, tokens in batching:
-                if not {act, kv} <= usable:
+                if not runs[w] or kv not in usable:
                     counts["dtype"] += 1
                     continue
                 plan = replace(layout, weight_dtype=w, activation_dtype=act, kv_cache_dtype=kv, max_num_seqs=seqs,

@@ -1,0 +1,179 @@
+"""How a serving engine runs a plan's main GEMMs on a device: ``gemm_precision`` is the one rule that
+``workbench serve estimate`` (``ReplicaCost``), ``workbench serve plan`` (``candidate_plans``) and the app's
+Serving tab apply to a (engine, engine version, device, weight dtype, activation dtype) choice.
+
+Three readings:
+
+- ``as-is``: the GEMMs take ``activation_dtype`` inputs at that dtype's peak (bf16/fp16 at their own, fp8, fp4
+  and int4 inputs at the fp8 peak; ``gemm_compute_dtype``);
+- ``weight-only``: the device has no fp8 tensor-core peak, the weights are fp8 and the engine runs FP8
+  checkpoints there as W8A16 through a Marlin kernel (weights read at 1 byte, unpacked to 16 bits inside the
+  GEMM, GEMMs at the 16-bit peak, no activation quantisation): ``WEIGHT_ONLY_PATHS``;
+- refused: a ValueError naming the field, its value and what is allowed (on such a device: fp8 or fp4 GEMM inputs
+  beside non-fp8 weights, fp4 or int4 inputs beside fp8 weights, fp8 weights under an engine with no weight-only
+  path there).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from workbench.specs.engine import EngineProfile
+from workbench.specs.hardware import DeviceSpec, DType
+from workbench.specs.serving import ServingDType
+
+AS_IS = "as-is"
+WEIGHT_ONLY = "weight-only"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WeightOnlyPath:
+    """An engine's weight-only FP8 path on a GPU without FP8 tensor cores (one row of ``WEIGHT_ONLY_PATHS``)."""
+
+    kernel: str
+    """The kernel family, as the engine names it."""
+    dense_from: tuple[int, ...] | None
+    """First engine release whose dense (and attention) GEMMs take it; None: none does."""
+    moe_from: tuple[int, ...] | None
+    """First engine release whose fused MoE layers take it; None: none does (an MoE model is refused)."""
+    min_compute_capability: tuple[int, int]
+    """Oldest NVIDIA compute capability the kernel is built for."""
+    dequant_kernels: int
+    """Extra kernels per GEMM that unpack the weights outside it (0: inside the GEMM's main loop)."""
+    source: str
+
+
+WEIGHT_ONLY_PATHS: dict[str, WeightOnlyPath | None] = {
+    "vllm": WeightOnlyPath(
+        kernel="FP8 Marlin",
+        dense_from=(0, 5, 1),
+        moe_from=(0, 9),
+        min_compute_capability=(8, 0),
+        dequant_kernels=0,
+        source="vLLM docs, quantization/fp8 (v0.5.2 on): 'FP8 models will run on compute capability > 8.0 "
+        "(Ampere) as weight-only W8A16, utilizing FP8 Marlin'; vllm/model_executor/layers/quantization/fp8.py "
+        "use_marlin = not cutlass_fp8_supported (utils/marlin_utils_fp8.py is_fp8_marlin_supported: capability "
+        ">= 80). Dense: PR #5975 (merged 2024-07-03, first in 0.5.1), a fused 4xFP8 -> 4xFP16/BF16 unpack in "
+        "the GEMM. MoE: PR #16850 (fp8.py MoE layers on fused Marlin MoE) and its scale fix PR #18026 "
+        "(2025-05-12); ASSUMPTION: from the 0.9 line (release notes not checked). Before them vLLM's Triton "
+        "fused MoE refused FP8 MoE models on Ampere (vllm issue #7322)",
+    ),  # fmt: skip
+    "sglang": WeightOnlyPath(
+        kernel="FP8 Marlin",
+        dense_from=(0, 5),
+        moe_from=None,
+        min_compute_capability=(8, 0),
+        dequant_kernels=0,
+        source="sgl-project/sglang PR #8990 (merged 2025-08, 'enable marlin fp8 blockwise', resolves issue "
+        "#7715): python/sglang/srt/layers/quantization/fp8.py Fp8LinearMethod use_marlin = "
+        "SGLANG_FORCE_FP8_MARLIN or can_auto_enable_marlin_fp8() (80 <= sm < 89), linear layers only; "
+        "ASSUMPTION: from the 0.5 line. MoE: PR #9754 closed unmerged, PR #30681 open (2026-07), issue #12887 "
+        "closed inactive: FP8 MoE layers go to the Triton fused MoE, which has no fp8e4nv on sm80",
+    ),  # fmt: skip
+    "trtllm": None,
+    # TensorRT-LLM support matrix (docs/source/reference/support-matrix.md, 0.13-0.18): 'Ampere (SM80, SM86) -
+    # FP32, FP16, BF16, INT8, INT4'; FP8 on Ada and Hopper on; no weight-only FP8 kernel for Ampere.
+}
+"""Engine code (``EngineProfile.engine``) -> its weight-only FP8 path on a GPU without FP8 tensor cores, or None
+(FP8 refused there). The ``generic`` engine takes vLLM's row (the path the field has published)."""
+
+GENERIC_ENGINE_PATH = "vllm"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GemmPrecision:
+    """How the main GEMMs of a plan run (the module docstring's readings)."""
+
+    reading: str
+    """``AS_IS`` or ``WEIGHT_ONLY``."""
+    compute_dtype: DType
+    """The device peak the GEMMs run at."""
+    activation_dtype: ServingDType
+    """The GEMM input dtype as priced: the plan's, or bf16/fp16 under ``WEIGHT_ONLY`` (fp8 inputs are not
+    quantised: Marlin takes 16-bit activations)."""
+    dequant_kernels: int = 0
+    """Extra kernels per GEMM input unpacking the weights (``WeightOnlyPath.dequant_kernels``)."""
+    note: str = ""
+    """The reading in words ('' for ``AS_IS``): what ``serve estimate`` lists under ``assumed``."""
+
+
+def gemm_compute_dtype(device_peaks: dict[DType, float], dtype: ServingDType) -> DType:
+    """The device precision a GEMM with ``dtype`` inputs runs at: bf16/fp16 as named; fp8, fp4 and int4 at fp8
+    (``DType`` has no 4-bit peak: ``LayerCost`` scales the fp8 peak by ``FP4_OVER_FP8_PEAK`` for fp4 inputs on
+    devices with FP4 tensor cores), or at bf16 on a device without an fp8 peak."""
+    if dtype in (ServingDType.BF16, ServingDType.FP16):
+        return DType(dtype.value)
+    return DType.FP8 if DType.FP8 in device_peaks else DType.BF16
+
+
+def newest_release(versions: str) -> tuple[int, ...] | None:
+    """The newest release an ``EngineProfile.versions`` text describes, as integers: the largest dotted number
+    in it (``0.5-0.7`` -> (0, 7), ``0.8 to ~0.13`` -> (0, 13)); None for an open range (``>= 0.4``: every later
+    release) or a text with no dotted number (a commit)."""
+    numbers = [tuple(int(p) for p in m.split(".")) for m in re.findall(r"\d+(?:\.\d+)+", versions)]
+    if ">" in versions or not numbers:
+        return None
+    return max(numbers)
+
+
+def _path_of(engine: EngineProfile) -> WeightOnlyPath | None:
+    code = GENERIC_ENGINE_PATH if engine.engine == "generic" else engine.engine
+    return WEIGHT_ONLY_PATHS.get(code)
+
+
+def _release(engine: EngineProfile, since: tuple[int, ...] | None) -> str | None:
+    """None when some release of ``engine``'s profile has a path arriving in ``since``; else why not."""
+    if since is None:
+        return "none of its releases has one"
+    newest = newest_release(engine.versions)
+    if newest is not None and newest < since:
+        return f"it arrives in {'.'.join(map(str, since))}, after the profile's releases ({engine.versions})"
+    return None
+
+
+def gemm_precision(
+    engine: EngineProfile,
+    device: DeviceSpec,
+    weight_dtype: ServingDType | str,
+    activation_dtype: ServingDType | str,
+    *,
+    moe: bool,
+) -> GemmPrecision:
+    """How ``engine`` runs GEMMs with ``weight_dtype`` weights and ``activation_dtype`` inputs (``ServingDType``
+    values) on ``device`` (the module docstring); ``moe``: the model has MoE layers (their fused kernels have paths of their own).
+
+    Raises ValueError naming the field (``weight_dtype`` or ``activation_dtype``), its value and what is
+    allowed, for a refused choice. Sources: ``WEIGHT_ONLY_PATHS``."""
+    w, a = ServingDType(weight_dtype), ServingDType(activation_dtype)
+    compute = gemm_compute_dtype(device.peak_flop_per_s, a)
+    narrow_in = a in (ServingDType.FP8, ServingDType.FP4)
+    if DType.FP8 in device.peak_flop_per_s or (w is not ServingDType.FP8 and not narrow_in):
+        return GemmPrecision(reading=AS_IS, compute_dtype=compute, activation_dtype=a)
+    where = f"device {device.id!r} has no fp8 tensor-core peak"
+    if w is not ServingDType.FP8 or a not in (ServingDType.FP8, ServingDType.BF16, ServingDType.FP16):
+        raise ValueError(
+            f"activation_dtype={a.value!r}: {where}, where narrow GEMM inputs run only beside fp8 weights, as 16-bit "
+            f"inputs (weight-only W8A16); choose activation_dtype bf16 or fp16, or fp8 with weight_dtype fp8"
+        )
+    path = _path_of(engine)
+    label = f"engine {engine.id!r}" + (f" ({engine.engine} {engine.versions})" if engine.versions else "")
+    why = None if path is not None else "it has no weight-only FP8 kernel (TensorRT-LLM support matrix)"
+    if path is not None:
+        why = _release(engine, path.moe_from if moe else path.dense_from)
+        cc = device.compute_capability
+        if why is None and (cc is None or cc < path.min_compute_capability):
+            why = f"its {path.kernel} kernel needs an NVIDIA GPU of compute capability >= 8.0"
+    if why is not None or path is None:
+        layers = "an MoE model's " if moe else ""
+        raise ValueError(
+            f"weight_dtype='fp8': {where} and {label} runs no weight-only FP8 path for {layers}GEMMs on it "
+            f"({why}); choose weight_dtype bf16, fp16 or int4, another engine, or a device with an fp8 peak"
+        )
+    act = ServingDType.BF16 if a is ServingDType.FP8 else a
+    return GemmPrecision(
+        reading=WEIGHT_ONLY, compute_dtype=DType(act.value), activation_dtype=act,
+        dequant_kernels=path.dequant_kernels,
+        note=f"fp8 weights on {device.id} (no fp8 peak) priced as weight-only W8A16 ({path.kernel}, {label}): "
+        f"weights read at 1 byte, GEMMs at the {act.value} peak, {act.value} GEMM inputs",
+    )  # fmt: skip
