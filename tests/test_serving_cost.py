@@ -151,6 +151,9 @@ def test_engine_host_time_and_eager_prefill(cal, h100) -> None:
                              tp_all_reduce="vllm_custom"))  # fmt: skip  # the same all-reduce kernels as V0's
     assert v0.decode_s(1, 100) - generic.decode_s(1, 100) == pytest.approx(4e-3 - 1e-3)
     assert v0.emit_delay_s == 4e-3 and generic.emit_delay_s == 0.0  # vLLM 0.6 asynchronous output processing
+    # its outputs callback also waits for the next iteration's eager launch (none when prefills replay graphs)
+    assert v0.eager_emit_delay_s == pytest.approx(80 * 12 * 26e-6)
+    assert graph.eager_emit_delay_s == 0.0 and generic.eager_emit_delay_s == 0.0
 
 
 def test_fp8_activation_quantisation_kernels(cal, h100) -> None:

@@ -436,6 +436,25 @@ def test_emit_delay_shifts_token_times_not_tpot() -> None:
         run(one(1.0, 100, 10), cost, pipeline_depth=2, disaggregation=pools)
 
 
+def test_eager_emit_delay_holds_tokens_until_the_next_eager_launch() -> None:
+    """vLLM 0.6 V0 processes iteration i's outputs in a callback of iteration i+1 that runs after i+1's forward is
+    launched (``vllm/worker/model_runner.py`` v0.6.0), so tokens wait for an eager (prefill) launch and not for a
+    graph-replayed decode. Every iteration 20 ms, prefill-first: A (t=0, one token) prefills in [0, 20 ms] and B
+    (t=10 ms) in [20, 40 ms], then B decodes. A's only token waits for B's eager prefill launch (5 ms): first
+    token and finish at 25 ms; B's first token is followed by decodes: 40 ms, TTFT 30 ms; B finishes at
+    40 + 9 x 20 = 220 ms with nothing after it."""
+    cost = AffineCost(fixed_s=0.02)
+    reqs = Requests(arrival_s=np.array([0.0, 0.01]), input_tokens=np.array([100, 100]),
+                    output_tokens=np.array([1, 10]))  # fmt: skip
+    base = run(reqs, cost, policy="vllm").requests
+    late = run(reqs, cost, policy="vllm", eager_emit_delay_s=0.005, emit_delay_s=0.004).requests
+    assert base["ttft_s"].to_list() == pytest.approx([0.02, 0.03])
+    assert late["ttft_s"].to_list() == pytest.approx([0.02 + 0.005 + 0.004, 0.03 + 0.004])
+    assert late["finish_s"].to_list() == pytest.approx([0.029, 0.224])
+    with pytest.raises(ValueError, match="eager_emit_delay_s"):
+        run(reqs, cost, eager_emit_delay_s=-1.0)
+
+
 def test_with_the_analytic_replica_cost() -> None:
     # the closed forms with workbench.serving.cost.ReplicaCost: a lone request's TTFT is its prefill time and its
     # TPOT the mean of its decode iterations; the run pricing (two ends, interpolated) stays within 0.1 %

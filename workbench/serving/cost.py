@@ -11,9 +11,9 @@ activation peak and the KV capacity per device are in :mod:`workbench.serving.me
 
 Engine execution (:class:`~workbench.specs.engine.EngineProfile`, named by ``ServingPlan.engine``): an iteration
 costs its GPU time plus the engine's exposed host time per iteration (``step_overhead_s``), and no less than the
-host work of its requests (``host_per_request_s``; added per pipeline stage where the engine serialises it,
-``pp_host_serial``, all stages but the last); every kernel takes at least ``MIN_KERNEL_S``; an iteration the engine launches eagerly (vLLM
-V0 prefills) takes at least its kernel count times ``eager_kernel_s``, the CPU's launch time.
+host work of its requests (``host_per_request_s``; per stage but the last where ``pp_host_serial``); every kernel
+takes at least ``MIN_KERNEL_S``; an eager iteration (vLLM V0 prefills) at least its kernels x ``eager_kernel_s``
+(CPU launches), by which it delays the previous iteration's tokens under async output (``eager_emit_delay_s``).
 
 Layout (``shared/validation/README.md``): the engine has ``attention_dp`` attention ranks of ``tp`` devices and
 ``pp`` stages. Attention-DP ranks are assumed to carry equal shares of the batch (tokens and KV), except where
@@ -376,6 +376,13 @@ class ReplicaCost:
         """Seconds from an iteration's end until its tokens reach the client: the next iteration's host time when
         the engine processes outputs asynchronously (``EngineProfile.async_output``), else 0."""
         return self._step_overhead_s if self._engine.async_output else 0.0
+
+    @property
+    def eager_emit_delay_s(self) -> float:
+        """CPU seconds of the eager launch of a next iteration with prefill tokens, which delays this one's tokens
+        under asynchronous output processing (vLLM 0.6 V0: module docstring, ``simulate``); else 0.0."""
+        e = self._engine
+        return self._eager_floor_s if e.async_output and not e.mixed_cuda_graphs else 0.0
 
     @property
     def max_chunk_tokens(self) -> int:

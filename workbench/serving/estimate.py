@@ -221,6 +221,7 @@ def _aggregated(
         chunked_prefill=cost.engine.chunked_prefill,
         kv_admission=cost.engine.kv_admission,
         emit_delay_s=cost.emit_delay_s,
+        eager_emit_delay_s=cost.eager_emit_delay_s,
         pipeline_depth=cost.pipeline_depth(
             min(plan.max_num_seqs, plan.max_num_batched_tokens), round(mean_tokens)
         ),
@@ -262,6 +263,7 @@ def _disaggregated(
         chunked_prefill=decode.engine.chunked_prefill,
         kv_admission=decode.engine.kv_admission,
         emit_delay_s=decode.emit_delay_s,
+        eager_emit_delay_s=prefill.eager_emit_delay_s,
         max_chunk_tokens=min(prefill.max_chunk_tokens, max(plan.max_num_batched_tokens, plan.max_num_seqs)),
         **_batching(plan, workload),
     )

@@ -38,6 +38,7 @@ class EventLoop:
         kv_admission: str,
         prefix_hit_rate: float = 0.0,
         max_chunk_tokens: int | None = None,
+        eager_emit_s: float = 0.0,
     ) -> None:
         n = len(requests)
         self.req = requests
@@ -73,6 +74,10 @@ class EventLoop:
         self.next_closed = n if requests.concurrency is None else requests.concurrency
         # ROW_FIELDS numbers per started batch (a head iteration or a decode run)
         self.rows: list[tuple[float, ...]] = []
+        # requests whose first or last token came at the end of the iteration just completed: emitted later when
+        # the next iteration is launched eagerly (``eager_emit_s``; vLLM V0's outputs callback)
+        self.eager_emit_s = eager_emit_s
+        self.emitted: list[int] = []
 
     # ---- events ----
     def push(self, time_s: float, priority: int, a: int, b: int) -> None:
@@ -170,6 +175,8 @@ class EventLoop:
     def complete(self, eng: _Engine, t: float) -> None:
         """Apply the work in flight that ends at ``t``: a head iteration or a decode run."""
         finished = 0
+        if self.eager_emit_s:
+            self.emitted.clear()
         if eng.head:
             eng.head = False
             if eng.decoding:
@@ -184,6 +191,8 @@ class EventLoop:
             finish = self.finish
             for i in done:
                 finish[i] = t
+            if self.eager_emit_s:
+                self.emitted.extend(done)
             finished += len(done)
             if self.reserve_full:
                 eng.reserved -= int(_sum(-(-self.full_tokens[done] // eng.block)))
@@ -212,6 +221,8 @@ class EventLoop:
             self.generated[i] = m
             if m == 1:
                 self.first_token[i] = t
+                if self.eager_emit_s:
+                    self.emitted.append(i)
             if m >= self.out[i]:
                 self.finish[i] = t
                 finished += 1
@@ -302,6 +313,8 @@ class EventLoop:
     ) -> None:
         """Start one iteration with prefill chunks (and the running decodes when ``decoding``): price it, record
         its row, push the engine's next event."""
+        if self.emitted:
+            self.delay_emitted(t)
         n, steps = eng.n, eng.steps
         eng.decoding = with_decodes = decoding and n > 0
         eng.next_end = eng.ends[0] if n else -1
@@ -328,6 +341,17 @@ class EventLoop:
         )
         eng.gen = gen = eng.gen + 1
         _push(self.heap, (t + head_s, 1, next(self.seq), eng.index, gen))
+
+    def delay_emitted(self, t: float) -> None:
+        """The first and last tokens that came at ``t`` reach the client ``eager_emit_s`` later: the iteration
+        starting at ``t`` has prefill tokens, launched eagerly before the engine processes the earlier outputs."""
+        first, finish, late = self.first_token, self.finish, self.eager_emit_s
+        for i in self.emitted:
+            if first[i] == t:
+                first[i] = t + late
+            if finish[i] == t:
+                finish[i] = t + late
+        self.emitted.clear()
 
     def start_run(self, eng: _Engine, t: float, preempted: bool) -> None:
         """Start a run of decode-only iterations up to the next event that changes the batch (the first finish,

@@ -85,6 +85,7 @@ def simulate(
     max_run_iterations: int = 1 << 20,
     kv_admission: str = "prompt",
     emit_delay_s: float = 0.0,
+    eager_emit_delay_s: float = 0.0,
     pipeline_depth: int = 1,
     prefix_hit_rate: float = 0.0,
     max_chunk_tokens: int | None = None,
@@ -101,11 +102,15 @@ def simulate(
     of its prompt and all its output at admission (TensorRT-LLM's GUARANTEED_NO_EVICT), so none is preempted.
     emit_delay_s: seconds from an iteration's end until its tokens reach the client (vLLM 0.6's asynchronous
     output processing, ``ReplicaCost.emit_delay_s``): added to first-token and finish times (closed-loop clients
-    still send their next request at the iteration's end). pipeline_depth: batches one engine keeps in flight (its
-    pipeline stages, ``ServingPlan.pp``; 1 with ``disaggregation``): each replica runs as that many virtual engines,
-    each with its own scheduler, ``max_num_seqs`` and 1/depth of the KV blocks, and iterations priced as whole
-    forward passes (vLLM V0's per-stage virtual engines, TensorRT-LLM's pipeline micro-batches): in a balanced
-    pipeline every stage then works on one batch while the others are in the other stages. prefix_hit_rate: share
+    still send their next request at the iteration's end). eager_emit_delay_s: seconds more for the first and last
+    tokens of an iteration followed by one with prefill tokens, which the engine launches eagerly before it
+    processes the earlier outputs (vLLM 0.6 V0 runs that callback inside the next iteration's ``execute_model``,
+    after its forward and logits are launched: ``vllm/worker/model_runner.py`` v0.6.0 l. 1489;
+    ``ReplicaCost.eager_emit_delay_s``). pipeline_depth: batches one engine keeps in flight (its pipeline stages,
+    ``ServingPlan.pp``; 1 with ``disaggregation``): each replica runs as that many virtual engines, each with its
+    own scheduler, ``max_num_seqs`` and 1/depth of the KV blocks, and iterations priced as whole forward passes
+    (vLLM V0's per-stage virtual engines, TensorRT-LLM's pipeline micro-batches): in a balanced pipeline every
+    stage then works on one batch while the others are in the other stages. prefix_hit_rate: share
     of each prompt found in the prefix cache, in [0, 1) (vLLM automatic prefix caching, SGLang RadixAttention):
     a request's first prefill starts on top of floor(rate x prompt / block) whole blocks (at least one prompt
     token is computed), whose KV it holds from admission like the rest of its prompt (cached blocks no running
@@ -133,6 +138,8 @@ def simulate(
         prefix_hit_rate=prefix_hit_rate,
         max_chunk_tokens=max_chunk_tokens,
     )
+    eager_delay = check_real("simulate", "eager_emit_delay_s", eager_emit_delay_s, minimum=0.0, min_open=False,
+                             unit="s")  # fmt: skip
     engines, pools = _engines(requests, cost, replicas, pipeline_depth, disaggregation)
     sim = EventLoop(
         requests,
@@ -147,6 +154,7 @@ def simulate(
         kv_admission=kv_admission,
         prefix_hit_rate=hit_rate,
         max_chunk_tokens=max_chunk_tokens,
+        eager_emit_s=eager_delay,
     )
     sim.run()
     return sim.result(delay)
