@@ -55,6 +55,7 @@ from workbench.serving.cost_layers import (
     expected_experts_touched,
 )
 from workbench.serving.cost_speculative import DraftCost
+from workbench.serving.dp_ranks import heaviest_rank_chunks
 from workbench.serving.memory import (
     ACT_BYTES,
     GIB,
@@ -91,6 +92,7 @@ __all__ = [
     "LayerCost",
     "ReplicaCost",
     "expected_experts_touched",
+    "heaviest_rank_chunks",
     "kv_bytes_per_token",
     "kv_bytes_per_token_layer",
 ]
@@ -102,41 +104,6 @@ source); each engine profile states its own (``EngineProfile.step_overhead_s``).
 MAX_TABLE_TOKENS = 2**16
 """Largest token count whose token-dependent costs are tabulated at construction (an iteration above it, e.g. a
 whole long prompt without chunking, is priced directly, about a millisecond each)."""
-
-
-def heaviest_rank_chunks(
-    new_tokens: np.ndarray, context_tokens: np.ndarray, ranks: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The prefill chunks of the data-parallel rank that holds the most prefill tokens, each repeated ``ranks``
-    times: ``(new_tokens, context_tokens)`` of that batch, 1-D int arrays.
-
-    Each chunk belongs to one request, and a request to one rank. The chunks are laid on the ranks largest first,
-    each on the rank holding the fewest tokens so far (ties to the lowest rank; the greedy longest-processing-time
-    rule, which stands in for the front end's least-loaded assignment of requests), so a single chunk lands on one
-    rank while the others carry none. Pricing the heaviest rank's chunks on every rank prices an iteration whose
-    ranks run in lockstep, each padded to the largest rank's tokens (vLLM V1 ``coordinate_batch_across_dp``):
-    ``[300, 200, 100]`` on two ranks -> rank 0 holds 300, rank 1 holds 300 (200 + 100); rank 0 is the first of the
-    heaviest -> ``([300, 300], ...)``. ``ranks`` = 1 returns the chunks unchanged. Raises ValueError when the
-    arrays differ in length or ``ranks`` < 1."""
-    new = np.asarray(new_tokens).ravel()
-    ctx = np.asarray(context_tokens).ravel()
-    if new.size != ctx.size:
-        raise ValueError(
-            f"heaviest_rank_chunks: new_tokens ({new.size}) and context_tokens ({ctx.size}) must have one entry "
-            "per chunk each"
-        )
-    if not isinstance(ranks, int) or ranks < 1:
-        raise ValueError(f"heaviest_rank_chunks: ranks must be an integer >= 1, got {ranks!r}")
-    if ranks == 1 or new.size == 0:
-        return new, ctx
-    loads = [0] * ranks
-    held: list[list[int]] = [[] for _ in range(ranks)]
-    for j in np.argsort(-new, kind="stable").tolist():
-        k = loads.index(min(loads))
-        loads[k] += int(new[j])
-        held[k].append(j)
-    mine = sorted(held[loads.index(max(loads))])
-    return np.tile(new[mine], ranks), np.tile(ctx[mine], ranks)
 
 
 @runtime_checkable

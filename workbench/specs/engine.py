@@ -140,7 +140,7 @@ class EngineProfile:
     layers' collectives, each padded to the largest rank's token count (vLLM V1: one ``DPEngineCoreProc`` per rank,
     ``docs/serving/data_parallel_deployment.md``; ``vllm/v1/worker/dp_utils.py`` ``coordinate_batch_across_dp``).
     An iteration holding prefill chunks then lasts as long as the rank holding the most prefill tokens
-    (``workbench.serving.cost.heaviest_rank_chunks``); False: the ranks split every iteration's tokens evenly."""
+    (``workbench.serving.dp_ranks.heaviest_rank_chunks``); False: the ranks split every iteration's tokens evenly."""
 
     kv_transfer_layerwise: bool = False
     """A disaggregated prefill engine sends each layer's KV as soon as that layer is computed, overlapping the
