@@ -215,3 +215,15 @@ def write_serving_csv(path: Path, rows: list[dict[str, str]], columns: tuple[str
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def write_rows_csv(path: Path, rows: list[dict[str, str]]) -> Path:
+    """``rows`` written to ``path`` as a CSV whose header is the first row's keys (a training validation file when
+    the rows are read from one). Returns ``path``."""
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import write_rows_csv as _write
 from workbench.cost.flops import matmul_efficiency_frac
 from workbench.estimate.analytic import estimate_plan
 from workbench.presets.calibration import Calibration, load_calibration
@@ -74,7 +74,8 @@ def test_source_year_skips_the_locator() -> None:
     from workbench.presets.frameworks import source_year
 
     assert source_year("Narayanan et al. 2021 'Efficient ...' (SC21) [NVIDIA/Megatron-LM @2023]") == 2021
-    assert source_year("Zero Bubble (ICLR'24), Tables 3-4 [a copy from 2025]") is None
+    assert source_year("Zero Bubble (ICLR'24), Tables 3-4 [a copy from 2025]") == 2024  # the venue's year
+    assert source_year("Zero Bubble, Tables 3-4 [a copy from 2025]") is None
     assert source_year("torchtitan benchmarks (PyTorch team, Dec 2024) [llama3_h100_202412.md]") == 2024
 
 
@@ -164,14 +165,6 @@ def test_estimate_refuses_a_schedule_the_framework_does_not_run() -> None:
     cal = load_calibration(framework="megatron-core-2024")
     with pytest.raises(ValueError, match="megatron-core-2024 does not run: schedule zb-h1"):
         estimate_plan(model, cluster, Workload(seq_len=2048, global_batch_size=64), plan, calibration=cal)
-
-
-def _write(path: Path, rows: list[dict[str, str]]) -> Path:
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
 
 
 def test_blank_architecture_is_skipped_with_a_reason_and_custom_cluster_sidecar(tmp_path: Path) -> None:

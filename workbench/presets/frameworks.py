@@ -156,7 +156,17 @@ def default_framework(year: int | None = None) -> FrameworkProfile:
     return load_framework(UNNAMED_STACK_FRAMEWORK)
 
 
+_YEAR = re.compile(r"(?<!\d)(199\d|20\d\d)(?!\d)")
+_VENUE_YEAR = re.compile(r"\b(?:[A-Z][A-Za-z]+)\s?['\u2019](\d\d)(?!\d)")
+
+
 def source_year(source: str) -> int | None:
-    """The first year (1990-2099, as four digits) in a citation, outside its ``[...]`` locator; None if none."""
-    match = re.search(r"(?<!\d)(199\d|20\d\d)(?!\d)", re.sub(r"\[[^\]]*\]", " ", source))
-    return int(match.group(1)) if match else None
+    """The year of a citation, outside its ``[...]`` locator (where the numbers were read, a copy of any later
+    date): the first four-digit year (1990-2099), else a venue's two-digit year (``ICLR'24``, ``SC '21``: 2000 +
+    the digits); None if none."""
+    outside = re.sub(r"\[[^\]]*\]", " ", source)
+    match = _YEAR.search(outside)
+    if match:
+        return int(match.group(1))
+    venue = _VENUE_YEAR.search(outside)
+    return 2000 + int(venue.group(1)) if venue else None

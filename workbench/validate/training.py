@@ -63,7 +63,7 @@ from workbench.validate.rows import (
     row_model,
     skipped_row,
 )
-from workbench.validate.training_csv import BOOLEAN_COLUMNS
+from workbench.validate.training_codes import read_codes, row_device
 from workbench.validate.training_model import complete_model, row_cluster
 from workbench.validate.tuning import (
     default_micro_batch_size,
@@ -128,11 +128,6 @@ class RowCase:
     row: dict[str, str] = field(repr=False)
 
 
-SCHEDULE_ALIASES = {"pipedream-flush": "1f1b", "interleaved": "interleaved-1f1b", "zb-v": "zbv"}
-"""Names papers give schedules, to the schema's codes: PipeDream-Flush is 1F1B with a flush (Narayanan et al.,
-SC 2021, section 2.2.1), "interleaved" their interleaved 1F1B, ZB-V the zero-bubble V schedule (Qi et al.)."""
-
-
 ARCHITECTURE = ("num_layers", "hidden_size", "num_attention_heads", "seq_len", "device", "num_devices")
 """Columns without which a row cannot be priced (no default is sensible)."""
 
@@ -147,8 +142,14 @@ def row_framework(
     year = source_year(row.get("source", ""))
     prof = profile_for_text(row.get("framework", ""), year=year)
     if prof is None:
-        assumed.append("framework")
-        return default_framework(year)
+        fallback = default_framework(year)
+        text = limits.shown(row.get("framework", "").strip()) if row.get("framework", "").strip() else "blank"
+        era = f"its source's year {year}" if year is not None else "no year in its source"
+        assumed.append(
+            f"framework:{text} names no profile (no alias or keyword of profiles/frameworks/*.toml); priced as"
+            f" {fallback.id}, the stack of a run that names none ({era})"
+        )
+        return fallback
     return prof
 
 
@@ -204,23 +205,24 @@ def _devices_from_degrees(row: dict[str, str], assumed: list[str]) -> dict[str, 
 
 
 def _check_row(row: dict[str, str]) -> None:
-    """Unexpressible for a row without its architecture columns or any parallel degree, or a boolean column
-    that is not true or false."""
+    """Unexpressible for a row without its architecture columns or any parallel degree, or with 4-bit GEMMs."""
     blank = [k for k in ARCHITECTURE if not row.get(k, "").strip()]
     if blank:
         raise Unexpressible(f"blank required column(s): {', '.join(blank)}")
     if not row["tp"] and not row["dp"] and not row["pp"]:
         raise Unexpressible("the source gives no parallel plan (tp, pp, dp blank)")
-    for col in BOOLEAN_COLUMNS:
-        if row.get(col, "") not in ("", "true", "false"):
-            raise Unexpressible(f"column {col}: {limits.shown(row[col])} is not true or false")
+    if row["dtype"] == "fp4":
+        raise Unexpressible("dtype: 4- and 6-bit training GEMMs are not priced (bf16, fp16, fp8 are)")
 
 
 def row_case(
     row: dict[str, str], *, framework: FrameworkProfile | None = None, data_dir: Path | None = None
 ) -> RowCase:
-    """Specs for one row; raises Unexpressible with the reason. ``framework`` overrides the row's own."""
-    assumed: list[str] = []
+    """Specs for one row; raises Unexpressible with the reason. ``framework`` overrides the row's own. The row's
+    codes are read as their authors write them first (:func:`workbench.validate.training_codes.read_codes`,
+    ``row_device``), each reading noted in ``assumed``."""
+    row, assumed = read_codes(row)
+    row = row_device(row, assumed)
     row = _devices_from_degrees(row, assumed)
     _check_row(row)
     fw = apply_recipe_columns(row, row_framework(row, assumed, framework))
@@ -266,7 +268,7 @@ def _row_plan(
     """The plan and workload of a row, blanks filled as ``PLAN_DEFAULTS`` says (each noted in ``assumed``)."""
     n = cell_count(row, "num_devices")
     dp, tp, pp, cp = row_degrees(row, n, cluster.devices_per_node, model.num_attention_heads, assumed)
-    schedule = SCHEDULE_ALIASES.get(row["schedule"], row["schedule"])
+    schedule = row["schedule"]
     stages = default_vpp(schedule) if schedule in REGISTRY else 1  # V schedules hold 2 stages per rank
     vpp = _count(row, "vpp", stages, assumed) if pp > 1 else 1
     if not schedule:
@@ -310,7 +312,7 @@ def _row_plan(
         tp=tp,
         pp=pp,
         cp=cp,
-        ep=int(cell_number(row, "ep") or 1),
+        ep=_expert_parallel(row, model, assumed),
         vpp=vpp,
         micro_batch_size=mbs,
         zero_stage=_count(row, "zero_stage", 0, assumed, minimum=0),
@@ -321,6 +323,15 @@ def _row_plan(
         offload_activation_layers=offloaded,
     )
     return plan, Workload(seq_len=seq_len, global_batch_size=gbs, dtype=DType(dtype))
+
+
+def _expert_parallel(row: dict[str, str], model: ModelSpec, assumed: list[str]) -> int:
+    """The row's ep; blank is 1, the README's reading ("the source reports no expert parallelism"), noted when
+    the model has experts (the README says such rows are dense, so an MoE row with a blank ep is read so)."""
+    ep = cell_number(row, "ep")
+    if ep is None and model.num_experts:
+        assumed.append("ep:1 (blank on an MoE row: the README reads a blank ep as no expert parallelism)")
+    return int(ep or 1)
 
 
 def predicted_metric(case: RowCase, est: Any, metric: str) -> float:

@@ -12,7 +12,8 @@ from pathlib import Path
 from workbench.presets.catalog import profiles_dir
 from workbench.specs import limits
 from workbench.specs.files import normalised_cells
-from workbench.validate.rows import check_unique_ids, read_table, row_place
+from workbench.validate.rows import Unexpressible, check_unique_ids, read_table, row_place
+from workbench.validate.training_codes import read_codes
 
 DEFAULT_DATA = profiles_dir() / "validation" / "training_public.csv"
 """A copy of the team's public validation set (shared/validation), kept in the repo so validate works anywhere."""
@@ -133,8 +134,10 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     line, row id, column and value) for: no data rows, more rows or columns than ``limits.MAX_VALIDATION_ROWS`` /
     ``MAX_CSV_COLUMNS`` (reading stops there), a column named twice, a missing column (``COLUMNS``), a duplicate
     id, a row with more or fewer cells than the header, a cell that is not CSV (e.g. longer than
-    ``limits.MAX_CSV_FIELD_CHARS``), and a filled numeric cell outside its range (``NUMERIC_COLUMNS``: counts
-    >= 1, measured values finite and > 0)."""
+    ``limits.MAX_CSV_FIELD_CHARS``), a code no spelling reads (:func:`workbench.validate.training_codes.read_codes`:
+    ``bfloat16``, ``ZeRO-3``, ``yes`` are read, ``banana`` is not) and a filled numeric cell outside its range
+    (``NUMERIC_COLUMNS``: counts >= 1, measured values finite and > 0). The rows are returned as written (codes
+    lower-cased); :func:`workbench.validate.training.row_case` reads the spellings again and notes each."""
     where, rows, lines = read_table(
         path, "validation CSV file", check_header=_check_unique_header, read_row=_read_row
     )
@@ -148,8 +151,12 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
         )
     check_unique_ids(where, rows)
     for row, line in zip(rows, lines, strict=True):
+        try:
+            read, _ = read_codes(row)
+        except Unexpressible as exc:
+            raise ValueError(f"{row_place(where, line, row)}: {exc}") from None
         for col, rule in NUMERIC_COLUMNS.items():
-            problem = _check_cell(row.get(col, ""), *rule)
+            problem = _check_cell(read.get(col, ""), *rule)
             if problem:
                 raise ValueError(
                     f"{row_place(where, line, row)}: column {col}: {limits.shown(row[col].strip())} {problem}"
@@ -168,5 +175,3 @@ CODE_COLUMNS = (
     "cluster",
 )
 """Columns of short codes: read case-insensitively (``FP8``, ``Full``, ``1F1B`` are the schema's codes)."""
-
-BOOLEAN_COLUMNS = ("gated_mlp", "sequence_parallel")
