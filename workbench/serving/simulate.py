@@ -121,8 +121,9 @@ def simulate(
     max_num_batched_tokens without chunked prefill (vLLM refuses those), a cost whose KV block or capacity is not
     a whole number of tokens (block >= 1), a request that never fits an engine's KV cache, or a cost whose
     iteration time is not finite and >= 0.
+    Long because: the docstring states the rule of each of the sixteen options; the body is one call each.
     """
-    chunked, prefill_first, delay, hit_rate = _checked_options(
+    chunked, prefill_first, delay, eager_delay, hit_rate = _checked_options(
         requests,
         policy=policy,
         kv_admission=kv_admission,
@@ -135,11 +136,10 @@ def simulate(
         disaggregated=disaggregation is not None,
         max_run_iterations=max_run_iterations,
         emit_delay_s=emit_delay_s,
+        eager_emit_delay_s=eager_emit_delay_s,
         prefix_hit_rate=prefix_hit_rate,
         max_chunk_tokens=max_chunk_tokens,
     )
-    eager_delay = check_real("simulate", "eager_emit_delay_s", eager_emit_delay_s, minimum=0.0, min_open=False,
-                             unit="s")  # fmt: skip
     engines, pools = _engines(requests, cost, replicas, pipeline_depth, disaggregation)
     sim = EventLoop(
         requests,
@@ -174,11 +174,12 @@ def _checked_options(
     disaggregated: bool,
     max_run_iterations: int,
     emit_delay_s: float,
+    eager_emit_delay_s: float,
     prefix_hit_rate: float,
     max_chunk_tokens: int | None,
-) -> tuple[bool, bool, float, float]:
+) -> tuple[bool, bool, float, float, float]:
     """``simulate``'s options checked (ValueError as its docstring lists): (chunked prefill, prefills first,
-    emit delay s, prefix hit rate)."""
+    emit delay s, eager emit delay s, prefix hit rate)."""
     if policy not in POLICIES:
         raise ValueError(f"simulate: policy must be one of {', '.join(POLICIES)}; got {shown(policy)}")
     if kv_admission not in KV_ADMISSIONS:
@@ -201,6 +202,9 @@ def _checked_options(
     check_count("simulate", "pipeline_depth", pipeline_depth, maximum=1 if disaggregated else 2**10)
     check_count("simulate", "max_run_iterations", max_run_iterations, maximum=1 << 40)
     delay = check_real("simulate", "emit_delay_s", emit_delay_s, minimum=0.0, min_open=False, unit="s")
+    eager = check_real(
+        "simulate", "eager_emit_delay_s", eager_emit_delay_s, minimum=0.0, min_open=False, unit="s"
+    )
     hit_rate = check_real("simulate", "prefix_hit_rate", prefix_hit_rate, minimum=0.0, min_open=False, maximum=1.0,
                           max_open=True)  # fmt: skip
     if max_chunk_tokens is not None:
@@ -212,7 +216,7 @@ def _checked_options(
             f"simulate: request {i} has a {int(requests.input_tokens[i])}-token prompt, more than "
             f"max_num_batched_tokens = {max_num_batched_tokens}; turn chunked_prefill on or raise the budget"
         )
-    return chunked, prefill_first, delay, hit_rate
+    return chunked, prefill_first, delay, eager, hit_rate
 
 
 def _engines(
