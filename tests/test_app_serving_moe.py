@@ -17,8 +17,8 @@ from workbench_widgets.app.serving_view import ServingView  # noqa: E402
 
 from workbench.presets import catalog  # noqa: E402
 from workbench.presets.engines import load_engine  # noqa: E402
-from workbench.search.serving.space import peak_dtypes  # noqa: E402
 from workbench.serving.memory import kv_capacity_tokens, weight_bytes_per_device  # noqa: E402
+from workbench.serving.precision import kv_dtypes  # noqa: E402
 from workbench.specs.serving import ServingPlan  # noqa: E402
 
 DSV3 = {"model_preset": "deepseek-v3", "cluster_preset": "dgx-h200", "num_nodes": 2, "num_requests": 32}
@@ -157,25 +157,27 @@ def test_an_invalid_combination_shows_the_error_instead_of_raising(view: Serving
 
 def test_dtype_choices_follow_the_device_peaks() -> None:
     """A100 has no FP8 tensor cores (its datasheet; profiles/hardware/a100-sxm4-80gb.toml has no fp8 peak): the
-    tab offers no fp8 or fp4 KV there, nor fp8 or fp4 GEMM inputs beside 16-bit weights (``gemm_precision``), and
-    says why when one is already chosen; weights may be fp8 (weight-only kernels)."""
+    tab offers no fp8 or fp4 GEMM inputs beside 16-bit weights there (``gemm_precision``) and says why when one is
+    already chosen; weights may be fp8 (weight-only kernels). The KV cache offers what the engine stores on the
+    device (``kv_dtypes``): fp8 on A100 and H100 under the generic engine (vLLM's rule: its kernels up-convert
+    fp8 KV, PR #2279), never int4 (no engine has an int4 cache), fp4 only on datacenter Blackwell."""
     v = _opened(32)
-    options = {
-        n: list(v.widgets[n].options.values()) for n in ("activation_dtype", "kv_cache_dtype", "weight_dtype")
-    }
+    options = {n: list(v.widgets[n].options.values()) for n in ("activation_dtype", "weight_dtype")}
     assert options == {n: ["bf16", "fp16", "fp8", "fp4", "int4"] for n in options}  # H100 has an fp8 peak
+    assert list(v.widgets["kv_cache_dtype"].options.values()) == ["bf16", "fp16", "fp8"]
     v.store.state.activation_dtype = "fp8"
     v.store.state.cluster_preset = "dgx-a100"
     assert v.store.estimate is None
     assert "activation_dtype='fp8'" in v.store.error and "a100-sxm4-80gb" in v.summary.object
-    assert list(v.widgets["kv_cache_dtype"].options.values()) == ["bf16", "fp16", "int4"]
+    assert list(v.widgets["kv_cache_dtype"].options.values()) == ["bf16", "fp16", "fp8"]
     assert list(v.widgets["activation_dtype"].options.values()) == ["bf16", "fp16", "fp8", "int4"]
     assert "fp8" in v.widgets["weight_dtype"].options.values()
     v.widgets["activation_dtype"].value = "bf16"
     v.widgets["weight_dtype"].value = "fp8"
     assert v.store.estimate is not None and v.store.estimate.plan.weight_dtype == "fp8", v.store.error
-    a100 = catalog.load_cluster("dgx-a100").device.peak_flop_per_s
-    assert [d.value for d in peak_dtypes(a100)] == ["bf16", "fp16", "int4"]
+    a100 = catalog.load_cluster("dgx-a100").device
+    assert [d.value for d in kv_dtypes(load_engine("generic"), a100)] == ["bf16", "fp16", "fp8"]
+    assert [d.value for d in kv_dtypes(load_engine("trtllm"), a100)] == ["bf16", "fp16"]
 
 
 def test_sessions_offer_their_own_choices() -> None:
@@ -186,17 +188,18 @@ def test_sessions_offer_their_own_choices() -> None:
 
 
 def test_serve_plan_searches_the_same_dtypes_the_tab_offers() -> None:
-    """``workbench serve plan`` (``candidate_plans``) and the tab share ``gemm_precision`` and ``peak_dtypes``: on
-    DGX A100 no searched plan has an fp8 KV cache; fp8 weights (W8A8 as searched) stay under the generic engine
-    (priced weight-only there) and are refused under TensorRT-LLM (no FP8 on Ampere). With bf16 and fp8 tried for
-    weights and KV, 2 of every 4 dtype pairs are refused (generic), 3 (trtllm), none on H100."""
+    """``workbench serve plan`` (``candidate_plans``) and the tab share ``gemm_precision`` and ``kv_dtypes``: on
+    DGX A100 fp8 weights (W8A8 as searched) and an fp8 KV cache stay under the generic engine (weights priced
+    weight-only there, the cache through vLLM's FlashInfer path) and are refused under TensorRT-LLM (no FP8 GEMMs
+    or FP8 KV on Ampere, its support matrix). With bf16 and fp8 tried for weights and KV, none of the 4 dtype
+    pairs is refused (generic), 3 are (trtllm), none on H100."""
     from collections import Counter
 
     from workbench.search.serving.space import ServingSearchConstraints, candidate_plans
 
     model = catalog.load_model("llama-3.1-8b")
     for cluster, engine, kept_pairs in (
-        ("dgx-a100", "generic", {("fp8", "bf16"), ("bf16", "bf16")}),
+        ("dgx-a100", "generic", {(a, k) for a in ("bf16", "fp8") for k in ("bf16", "fp8")}),
         ("dgx-a100", "trtllm", {("bf16", "bf16")}),
         ("dgx-h100", "generic", {(a, k) for a in ("bf16", "fp8") for k in ("bf16", "fp8")}),
     ):

@@ -120,8 +120,9 @@ WORKLOAD = ServingWorkload(
 )
 
 
-def _search(engine: str) -> ServingSearchResult:
-    c = ServingSearchConstraints(num_devices=1, weight_dtypes=("fp8",), kv_cache_dtypes=("bf16",),
+def search_a100(engine: str, weight: str = "fp8", kv: str = "bf16") -> ServingSearchResult:
+    """``serve_search`` of Llama 3.1 8B on one A100 (``WORKLOAD``) trying only ``weight`` and ``kv`` dtypes."""
+    c = ServingSearchConstraints(num_devices=1, weight_dtypes=(weight,), kv_cache_dtypes=(kv,),
                                  max_num_seqs=(64,), max_num_batched_tokens=(2048,), schedulers=("sarathi",),
                                  disaggregation=False, engine=engine, top_k=1)  # fmt: skip
     model = catalog.load_model(LLAMA8["model"])
@@ -147,7 +148,7 @@ def test_serve_plan_prices_what_serve_estimate_prices() -> None:
     """The plan ``serve plan`` keeps on one A100 (fp8 weights, vLLM V1) reads weight-only in its row and its
     row's p99 TTFT and TPOT are ``serve_estimate``'s for the same plan and workload; the estimate names the
     reading under ``assumed``."""
-    result = _search("vllm-v1")
+    result = search_a100("vllm-v1")
     assert result.table.height == 1
     row = result.table.row(0, named=True)
     assert row["gemm_precision"] == WEIGHT_ONLY and row["weight_dtype"] == "fp8"
@@ -169,7 +170,7 @@ def test_a_refused_engine_is_refused_by_all_three() -> None:
     plan = ServingPlan(weight_dtype=FP8, activation_dtype=FP8, engine="trtllm")
     with pytest.raises(ValueError, match="weight_dtype='fp8'") as err:
         serve_estimate(model, A100, plan, WORKLOAD, load_calibration("default"))
-    result = _search("trtllm")
+    result = search_a100("trtllm")
     assert result.table.height == 0
     counts = dict(zip(result.rejections["reason"], result.rejections["num_plans"], strict=True))
     assert counts["dtype"] == result.num_candidates > 0

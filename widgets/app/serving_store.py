@@ -18,10 +18,9 @@ import param
 
 from workbench.presets import catalog
 from workbench.presets.engines import DEFAULT_ENGINE, engine_names, load_engine
-from workbench.search.serving.space import peak_dtypes
 from workbench.serving.estimate import serve_estimate
 from workbench.serving.offload import offload_unavailable
-from workbench.serving.precision import gemm_precision
+from workbench.serving.precision import gemm_precision, kv_dtypes, kv_precision
 from workbench.serving.sweep import rate_sweep, sweep_table
 from workbench.specs.degrees import divisors
 from workbench.specs.limits import MAX_DEVICES, MAX_PP, MAX_SEQ_LEN
@@ -41,7 +40,7 @@ EP_FIELDS = {"ep": ("tp", "attention_dp"), "prefill_ep": ("prefill_tp", "prefill
 """Each ep choice and the (tp, attention_dp) choices of its engine: ep divides tp * attention_dp."""
 DTYPE_FIELDS = ("weight_dtype", "activation_dtype", "kv_cache_dtype")
 """The plan's dtype choices: weights take any; GEMM inputs those ``gemm_precision`` runs with the chosen weights,
-engine and device; the KV cache those the device has a peak for (``peak_dtypes``)."""
+engine and device; the KV cache those the engine stores on the device (``kv_dtypes``, ``kv_precision``)."""
 
 
 def ep_unavailable(model: Any) -> str:
@@ -203,9 +202,9 @@ class ServingStore(param.Parameterized):
 
     def _offer_choices(self, model: Any, cluster: Any) -> None:
         """Offer the ep degrees each engine can take (``ep_choices``), the GEMM-input dtypes ``gemm_precision`` runs
-        with the chosen weights and engine on the device, and the KV dtypes the device has a peak for
-        (``peak_dtypes``); a current value outside them stays offered so that the refusal names it. Raises
-        ValueError naming a refused dtype (``gemm_precision``'s error for the GEMM dtypes)."""
+        with the chosen weights and engine on the device, and the KV dtypes the engine stores there (``kv_dtypes``);
+        a current value outside them stays offered so that the refusal names it. Raises ValueError naming a
+        refused dtype (``kv_precision``'s error for the KV cache, ``gemm_precision``'s for the GEMM dtypes)."""
         s = self.state
         assert s is not None  # set by the constructor
         for name, (tp, adp) in EP_FIELDS.items():
@@ -223,13 +222,10 @@ class ServingStore(param.Parameterized):
             return True
 
         s.param.activation_dtype.objects = [d for d in DTYPES if runs(d) or d == s.activation_dtype]
-        usable = [d.value for d in peak_dtypes(cluster.device.peak_flop_per_s)]
+        usable = [d.value for d in kv_dtypes(engine, cluster.device)]
         s.param.kv_cache_dtype.objects = [d for d in DTYPES if d in usable or d == s.kv_cache_dtype]
-        if s.kv_cache_dtype in DTYPES and s.kv_cache_dtype not in usable:  # else ServingPlan names it
-            raise ValueError(
-                f"kv_cache_dtype={s.kv_cache_dtype!r}: device {cluster.device.id!r} has no fp8 peak for an fp8 or "
-                f"fp4 KV cache; choose one of {', '.join(usable)}"
-            )
+        if s.kv_cache_dtype in DTYPES:  # else ServingPlan names it
+            kv_precision(engine, cluster.device, s.kv_cache_dtype)
         gemm_precision(engine, cluster.device, s.weight_dtype, s.activation_dtype, moe=model.is_moe)
 
     def ep(self, name: str) -> int | None:

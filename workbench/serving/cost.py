@@ -69,7 +69,7 @@ from workbench.serving.memory import (
     weight_bytes_per_device,
 )
 from workbench.serving.offload import HostOffload
-from workbench.serving.precision import GemmPrecision, gemm_precision
+from workbench.serving.precision import GemmPrecision, KvPrecision, gemm_precision, kv_precision
 from workbench.specs.engine import EngineProfile
 from workbench.specs.hardware import ClusterSpec
 from workbench.specs.model import AttentionKind, ModelSpec
@@ -168,7 +168,7 @@ class ReplicaCost:
         "_attention", "_cal", "_capacity", "_cluster", "_draft", "_eager_floor_s", "_engine", "_graph_sizes",
         "_layers", "_layer_groups", "_logits_table", "_prefill_table", "_verify",
         "_host_per_request_s", "_model", "_plan", "_role", "_role_plan", "_step_overhead_s", "_tokens_table",
-        "_dp_ranks", "_frontend_per_request_s", "_offload",
+        "_dp_ranks", "_frontend_per_request_s", "_offload", "_kv_precision",
     )  # fmt: skip
 
     def __init__(
@@ -294,6 +294,7 @@ class ReplicaCost:
             raise ValueError(f"{where}: " + "; ".join(problems))
         try:
             gemm_precision(engine, self._cluster.device, rp.weight_dtype, rp.activation_dtype, moe=m.is_moe)
+            self._kv_precision = kv_precision(engine, self._cluster.device, rp.kv_cache_dtype)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
 
@@ -332,6 +333,11 @@ class ReplicaCost:
     def precision(self) -> GemmPrecision:
         """How the main GEMMs run (``workbench.serving.precision.gemm_precision``: as-is or weight-only)."""
         return self._layers.precision
+
+    @property
+    def kv_precision(self) -> KvPrecision:
+        """How the KV cache is stored and read (``workbench.serving.precision.kv_precision``)."""
+        return self._kv_precision
 
     @property
     def plan(self) -> ServingPlan:

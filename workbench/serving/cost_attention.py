@@ -18,6 +18,7 @@ import numpy as np
 
 from workbench.presets.calibration import Calibration
 from workbench.serving.memory import ACT_BYTES, kv_bytes_per_token_layer
+from workbench.serving.precision import kv_precision
 from workbench.specs.engine import EngineProfile
 from workbench.specs.hardware import DeviceSpec, DType
 from workbench.specs.limits import MAX_SEQ_LEN
@@ -102,7 +103,10 @@ class AttentionCost:
         fwd, _ = calibration.attention(device, dtype="bf16", seq_len=2.0**grid, head_dim=model.qk_head_dim,
                                        families=families)  # fmt: skip
         self._grid_frac = np.broadcast_to(np.asarray(fwd, dtype=float), grid.shape).tolist()
-        self._tile_frac = self._varlen_tile_frac(model, device, calibration, engine, families)
+        varlen = kv_precision(engine, device, role_plan.kv_cache_dtype).varlen_decodes
+        self._tile_frac = (
+            self._varlen_tile_frac(model, device, calibration, engine, families) if varlen else None
+        )
         rate = MLA_DECODE_FLOP_PER_S.get(device.id) if model.attention is AttentionKind.MLA else None
         self._mla_frac = None if rate is None else min(1.0, rate / self._peak)
 
@@ -184,7 +188,9 @@ class AttentionCost:
         does not, the model uses MLA, the device has no kernel table, or its serving kernel is not FA2. vLLM V1 runs
         FA2 on Ampere, Ada and workstation Blackwell, FA3 on Hopper (its varlen kernel packs GQA heads) and
         FlashInfer on datacenter Blackwell (decodes in their own kernel); the tables tell them apart: FA3 and cuDNN
-        fused-attention tables exist only for the Hopper and datacenter-Blackwell parts."""
+        fused-attention tables exist only for the Hopper and datacenter-Blackwell parts. Not called (None) when
+        the KV cache sends the engine to a backend with its own decode kernel (``KvPrecision.varlen_decodes``:
+        vLLM's fp8 KV cache off Hopper, FlashInfer or V0's XFormers)."""
         table = calibration.table(device)
         if not engine.varlen_attention or model.attention is AttentionKind.MLA or table is None:
             return None

@@ -76,7 +76,7 @@ class ServingEstimate:
     fp8 peak, :func:`workbench.serving.precision.gemm_precision`)."""
     notes: tuple[str, ...] = ()
     """Assumptions and warnings a user should read (``workbench.specs.estimate.Result``): each engine role's
-    weight-only reading, if any. ``summary()`` lists them under ``assumed``."""
+    weight-only reading and KV-cache kernel path, if any. ``summary()`` lists them under ``assumed``."""
 
     def table(self) -> pl.DataFrame:
         """The requests, one row each (``workbench.serving.results.REQUEST_COLUMNS``)."""
@@ -192,8 +192,10 @@ def _engine_fields(
 
 
 def _precision_notes(*costs: ReplicaCost) -> tuple[str, ...]:
-    """The weight-only readings of ``costs``' GEMMs (``GemmPrecision.note``), each once, in order."""
-    return tuple(dict.fromkeys(c.precision.note for c in costs if c.precision.note))
+    """The weight-only readings of ``costs``' GEMMs (``GemmPrecision.note``) and the kernel paths of their KV
+    caches (``KvPrecision.note``), each once, in order."""
+    notes = [n for c in costs for n in (c.precision.note, c.kv_precision.note) if n]
+    return tuple(dict.fromkeys(notes))
 
 
 def _batching(plan: ServingPlan, workload: ServingWorkload) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""How a serving engine runs a plan's main GEMMs on a device: ``gemm_precision`` is the one rule that
+"""How a serving engine runs a plan's main GEMMs and stores its KV cache on a device. ``kv_precision`` is the one
+rule for the KV cache (fp8 / fp4 per engine, release and compute capability; its docstring and ``_kv_refusal``).
+``gemm_precision`` is the one rule that
 ``workbench serve estimate`` (``ReplicaCost``), ``workbench serve plan`` (``candidate_plans``) and the app's
 Serving tab apply to a (engine, engine version, device, weight dtype, activation dtype) choice.
 
@@ -176,4 +178,137 @@ def gemm_precision(
         dequant_kernels=path.dequant_kernels,
         note=f"fp8 weights on {device.id} (no fp8 peak) priced as weight-only W8A16 ({path.kernel}, {label}): "
         f"weights read at 1 byte, GEMMs at the {act.value} peak, {act.value} GEMM inputs",
+    )  # fmt: skip
+
+
+# ---- the KV cache -----------------------------------------------------------------------------------------------
+KERNEL_PATH = "kernel-path"
+
+HOPPER, BLACKWELL_DC = (9, 0), (10, 0)
+"""Compute capabilities bounding vLLM's FlashAttention FP8-KV support (``flash_attn_supports_fp8``: FA version 3
+and capability major == 9) and the NVFP4 KV kernels (trtllm-gen, SM100 family: major == 10)."""
+
+FP4_KV_FROM: dict[str, tuple[int, ...]] = {"vllm": (0, 20), "sglang": (0, 5), "trtllm": (1, 1)}
+"""First engine release storing an NVFP4 KV cache (on datacenter Blackwell only). vLLM: PR #40177 ('Add nvfp4 kv
+cache support', merged 2026-04-17: FlashInfer trtllm-gen prefill and decode, gated on the SM100 family; SM120 is
+not wired, issue #49011 open); ASSUMPTION: first in 0.20 (release notes not checked; every shipped vLLM profile
+answers the same for any release after 0.13). SGLang: docs advanced_features/quantized_kv_cache ('fp4_e2m1', E2M1
+in blocks of 16) and attention_backend (FP4 KV cache on the Triton, Torch-native, FA4 and TRTLLM MHA backends;
+sm120 in PR #21601, open); ASSUMPTION: from the 0.5 line. TensorRT-LLM: PR #6244 ('Support NVFP4 KV Cache',
+merged 2025-08-28), trtllm-gen kernels for SM10X only (issue #10241); ASSUMPTION: first in 1.1 (the 1.0 branch
+was cut before it)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KvPrecision:
+    """How an engine stores and reads a plan's KV cache on a device (``kv_precision``)."""
+
+    reading: str
+    """``AS_IS`` (the engine's usual attention kernels read the cache at its width) or ``KERNEL_PATH`` (an fp8
+    cache sends the engine to another attention backend: ``backend``)."""
+    kv_dtype: ServingDType
+    """The cache dtype, stored at ``BYTES_PER_VALUE`` bytes per element (an up-converting kernel still reads 1
+    byte per fp8 element)."""
+    backend: str = ""
+    """The attention backend under ``KERNEL_PATH`` ('' otherwise)."""
+    varlen_decodes: bool = True
+    """False: decodes run in the backend's own decode kernel, never inside one FlashAttention-2 varlen call with
+    the prefills (``EngineProfile.varlen_attention`` does not apply; ``AttentionCost._varlen_tile_frac``)."""
+    note: str = ""
+    """The reading in words ('' for ``AS_IS``): what ``serve estimate`` lists under ``assumed``."""
+
+
+def _engine_code(engine: EngineProfile) -> str:
+    return GENERIC_ENGINE_PATH if engine.engine == "generic" else engine.engine
+
+
+def _kv_refusal(engine: EngineProfile, device: DeviceSpec, kv: ServingDType) -> str | None:
+    """Why ``engine`` stores no ``kv`` cache on ``device`` (None: it does). Sources in each branch."""
+    code, cc = _engine_code(engine), device.compute_capability
+    if kv in (ServingDType.BF16, ServingDType.FP16):
+        return None
+    if kv is ServingDType.INT4:
+        # vLLM CacheDType (vllm/config/cache.py: auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla,
+        # later nvfp4), SGLang --kv-cache-dtype (auto, fp8_e5m2, fp8_e4m3, fp4_e2m1), TensorRT-LLM
+        # kv_cache_config.dtype (auto, fp8, nvfp4; INT8 KV in the TensorRT backend): none stores int4
+        return "no engine modelled here stores an int4 KV cache (vLLM CacheDType, SGLang --kv-cache-dtype, " \
+               "TensorRT-LLM kv_cache_config.dtype)"  # fmt: skip
+    if kv is ServingDType.FP8:
+        if cc is None:  # vLLM _is_v1_supported_oracle: 'if current_platform.is_rocm(): supported = True'
+            return None if DType.FP8 in device.peak_flop_per_s else "the device has no fp8 peak"
+        if code == "trtllm" and cc < (8, 9):
+            # TensorRT-LLM support matrix (docs/source/reference/support-matrix.md): FP8 from Ada (SM89) and
+            # Hopper on; Ampere (SM80, SM86) 'FP32, FP16, BF16, INT8, INT4' (INT8 KV, not a ServingDType)
+            return "TensorRT-LLM stores FP8 KV from Ada (sm89) on; Ampere takes INT8 KV, not modelled here"
+        if cc < (8, 0):  # vLLM PR #2279 (fp8_e5m2 KV, tested on A100-40GB); FlashInfer fp8 KV from sm80
+            return "its FP8 KV kernels need compute capability >= 8.0"
+        return None
+    if cc is None or not BLACKWELL_DC <= cc < (11, 0):  # FP4_KV_FROM's sources: SM100 family only
+        return "NVFP4 KV kernels run only on datacenter Blackwell (compute capability 10.x)"
+    if engine.versions.strip() and not re.search(r"\d+\.\d+", engine.versions):
+        # a profile pinned to a commit: every NVFP4 KV path above arrived from 2025-08 on (ASSUMPTION: the
+        # commit is older, as the one shipped profile's, trtllm-mlperf-v4 at 2024-02-06, is)
+        return f"the profile is pinned to a commit ({engine.versions}), before NVFP4 KV caches (2025-08 on)"
+    return _release(engine, FP4_KV_FROM.get(code))
+
+
+def kv_dtypes(engine: EngineProfile, device: DeviceSpec) -> tuple[ServingDType, ...]:
+    """The KV-cache dtypes ``engine`` stores on ``device`` (those ``kv_precision`` does not refuse), in
+    ``ServingDType`` order: what ``workbench serve plan`` searches and the Serving tab offers."""
+    return tuple(d for d in ServingDType if _kv_refusal(engine, device, d) is None)
+
+
+def kv_precision(engine: EngineProfile, device: DeviceSpec, kv_dtype: ServingDType | str) -> KvPrecision:
+    """How ``engine`` stores and reads a ``kv_dtype`` (``ServingDType`` value) KV cache on ``device``: the one
+    rule ``serve estimate`` (``ReplicaCost``), ``serve plan`` (``candidate_plans``) and the Serving tab apply.
+
+    16-bit caches and an accepted fp4 cache read ``AS_IS``. An fp8 cache reads ``KERNEL_PATH`` where the engine
+    leaves its usual attention kernel for it (vLLM: V0 on every CUDA device; V1 off Hopper and datacenter
+    Blackwell), with ``backend`` and ``varlen_decodes`` set; the bytes stay 1 per element (the kernels up-convert
+    fp8 to 16 bits in registers). Raises ValueError naming ``kv_cache_dtype``, its value and the engine's dtypes on
+    the device for a refused cache (``_kv_refusal``). The generic engine takes vLLM's rule."""
+    kv = ServingDType(kv_dtype)
+    label = f"engine {engine.id!r}" + (f" ({engine.engine} {engine.versions})" if engine.versions else "")
+    why = _kv_refusal(engine, device, kv)
+    if why is not None:
+        allowed = ", ".join(d.value for d in kv_dtypes(engine, device))
+        raise ValueError(
+            f"kv_cache_dtype={kv.value!r}: {label} stores no {kv.value} KV cache on device {device.id!r} ({why}); "
+            f"choose kv_cache_dtype {allowed}"
+        )
+    cc = device.compute_capability
+    if kv is not ServingDType.FP8 or _engine_code(engine) != "vllm" or cc is None:
+        return KvPrecision(
+            reading=AS_IS, kv_dtype=kv
+        )  # SGLang: fa3 / trtllm_mha / flashinfer all read fp8 KV
+    newest = newest_release(engine.versions)
+    v0 = newest is not None and newest < (0, 8)
+    if not v0 and (
+        HOPPER <= cc < (10, 0) or (BLACKWELL_DC <= cc < (11, 0) and (newest or (0, 99)) >= (0, 11))
+    ):
+        return KvPrecision(
+            reading=AS_IS, kv_dtype=kv
+        )  # V1: FA3 fp8 KV on Hopper; FlashInfer default on SM100
+    if v0:
+        # vllm/attention/selector.py (0.5-0.7) which_attn_to_use: 'Cannot use FlashAttention-2 backend for FP8
+        # KV cache.' -> XFORMERS: xformers memory_efficient_attention for prefills, the PagedAttention kernel
+        # (csrc/attention/attention_kernels.cu, Fp8KVCacheDataType) for decodes
+        backend = "XFormers (V0 selector: FlashAttention-2 takes no FP8 KV)"
+    elif newest is not None and newest < (0, 11):
+        # vllm/engine/arg_utils.py _is_v1_supported_oracle (0.8-0.10): fp8 KV without flash_attn_supports_fp8()
+        # -> _raise_or_fallback('--kv-cache-dtype') -> the V0 engine and its XFormers backend
+        backend = "XFormers (V1 falls back to V0: FlashAttention takes FP8 KV only as FA3 on Hopper)"
+    else:
+        # vllm/platforms/cuda.py _get_backend_priorities (V0 removed, 0.11 on): FLASH_ATTN, FLASHINFER,
+        # TRITON_ATTN, FLEX_ATTENTION off SM100; the selector skips FLASH_ATTN (FlashAttentionImpl: 'FlashAttention
+        # does not support fp8 kv-cache on this device' off Hopper) -> FLASHINFER
+        backend = "FlashInfer (V1 selector: FlashAttention takes FP8 KV only as FA3 on Hopper)"
+    numbers = [tuple(int(p) for p in m.split(".")) for m in re.findall(r"\d+(?:\.\d+)+", engine.versions)]
+    spans = not v0 and (newest is None or newest >= (0, 11)) and (not numbers or min(numbers) < (0, 11))
+    between = " (its releases before 0.11 fall back to V0's XFormers)" if spans else ""
+    return KvPrecision(
+        reading=KERNEL_PATH, kv_dtype=kv, backend=backend, varlen_decodes=False,
+        note=f"fp8 KV cache on {device.id} under {label}: attention backend {backend}{between}; KV read at 1 byte "
+        f"per element (up-converted in the kernel), decodes priced in their own kernel, prefills on the kernel "
+        f"table's fused-attention fractions (ASSUMPTION: no table for that backend)",
     )  # fmt: skip

@@ -47,7 +47,7 @@ from workbench.search.serving.result import (
 from workbench.search.serving.screen import CostCache, Lengths, Screened, screen
 from workbench.search.serving.space import REASONS, ServingSearchConstraints, candidate_plans
 from workbench.serving.estimate import serve_estimate
-from workbench.serving.precision import gemm_precision
+from workbench.serving.precision import gemm_precision, kv_precision
 from workbench.serving.simulate import LatencyStats, RequestSimResult
 from workbench.specs.hardware import DType
 from workbench.specs.serving import SLO, Arrival, ServingDType, ServingPlan, ServingWorkload
@@ -251,7 +251,7 @@ def serve_search(
     else:
         notes = [f"price: {price.describe()}"]
         table = with_dollars(table, price.usd_per_device_hour)
-    notes += fp8_notes(model, cluster, c)
+    notes += dtype_notes(model, cluster, c)
     return ServingSearchResult(
         model=model, cluster=cluster, workload=workload, slo=slo, calibration=calibration, constraints=c,
         table=table, plans=tuple(k.screened.plan for k in kept),
@@ -263,19 +263,26 @@ def serve_search(
     )  # fmt: skip
 
 
-def fp8_notes(model: ModelSpec, cluster: ClusterSpec, c: ServingSearchConstraints) -> list[str]:
-    """On a device without an fp8 peak, how the searched fp8 weights were read (``gemm_precision``: weight-only
-    W8A16 through the engine's Marlin path, or refused and why) and that fp8/fp4 KV was not searched; else []."""
-    if DType.FP8 in cluster.device.peak_flop_per_s:
-        return []
-    notes = [f"no fp8/fp4 KV plans: {cluster.device.id} has no fp8 peak"]
-    if "fp8" in c.weight_dtypes:
+def dtype_notes(model: ModelSpec, cluster: ClusterSpec, c: ServingSearchConstraints) -> list[str]:
+    """How the searched dtypes read on the cluster's device under ``c.engine``: each searched KV dtype the engine
+    stores none of there (``kv_precision``'s refusal) or stores through another attention backend (its note);
+    and, on a device without an fp8 peak, the searched fp8 weights (``gemm_precision``: weight-only W8A16
+    through the engine's Marlin path, or refused and why). [] when every searched dtype reads as-is."""
+    engine = load_engine(c.engine)
+    notes = []
+    for kv in c.kv_cache_dtypes:
         try:
-            p = gemm_precision(load_engine(c.engine), cluster.device, ServingDType.FP8, ServingDType.FP8,
-                               moe=model.is_moe)  # fmt: skip
-            notes.append(p.note)
+            note = kv_precision(engine, cluster.device, kv).note
         except ValueError as exc:
-            notes.append(f"no fp8 plans: {exc}")
+            note = f"no kv-{kv} plans: {exc}"
+        notes += [note] if note else []
+    if DType.FP8 in cluster.device.peak_flop_per_s or "fp8" not in c.weight_dtypes:
+        return notes
+    try:
+        p = gemm_precision(engine, cluster.device, ServingDType.FP8, ServingDType.FP8, moe=model.is_moe)
+        notes.append(p.note)
+    except ValueError as exc:
+        notes.append(f"no fp8 plans: {exc}")
     return notes
 
 

@@ -13,17 +13,15 @@ engine sizes, under the first searched scheduler.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from workbench.presets.engines import load_engine
-from workbench.serving.precision import gemm_precision
+from workbench.serving.precision import gemm_precision, kv_dtypes
 from workbench.specs.degrees import divisors
 from workbench.specs.errors import check_int
-from workbench.specs.hardware import DType
 from workbench.specs.limits import MAX_DEVICES, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, check_real, shown
 from workbench.specs.model import AttentionKind
 from workbench.specs.serving import BYTES_PER_VALUE, Disaggregation, Scheduler, ServingDType, ServingPlan
@@ -37,8 +35,8 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("devices", "an engine needs more devices than the budget"),
     (
         "dtype",
-        "a weight/GEMM-input dtype the engine runs no path for on the device (gemm_precision), or fp8/fp4 KV "
-        "without an fp8 peak",
+        "a weight/GEMM-input dtype the engine runs no path for on the device (gemm_precision), or a KV-cache dtype "
+        "it stores none of there (kv_precision)",
     ),
     ("heads", "tp does not divide the attention heads, or tp and the KV heads do not divide one another"),
     ("experts", "ep does not divide the experts"),
@@ -69,18 +67,6 @@ ACTIVATION_OF_WEIGHT: dict[ServingDType, ServingDType] = {
 """GEMM input dtype searched with each weight dtype: W8A8 for fp8 (vLLM's fp8 checkpoints on Hopper), W4A4 for
 NVFP4, W4A16 for int4 (AWQ/GPTQ Marlin kernels), 16-bit weights at their own width."""
 
-NEEDS_FP8_PEAK = frozenset({ServingDType.FP8, ServingDType.FP4})
-"""KV dtypes searched only on a device with an fp8 peak (GEMM dtypes follow ``gemm_precision``)."""
-
-
-def peak_dtypes(device_peaks: Mapping[DType, float]) -> tuple[ServingDType, ...]:
-    """The dtypes a plan may give its KV cache on a device whose dense peaks are ``device_peaks``
-    (``DeviceSpec.peak_flop_per_s``): every ``ServingDType``, less ``NEEDS_FP8_PEAK`` on a device without an fp8
-    peak. The rule ``candidate_plans`` (``workbench serve plan``) applies and the app's Serving tab offers; the
-    weight and GEMM-input dtypes follow :func:`workbench.serving.precision.gemm_precision`."""
-    has_fp8 = DType.FP8 in device_peaks
-    return tuple(d for d in ServingDType if has_fp8 or d not in NEEDS_FP8_PEAK)
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ServingSearchConstraints:
@@ -93,7 +79,8 @@ class ServingSearchConstraints:
     A pair the engine runs no path for on the device (``gemm_precision``; fp8 weights without an fp8 peak run as
     weight-only W8A16 where the engine has that path) is counted under ``dtype``."""
     kv_cache_dtypes: tuple[str, ...] = ("bf16", "fp8")
-    """KV-cache dtypes tried."""
+    """KV-cache dtypes tried; one the engine stores none of on the device (:func:`workbench.serving.precision.
+    kv_precision`, e.g. fp8 under TensorRT-LLM on Ampere) is counted under ``dtype``."""
     max_num_seqs: tuple[int, ...] = (64, 256)
     """Values of ``ServingPlan.max_num_seqs`` tried (vLLM's default is 256)."""
     max_num_batched_tokens: tuple[int, ...] = (2048, 8192)
@@ -210,12 +197,12 @@ def candidate_plans(
 ) -> list[ServingPlan]:
     """Every plan of the space on ``budget`` devices of ``cluster`` (module docstring), except those counted in
     ``counts`` under ``devices`` (an engine larger than the budget) and ``dtype`` (a weight/GEMM-input pair
-    ``gemm_precision`` refuses for ``c.engine`` on the device, or fp8/fp4 KV without an fp8 peak).
+    ``gemm_precision`` refuses for ``c.engine`` on the device, or a KV dtype ``kv_precision`` refuses).
     Batching pairs with ``max_num_batched_tokens < max_num_seqs`` are skipped (the simulator needs a budget of
     one token per running sequence)."""
-    usable = frozenset(peak_dtypes(cluster.device.peak_flop_per_s))
     dtypes = [(ServingDType(w), ServingDType(k)) for w in c.weight_dtypes for k in c.kv_cache_dtypes]
     profile = load_engine(c.engine)
+    usable = frozenset(kv_dtypes(profile, cluster.device))
     runs = {w: _runs(model, cluster, profile, w) for w, _ in dtypes}
     batching = [(s, t) for s in c.max_num_seqs for t in c.max_num_batched_tokens if t >= s]
     widest = max(BYTES_PER_VALUE[w] for w, _ in dtypes)
