@@ -12,6 +12,7 @@ from workbench.presets.catalog import load_cluster, load_device
 from workbench.presets.kernels import load_kernel_table
 from workbench.presets.power import load_power_table
 from workbench.presets.prices import load_price_table
+from workbench.specs.hardware import NetworkLevel
 from workbench.validate.training import row_case, validate_rows
 from workbench.validate.training_codes import read_device
 from workbench.validate.training_csv import DEFAULT_DATA, read_rows
@@ -62,7 +63,9 @@ def test_a_four_gpu_all_reduce_is_a_ring_over_the_nvlink_mesh(cluster_id: str) -
     assert cluster.devices_per_node == 4 and cluster.device.id == "gh200-96gb"
     nvlink, network = cluster.levels
     # CSCS / JSC: no NVSwitch; 6 NVLink4 links to each of 3 peers, 150 GB/s per pair per direction.
-    assert nvlink.bytes_per_s == 3 * 150e9 and not nvlink.nvls and nvlink.nvlink_generation == 4
+    assert (
+        nvlink.bytes_per_s == 3 * 150e9 and nvlink.mesh and not nvlink.nvls and nvlink.nvlink_generation == 4
+    )
     assert network.bytes_per_s == 200e9 / 8  # one 200 Gb/s NIC (Slingshot-11 or NDR200) per GPU
     payload, n = 2.0**30, 4
     # Ring all-reduce (Thakur et al. 2005): 2(n-1) steps, each rank moves 2(n-1)/n of the payload, at NCCL's NVLink4
@@ -73,6 +76,41 @@ def test_a_four_gpu_all_reduce_is_a_ring_over_the_nvlink_mesh(cluster_id: str) -
     priced = collective(cluster, "all_reduce", payload, n)
     assert (priced.algorithm, priced.protocol) == ("ring", "Simple")
     assert priced.seconds == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("members", [2, 3])
+def test_a_smaller_group_of_the_mesh_reaches_only_its_direct_links(members: int) -> None:
+    # Switchless mesh: a ring over k of the four uses the k - 1 peers' 6 links each, (k - 1) x 6 x 20.6 GB/s at
+    # NCCL's NVLink4 rate; same latency rule as above.
+    cluster = load_cluster("hpe-cray-ex254n-gh200")
+    payload = 2.0**30
+    nccl_bytes_per_s = (members - 1) * 6 * 20.6e9
+    expected = (8.4 + 2 * (members - 1) * 3.4) * 1e-6 + 2 * (
+        members - 1
+    ) / members * payload / nccl_bytes_per_s
+    assert collective(cluster, "all_reduce", payload, members).seconds == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_send_inside_the_mesh_uses_one_pairs_links() -> None:
+    cluster = load_cluster("bullsequana-xh3515-gh200")
+    payload = 2.0**30
+    # alpha-beta send at the preset's 3 us over one pair's 150 GB/s per direction (JSC), not the GPU's 450.
+    expected = 3e-6 + payload / 150e9
+    assert collective(cluster, "send_recv", payload, 2, stride=1).seconds == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"span": None}, "mesh needs a span >= 2"),
+        ({"nvls": True}, "nvls off"),
+        ({"mesh": "yes"}, "true or false"),
+    ],
+)
+def test_a_mesh_level_without_a_span_or_with_nvls_is_refused(changes: dict, message: str) -> None:
+    level = {"name": "nvlink", "bytes_per_s": 450e9, "latency_s": 3e-6, "span": 4, "nvlink_generation": 4}
+    with pytest.raises(ValueError, match=message):
+        NetworkLevel(**{**level, "mesh": True, **changes})
 
 
 def test_the_host_path_is_the_gh200s_own_c2c_link_and_grace_memory() -> None:
