@@ -11,7 +11,9 @@ domain, the network across); bandwidths are the topology graph's bandwidth with 
 per-channel caps. What we supply in place of NCCL's topology search is the graph bandwidth per rank:
 
 - inside an NVLink domain (NCCL's "node", level 0): the preset's NVLink bandwidth per device times NCCL's
-  per-link NVLink bandwidth over the line rate (``SM80/SM90/SM100_NVLINK_BW``: 20/25, 20.6/25, 40.1/50);
+  per-link NVLink bandwidth over the line rate (``SM80/SM90/SM100_NVLINK_BW``: 20/25, 20.6/25, 40.1/50); on a
+  switchless mesh (``NetworkLevel.mesh``: 4 GH200 joined pairwise) only the members' direct links, ``(ppn - 1) /
+  (span - 1)`` of it;
 - host levels (``host_level_count``: levels after the first spanning no more than one node, the PCIe switches,
   CPU root ports and socket link of a PCIe server) belong to NCCL's node too, but are one shared path: a ring
   that crosses one is bound by that level's bandwidth whatever its member count, not one PCIe link per card,
@@ -56,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from workbench.cost.placement import level_fanouts, p2p_level_index
-from workbench.specs.hardware import ClusterSpec
+from workbench.specs.hardware import ClusterSpec, NetworkLevel
 
 Array = Any
 
@@ -200,6 +202,15 @@ def host_level_count(cluster: ClusterSpec) -> int:
     return count
 
 
+def _mesh_share(level: NetworkLevel, members: Array) -> Array:
+    """Share of a level's per-device bandwidth that ``members`` devices of it reach: 1 on a switch; on a switchless
+    mesh only their direct links, ``(members - 1) / (span - 1)`` (NCCL's rings over a full mesh use every link
+    between the members and no other)."""
+    if not level.mesh or level.span is None:
+        return np.ones_like(np.asarray(members, dtype=float))
+    return np.clip((np.asarray(members, dtype=float) - 1) / (level.span - 1), 0.0, 1.0)
+
+
 def _group(cluster: ClusterSpec, n: Array, stride: Array) -> _Group:
     """The group as NCCL's tuning model sees it. NCCL's node is the innermost level plus the host levels
     (``host_level_count``); a host level is one shared path, so a ring over it is bound by that level's
@@ -211,7 +222,7 @@ def _group(cluster: ClusterSpec, n: Array, stride: Array) -> _Group:
     frac = NVLINK_LINK_FRAC.get(inner.nvlink_generation or 0, 1.0)
     node = 1 + host_level_count(cluster)
     ppn = np.asarray(fans[0], dtype=float)
-    intra = np.where(ppn > 1, inner.bytes_per_s * frac, np.inf)
+    intra = np.where(ppn > 1, inner.bytes_per_s * frac * _mesh_share(inner, ppn), np.inf)
     host: Array = np.zeros_like(ppn, dtype=bool)
     for level, fan in zip(cluster.levels[1:node], fans[1:node], strict=True):
         crossed = np.asarray(fan) > 1
@@ -493,9 +504,9 @@ def all_to_all_forwarded_s(
 
 def p2p_s(cluster: ClusterSpec, payload_bytes: Array, stride: Array, efficiency_frac: float = 1.0) -> Array:
     """Point-to-point send between ranks ``stride`` apart: alpha + P / B on the level that joins them (the
-    preset's latency and per-device bandwidth), s."""
+    preset's latency and per-device bandwidth; on a switchless mesh level, one peer's links), s."""
     idx = p2p_level_index(cluster, stride)
-    bw = np.array([lvl.bytes_per_s for lvl in cluster.levels]) * efficiency_frac
+    bw = np.array([lvl.bytes_per_s * float(_mesh_share(lvl, 2)) for lvl in cluster.levels]) * efficiency_frac
     lat = np.array([lvl.latency_s for lvl in cluster.levels])
     return lat[idx] + payload_bytes / bw[idx]
 

@@ -249,6 +249,7 @@ def _level_from_toml(data: Any, origin: str) -> NetworkLevel:
         "nvls",
         "sharp",
         "nics_per_node",
+        "mesh",
     }
     t = _Table(data, origin, keys)
     try:
@@ -261,6 +262,7 @@ def _level_from_toml(data: Any, origin: str) -> NetworkLevel:
             nvls=t.get("nvls", bool, False),
             sharp=t.get("sharp", bool, False),
             nics_per_node=t.get("nics_per_node", int, None),
+            mesh=t.get("mesh", bool, False),
         )
     except ValueError as exc:
         text = str(exc)

@@ -166,6 +166,11 @@ class NetworkLevel:
     nics_per_node: int | None = None
     """NICs per node on this network level, sharing the node's ``devices_per_node * bytes_per_s``;
     None: one NIC per device (rail-optimised DGX/HGX builds)."""
+    mesh: bool = False
+    """The level joins its ``span`` devices directly, without a switch, each pair by its own links of an equal
+    share (``bytes_per_s / (span - 1)`` per peer): a group of k of them reaches ``(k - 1) / (span - 1)`` of
+    ``bytes_per_s`` and a send between two reaches one peer's share (the 4-GH200 nodes: 6 NVLink4 links to each
+    of 3 peers). Needs ``span`` >= 2 and no ``nvls`` (a mesh has no switch to reduce in)."""
 
     def __post_init__(self) -> None:
         check_positive(self, "bytes_per_s")
@@ -186,6 +191,15 @@ class NetworkLevel:
             allowed = ", ".join(str(g) for g in NVLINK_GENERATIONS)
             raise ValueError(
                 f"NetworkLevel {shown(self.name)}: nvlink_generation must be one of {allowed} or unset, got {shown(gen)}"
+            )
+        if not isinstance(self.mesh, bool):
+            raise ValueError(
+                f"NetworkLevel {shown(self.name)}: mesh must be true or false, got {shown(self.mesh)}"
+            )
+        if self.mesh and (self.span is None or self.span < 2 or self.nvls):
+            raise ValueError(
+                f"NetworkLevel {shown(self.name)}: mesh needs a span >= 2 and nvls off (no switch), got "
+                f"span={shown(self.span)}, nvls={shown(self.nvls)}"
             )
         if self.nvls and (gen is None or gen < 4):
             raise ValueError(

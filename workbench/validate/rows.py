@@ -153,6 +153,8 @@ DEFAULT_CLUSTER = {
     "mi300x": "amd-mi300x-platform",
     "mi325x": "amd-mi325x-platform",
     "mi355x": "amd-mi355x-platform",
+    "gh200-96gb": "hpe-cray-ex254n-gh200",
+    "gh200-144gb": "hpe-cray-ex254n-gh200",
 }
 """The node a row of each device (the README's device ids) is priced on when its ``cluster`` is blank, or an
 ``other-*`` id the schema leaves to the row's notes that is no preset (listed in the row's ``assumed``)."""

@@ -225,7 +225,7 @@ def _refused(column: str, text: str, allowed: str) -> str:
 
 
 _FAMILY = re.compile(
-    r"gb300|gb200|gh200|b300|b200|h200|h800|h100|h20|a100|mi355x|mi325x|mi300x|l40s|rtx4090|rtxpro6000"
+    r"gb300|gb200|gh200|gracehopper|b300|b200|h200|h800|h100|h20|a100|mi355x|mi325x|mi300x|l40s|rtx4090|rtxpro6000"
 )
 
 _FAMILY_IDS = {
@@ -246,14 +246,29 @@ _FAMILY_IDS = {
 """A GPU family with one preset -> its id (the README's device ids and the presets of profiles/hardware)."""
 
 
+def _gh200(key: str, compact: str) -> tuple[str, str]:
+    """(preset id, note) of a GH200 spelling. The HBM3e part: nvidia-smi's ``NVIDIA GH200 144G HBM3e``, "144GB"
+    or NVIDIA's first announced "141GB HBM3e" -> ``gh200-144gb``. Every other GH200 is the 96 GB HBM3 part, the
+    first shipped: nvidia-smi's ``NVIDIA GH200 480GB`` (480 GB is the Grace LPDDR5X), "GH200 96GB", a bare
+    "GH200" or "Grace Hopper" (the note then says the memory was not given); "96GB/144GB" reads as the 96 GB."""
+    sizes = set(re.findall(r"(?<![a-z0-9])(\d+)\s*g", key))
+    if ("hbm3e" in compact or sizes & {"141", "144"}) and "96" not in sizes:
+        return "gh200-144gb", ""
+    if "96" in sizes and sizes & {"141", "144"}:
+        return "gh200-96gb", " (both HBM sizes given: the 96 GB HBM3 GH200, the first shipped)"
+    if sizes & {"96", "480"}:
+        return "gh200-96gb", ""
+    return "gh200-96gb", " (no HBM size given: the 96 GB HBM3 GH200, the first shipped)"
+
+
 def read_device(text: str) -> tuple[str, str | None]:
     """(device id, why) of a device spelling as nvidia-smi, a datasheet or a paper writes it: ``NVIDIA H100
     80GB HBM3`` and ``H100`` are ``h100-sxm5-80gb`` (the README: a source that says only "H100" or "A100
     80GB" uses the SXM id), ``H100 PCIe`` / ``H100 NVL`` / ``H100 96GB`` their own presets, ``A100-SXM4-40GB``
-    by its memory, ``H800``, ``H200``, ``B200``, ``GB200``, ``MI300X`` ... their one preset. ``why`` is None
-    when the text is read as it is (an id, or nothing recognised: the row is then skipped naming the known
-    ids); a family without a preset for that part (GH200, A100 PCIe, H800 PCIe) or an A100 without its memory
-    is returned as it is with the reason."""
+    by its memory, ``H800``, ``H200``, ``B200``, ``GB200``, ``MI300X`` ... their one preset; a GH200 or "Grace
+    Hopper" by its HBM (:func:`_gh200`). ``why`` is None when the text is read as it is (an id, or nothing
+    recognised: the row is then skipped naming the known ids); a family without a preset for that part (A100
+    PCIe, H800 PCIe) or an A100 without its memory is returned as it is with the reason."""
     from workbench.presets.catalog import preset_names
 
     key = text.strip().lower()
@@ -280,6 +295,9 @@ def read_device(text: str) -> tuple[str, str | None]:
         )
     elif family == "a100":
         device = None if pcie or gigabytes not in ("40", "80") else f"a100-sxm4-{gigabytes}gb"
+    elif family in ("gh200", "gracehopper"):
+        device, note = _gh200(key, compact)
+        return device, f"device {limits.shown(text.strip())} read as {device}{note}"
     elif family in ("h800", "h200"):
         device = None if pcie or nvl else _FAMILY_IDS[family]
     else:
