@@ -12,8 +12,8 @@ per-channel caps. What we supply in place of NCCL's topology search is the graph
 
 - inside an NVLink domain (NCCL's "node", level 0): the preset's NVLink bandwidth per device times NCCL's
   per-link NVLink bandwidth over the line rate (``SM80/SM90/SM100_NVLINK_BW``: 20/25, 20.6/25, 40.1/50); on a
-  switchless mesh (``NetworkLevel.mesh``: 4 GH200 joined pairwise) only the members' direct links, ``(ppn - 1) /
-  (span - 1)`` of it;
+  switchless mesh (``NetworkLevel.mesh``: 4 GH200 joined pairwise, 8 AMD Instinct GPUs on xGMI) only the
+  members' direct links, ``(ppn - 1) / (span - 1)`` of it;
 - host levels (``host_level_count``: levels after the first spanning no more than one node, the PCIe switches,
   CPU root ports and socket link of a PCIe server) belong to NCCL's node too, but are one shared path: a ring
   that crosses one is bound by that level's bandwidth whatever its member count, not one PCIe link per card,

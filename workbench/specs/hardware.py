@@ -170,7 +170,7 @@ class NetworkLevel:
     """The level joins its ``span`` devices directly, without a switch, each pair by its own links of an equal
     share (``bytes_per_s / (span - 1)`` per peer): a group of k of them reaches ``(k - 1) / (span - 1)`` of
     ``bytes_per_s`` and a send between two reaches one peer's share (the 4-GH200 nodes: 6 NVLink4 links to each
-    of 3 peers). Needs ``span`` >= 2 and no ``nvls`` (a mesh has no switch to reduce in)."""
+    of 3 peers; the AMD Instinct platforms: one xGMI link to each of 7 peers). Needs ``span`` >= 2 and no ``nvls`` (a mesh has no switch to reduce in)."""
 
     def __post_init__(self) -> None:
         check_positive(self, "bytes_per_s")
