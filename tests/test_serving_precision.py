@@ -17,7 +17,7 @@ from workbench.search.serving.result import ServingSearchResult
 from workbench.search.serving.space import ServingSearchConstraints
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.estimate import serve_estimate
-from workbench.serving.precision import AS_IS, WEIGHT_ONLY, gemm_precision, newest_release
+from workbench.serving.precision import AS_IS, WEIGHT_ONLY, gemm_precision, gemm_runs, newest_release
 from workbench.specs.hardware import DType
 from workbench.specs.serving import SLO, Arrival, ServingDType, ServingPlan, ServingWorkload
 
@@ -84,6 +84,17 @@ def test_weight_only_prices_16_bit_inputs_at_the_16_bit_peak() -> None:
     assert "weight-only W8A16" in p.note and "a100-sxm4-80gb" in p.note
     fp16 = gemm_precision(load_engine("vllm-v1"), A100.device, FP8, ServingDType.FP16, moe=False)
     assert (fp16.compute_dtype, fp16.activation_dtype) == (DType.FP16, ServingDType.FP16)
+
+
+def test_gemm_runs_is_whether_gemm_precision_accepts() -> None:
+    """On an A100 (no fp8 peak) fp8 weights with fp8 inputs run as W8A16 under vLLM and are refused under
+    TensorRT-LLM (its support matrix: no FP8 on Ampere); fp4 inputs beside bf16 weights run nowhere there."""
+    a100 = catalog.load_device("a100-sxm4-80gb")
+    vllm, trtllm = load_engine("vllm-v1"), load_engine("trtllm")
+    assert gemm_runs(vllm, a100, "fp8", "fp8", moe=False)
+    assert not gemm_runs(trtllm, a100, "fp8", "fp8", moe=False)
+    assert not gemm_runs(vllm, a100, "bf16", "fp4", moe=False)
+    assert gemm_runs(trtllm, catalog.load_device("h100-sxm5-80gb"), "fp8", "fp8", moe=False)
 
 
 def test_newest_release() -> None:

@@ -20,7 +20,7 @@ from workbench.presets import catalog
 from workbench.presets.engines import DEFAULT_ENGINE, engine_names, load_engine
 from workbench.serving.estimate import serve_estimate
 from workbench.serving.offload import offload_unavailable
-from workbench.serving.precision import gemm_precision, kv_dtypes, kv_precision
+from workbench.serving.precision import gemm_precision, gemm_runs, kv_dtypes, kv_precision
 from workbench.serving.sweep import rate_sweep, sweep_table
 from workbench.specs.degrees import divisors
 from workbench.specs.limits import MAX_DEVICES, MAX_PP, MAX_SEQ_LEN
@@ -213,15 +213,12 @@ class ServingStore(param.Parameterized):
         if s.weight_dtype not in DTYPES or s.activation_dtype not in DTYPES:
             return  # ServingPlan names it
         engine = self._cached("engine", s.engine, lambda: load_engine(s.engine))
-
-        def runs(act: str) -> bool:
-            try:
-                gemm_precision(engine, cluster.device, s.weight_dtype, act, moe=model.is_moe)
-            except ValueError:
-                return False
-            return True
-
-        s.param.activation_dtype.objects = [d for d in DTYPES if runs(d) or d == s.activation_dtype]
+        device, weight = cluster.device, s.weight_dtype
+        s.param.activation_dtype.objects = [
+            d
+            for d in DTYPES
+            if gemm_runs(engine, device, weight, d, moe=model.is_moe) or d == s.activation_dtype
+        ]
         usable = [d.value for d in kv_dtypes(engine, cluster.device)]
         s.param.kv_cache_dtype.objects = [d for d in DTYPES if d in usable or d == s.kv_cache_dtype]
         if s.kv_cache_dtype in DTYPES:  # else ServingPlan names it

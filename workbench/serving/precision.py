@@ -113,15 +113,25 @@ def newest_release(versions: str) -> tuple[int, ...] | None:
     """The newest release an ``EngineProfile.versions`` text describes, as integers: the largest dotted number
     in it (``0.5-0.7`` -> (0, 7), ``0.8 to ~0.13`` -> (0, 13)); None for an open range (``>= 0.4``: every later
     release) or a text with no dotted number (a commit)."""
-    numbers = [tuple(int(p) for p in m.split(".")) for m in re.findall(r"\d+(?:\.\d+)+", versions)]
+    numbers = _releases(versions)
     if ">" in versions or not numbers:
         return None
     return max(numbers)
 
 
-def _path_of(engine: EngineProfile) -> WeightOnlyPath | None:
-    code = GENERIC_ENGINE_PATH if engine.engine == "generic" else engine.engine
-    return WEIGHT_ONLY_PATHS.get(code)
+def _releases(versions: str) -> list[tuple[int, ...]]:
+    """Every dotted release number in an ``EngineProfile.versions`` text, as integers, in order of appearance."""
+    return [tuple(int(p) for p in m.split(".")) for m in re.findall(r"\d+(?:\.\d+)+", versions)]
+
+
+def _engine_code(engine: EngineProfile) -> str:
+    """The engine whose paths ``engine`` takes: its own code, vLLM's for the generic engine."""
+    return GENERIC_ENGINE_PATH if engine.engine == "generic" else engine.engine
+
+
+def _label(engine: EngineProfile) -> str:
+    """``engine 'id' (code versions)``, as the refusals and notes name an engine profile."""
+    return f"engine {engine.id!r}" + (f" ({engine.engine} {engine.versions})" if engine.versions else "")
 
 
 def _release(engine: EngineProfile, since: tuple[int, ...] | None) -> str | None:
@@ -158,14 +168,15 @@ def gemm_precision(
             f"activation_dtype={a.value!r}: {where}, where narrow GEMM inputs run only beside fp8 weights, as 16-bit "
             f"inputs (weight-only W8A16); choose activation_dtype bf16 or fp16, or fp8 with weight_dtype fp8"
         )
-    path = _path_of(engine)
-    label = f"engine {engine.id!r}" + (f" ({engine.engine} {engine.versions})" if engine.versions else "")
+    path = WEIGHT_ONLY_PATHS.get(_engine_code(engine))
+    label = _label(engine)
     why = None if path is not None else "it has no weight-only FP8 kernel (TensorRT-LLM support matrix)"
     if path is not None:
         why = _release(engine, path.moe_from if moe else path.dense_from)
         cc = device.compute_capability
         if why is None and (cc is None or cc < path.min_compute_capability):
-            why = f"its {path.kernel} kernel needs an NVIDIA GPU of compute capability >= 8.0"
+            need = ".".join(map(str, path.min_compute_capability))
+            why = f"its {path.kernel} kernel needs an NVIDIA GPU of compute capability >= {need}"
     if why is not None or path is None:
         layers = "an MoE model's " if moe else ""
         raise ValueError(
@@ -179,6 +190,23 @@ def gemm_precision(
         note=f"fp8 weights on {device.id} (no fp8 peak) priced as weight-only W8A16 ({path.kernel}, {label}): "
         f"weights read at 1 byte, GEMMs at the {act.value} peak, {act.value} GEMM inputs",
     )  # fmt: skip
+
+
+def gemm_runs(
+    engine: EngineProfile,
+    device: DeviceSpec,
+    weight_dtype: ServingDType | str,
+    activation_dtype: ServingDType | str,
+    *,
+    moe: bool,
+) -> bool:
+    """Whether ``gemm_precision`` accepts the choice (as-is or weight-only) rather than refusing it: what
+    ``workbench serve plan`` searches and the Serving tab offers."""
+    try:
+        gemm_precision(engine, device, weight_dtype, activation_dtype, moe=moe)
+    except ValueError:
+        return False
+    return True
 
 
 # ---- the KV cache -----------------------------------------------------------------------------------------------
@@ -216,10 +244,6 @@ class KvPrecision:
     the prefills (``EngineProfile.varlen_attention`` does not apply; ``AttentionCost._varlen_tile_frac``)."""
     note: str = ""
     """The reading in words ('' for ``AS_IS``): what ``serve estimate`` lists under ``assumed``."""
-
-
-def _engine_code(engine: EngineProfile) -> str:
-    return GENERIC_ENGINE_PATH if engine.engine == "generic" else engine.engine
 
 
 def _kv_refusal(engine: EngineProfile, device: DeviceSpec, kv: ServingDType) -> str | None:
@@ -268,7 +292,7 @@ def kv_precision(engine: EngineProfile, device: DeviceSpec, kv_dtype: ServingDTy
     fp8 to 16 bits in registers). Raises ValueError naming ``kv_cache_dtype``, its value and the engine's dtypes on
     the device for a refused cache (``_kv_refusal``). The generic engine takes vLLM's rule."""
     kv = ServingDType(kv_dtype)
-    label = f"engine {engine.id!r}" + (f" ({engine.engine} {engine.versions})" if engine.versions else "")
+    label = _label(engine)
     why = _kv_refusal(engine, device, kv)
     if why is not None:
         allowed = ", ".join(d.value for d in kv_dtypes(engine, device))
@@ -303,7 +327,7 @@ def kv_precision(engine: EngineProfile, device: DeviceSpec, kv_dtype: ServingDTy
         # TRITON_ATTN, FLEX_ATTENTION off SM100; the selector skips FLASH_ATTN (FlashAttentionImpl: 'FlashAttention
         # does not support fp8 kv-cache on this device' off Hopper) -> FLASHINFER
         backend = "FlashInfer (V1 selector: FlashAttention takes FP8 KV only as FA3 on Hopper)"
-    numbers = [tuple(int(p) for p in m.split(".")) for m in re.findall(r"\d+(?:\.\d+)+", engine.versions)]
+    numbers = _releases(engine.versions)
     spans = not v0 and (newest is None or newest >= (0, 11)) and (not numbers or min(numbers) < (0, 11))
     between = " (its releases before 0.11 fall back to V0's XFormers)" if spans else ""
     return KvPrecision(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from workbench.presets.engines import load_engine
-from workbench.serving.precision import gemm_precision, kv_dtypes
+from workbench.serving.precision import gemm_runs, kv_dtypes
 from workbench.specs.degrees import divisors
 from workbench.specs.errors import check_int
 from workbench.specs.limits import MAX_DEVICES, MAX_GLOBAL_BATCH_SIZE, MAX_SEQ_LEN, check_real, shown
@@ -27,7 +27,6 @@ from workbench.specs.model import AttentionKind
 from workbench.specs.serving import BYTES_PER_VALUE, Disaggregation, Scheduler, ServingDType, ServingPlan
 
 if TYPE_CHECKING:
-    from workbench.specs.engine import EngineProfile
     from workbench.specs.hardware import ClusterSpec
     from workbench.specs.model import ModelSpec
 
@@ -181,17 +180,6 @@ def _splits(budget: int, prefill_size: int, decode_size: int) -> list[tuple[int,
     return pairs
 
 
-def _runs(model: ModelSpec, cluster: ClusterSpec, engine: EngineProfile, weight: ServingDType) -> bool:
-    """Whether ``engine`` runs ``weight`` with its searched GEMM input dtype on the cluster's device
-    (``gemm_precision`` does not refuse it)."""
-    act = ACTIVATION_OF_WEIGHT[weight]
-    try:
-        gemm_precision(engine, cluster.device, weight, act, moe=model.is_moe)
-    except ValueError:
-        return False
-    return True
-
-
 def candidate_plans(
     model: ModelSpec, cluster: ClusterSpec, budget: int, c: ServingSearchConstraints, counts: dict[str, int]
 ) -> list[ServingPlan]:
@@ -203,7 +191,9 @@ def candidate_plans(
     dtypes = [(ServingDType(w), ServingDType(k)) for w in c.weight_dtypes for k in c.kv_cache_dtypes]
     profile = load_engine(c.engine)
     usable = frozenset(kv_dtypes(profile, cluster.device))
-    runs = {w: _runs(model, cluster, profile, w) for w, _ in dtypes}
+    runs = {
+        w: gemm_runs(profile, cluster.device, w, ACTIVATION_OF_WEIGHT[w], moe=model.is_moe) for w, _ in dtypes
+    }
     batching = [(s, t) for s in c.max_num_seqs for t in c.max_num_batched_tokens if t >= s]
     widest = max(BYTES_PER_VALUE[w] for w, _ in dtypes)
     schedulers = [Scheduler(s) for s in c.schedulers]
