@@ -165,8 +165,8 @@ def step_probe(
     - ``grad_accumulate_s_per_parameter``: a backward that adds into gradients already there (every
       micro-batch after the first: autograd's ``AccumulateGrad`` adds in place instead of keeping the new
       buffer) minus the one just before it that started from none (paired, so drift cancels), over the
-      parameter count; clipped at 0. Measured per op it is
-      about a third of what a whole model shows (the old gradients come from memory, not cache).
+      parameter count; clipped at 0. Measured per op it is about a third of what a whole model shows (the old
+      gradients come from memory, not cache).
     Each is the median of ``repeats`` after ``warmup`` rounds (seconds per parameter, on ``device``'s clock).
     """
     layers = probe_layers(model)
