@@ -45,10 +45,12 @@ from workbench.validate.rows import (
     row_model,
     skipped_row,
 )
+from workbench.validate.serving_codes import read_serving_codes
 from workbench.validate.serving_csv import DEFAULT_SERVING_DATA, read_serving_rows, row_measured
 from workbench.validate.serving_phase import prefill_batch_tokens, row_phases
 from workbench.validate.serving_specs import complete_model, ep_readings, row_cluster, row_plan
 from workbench.validate.serving_workload import read_workload_kind, row_workload, steady_warmup_requests
+from workbench.validate.training_codes import row_device
 
 METRIC_GROUPS: dict[str, str] = {
     "ttft_mean_s": "ttft",
@@ -99,8 +101,11 @@ class ServingCase:
 def row_case(row: dict[str, str]) -> ServingCase:
     """Specs for one row. Raises Unexpressible with the reason the specs cannot express it, or the ValueError of
     a spec or the cost model (such as weights that do not fit): the same contract as the training
-    :func:`workbench.validate.training.row_case`; :func:`row_cases` skips such rows with the reason."""
-    assumed: list[str] = []
+    :func:`workbench.validate.training.row_case`; :func:`row_cases` skips such rows with the reason. The row's
+    codes are read as their authors write them first (:func:`workbench.validate.serving_codes.read_serving_codes`,
+    the device by ``training_codes.row_device``), each reading noted in ``assumed``."""
+    row, assumed = read_serving_codes(row)
+    row = row_device(row, assumed)
     phases: tuple[PhaseBatch, ...] = ()
     workload = None
     if not row["phase"].strip():

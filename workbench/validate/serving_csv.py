@@ -15,7 +15,8 @@ from workbench.presets.catalog import profiles_dir
 from workbench.serving.engine_defaults import ENGINE_CODE
 from workbench.specs import limits
 from workbench.specs.files import normalised_cells
-from workbench.validate.rows import cell_number, check_unique_ids, read_table, row_place
+from workbench.validate.rows import Unexpressible, cell_number, check_unique_ids, read_table, row_place
+from workbench.validate.serving_codes import read_serving_codes
 
 DEFAULT_SERVING_DATA = profiles_dir() / "validation" / "serving_public.csv"
 """The shipped copy of the team's public serving set (``shared/validation/serving_public.csv``)."""
@@ -139,13 +140,19 @@ def _check_header(where: Path, header: tuple[str, ...]) -> None:
 
 
 def _read_row(row: dict[str, str], where: Path, line: int) -> dict[str, str]:
-    """One row with the later columns a shorter header lacks read blank, checked and its codes lower-cased."""
+    """One row with the later columns a shorter header lacks read blank, checked and its codes lower-cased. The
+    codes are checked as :func:`workbench.validate.serving_codes.read_serving_codes` reads them (``bfloat16``,
+    ``closed-loop``); the row keeps them as written, and ``row_case`` reads them again with a note each."""
     for col in LATER_COLUMNS:
         row.setdefault(col, "")
     at = row_place(where, line, row)
     _check_numbers(row, at)
     row = normalised_cells(row, SERVING_CODE_COLUMNS)
-    _check_values(row, at)
+    try:
+        read, _ = read_serving_codes(row)
+    except Unexpressible as exc:
+        raise ValueError(f"{at}: {exc}") from None
+    _check_values(read, at)
     return row
 
 
@@ -154,8 +161,9 @@ def read_serving_rows(path: str | Path = DEFAULT_SERVING_DATA) -> list[dict[str,
     :func:`workbench.validate.rows.read_table`. ValueError naming the file (and the line, row id, column and
     value) when: the header is not ``SERVING_COLUMNS`` (or it without ``LATER_COLUMNS``, which then read blank),
     there are no data rows or more than ``limits.MAX_VALIDATION_ROWS``, a row has a different number of cells, an
-    id repeats, a cell is not CSV, a filled numeric cell is not a finite number >= 0, or a value is out of its
-    column's range (``_check_values``: codes, counts, shares). FileNotFoundError when the file does not exist."""
+    id repeats, a cell is not CSV, a filled numeric cell is not a finite number >= 0, a code no spelling reads
+    (:func:`workbench.validate.serving_codes.read_serving_codes`), or a value is out of its column's range
+    (``_check_values``: codes, counts, shares). FileNotFoundError when the file does not exist."""
     where, rows, _ = read_table(
         path, "serving validation CSV file", check_header=_check_header, read_row=_read_row
     )
