@@ -151,19 +151,31 @@ def reserve_bytes(rp: ServingPlan) -> float:
 
 
 def kv_capacity_tokens(
-    model: ModelSpec, device: DeviceSpec, rp: ServingPlan, sampler_bytes_per_logit: float = 0.0
+    model: ModelSpec,
+    device: DeviceSpec,
+    rp: ServingPlan,
+    sampler_bytes_per_logit: float = 0.0,
+    *,
+    static_share: bool = False,
 ) -> int:
     """(HBM x gpu_memory_utilization - weights - peak activation - reserve) / KV bytes per token per device,
     floored to whole blocks, times the attention-DP ranks (each keeps its own cache). vLLM's sizing
     (``determine_num_available_blocks``: total memory x utilisation - weights - non-torch - activation peak), with
-    our estimates of each term (``sampler_bytes_per_logit``: see ``activation_peak_bytes``). Raises ValueError
-    when not one block fits."""
-    budget = device.hbm_bytes * rp.gpu_memory_utilization_frac
+    our estimates of each term (``sampler_bytes_per_logit``: see ``activation_peak_bytes``). With
+    ``static_share`` the share bounds weights and the KV pool only ((HBM - reserve) x share - weights), activations
+    living in the rest: SGLang's ``--mem-fraction-static`` (``ModelRunner.profile_max_num_token``: the free memory
+    after loading the weights less the free memory at start x (1 - share);
+    ``EngineProfile.kv_pool_excludes_activations``). Raises ValueError when not one block fits."""
     weights, acts, reserve = (
         weight_bytes_per_device(model, rp),
         activation_peak_bytes(model, rp, sampler_bytes_per_logit),
         reserve_bytes(rp),
     )
+    if static_share:
+        budget = (device.hbm_bytes - reserve) * rp.gpu_memory_utilization_frac
+        acts = reserve = 0.0  # outside the share
+    else:
+        budget = device.hbm_bytes * rp.gpu_memory_utilization_frac
     layer_bytes = kv_bytes_per_token_layer(model, rp.kv_cache_dtype, rp.tp)
     per_stage = math.ceil(model.num_layers / rp.pp)
     free = budget - weights - acts - reserve

@@ -142,6 +142,13 @@ class EngineProfile:
     An iteration holding prefill chunks then lasts as long as the rank holding the most prefill tokens
     (``workbench.serving.dp_ranks.heaviest_rank_chunks``); False: the ranks split every iteration's tokens evenly."""
 
+    kv_pool_excludes_activations: bool = False
+    """The plan's memory share (``gpu_memory_utilization_frac``) bounds the weights and the KV pool only, and
+    activations, CUDA graphs and the CUDA context use the rest: the pool is (HBM - reserve) x share - weights
+    (SGLang's ``--mem-fraction-static``, ``ModelRunner.profile_max_num_token``); False: the share bounds everything
+    (vLLM's ``gpu_memory_utilization``: HBM x share - weights - activation peak - reserve;
+    ``workbench.serving.memory.kv_capacity_tokens``)."""
+
     kv_transfer_layerwise: bool = False
     """A disaggregated prefill engine sends each layer's KV as soon as that layer is computed, overlapping the
     transfer with the rest of the prefill (Splitwise, Patel et al. ISCA 2024, section 4.3; vLLM-Ascend's
@@ -164,7 +171,8 @@ class EngineProfile:
             check_real(where, name, getattr(self, name), minimum=0.0, min_open=False, maximum=MAX_HOST_S,
                        unit="s")  # fmt: skip
         for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention",
-                     "kv_transfer_layerwise", "pp_host_serial", "dp_rank_batches"):  # fmt: skip
+                     "kv_transfer_layerwise", "pp_host_serial", "dp_rank_batches",
+                     "kv_pool_excludes_activations"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{where}: {name} must be true or false, got {shown(getattr(self, name))}")
         if self.chunked_prefill is not None and not isinstance(self.chunked_prefill, bool):

@@ -166,8 +166,9 @@ def _host_offload_plan(
         need = prefill_batch_tokens(row, candidate, prompt, []) * candidate.attention_dp
         try:
             room = kv_capacity_tokens(
-                model, cluster.device, candidate, engine.profile_sampler_bytes_per_logit
-            )
+                model, cluster.device, candidate, engine.profile_sampler_bytes_per_logit,
+                static_share=engine.kv_pool_excludes_activations,
+            )  # fmt: skip
         except ValueError:
             continue
         if room >= need:

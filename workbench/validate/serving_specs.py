@@ -251,8 +251,42 @@ def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assume
 def quoted_flag(row: dict[str, str], flag: str) -> int | None:
     """The integer value of a launch flag (``--name N`` or ``--name=N``) where the row's ``notes`` quote the
     launch line, else None (the reference file has no column for launch flags)."""
-    found = re.search(rf"{re.escape(flag)}[ =](\d+)", row["notes"])
+    found = re.search(rf"{re.escape(flag)}[ =](\d+)(?![.\d])", row["notes"])
     return int(found.group(1)) if found else None
+
+
+def quoted_fraction(row: dict[str, str], flag: str) -> float | None:
+    """The value in (0, 1] of a launch flag (``--name 0.8`` or ``--name=0.8``) where the row's ``notes`` quote it,
+    else None (a value outside (0, 1] is not read)."""
+    found = re.search(rf"{re.escape(flag)}[ =]((?:0|1)?\.\d+|1)(?![.\d])", row["notes"])
+    value = float(found.group(1)) if found else None
+    return value if value is not None and 0.0 < value <= 1.0 else None
+
+
+SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+"""SGLang's default ``--mem-fraction-static`` by the engine's ``--tp-size`` (its GPUs, attention-DP ranks included):
+sgl-project/sglang python/sglang/srt/server_args.py ``ServerArgs.__post_init__`` of the 0.4 series ("Set mem
+fraction static, which depends on the tensor parallelism size": tp >= 16 0.79, >= 8 0.81, >= 4 0.85, >= 2 0.87,
+else 0.88; 0.3 had 0.83 at tp >= 8). The share of the GPU's memory for weights and the KV pool, read as vLLM's
+``gpu_memory_utilization`` (ASSUMPTION: SGLang leaves activations outside it; the KV sizing here still subtracts
+them, so the pool is a little smaller than SGLang's)."""
+
+
+def _sglang_mem_fraction(row: dict[str, str], plan: ServingPlan, assumed: list[str]) -> float:
+    """The memory share of an SGLang row with a blank ``gpu_memory_utilization_frac``: ``--mem-fraction-static``
+    where the notes quote it, else SGLang's default for the engine's GPUs (``SGLANG_MEM_FRACTION``)."""
+    quoted = quoted_fraction(row, "--mem-fraction-static")
+    if quoted is not None:
+        assumed.append(
+            f"gpu_memory_utilization_frac={quoted:g}: the launch flag --mem-fraction-static the notes quote"
+        )
+        return quoted
+    role = plan if plan.disaggregation is None else plan.role_plan("decode")
+    gpus = role.devices_per_engine
+    share = next(frac for size, frac in SGLANG_MEM_FRACTION if gpus >= size)
+    assumed.append(f"gpu_memory_utilization_frac={share:g}: SGLang's --mem-fraction-static default at {gpus} GPU(s) "
+                   "per engine (server_args.py, 0.4 series)")  # fmt: skip
+    return share
 
 
 def _redundant_experts(row: dict[str, str], assumed: list[str]) -> int:
@@ -428,6 +462,8 @@ def _with_memory_share(
     if util is not None:
         return replace(plan, gpu_memory_utilization_frac=util)
     free = cell_number(row, "kv_cache_free_mem_frac")
+    if row["engine"].strip() == "sglang":
+        return replace(plan, gpu_memory_utilization_frac=_sglang_mem_fraction(row, plan, assumed))
     if row["engine"].strip() != "trtllm":
         assumed.append("gpu_memory_utilization_frac=0.9 (vLLM default)")
         return replace(plan, gpu_memory_utilization_frac=0.9)

@@ -1,0 +1,65 @@
+"""SGLang's KV pool (issue 49, rows read as their engine ran them): ``--mem-fraction-static`` bounds the weights and
+the KV pool only, (free memory at start) x share - weights (sglang ``ModelRunner.profile_max_num_token``), its
+default by the engine's GPUs is server_args.py's table, and a share the row's notes quote is read."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from workbench.presets.calibration import load_calibration
+from workbench.presets.catalog import load_cluster, load_model
+from workbench.presets.engines import load_engine
+from workbench.serving.cost import ReplicaCost
+from workbench.serving.memory import NON_TORCH_BYTES_ONE_DEVICE, kv_capacity_tokens, weight_bytes_per_device
+from workbench.specs.serving import ServingPlan
+from workbench.validate.serving import row_case
+from workbench.validate.serving_csv import read_serving_rows
+from workbench.validate.serving_specs import SGLANG_MEM_FRACTION, quoted_flag, quoted_fraction
+
+LLAMA_8B = load_model("llama-3.1-8b")
+
+
+def test_sglang_pool_is_the_static_share_less_the_weights_by_hand() -> None:
+    """One H100 at share 0.88: (HBM - 0.25 GiB) x 0.88 - weights over 32 layers x 2 x 8 x 128 x 2 B a token, in
+    whole blocks; no activation term (vLLM's sizing, the default, subtracts one and so holds fewer tokens)."""
+    plan = ServingPlan(tp=1, gpu_memory_utilization_frac=0.88)
+    device = load_cluster("dgx-h100").device
+    free = (device.hbm_bytes - NON_TORCH_BYTES_ONE_DEVICE) * 0.88 - weight_bytes_per_device(LLAMA_8B, plan)
+    tokens = math.floor(free / (32 * 2 * 8 * 128 * 2) / plan.kv_block_tokens) * plan.kv_block_tokens
+    assert kv_capacity_tokens(LLAMA_8B, device, plan, static_share=True) == tokens
+    assert kv_capacity_tokens(LLAMA_8B, device, plan) < tokens
+    rc = ReplicaCost.of(LLAMA_8B, load_cluster("dgx-h100"), plan, load_calibration(), engine="sglang")
+    assert load_engine("sglang").kv_pool_excludes_activations
+    assert rc.kv_capacity_tokens == tokens
+
+
+@pytest.mark.parametrize(
+    ("gpus", "share"), [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79), (48, 0.79)]
+)
+def test_sglang_default_share_follows_server_args_by_gpus(gpus: int, share: float) -> None:
+    assert next(frac for size, frac in SGLANG_MEM_FRACTION if gpus >= size) == share
+
+
+def _public() -> dict[str, dict[str, str]]:
+    return {r["id"]: r for r in read_serving_rows()}
+
+
+def test_a_quoted_mem_fraction_static_is_read_and_a_blank_takes_the_default() -> None:
+    rows = _public()
+    quoted = row_case(rows["SGLM-01"])  # notes quote --mem-fraction-static 0.8
+    assert quoted.plan.gpu_memory_utilization_frac == 0.8
+    assert any("--mem-fraction-static the notes quote" in a for a in quoted.assumed)
+    default = row_case(rows["SGLG-03"])  # 4 GPUs, nothing quoted
+    assert default.plan.gpu_memory_utilization_frac == 0.85
+    assert any("SGLang's --mem-fraction-static default at 4 GPU(s)" in a for a in default.assumed)
+
+
+def test_quoted_values_are_read_whole_or_as_fractions_only() -> None:
+    row = {"notes": "--mem-fraction-static 0.8 --max-running-requests=32 --tp-size 1.5 --x 2"}
+    assert quoted_fraction(row, "--mem-fraction-static") == 0.8
+    assert quoted_flag(row, "--max-running-requests") == 32
+    assert quoted_flag(row, "--tp-size") is None  # 1.5 is not a whole number
+    assert quoted_fraction(row, "--x") is None  # 2 is not a share
+    assert quoted_flag(row, "--mem-fraction-static") is None
