@@ -123,7 +123,9 @@ def test_an_unknown_device_is_still_skipped_with_its_name() -> None:
     row = next(r for r in read_serving_rows() if r["id"] == "LSS-01")
     assert "a10g-24gb" not in preset_names("device")
     _, skipped = build_cases([{**row, "device": "a10g-24gb", "cluster": ""}], row_case)
-    assert "device 'a10g-24gb' has no hardware preset" in skipped[0].reason
+    # read as the training rows' devices (training_codes.row_device): named, with the ids that exist
+    assert "device 'a10g-24gb' is not a device id" in skipped[0].reason
+    assert "known: " in skipped[0].reason and "h100-sxm5-80gb" in skipped[0].reason
 
 
 def test_mi355x_runs_fp4_gemms_on_its_fp4_rate_and_mi325x_does_not() -> None:
