@@ -90,12 +90,12 @@ def test_sglg01_is_priced_with_the_least_offload_that_leaves_room_for_its_batch(
     assert case.plan.gpu_memory_utilization_frac == 0.87
     assert case.plan.offload_group_size == 7
     assert any("host offload" in a and "offload_group_size 7" in a for a in case.assumed)
-    room = kv_capacity_tokens(V3, GB200.device, case.plan, 0.0, static_share=True)
+    room = kv_capacity_tokens(V3, GB200.device, case.plan, 0.0, share_rule="weights_and_kv")
     assert room >= 16384
     # one group size more (less offload) leaves less KV than the prefill batch of 16384 tokens, or none
     try:
         room = kv_capacity_tokens(
-            V3, GB200.device, replace(case.plan, offload_group_size=8), 0.0, static_share=True
+            V3, GB200.device, replace(case.plan, offload_group_size=8), 0.0, share_rule="weights_and_kv"
         )
     except ValueError:
         room = 0

@@ -212,7 +212,7 @@ class ReplicaCost:
         self._eager_floor_s = self._layers.eager_floor_s()
         self._offload = HostOffload.of(model, cluster, rp)  # experts held in host memory (None: off)
         self._capacity = kv_capacity_tokens(model, cluster.device, rp, engine.profile_sampler_bytes_per_logit,
-                                            static_share=engine.kv_pool_excludes_activations)  # fmt: skip
+                                            share_rule=engine.kv_memory_share)  # fmt: skip
         self._draft: DraftCost | None = None
         self._verify = 1  # positions the target computes per decode sequence and iteration
         if rp.speculative is not None:

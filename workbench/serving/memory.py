@@ -1,7 +1,7 @@
 """Memory of one serving engine's device: weights, the activation peak vLLM profiles (its dummy forward, and in
 vLLM V1 the dummy sampler run after it: ``activation_peak_bytes``), the memory outside PyTorch,
-and the KV cache that fits beside them (vLLM's sizing; TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` is turned
-into the same share by ``workbench.validate.serving_specs``).
+and the KV cache that fits beside them, as each engine's memory flag sizes it (vLLM's share of the whole device,
+SGLang's of weights and KV, TensorRT-LLM's of the memory left free: ``kv_capacity_tokens``).
 
 KV bytes per token and layer (Kwon et al. 2023, PagedAttention, arXiv:2309.06180, section 2): GQA/MHA store K and
 V, ``2 * num_key_value_heads * head_dim * bytes``, split over tp by heads (a rank keeps at least one head: vLLM
@@ -19,6 +19,7 @@ from workbench.serving.offload import (
     offload_buffer_bytes_per_device,
     routed_expert_params_per_device,
 )
+from workbench.specs.engine import KV_MEMORY_SHARES
 from workbench.specs.hardware import DeviceSpec
 from workbench.specs.model import AttentionKind, ModelSpec
 from workbench.specs.serving import BYTES_PER_VALUE, ServingDType, ServingPlan
@@ -156,26 +157,39 @@ def kv_capacity_tokens(
     rp: ServingPlan,
     sampler_bytes_per_logit: float = 0.0,
     *,
-    static_share: bool = False,
+    share_rule: str = "of_total",
 ) -> int:
     """(HBM x gpu_memory_utilization - weights - peak activation - reserve) / KV bytes per token per device,
     floored to whole blocks, times the attention-DP ranks (each keeps its own cache). vLLM's sizing
     (``determine_num_available_blocks``: total memory x utilisation - weights - non-torch - activation peak), with
-    our estimates of each term (``sampler_bytes_per_logit``: see ``activation_peak_bytes``). With
-    ``static_share`` the share bounds weights and the KV pool only ((HBM - reserve) x share - weights), activations
-    living in the rest: SGLang's ``--mem-fraction-static`` (``ModelRunner.profile_max_num_token``: the free memory
-    after loading the weights less the free memory at start x (1 - share);
-    ``EngineProfile.kv_pool_excludes_activations``). Raises ValueError when not one block fits."""
+    our estimates of each term (``sampler_bytes_per_logit``: see ``activation_peak_bytes``). ``share_rule`` (one of
+    ``workbench.specs.engine.KV_MEMORY_SHARES``, the engine profile's ``kv_memory_share``) says what the share bounds:
+    ``of_total`` as above; ``weights_and_kv`` (HBM - reserve) x share - weights, activations living outside the share
+    (SGLang's ``--mem-fraction-static``: ``ModelRunner.profile_max_num_token`` takes the free memory after loading
+    the weights less the free memory at start x (1 - share)); ``of_free`` (HBM - weights - activations - reserve) x
+    share (TensorRT-LLM's ``--kv_cache_free_gpu_memory_fraction``: ``KvCacheCreator._cal_max_memory`` takes
+    (total - peak memory of its profiling run, inside and outside torch) x fraction). Raises ValueError when not one
+    block fits or for another ``share_rule``."""
     weights, acts, reserve = (
         weight_bytes_per_device(model, rp),
         activation_peak_bytes(model, rp, sampler_bytes_per_logit),
         reserve_bytes(rp),
     )
-    if static_share:
-        budget = (device.hbm_bytes - reserve) * rp.gpu_memory_utilization_frac
-        acts = reserve = 0.0  # outside the share
+    share = rp.gpu_memory_utilization_frac
+    if share_rule == "of_total":
+        budget = device.hbm_bytes * share
+    elif share_rule == "weights_and_kv":
+        budget, acts, reserve = (
+            (device.hbm_bytes - reserve) * share,
+            0.0,
+            0.0,
+        )  # activations outside the share
+    elif share_rule == "of_free":
+        budget = weights + (device.hbm_bytes - weights - acts - reserve) * share + acts + reserve
     else:
-        budget = device.hbm_bytes * rp.gpu_memory_utilization_frac
+        raise ValueError(
+            f"kv_capacity_tokens: share_rule must be one of {', '.join(KV_MEMORY_SHARES)}, got {share_rule!r}"
+        )
     layer_bytes = kv_bytes_per_token_layer(model, rp.kv_cache_dtype, rp.tp)
     per_stage = math.ceil(model.num_layers / rp.pp)
     free = budget - weights - acts - reserve

@@ -35,6 +35,16 @@ kernels, which cross the network once per destination node and forward over NVLi
 (``workbench.cost.comm.all_to_all_forwarded_s``), decode-only iterations the low-latency kernels, which send each
 copy and are priced from DeepEP's own kernel benchmark (``workbench.cost.deepep``)."""
 
+KV_MEMORY_SHARES = ("of_total", "weights_and_kv", "of_free")
+"""What the plan's memory share (``ServingPlan.gpu_memory_utilization_frac``, the engine's memory flag) bounds, which
+sizes the KV pool (``workbench.serving.memory.kv_capacity_tokens``): ``of_total`` everything on the device, the pool
+is HBM x share - weights - activation peak - reserve (vLLM's ``--gpu-memory-utilization``,
+``determine_num_available_blocks``); ``weights_and_kv`` the weights and the pool only, activations and CUDA graphs
+living in the rest, the pool is (HBM - reserve) x share - weights (SGLang's ``--mem-fraction-static``,
+``ModelRunner.profile_max_num_token``); ``of_free`` the memory left after the weights, the profiled activation
+peak and the memory outside PyTorch, the pool is (HBM - weights - activation peak - reserve) x share (TensorRT-LLM's
+``--kv_cache_free_gpu_memory_fraction``, ``KvCacheCreator._cal_max_memory``)."""
+
 TP_ALL_REDUCES = ("nccl", "vllm_custom", "trtllm_custom")
 """The kernel family an engine runs its tensor-parallel all-reduces with (priced by ``workbench.cost.tp_allreduce``):
 ``nccl`` (NCCL's own choice, priced by NCCL's tuning model), ``vllm_custom`` (vLLM's custom all-reduce, one- and
@@ -142,12 +152,9 @@ class EngineProfile:
     An iteration holding prefill chunks then lasts as long as the rank holding the most prefill tokens
     (``workbench.serving.dp_ranks.heaviest_rank_chunks``); False: the ranks split every iteration's tokens evenly."""
 
-    kv_pool_excludes_activations: bool = False
-    """The plan's memory share (``gpu_memory_utilization_frac``) bounds the weights and the KV pool only, and
-    activations, CUDA graphs and the CUDA context use the rest: the pool is (HBM - reserve) x share - weights
-    (SGLang's ``--mem-fraction-static``, ``ModelRunner.profile_max_num_token``); False: the share bounds everything
-    (vLLM's ``gpu_memory_utilization``: HBM x share - weights - activation peak - reserve;
-    ``workbench.serving.memory.kv_capacity_tokens``)."""
+    kv_memory_share: str = "of_total"
+    """One of ``KV_MEMORY_SHARES``: what the engine's memory flag (the plan's ``gpu_memory_utilization_frac``)
+    bounds, and so how its KV pool is sized."""
 
     kv_transfer_layerwise: bool = False
     """A disaggregated prefill engine sends each layer's KV as soon as that layer is computed, overlapping the
@@ -171,8 +178,7 @@ class EngineProfile:
             check_real(where, name, getattr(self, name), minimum=0.0, min_open=False, maximum=MAX_HOST_S,
                        unit="s")  # fmt: skip
         for name in ("decode_cuda_graphs", "mixed_cuda_graphs", "async_output", "varlen_attention",
-                     "kv_transfer_layerwise", "pp_host_serial", "dp_rank_batches",
-                     "kv_pool_excludes_activations"):  # fmt: skip
+                     "kv_transfer_layerwise", "pp_host_serial", "dp_rank_batches"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{where}: {name} must be true or false, got {shown(getattr(self, name))}")
         if self.chunked_prefill is not None and not isinstance(self.chunked_prefill, bool):
@@ -201,6 +207,11 @@ class EngineProfile:
         if self.tp_all_reduce not in TP_ALL_REDUCES:
             raise ValueError(
                 f"{where}: tp_all_reduce must be one of {', '.join(TP_ALL_REDUCES)}; got {shown(self.tp_all_reduce)}"
+            )
+        if self.kv_memory_share not in KV_MEMORY_SHARES:
+            raise ValueError(
+                f"{where}: kv_memory_share must be one of {', '.join(KV_MEMORY_SHARES)}; "
+                f"got {shown(self.kv_memory_share)}"
             )
         if self.kv_admission not in KV_ADMISSIONS:
             raise ValueError(

@@ -167,7 +167,7 @@ def _host_offload_plan(
         try:
             room = kv_capacity_tokens(
                 model, cluster.device, candidate, engine.profile_sampler_bytes_per_logit,
-                static_share=engine.kv_pool_excludes_activations,
+                share_rule=engine.kv_memory_share,
             )  # fmt: skip
         except ValueError:
             continue

@@ -458,19 +458,48 @@ def _trtllm_bench(
 def _with_memory_share(
     row: dict[str, str], plan: ServingPlan, model: ModelSpec, cluster: ClusterSpec, assumed: list[str]
 ) -> ServingPlan:
+    """``plan`` with the engine's memory flag as the row gives or implies it (``gpu_memory_utilization_frac`` holds
+    the flag of the row's engine, which ``EngineProfile.kv_memory_share`` reads): TensorRT-LLM's
+    ``kv_cache_free_mem_frac`` (``_trtllm_free_share``); a filled ``gpu_memory_utilization_frac`` as it is for the
+    other engines; else SGLang's quoted or default ``--mem-fraction-static`` or vLLM's default 0.9."""
     util = cell_number(row, "gpu_memory_utilization_frac")
+    engine = row["engine"].strip()
+    if engine == "trtllm":
+        return replace(
+            plan, gpu_memory_utilization_frac=_trtllm_free_share(row, plan, model, cluster, util, assumed)
+        )
     if util is not None:
         return replace(plan, gpu_memory_utilization_frac=util)
-    free = cell_number(row, "kv_cache_free_mem_frac")
-    if row["engine"].strip() == "sglang":
+    if engine == "sglang":
         return replace(plan, gpu_memory_utilization_frac=_sglang_mem_fraction(row, plan, assumed))
-    if row["engine"].strip() != "trtllm":
-        assumed.append("gpu_memory_utilization_frac=0.9 (vLLM default)")
-        return replace(plan, gpu_memory_utilization_frac=0.9)
-    if free is None:
-        free = 0.9
+    assumed.append("gpu_memory_utilization_frac=0.9 (vLLM default)")
+    return replace(plan, gpu_memory_utilization_frac=0.9)
+
+
+def _trtllm_free_share(
+    row: dict[str, str], plan: ServingPlan, model: ModelSpec, cluster: ClusterSpec, util: float | None,
+    assumed: list[str],
+) -> float:  # fmt: skip
+    """TensorRT-LLM's ``--kv_cache_free_gpu_memory_fraction`` of a row: its ``kv_cache_free_mem_frac``; else a
+    ``gpu_memory_utilization_frac`` (the README's share of the whole device) turned into the share of the memory left
+    free that gives the same pool, (HBM x u - weights - activations - reserve) / (HBM - weights - activations -
+    reserve); else 0.9, the perf-overview page's fallback. Each reading but the first is noted in ``assumed``."""
+    free = cell_number(row, "kv_cache_free_mem_frac")
+    if free is not None:
+        return free
+    if util is None:
         assumed.append("kv_cache_free_mem_frac=0.9 (the TRT-LLM page's fallback; 0.95 'in many cases')")
+        return TRTLLM_BENCH_KV_FRAC
     role = "both" if plan.disaggregation is None else "decode"
-    weights = ReplicaCost.of(model, cluster, plan, Calibration(), role=role).weight_bytes_per_device()
+    cost = ReplicaCost.of(model, cluster, plan, Calibration(), role=role)
+    used = cost.weight_bytes_per_device() + cost.activation_peak_bytes() + cost.reserve_bytes()
     hbm = cluster.device.hbm_bytes
-    return replace(plan, gpu_memory_utilization_frac=min(1.0, (weights + free * (hbm - weights)) / hbm))
+    share = (hbm * util - used) / (hbm - used)
+    if not 0.0 < share <= 1.0:
+        raise Unexpressible(
+            f"gpu_memory_utilization_frac {util:g} leaves no KV memory beside the weights, activations and reserve "
+            f"({used / 2**30:.1f} GiB of {hbm / 2**30:.1f} GiB per device)"
+        )
+    assumed.append(f"kv_cache_free_mem_frac={share:.4g}: the share of the free memory that gives the pool of "
+                   f"gpu_memory_utilization_frac {util:g} (TensorRT-LLM sizes its pool from the free memory)")  # fmt: skip
+    return share

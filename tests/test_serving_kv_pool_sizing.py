@@ -1,10 +1,13 @@
-"""SGLang's KV pool (issue 49, rows read as their engine ran them): ``--mem-fraction-static`` bounds the weights and
-the KV pool only, (free memory at start) x share - weights (sglang ``ModelRunner.profile_max_num_token``), its
-default by the engine's GPUs is server_args.py's table, and a share the row's notes quote is read."""
+"""Each engine's KV pool as its memory flag sizes it (issue 49, rows read as their engine ran them): SGLang's
+``--mem-fraction-static`` bounds the weights and the KV pool only, (free memory at start) x share - weights (sglang
+``ModelRunner.profile_max_num_token``), its default by the engine's GPUs is server_args.py's table, and a share the
+row's notes quote is read; TensorRT-LLM's ``--kv_cache_free_gpu_memory_fraction`` is a share of the memory left
+after weights, activations and the rest (``KvCacheCreator._cal_max_memory``); vLLM's is of the whole device."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -28,11 +31,37 @@ def test_sglang_pool_is_the_static_share_less_the_weights_by_hand() -> None:
     device = load_cluster("dgx-h100").device
     free = (device.hbm_bytes - NON_TORCH_BYTES_ONE_DEVICE) * 0.88 - weight_bytes_per_device(LLAMA_8B, plan)
     tokens = math.floor(free / (32 * 2 * 8 * 128 * 2) / plan.kv_block_tokens) * plan.kv_block_tokens
-    assert kv_capacity_tokens(LLAMA_8B, device, plan, static_share=True) == tokens
+    assert kv_capacity_tokens(LLAMA_8B, device, plan, share_rule="weights_and_kv") == tokens
     assert kv_capacity_tokens(LLAMA_8B, device, plan) < tokens
     rc = ReplicaCost.of(LLAMA_8B, load_cluster("dgx-h100"), plan, load_calibration(), engine="sglang")
-    assert load_engine("sglang").kv_pool_excludes_activations
+    assert load_engine("sglang").kv_memory_share == "weights_and_kv"
     assert rc.kv_capacity_tokens == tokens
+
+
+def test_trtllm_pool_is_the_share_of_the_memory_left_free_by_hand() -> None:
+    """One H100 at fraction 0.9: (HBM - weights - activation peak - 0.25 GiB) x 0.9 in whole blocks."""
+    plan = ServingPlan(tp=1, gpu_memory_utilization_frac=0.9)
+    cluster = load_cluster("dgx-h100")
+    rc = ReplicaCost.of(LLAMA_8B, cluster, plan, load_calibration(), engine="trtllm")
+    left = cluster.device.hbm_bytes - rc.weight_bytes_per_device() - rc.activation_peak_bytes()
+    free = (left - NON_TORCH_BYTES_ONE_DEVICE) * 0.9
+    tokens = math.floor(free / (32 * 2 * 8 * 128 * 2) / plan.kv_block_tokens) * plan.kv_block_tokens
+    assert load_engine("trtllm").kv_memory_share == "of_free"
+    assert rc.kv_capacity_tokens == tokens
+    with pytest.raises(ValueError, match="share_rule must be one of of_total, weights_and_kv, of_free"):
+        kv_capacity_tokens(LLAMA_8B, cluster.device, plan, share_rule="half")
+
+
+def test_a_trtllm_row_with_a_whole_device_share_keeps_that_pool() -> None:
+    """A TensorRT-LLM row that gives vLLM's gpu_memory_utilization_frac (the README's share of the whole device)
+    is priced with the share of the free memory that holds the same pool: the vLLM sizing at that share."""
+    row = {**_public()["TRT-04"], "gpu_memory_utilization_frac": "0.85", "kv_cache_free_mem_frac": ""}
+    case = row_case(row)
+    assert any("the share of the free memory that gives the pool" in a for a in case.assumed)
+    trt = ReplicaCost.of(case.model, case.cluster, case.plan, load_calibration(), engine="trtllm")
+    vllm_plan = replace(case.plan, gpu_memory_utilization_frac=0.85)
+    vllm_tokens = kv_capacity_tokens(case.model, case.cluster.device, vllm_plan, 0.0)
+    assert abs(trt.kv_capacity_tokens - vllm_tokens) <= case.plan.kv_block_tokens
 
 
 @pytest.mark.parametrize(
