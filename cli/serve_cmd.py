@@ -64,7 +64,14 @@ serve_group.add_command(serve_plan_cmd)
 @click.option("--weight-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
 @click.option("--activation-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
 @click.option("--kv-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
-@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True)
+@click.option(
+    "--gpu-memory-utilization",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="The engine's memory share, read as its own flag: vLLM --gpu-memory-utilization (of the device), SGLang "
+    "--mem-fraction-static (weights and KV), TensorRT-LLM --kv_cache_free_gpu_memory_fraction (of the memory left).",
+)
 @engine_option
 @deployment_options
 @click.option(

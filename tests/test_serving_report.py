@@ -187,3 +187,19 @@ def test_report_names_a_table_priced_all_reduce(est) -> None:
         in text
     )
     assert "host-held experts" not in text
+
+
+def test_report_names_the_memory_share_as_the_engines_flag(est) -> None:
+    """The plan's memory share is each engine's own flag (EngineProfile.kv_memory_share): vLLM's share of the
+    device, SGLang's --mem-fraction-static of weights and KV, TensorRT-LLM's share of the memory left free."""
+    labels = {
+        "generic": "GPU memory utilisation (of the device: weights, activations and KV)",
+        "sglang": "static memory share (weights and KV)",
+        "trtllm": "KV share of the memory left free",
+    }
+    for engine, label in labels.items():
+        text = render_serving_report(
+            serve_estimate(est.model, est.cluster, replace(est.plan, engine=engine), est.workload, CAL)
+        )
+        assert label in text, engine
+        assert all(other not in text for other in labels.values() if other != label), engine

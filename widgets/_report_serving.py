@@ -25,6 +25,9 @@ from workbench_widgets.plots.serving import (
 from workbench_widgets.plots.serving_run import kv_bytes_per_token_per_device
 from workbench_widgets.plots.serving_search import SEARCH_FIGURE_COLUMNS, serving_search_figure
 
+from workbench.presets.engines import load_engine
+from workbench.specs.engine import MEMORY_SHARE_LABELS
+
 if TYPE_CHECKING:
     from workbench.serving.estimate import ServingEstimate
     from workbench.specs.serving import SLO
@@ -68,7 +71,7 @@ def input_blocks(est: ServingEstimate) -> list[dict[str, Any]]:
         ("max sequences per engine", f"{p.max_num_seqs:,}"),
         ("max tokens per iteration", f"{p.max_num_batched_tokens:,}"),
         ("KV block", f"{p.kv_block_tokens} tokens"),
-        ("GPU memory utilisation", f"{p.gpu_memory_utilization_frac:.0%}"),
+        (MEMORY_SHARE_LABELS[load_engine(p.engine).kv_memory_share], f"{p.gpu_memory_utilization_frac:.0%}"),
     ]
     d = p.disaggregation
     if d is not None:

@@ -45,6 +45,14 @@ living in the rest, the pool is (HBM - reserve) x share - weights (SGLang's ``--
 peak and the memory outside PyTorch, the pool is (HBM - weights - activation peak - reserve) x share (TensorRT-LLM's
 ``--kv_cache_free_gpu_memory_fraction``, ``KvCacheCreator._cal_max_memory``)."""
 
+MEMORY_SHARE_LABELS = {
+    "of_total": "GPU memory utilisation (of the device: weights, activations and KV)",
+    "weights_and_kv": "static memory share (weights and KV)",
+    "of_free": "KV share of the memory left free",
+}
+"""How a report names the plan's memory share under each ``KV_MEMORY_SHARES`` rule (the engine's flag: vLLM
+``--gpu-memory-utilization``, SGLang ``--mem-fraction-static``, TensorRT-LLM ``--kv_cache_free_gpu_memory_fraction``)."""
+
 TP_ALL_REDUCES = ("nccl", "vllm_custom", "trtllm_custom")
 """The kernel family an engine runs its tensor-parallel all-reduces with (priced by ``workbench.cost.tp_allreduce``):
 ``nccl`` (NCCL's own choice, priced by NCCL's tuning model), ``vllm_custom`` (vLLM's custom all-reduce, one- and
