@@ -178,12 +178,9 @@ def kv_capacity_tokens(
     share = rp.gpu_memory_utilization_frac
     if share_rule == "of_total":
         budget = device.hbm_bytes * share
-    elif share_rule == "weights_and_kv":
-        budget, acts, reserve = (
-            (device.hbm_bytes - reserve) * share,
-            0.0,
-            0.0,
-        )  # activations outside the share
+    elif share_rule == "weights_and_kv":  # activations and the reserve live outside the share
+        budget = (device.hbm_bytes - reserve) * share
+        acts = reserve = 0.0
     elif share_rule == "of_free":
         budget = weights + (device.hbm_bytes - weights - acts - reserve) * share + acts + reserve
     else:

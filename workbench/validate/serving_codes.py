@@ -19,12 +19,12 @@ from workbench.specs import limits
 from workbench.validate.rows import Unexpressible
 from workbench.validate.training_codes import (
     FP8_WORDS,
-    _compact,
-    _refused,
-    _words,
+    code_words,
+    compact_code,
     read_boolean,
     read_codes,
     read_dtype,
+    refused_code,
 )
 
 DTYPE_COLUMNS = ("weight_dtype", "activation_dtype", "kv_cache_dtype")
@@ -50,8 +50,8 @@ def read_serving_dtype(column: str, text: str) -> str:
     training rows' (:func:`workbench.validate.training_codes.read_dtype`: ``bfloat16``, ``half``); ``auto`` in
     ``kv_cache_dtype`` is blank (``AUTO_KV``). Unexpressible naming the column, the value and the codes
     otherwise (``fp32``, ``int8``)."""
-    words = _words(text)
-    if column == "kv_cache_dtype" and _compact(text) == AUTO_KV:
+    words = code_words(text)
+    if column == "kv_cache_dtype" and compact_code(text) == AUTO_KV:
         return ""
     if words & FP8_WORDS:
         return "fp8"
@@ -65,9 +65,9 @@ def read_serving_dtype(column: str, text: str) -> str:
     try:
         code, _ = read_dtype(text)
     except Unexpressible:
-        raise Unexpressible(_refused(column, text, allowed)) from None
+        raise Unexpressible(refused_code(column, text, allowed)) from None
     if code not in ("bf16", "fp16"):
-        raise Unexpressible(_refused(column, text, allowed))
+        raise Unexpressible(refused_code(column, text, allowed))
     return code
 
 
@@ -105,8 +105,9 @@ NAMES: dict[str, dict[str, str]] = {
 """Spellings of each enumerated column (lower-case letters, digits and ``+`` only) -> the schema's code. ``open
 loop`` without a distribution reads as Poisson (the README's one open-loop kind; vLLM's ``benchmark_serving.py
 --request-rate`` draws Poisson arrivals at its default burstiness 1.0); MLPerf's ``Server`` is LoadGen's Poisson
-process, ``Offline`` all queries at once, as trtllm-bench's ``throughput`` mode queues them; ``NextN`` is SGLang's name for DeepSeek's MTP head; a speculative method
-written ``none`` or ``off`` is no speculative decoding (blank)."""
+process, ``Offline`` all queries at once, as trtllm-bench's ``throughput`` mode queues them; ``NextN`` is
+SGLang's name for DeepSeek's MTP head; a speculative method written ``none`` or ``off`` is no speculative decoding
+(blank)."""
 
 _ALLOWED = {
     "workload_kind": "offline, closed_loop, open_loop_poisson, trace, fixed_batch",
@@ -119,10 +120,10 @@ _ALLOWED = {
 def read_name(column: str, text: str) -> str:
     """The schema's code of a spelling in one of ``NAMES``' columns. Unexpressible naming the column, the value
     and the codes otherwise."""
-    compact = _compact(text)
+    compact = compact_code(text)
     if compact in NAMES[column]:
         return NAMES[column][compact]
-    raise Unexpressible(_refused(column, text, _ALLOWED[column]))
+    raise Unexpressible(refused_code(column, text, _ALLOWED[column]))
 
 
 def read_cluster(text: str) -> str:
@@ -134,7 +135,7 @@ def read_cluster(text: str) -> str:
     names = preset_names("cluster")
     if key in names or key.startswith("other-"):
         return key
-    same = [n for n in names if _compact(n) == _compact(key)]
+    same = [n for n in names if compact_code(n) == compact_code(key)]
     return same[0] if len(same) == 1 else key
 
 

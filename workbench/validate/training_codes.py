@@ -26,11 +26,13 @@ CODES: dict[str, tuple[str, ...]] = {
 ``+fp8-peak`` suffix)."""
 
 
-def _words(text: str) -> set[str]:
+def code_words(text: str) -> set[str]:
+    """The lower-case words (runs of letters and digits) of a cell: ``'FP8 (E4M3)'`` -> {fp8, e4m3}."""
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
-def _compact(text: str) -> str:
+def compact_code(text: str) -> str:
+    """A cell in lower-case letters, digits and ``+`` only: ``'Closed-loop'`` -> ``closedloop``."""
     return re.sub(r"[^a-z0-9+]", "", text.lower())
 
 
@@ -62,7 +64,7 @@ def read_dtype(text: str) -> tuple[str, str | None]:
     ``amp_bf16`` are ``bf16``; ``float16``, ``half``, ``16-mixed`` (Lightning) are ``fp16``; ``fp32``,
     ``float32``, ``tf32`` are ``fp32``; 4/6-bit spellings read as ``fp4`` (not priced). Unexpressible naming the
     allowed codes otherwise."""
-    words = _words(text)
+    words = code_words(text)
     if words & FP8_WORDS:
         recipes = {FP8_RECIPE_WORDS[w] for w in words if w in FP8_RECIPE_WORDS}
         return "fp8", recipes.pop() if len(recipes) == 1 else None
@@ -76,7 +78,7 @@ def read_dtype(text: str) -> tuple[str, str | None]:
         if words & names:
             return code, None
     raise Unexpressible(
-        _refused("dtype", text, "bf16, fp16, fp8 (or bfloat16, float16, FP8 E4M3, MXFP8, ...)")
+        refused_code("dtype", text, "bf16, fp16, fp8 (or bfloat16, float16, FP8 E4M3, MXFP8, ...)")
     )
 
 
@@ -95,12 +97,12 @@ RECOMPUTE_WORDS = {
 
 def read_recompute(text: str) -> str:
     """The recompute code of a spelling (``RECOMPUTE_WORDS``). Unexpressible naming the allowed codes."""
-    words = _words(text)
+    words = code_words(text)
     for code, names in RECOMPUTE_WORDS.items():
         if words & names:
             return code.rstrip("_")
     raise Unexpressible(
-        _refused("recompute", text, "none, selective, full (or AC, activation checkpointing, ...)")
+        refused_code("recompute", text, "none, selective, full (or AC, activation checkpointing, ...)")
     )
 
 
@@ -131,7 +133,7 @@ def read_zero_stage(text: str) -> str:
     """The ZeRO stage (``0``..``3``) of a spelling: a number as it is (its range is checked with the numeric
     columns), ``ZeRO-3``, ``zero_stage 2``, ``Z1``, ``stage 3`` by their digit, a sharding mode by
     ``ZERO_STAGE_NAMES``. Unexpressible naming the allowed values otherwise."""
-    compact = _compact(text)
+    compact = compact_code(text)
     if re.fullmatch(r"[0-9.eE+-]+", text.strip()):
         return text.strip()
     match = re.fullmatch(r"(?:deepspeed)?(?:zero(?:stage)?|z|stage)([0-3])", compact)
@@ -139,7 +141,9 @@ def read_zero_stage(text: str) -> str:
         return match.group(1)
     if compact in ZERO_STAGE_NAMES:
         return ZERO_STAGE_NAMES[compact]
-    raise Unexpressible(_refused("zero_stage", text, "0..3 (or ZeRO-1, DDP, FULL_SHARD, SHARD_GRAD_OP, ...)"))
+    raise Unexpressible(
+        refused_code("zero_stage", text, "0..3 (or ZeRO-1, DDP, FULL_SHARD, SHARD_GRAD_OP, ...)")
+    )
 
 
 SCHEDULE_NAMES = {
@@ -169,9 +173,9 @@ def read_schedule(text: str) -> str:
     skipped naming the valid ones)."""
     from workbench.pipeline.schedules.registry import REGISTRY
 
-    compact = _compact(text)
+    compact = compact_code(text)
     compact = compact.removeprefix("schedule") or compact
-    names = {_compact(n): n for n in REGISTRY} | SCHEDULE_NAMES
+    names = {compact_code(n): n for n in REGISTRY} | SCHEDULE_NAMES
     return names.get(compact, text.strip().lower())
 
 
@@ -205,22 +209,23 @@ arXiv:1911.02150; Ainslie et al. 2023, arXiv:2305.13245, section 2)."""
 
 
 def read_attention(text: str) -> str:
-    compact = _compact(text)
+    compact = compact_code(text)
     if compact in CODES["attention"]:
         return compact
     if compact in ATTENTION_NAMES:
         return ATTENTION_NAMES[compact]
-    raise Unexpressible(_refused("attention", text, "mha, gqa, mla (or multi-head, grouped-query, MQA)"))
+    raise Unexpressible(refused_code("attention", text, "mha, gqa, mla (or multi-head, grouped-query, MQA)"))
 
 
 def read_flops_definition(text: str) -> str:
-    compact = _compact(text).replace("flops", "").replace("peak", "-peak")
+    compact = compact_code(text).replace("flops", "").replace("peak", "-peak")
     if compact in CODES["flops_definition"]:
         return compact
-    raise Unexpressible(_refused("flops_definition", text, ", ".join(CODES["flops_definition"])))
+    raise Unexpressible(refused_code("flops_definition", text, ", ".join(CODES["flops_definition"])))
 
 
-def _refused(column: str, text: str, allowed: str) -> str:
+def refused_code(column: str, text: str, allowed: str) -> str:
+    """The reason a code cell is refused, naming the column, the value and what is allowed."""
     return f"column {column}: {limits.shown(text)} is not a code of the column; allowed: {allowed}"
 
 
@@ -274,7 +279,7 @@ def read_device(text: str) -> tuple[str, str | None]:
     key = text.strip().lower()
     if key in preset_names("device"):
         return key, None
-    compact = _compact(key)
+    compact = compact_code(key)
     found = _FAMILY.search(compact)
     if found is None:
         return key, None
@@ -343,7 +348,7 @@ def read_codes(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
             put(column, read_boolean(column, text[column]))
     if text["attention"]:
         put("attention", read_attention(text["attention"]))
-        multi_query = _compact(text["attention"]) in ("mqa", "multiquery", "multiqueryattention")
+        multi_query = compact_code(text["attention"]) in ("mqa", "multiquery", "multiqueryattention")
         if multi_query and not row.get("num_key_value_heads", "").strip():
             out["num_key_value_heads"] = "1"
             notes.append("num_key_value_heads:1 (multi-query attention: one key/value head)")
