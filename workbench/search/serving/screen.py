@@ -94,7 +94,13 @@ class CostCache:
         device = self.cluster.device
         roomy = replace(self.cluster, device=replace(device, hbm_bytes=device.hbm_bytes * 1e3))
         probe = ReplicaCost.of(self.model, roomy, engine, self.calibration)
-        usable = device.hbm_bytes * engine.gpu_memory_utilization_frac
+        # what the engine's memory share may hold of the weights (EngineProfile.kv_memory_share): a share of the
+        # device (vLLM), of the device less its reserve (SGLang), or none of it (TensorRT-LLM's share of the rest)
+        share, rule = engine.gpu_memory_utilization_frac, probe.engine.kv_memory_share
+        usable = {
+            "of_total": device.hbm_bytes * share,
+            "weights_and_kv": (device.hbm_bytes - probe.reserve_bytes()) * share,
+        }.get(rule, device.hbm_bytes - probe.activation_peak_bytes() - probe.reserve_bytes())
         return "weights" if probe.weight_bytes_per_device() > usable else "no_kv"
 
 
