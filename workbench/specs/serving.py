@@ -191,8 +191,10 @@ class ServingPlan:
     scheduler: Scheduler = Scheduler.SARATHI
     """Batch composition policy; ``chunked_prefill`` is true exactly under ``sarathi``."""
     gpu_memory_utilization_frac: float = 0.9
-    """Share of each device's memory the engine may take for weights, activations and KV cache (vLLM
-    ``--gpu-memory-utilization``, default 0.9). In (0, 1]."""
+    """The engine's memory flag, read as the engine reads it (``EngineProfile.kv_memory_share``): vLLM's
+    ``--gpu-memory-utilization`` (the share of each device for weights, activations and KV cache; default 0.9),
+    SGLang's ``--mem-fraction-static`` (weights and KV cache) or TensorRT-LLM's ``--kv_cache_free_gpu_memory_fraction``
+    (the share of the memory left after weights and activations that goes to KV). In (0, 1]."""
     disaggregation: Disaggregation | None = None
     """Separate prefill and decode engines; None: every engine does both (aggregated)."""
     speculative: SpeculativeDecoding | None = None
