@@ -6,6 +6,7 @@ after weights, activations and the rest (``KvCacheCreator._cal_max_memory``); vL
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -19,7 +20,7 @@ from workbench.serving.memory import NON_TORCH_BYTES_ONE_DEVICE, kv_capacity_tok
 from workbench.specs.serving import ServingPlan
 from workbench.validate.serving import row_case
 from workbench.validate.serving_csv import read_serving_rows
-from workbench.validate.serving_specs import SGLANG_MEM_FRACTION, quoted_flag, quoted_fraction
+from workbench.validate.serving_specs import quoted_flag, quoted_fraction
 
 LLAMA_8B = load_model("llama-3.1-8b")
 
@@ -68,7 +69,40 @@ def test_a_trtllm_row_with_a_whole_device_share_keeps_that_pool() -> None:
     ("gpus", "share"), [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79), (48, 0.79)]
 )
 def test_sglang_default_share_follows_server_args_by_gpus(gpus: int, share: float) -> None:
-    assert next(frac for size, frac in SGLANG_MEM_FRACTION if gpus >= size) == share
+    """sglang server_args.py __post_init__ (0.4 series): --tp-size >= 16 0.79, >= 8 0.81, >= 4 0.85, >= 2 0.87,
+    else 0.88; vLLM's --gpu-memory-utilization and TensorRT-LLM's free_gpu_memory_fraction are 0.9 at any size."""
+    assert load_engine("sglang").default_memory_share(gpus) == share
+    assert load_engine("vllm-v1").default_memory_share(gpus) == 0.9
+    assert load_engine("trtllm").default_memory_share(gpus) == 0.9
+
+
+@pytest.mark.parametrize("table", [[[2, 0.9]], [[1, 0.9], [1, 0.8]], [[1, 1.2]], [], [[1, 0.9, 3]]])
+def test_a_bad_memory_share_table_is_refused_naming_the_field(table: list) -> None:
+    from workbench.specs.engine import EngineProfile
+
+    with pytest.raises(ValueError, match="memory_share_by_gpus"):
+        EngineProfile(id="x", name="x", memory_share_by_gpus=table)
+
+
+def test_serve_estimate_takes_the_engines_own_share_unless_given() -> None:
+    from workbench_cli.serve_cmd import serve_estimate_cmd
+
+    args = ["--model", "llama-3.1-8b", "--cluster", "dgx-h100", "--tp", "2", "--concurrency", "4",
+            "--input-tokens", "128", "--output-tokens", "8", "--engine", "sglang"]  # fmt: skip
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    default = runner.invoke(serve_estimate_cmd, [*args, "--json"])
+    given = runner.invoke(serve_estimate_cmd, [*args, "--gpu-memory-utilization", "0.7", "--json"])
+    assert default.exit_code == 0 and given.exit_code == 0, default.output + given.output
+    # SGLang at 2 GPUs per engine: --mem-fraction-static 0.87, so the pool is (HBM - reserve) x 0.87 - weights
+    cap = {
+        name: json.loads(r.output)["kv_cache_capacity_tokens"] for name, r in (("d", default), ("g", given))
+    }
+    plan = ServingPlan(tp=2, gpu_memory_utilization_frac=0.87, max_num_seqs=256, engine="sglang")
+    device = load_cluster("dgx-h100").device
+    assert cap["d"] == kv_capacity_tokens(LLAMA_8B, device, plan, share_rule="weights_and_kv")
+    assert cap["g"] < cap["d"]
 
 
 def _public() -> dict[str, dict[str, str]]:
@@ -82,7 +116,7 @@ def test_a_quoted_mem_fraction_static_is_read_and_a_blank_takes_the_default() ->
     assert any("--mem-fraction-static the notes quote" in a for a in quoted.assumed)
     default = row_case(rows["SGLG-03"])  # 4 GPUs, nothing quoted
     assert default.plan.gpu_memory_utilization_frac == 0.85
-    assert any("SGLang's --mem-fraction-static default at 4 GPU(s)" in a for a in default.assumed)
+    assert any("engine profile sglang's default at 4 GPU(s)" in a for a in default.assumed)
 
 
 def test_quoted_values_are_read_whole_or_as_fractions_only() -> None:

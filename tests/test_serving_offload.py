@@ -106,7 +106,11 @@ def test_serve_estimate_takes_the_offload_and_decode_pays_the_copies():
     args = ["serve", "estimate", "--model", "deepseek-v3", "--cluster", "gb200-nvl72", "--tp", "2", "--ep", "2",
             "--weight-dtype", "fp4", "--activation-dtype", "fp4", "--kv-dtype", "fp8", "--engine", "sglang",
             "--offload-group-size", "8", "--num-requests", "16", "--input-tokens", "2000", "--output-tokens", "32",
-            "--json"]  # fmt: skip
+            "--gpu-memory-utilization", "0.9", "--json"]  # fmt: skip
+    # at SGLang's own default for 2 GPUs (0.87) one offloaded layer in 8 leaves no KV block: asked for 0.9
+    default = CliRunner().invoke(cli, [a for a in args if a not in ("--gpu-memory-utilization", "0.9")])
+    assert default.exit_code == 1 and "no room for one KV block" in default.output
+    assert "gpu_memory_utilization_frac=0.87" in default.output
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)

@@ -18,6 +18,7 @@ import param
 
 from workbench.presets import catalog
 from workbench.presets.engines import DEFAULT_ENGINE, engine_names, load_engine
+from workbench.serving.engine_defaults import with_engine_memory_share
 from workbench.serving.estimate import serve_estimate
 from workbench.serving.offload import offload_unavailable
 from workbench.serving.precision import gemm_precision, gemm_runs, kv_dtypes, kv_precision
@@ -187,6 +188,7 @@ class ServingStore(param.Parameterized):
         else:
             plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, ep=self.ep("ep"), attention_dp=s.attention_dp,
                                speculative=spec, **common)  # fmt: skip
+        plan = with_engine_memory_share(plan)  # the engine's own default memory flag (the tab has no control)
         arrival = (
             {"concurrency": s.concurrency}
             if s.arrival == "closed"

@@ -9,7 +9,7 @@ import re
 
 from workbench.specs.hardware import ClusterSpec, DeviceSpec
 from workbench.specs.model import ModelSpec
-from workbench.specs.serving import Scheduler, ServingDType
+from workbench.specs.serving import Scheduler, ServingDType, ServingPlan
 
 ENGINE_BATCHING: dict[str, tuple[Scheduler, int, str]] = {
     "vllm-v0": (Scheduler.SARATHI, 512, "vLLM 0.5-0.7 turns chunked prefill on by default for models with a context "
@@ -244,3 +244,16 @@ def trtllm_bench_settings(
         step = 512 if raw_tokens < 8192 else 1024
         tokens = step * math.ceil(raw_tokens / step)
     return batch, max(tokens, input_tokens + batch)
+
+
+def with_engine_memory_share(plan: ServingPlan) -> ServingPlan:
+    """``plan`` with its engine profile's own default memory flag (``EngineProfile.default_memory_share`` at the
+    GPUs of one engine, the decode pool's for a disaggregated plan): what the engine runs with when its launch line
+    sets none (SGLang's ``--mem-fraction-static`` falls with ``--tp-size``; vLLM's and TensorRT-LLM's are 0.9)."""
+    from dataclasses import replace
+
+    from workbench.presets.engines import load_engine
+
+    role = plan if plan.disaggregation is None else plan.role_plan("decode")
+    share = load_engine(plan.engine).default_memory_share(role.devices_per_engine)
+    return replace(plan, gpu_memory_utilization_frac=share)

@@ -164,6 +164,11 @@ class EngineProfile:
     """One of ``KV_MEMORY_SHARES``: what the engine's memory flag (the plan's ``gpu_memory_utilization_frac``)
     bounds, and so how its KV pool is sized."""
 
+    memory_share_by_gpus: tuple[tuple[int, float], ...] = ((1, 0.9),)
+    """The engine's own default for its memory flag by the GPUs of one engine: (at least this many GPUs, share)
+    pairs, counts rising from 1, shares in (0, 1]; the last pair whose count the engine reaches applies
+    (``default_memory_share``). vLLM's ``--gpu-memory-utilization`` defaults to 0.9 at any size."""
+
     kv_transfer_layerwise: bool = False
     """A disaggregated prefill engine sends each layer's KV as soon as that layer is computed, overlapping the
     transfer with the rest of the prefill (Splitwise, Patel et al. ISCA 2024, section 4.3; vLLM-Ascend's
@@ -216,6 +221,7 @@ class EngineProfile:
             raise ValueError(
                 f"{where}: tp_all_reduce must be one of {', '.join(TP_ALL_REDUCES)}; got {shown(self.tp_all_reduce)}"
             )
+        self._check_memory_shares(where)
         if self.kv_memory_share not in KV_MEMORY_SHARES:
             raise ValueError(
                 f"{where}: kv_memory_share must be one of {', '.join(KV_MEMORY_SHARES)}; "
@@ -248,3 +254,29 @@ class EngineProfile:
         if num_prefill_tokens:
             return self.mixed_cuda_graphs
         return self.decode_cuda_graphs and num_decode_seqs <= self.max_graph_batch
+
+    def _check_memory_shares(self, where: str) -> None:
+        """ValueError naming the profile unless ``memory_share_by_gpus`` is (count, share) pairs, counts whole and
+        rising from 1, shares in (0, 1]; stores them as a tuple of tuples."""
+        pairs = self.memory_share_by_gpus
+        bad = f"{where}: memory_share_by_gpus must be [[1, share], [count, share], ...] with rising counts and shares in (0, 1]"
+        if not isinstance(pairs, list | tuple) or not pairs:
+            raise ValueError(f"{bad}; got {shown(pairs)}")
+        out = []
+        for pair in pairs:
+            if not isinstance(pair, list | tuple) or len(pair) != 2:
+                raise ValueError(f"{bad}; got the entry {shown(pair)}")
+            count, share = pair
+            check_count(where, "memory_share_by_gpus count", count, maximum=2**20)
+            check_real(where, "memory_share_by_gpus share", share, minimum=0.0, maximum=1.0)
+            out.append((int(count), float(share)))
+        counts = [c for c, _ in out]
+        if counts[0] != 1 or any(b <= a for a, b in zip(counts, counts[1:], strict=False)):
+            raise ValueError(f"{bad}; got counts {counts}")
+        object.__setattr__(self, "memory_share_by_gpus", tuple(out))
+
+    def default_memory_share(self, gpus: int) -> float:
+        """The engine's default memory flag for an engine of ``gpus`` GPUs (``memory_share_by_gpus``). ValueError
+        for a count below 1."""
+        check_count(f"EngineProfile {self.id!r}", "gpus", gpus, maximum=2**31)
+        return [share for count, share in self.memory_share_by_gpus if gpus >= count][-1]

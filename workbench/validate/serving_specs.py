@@ -263,29 +263,21 @@ def quoted_fraction(row: dict[str, str], flag: str) -> float | None:
     return value if value is not None and 0.0 < value <= 1.0 else None
 
 
-SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
-"""SGLang's default ``--mem-fraction-static`` by the engine's ``--tp-size`` (its GPUs, attention-DP ranks included):
-sgl-project/sglang python/sglang/srt/server_args.py ``ServerArgs.__post_init__`` of the 0.4 series ("Set mem
-fraction static, which depends on the tensor parallelism size": tp >= 16 0.79, >= 8 0.81, >= 4 0.85, >= 2 0.87,
-else 0.88; 0.3 had 0.83 at tp >= 8). The share of the GPU's memory for weights and the KV pool, read as vLLM's
-``gpu_memory_utilization`` (ASSUMPTION: SGLang leaves activations outside it; the KV sizing here still subtracts
-them, so the pool is a little smaller than SGLang's)."""
-
-
-def _sglang_mem_fraction(row: dict[str, str], plan: ServingPlan, assumed: list[str]) -> float:
-    """The memory share of an SGLang row with a blank ``gpu_memory_utilization_frac``: ``--mem-fraction-static``
-    where the notes quote it, else SGLang's default for the engine's GPUs (``SGLANG_MEM_FRACTION``)."""
-    quoted = quoted_fraction(row, "--mem-fraction-static")
-    if quoted is not None:
-        assumed.append(
-            f"gpu_memory_utilization_frac={quoted:g}: the launch flag --mem-fraction-static the notes quote"
-        )
-        return quoted
+def _default_memory_share(row: dict[str, str], plan: ServingPlan, assumed: list[str]) -> float:
+    """The memory flag of a row that leaves ``gpu_memory_utilization_frac`` blank: SGLang's
+    ``--mem-fraction-static`` or vLLM's ``--gpu-memory-utilization`` where the notes quote it, else the engine
+    profile's default for the engine's GPUs (``EngineProfile.default_memory_share``: SGLang's falls with its
+    ``--tp-size``, vLLM's is 0.9)."""
+    for flag in ("--mem-fraction-static", "--gpu-memory-utilization"):
+        quoted = quoted_fraction(row, flag)
+        if quoted is not None:
+            assumed.append(f"gpu_memory_utilization_frac={quoted:g}: the launch flag {flag} the notes quote")
+            return quoted
     role = plan if plan.disaggregation is None else plan.role_plan("decode")
     gpus = role.devices_per_engine
-    share = next(frac for size, frac in SGLANG_MEM_FRACTION if gpus >= size)
-    assumed.append(f"gpu_memory_utilization_frac={share:g}: SGLang's --mem-fraction-static default at {gpus} GPU(s) "
-                   "per engine (server_args.py, 0.4 series)")  # fmt: skip
+    share = load_engine(plan.engine).default_memory_share(gpus)
+    assumed.append(f"gpu_memory_utilization_frac={share:g}: engine profile {plan.engine}'s default at {gpus} GPU(s) "
+                   "per engine (memory_share_by_gpus)")  # fmt: skip
     return share
 
 
@@ -461,7 +453,7 @@ def _with_memory_share(
     """``plan`` with the engine's memory flag as the row gives or implies it (``gpu_memory_utilization_frac`` holds
     the flag of the row's engine, which ``EngineProfile.kv_memory_share`` reads): TensorRT-LLM's
     ``kv_cache_free_mem_frac`` (``_trtllm_free_share``); a filled ``gpu_memory_utilization_frac`` as it is for the
-    other engines; else SGLang's quoted or default ``--mem-fraction-static`` or vLLM's default 0.9."""
+    other engines; else the quoted flag or the engine's default (``_default_memory_share``)."""
     util = cell_number(row, "gpu_memory_utilization_frac")
     engine = row["engine"].strip()
     if engine == "trtllm":
@@ -470,10 +462,7 @@ def _with_memory_share(
         )
     if util is not None:
         return replace(plan, gpu_memory_utilization_frac=util)
-    if engine == "sglang":
-        return replace(plan, gpu_memory_utilization_frac=_sglang_mem_fraction(row, plan, assumed))
-    assumed.append("gpu_memory_utilization_frac=0.9 (vLLM default)")
-    return replace(plan, gpu_memory_utilization_frac=0.9)
+    return replace(plan, gpu_memory_utilization_frac=_default_memory_share(row, plan, assumed))
 
 
 def _trtllm_free_share(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from workbench.presets.engines import load_engine
+from workbench.serving.engine_defaults import with_engine_memory_share
 from workbench.serving.precision import gemm_runs, kv_dtypes
 from workbench.specs.degrees import divisors
 from workbench.specs.errors import check_int
@@ -88,8 +89,9 @@ class ServingSearchConstraints:
     """Schedulers tried (``Scheduler`` values); disaggregated plans use the first."""
     disaggregation: bool = True
     """Also try disaggregated prefill:decode plans."""
-    gpu_memory_utilization_frac: float = 0.9
-    """``ServingPlan.gpu_memory_utilization_frac`` of every plan, in (0, 1]."""
+    gpu_memory_utilization_frac: float | None = None
+    """``ServingPlan.gpu_memory_utilization_frac`` of every plan, in (0, 1]; None: the engine's own default for each
+    plan's engine size (``workbench.serving.engine_defaults.with_engine_memory_share``)."""
     kv_block_tokens: int = 16
     """``ServingPlan.kv_block_tokens`` of every plan."""
     engine: str = "generic"
@@ -125,8 +127,9 @@ class ServingSearchConstraints:
                 )
         check_int(self, "top_k", maximum=10**6, limit="10**6")
         check_int(self, "kv_block_tokens", maximum=2**12, limit="MAX_KV_BLOCK_TOKENS")
-        check_real("ServingSearchConstraints", "gpu_memory_utilization_frac", self.gpu_memory_utilization_frac,
-                   maximum=1.0)  # fmt: skip
+        if self.gpu_memory_utilization_frac is not None:
+            check_real("ServingSearchConstraints", "gpu_memory_utilization_frac", self.gpu_memory_utilization_frac,
+                       maximum=1.0)  # fmt: skip
         check_real("ServingSearchConstraints", "rate_rel_tol", self.rate_rel_tol, maximum=1.0)
 
 
@@ -198,8 +201,10 @@ def candidate_plans(
     widest = max(BYTES_PER_VALUE[w] for w, _ in dtypes)
     schedulers = [Scheduler(s) for s in c.schedulers]
     variants = []
+    share = c.gpu_memory_utilization_frac
+    profile_shares = [s for _, s in profile.memory_share_by_gpus]
     for engine in engine_layouts(
-        model, cluster, widest_bytes=widest, usable_frac=c.gpu_memory_utilization_frac
+        model, cluster, widest_bytes=widest, usable_frac=max(profile_shares) if share is None else share
     ):
         replicas = max(1, budget // engine.devices_per_engine)
         variants += [replace(engine, replicas=replicas, scheduler=sched) for sched in schedulers]
@@ -219,8 +224,9 @@ def candidate_plans(
                     counts["dtype"] += 1
                     continue
                 plan = replace(layout, weight_dtype=w, activation_dtype=act, kv_cache_dtype=kv, max_num_seqs=seqs,
-                               max_num_batched_tokens=tokens, gpu_memory_utilization_frac=c.gpu_memory_utilization_frac,
-                               kv_block_tokens=c.kv_block_tokens, engine=c.engine)  # fmt: skip
+                               max_num_batched_tokens=tokens, kv_block_tokens=c.kv_block_tokens, engine=c.engine)  # fmt: skip
+                plan = with_engine_memory_share(plan) if share is None else replace(
+                    plan, gpu_memory_utilization_frac=share)  # fmt: skip
                 if plan.num_devices > budget:
                     counts["devices"] += 1
                     continue
