@@ -75,7 +75,8 @@ def main() -> None:
             f"us/kernel (graphs: decode {e.decode_cuda_graphs}, mixed {e.mixed_cuda_graphs}), {e.layer_kernels} "
             f"small kernels/layer, +{e.fp8_quant_kernels} per fp8 GEMM input, KV admission {e.kv_admission}, "
             f"async output {e.async_output}, MoE dispatch {e.moe_dispatch}, one varlen attention call {e.varlen_attention}, "
-            f"DP ranks schedule their own requests {e.dp_rank_batches}, tp all-reduce {e.tp_all_reduce}"
+            f"DP ranks schedule their own requests {e.dp_rank_batches}, tp all-reduce {e.tp_all_reduce}, "
+            f"memory flag {e.kv_memory_share} (default {', '.join(f'{s:g} at {n}+' for n, s in e.memory_share_by_gpus)})"
         )
 
 
