@@ -126,3 +126,23 @@ def test_quoted_values_are_read_whole_or_as_fractions_only() -> None:
     assert quoted_flag(row, "--tp-size") is None  # 1.5 is not a whole number
     assert quoted_fraction(row, "--x") is None  # 2 is not a share
     assert quoted_flag(row, "--mem-fraction-static") is None
+
+
+def test_weights_above_vllms_share_still_fit_under_tensorrt_llms_share_of_the_rest() -> None:
+    """Mixtral-8x7B in bf16 (93.4 GB) on one H100 NVL (94 GiB): above 0.9 x HBM, so vLLM's flag leaves no KV and
+    serve plan's screen refuses the one-device engine for its weights; TensorRT-LLM's flag is a share of what the
+    weights leave, so the same engine runs with a small pool, (HBM - weights - activations - reserve) x 0.9."""
+    from workbench.search.serving.screen import CostCache
+
+    model, cluster = load_model("mixtral-8x7b"), load_cluster("pcie-h100-nvl")
+    assert 0.9 * cluster.device.hbm_bytes < 2.0 * model.total_parameters() < cluster.device.hbm_bytes
+    with pytest.raises(ValueError, match="leave no room for one KV block"):
+        ReplicaCost.of(model, cluster, ServingPlan(tp=1), load_calibration())
+    trt = ReplicaCost.of(model, cluster, ServingPlan(tp=1, engine="trtllm"), load_calibration())
+    left = cluster.device.hbm_bytes - trt.weight_bytes_per_device() - trt.activation_peak_bytes()
+    per_token = 32 * 2 * 8 * 128 * 2  # layers x (K, V) x kv heads x head_dim x bf16
+    assert trt.kv_capacity_tokens == 16 * math.floor((left - trt.reserve_bytes()) * 0.9 / per_token / 16)
+    screen = CostCache(model, cluster, load_calibration())
+    assert screen.get(ServingPlan(tp=1)) == "weights"  # vLLM's share cannot hold them
+    assert screen.get(ServingPlan(tp=1, engine="trtllm")).kv_capacity_tokens == trt.kv_capacity_tokens
+    assert screen.get(ServingPlan(tp=1, engine="sglang")) == "weights"  # (HBM - reserve) x 0.9 < weights

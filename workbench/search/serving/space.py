@@ -202,10 +202,13 @@ def candidate_plans(
     schedulers = [Scheduler(s) for s in c.schedulers]
     variants = []
     share = c.gpu_memory_utilization_frac
-    profile_shares = [s for _, s in profile.memory_share_by_gpus]
-    for engine in engine_layouts(
-        model, cluster, widest_bytes=widest, usable_frac=max(profile_shares) if share is None else share
-    ):
+    # the share of a device the weights may fill under the engine's memory flag (EngineProfile.kv_memory_share):
+    # the flag itself where it bounds the weights (vLLM, SGLang), the whole device where it is a share of the memory
+    # the weights leave (TensorRT-LLM); ReplicaCost decides the rest
+    weights_frac = max(s for _, s in profile.memory_share_by_gpus) if share is None else share
+    if profile.kv_memory_share == "of_free":
+        weights_frac = 1.0
+    for engine in engine_layouts(model, cluster, widest_bytes=widest, usable_frac=weights_frac):
         replicas = max(1, budget // engine.devices_per_engine)
         variants += [replace(engine, replicas=replicas, scheduler=sched) for sched in schedulers]
     if c.disaggregation:
