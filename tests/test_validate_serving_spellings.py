@@ -140,3 +140,30 @@ def test_a_file_of_variants_prices_each_variant_exactly_as_its_public_row(tmp_pa
         got = {r["metric"]: r["predicted"] for r in result["rows"] if r["id"] == f"{rid}-v"}
         assert got, rid
         assert got == {k: want[k] for k in got}, rid
+
+
+@pytest.mark.parametrize(
+    ("source", "month"),
+    [
+        ("APEX+ (Microsoft; arXiv 2411.17651): real vLLM serving runs", (2024, 11)),
+        ("LMSYS blog 2025-07-17 (Eigen AI Team)", (2025, 7)),
+        ("a 2024 paper [read from a copy of 2026-01-01]", (2024, 12)),  # the locator's date is a later copy's
+        ("no date at all", None),
+    ],
+)
+def test_a_source_dates_itself_by_its_iso_date_arxiv_id_or_year(source: str, month: tuple | None) -> None:
+    from workbench.validate.serving_specs import source_month
+
+    assert source_month(source) == month
+
+
+def test_a_vllm_row_without_a_version_before_v1_became_the_default_runs_v0() -> None:
+    """vLLM 0.8.0 (2025-03) made V1 the default: APEX-01 (arXiv 2411, the scripts' 0.6.0) without its version is
+    priced on the V0 profile exactly as with it; the same row dated 2025-07 takes the V1 profile."""
+    public = _public()["APEX-01"]
+    blank = {**public, "engine_version": ""}
+    case = row_case(blank)
+    assert case.plan.engine == row_case(public).plan.engine and case.plan.engine.startswith("vllm-v0")
+    assert any("before vLLM 0.8.0 made V1 the default" in a for a in case.assumed)
+    later = row_case({**blank, "source": "a vLLM benchmark blog 2025-07-01"})
+    assert not later.plan.engine.startswith("vllm-v0")

@@ -20,6 +20,7 @@ from typing import Any
 from workbench.presets.calibration import Calibration
 from workbench.presets.catalog import load_cluster, load_device, preset_names
 from workbench.presets.engines import load_engine
+from workbench.presets.frameworks import source_year
 from workbench.serving.cost import ReplicaCost
 from workbench.serving.engine_defaults import (
     DEFAULT_MAX_NUM_SEQS,
@@ -144,11 +145,43 @@ def _version(text: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in found.group(1).split(".")) if found else None
 
 
-def _engine_key(row: dict[str, str]) -> str:
+VLLM_V1_DEFAULT_MONTH = (2025, 3)
+"""The month vLLM 0.8.0 made the V1 engine the default (vllm-project/vllm PR #13726; the release was posted on
+2025-03-18/19, verl-project/verl PR #650): a run published before it ran V0."""
+
+_ISO_MONTH = re.compile(r"(?<!\d)(20\d\d)-(0[1-9]|1[0-2])(?!\d)")
+_ARXIV_MONTH = re.compile(r"\barXiv:?\s?(\d\d)(0[1-9]|1[0-2])\.\d{4,5}")
+
+
+def source_month(source: str) -> tuple[int, int] | None:
+    """(year, month) a citation dates itself to, outside its ``[...]`` locator (a copy of any later date): an ISO
+    date (``LMSYS blog 2025-07-17``), else an arXiv id (``arXiv 2411.17651``: 2024-11), else a bare year as its
+    last month (``2024``: (2024, 12), so only a year before a cut-off decides anything); None if none."""
+    outside = re.sub(r"\[[^\]]*\]", " ", source)
+    iso = _ISO_MONTH.search(outside)
+    if iso:
+        return int(iso.group(1)), int(iso.group(2))
+    arxiv = _ARXIV_MONTH.search(outside)
+    if arxiv:
+        return 2000 + int(arxiv.group(1)), int(arxiv.group(2))
+    year = source_year(outside)
+    return (year, 12) if year is not None else None
+
+
+def _engine_key(row: dict[str, str], assumed: list[str] | None = None) -> str:
     """The engine's key in ``ENGINE_PROFILES``: vLLM 0.5-0.7 -> ``vllm-v0`` (V1 became the default in 0.8.0),
-    0.8 to the release before ``VLLM_ASYNC_FROM`` -> ``vllm``, later -> ``vllm-async``; other engines by name."""
+    0.8 to the release before ``VLLM_ASYNC_FROM`` -> ``vllm``, later -> ``vllm-async``; a vLLM row without a
+    version whose source dates itself before ``VLLM_V1_DEFAULT_MONTH`` -> ``vllm-v0`` (noted in ``assumed``);
+    other engines by name."""
     engine = row["engine"].strip()
     version = _version(row["engine_version"])
+    if engine == "vllm" and version is None:
+        month = source_month(row.get("source", ""))
+        if month is not None and month < VLLM_V1_DEFAULT_MONTH:
+            if assumed is not None:
+                assumed.append(f"engine_version blank: the source dates itself {month[0]}-{month[1]:02d}, before "
+                               "vLLM 0.8.0 made V1 the default (2025-03), so vLLM V0 (vllm-v0)")  # fmt: skip
+            return "vllm-v0"
     if engine != "vllm" or version is None:
         return engine
     if version < (0, 8):
@@ -194,10 +227,10 @@ def _row_layout(row: dict[str, str], assumed: list[str]) -> tuple[int, int, int,
 def row_plan(row: dict[str, str], model: ModelSpec, cluster: ClusterSpec, assumed: list[str]) -> ServingPlan:
     """An aggregated ServingPlan from the layout, dtype and engine columns (blanks: ``ENGINE_BATCHING``,
     ``DEFAULT_MAX_NUM_SEQS``, bf16 KV for a blank ``kv_cache_dtype``, a blank replica count or tp from the
-    device count, ``_row_layout``). TRT-LLM's ``kv_cache_free_mem_frac`` f
-    becomes the vLLM-style share (weights + f (HBM - weights)) / HBM; blank on a TRT-LLM row: 0.9, the page's
-    fallback."""
-    engine = _engine_key(row)
+    device count, ``_row_layout``). The memory flag is the engine's own (``_with_memory_share``): TRT-LLM's
+    ``kv_cache_free_mem_frac`` as it is (blank: 0.9, the page's fallback), else the row's share, the quoted flag or
+    the engine's default."""
+    engine = _engine_key(row, assumed)
     if engine not in ENGINE_BATCHING:
         raise Unexpressible(f"engine {row['engine']!r} has no batching defaults")
     role = row_role(row)
