@@ -9,7 +9,7 @@ from workbench_cli._common import fmt_or_na, json_text, print_table, say
 from workbench_cli._types import count
 from workbench_cli.economics_opts import cli_price, price_options
 from workbench_cli.serve_options import deployment_options, disaggregation_of, speculative_of
-from workbench_cli.serve_plan_cmd import engine_option, serve_plan_cmd
+from workbench_cli.serve_plan_cmd import engine_option, memory_share_option, serve_plan_cmd
 
 from workbench.serving.engine_defaults import with_engine_memory_share
 from workbench.specs import limits as L
@@ -65,14 +65,7 @@ serve_group.add_command(serve_plan_cmd)
 @click.option("--weight-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
 @click.option("--activation-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
 @click.option("--kv-dtype", type=click.Choice(DTYPES), default="bf16", show_default=True)
-@click.option(
-    "--gpu-memory-utilization",
-    type=float,
-    default=None,
-    help="The engine's memory share, read as its own flag: vLLM --gpu-memory-utilization (of the device), SGLang "
-    "--mem-fraction-static (weights and KV), TensorRT-LLM --kv_cache_free_gpu_memory_fraction (of the memory left). "
-    "Default: the engine's own (0.9; SGLang 0.88 at 1 GPU per engine down to 0.79 at 16 or more).",
-)
+@memory_share_option
 @engine_option
 @deployment_options
 @click.option(

@@ -146,3 +146,31 @@ def test_weights_above_vllms_share_still_fit_under_tensorrt_llms_share_of_the_re
     assert screen.get(ServingPlan(tp=1)) == "weights"  # vLLM's share cannot hold them
     assert screen.get(ServingPlan(tp=1, engine="trtllm")).kv_capacity_tokens == trt.kv_capacity_tokens
     assert screen.get(ServingPlan(tp=1, engine="sglang")) == "weights"  # (HBM - reserve) x 0.9 < weights
+
+
+def test_serve_plan_searches_at_the_engines_own_share_unless_given() -> None:
+    """serve plan's plans carry the engine's default flag (SGLang at 1 GPU: --mem-fraction-static 0.88), or the
+    --gpu-memory-utilization given; the KV capacity of the best one-device plan shows which."""
+    from click.testing import CliRunner
+    from workbench_cli import cli
+
+    args = ["serve", "plan", "--model", "llama-3.1-8b", "--cluster", "dgx-h100", "--devices", "1",
+            "--input-tokens", "512", "--output-tokens", "64", "--rate", "2", "--ttft-slo-ms", "2000",
+            "--engine", "sglang", "--no-disaggregation", "--weight-dtypes", "bf16", "--kv-dtypes", "bf16",
+            "--simulate", "1", "--top", "1", "--json"]  # fmt: skip
+    runs = {share: CliRunner().invoke(cli, args + ([] if share is None else ["--gpu-memory-utilization", share]))
+            for share in (None, "0.5")}  # fmt: skip
+    best = {}
+    for share, run in runs.items():
+        assert run.exit_code == 0, run.output
+        best[share] = json.loads(run.output)["plans"][0]
+    plan = ServingPlan(tp=1, gpu_memory_utilization_frac=0.88, engine="sglang",
+                       max_num_seqs=best[None]["max_num_seqs"])  # fmt: skip
+    device = load_cluster("dgx-h100").device
+    assert best[None]["kv_cache_capacity_tokens"] == kv_capacity_tokens(
+        LLAMA_8B, device, plan, share_rule="weights_and_kv"
+    )
+    half = replace(plan, gpu_memory_utilization_frac=0.5, max_num_seqs=best["0.5"]["max_num_seqs"])
+    assert best["0.5"]["kv_cache_capacity_tokens"] == kv_capacity_tokens(
+        LLAMA_8B, device, half, share_rule="weights_and_kv"
+    )
