@@ -213,3 +213,24 @@ def test_the_engine_control_picks_the_all_reduce_kernels(view: ServingView) -> N
     result = CliRunner().invoke(cli, [*args[1:], "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["tpot_s"] == pytest.approx(est.summary()["tpot_s"], rel=1e-12)
+
+
+def test_the_memory_share_is_the_engines_flag_its_default_when_empty(view: ServingView) -> None:
+    """Empty: the engine's own default (SGLang at tp 8: --mem-fraction-static 0.81, server_args.py); a value is
+    that flag, the command the tab shows passes it, and the CLI reproduces the estimate's KV capacity."""
+    view.show()
+    s = view.store.state
+    s.engine = "sglang"
+    est = view.store.estimate
+    assert est is not None, view.store.error
+    assert est.plan.gpu_memory_utilization_frac == 0.81
+    assert "--gpu-memory-utilization" not in view.store.cli_command()
+    s.gpu_memory_utilization = 0.6
+    est = view.store.estimate
+    assert est.plan.gpu_memory_utilization_frac == 0.6
+    args = shlex.split(view.store.cli_command())
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.6"
+    result = CliRunner().invoke(cli, [*args[1:], "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["kv_cache_capacity_tokens"] == est.kv_cache_capacity_tokens
+    assert view.widgets["gpu_memory_utilization"].value == 0.6

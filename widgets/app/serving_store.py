@@ -12,6 +12,7 @@ The tab's View is ``workbench_widgets.app.serving_view``.
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from typing import Any
 
 import param
@@ -118,6 +119,10 @@ class ServingState(param.Parameterized):
     engine = param.Selector(
         default=DEFAULT_ENGINE, objects=[DEFAULT_ENGINE], doc="Serving engine profile id."
     )
+    gpu_memory_utilization = param.Number(default=None, allow_None=True, bounds=(0.01, 1.0),
+                                          doc="The engine's memory flag, read as its own (vLLM's share of the "
+                                              "device, SGLang's --mem-fraction-static, TensorRT-LLM's share of the "
+                                              "memory left); empty: the engine's default.")  # fmt: skip
     offload_group_size = param.Integer(default=0, bounds=(0, MAX_PP), allow_None=True,
                                        doc="SGLang host offload: of every N layers the last keeps its experts in "
                                            "host memory; 0 or empty: off (MoE models only).")  # fmt: skip
@@ -188,7 +193,12 @@ class ServingStore(param.Parameterized):
         else:
             plan = ServingPlan(replicas=s.replicas, tp=s.tp, pp=s.pp, ep=self.ep("ep"), attention_dp=s.attention_dp,
                                speculative=spec, **common)  # fmt: skip
-        plan = with_engine_memory_share(plan)  # the engine's own default memory flag (the tab has no control)
+        share = s.gpu_memory_utilization  # empty: the engine's own default for its engine size
+        plan = (
+            with_engine_memory_share(plan)
+            if share is None
+            else replace(plan, gpu_memory_utilization_frac=share)
+        )
         arrival = (
             {"concurrency": s.concurrency}
             if s.arrival == "closed"
@@ -287,6 +297,8 @@ class ServingStore(param.Parameterized):
             args += ["--prefix-hit-rate", f"{s.prefix_hit_rate:g}"]
         if s.engine != DEFAULT_ENGINE:
             args += ["--engine", s.engine]
+        if s.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}"]
         if self.offload_group_size():
             args += ["--offload-group-size", str(self.offload_group_size())]
         if s.arrival == "closed":

@@ -68,6 +68,7 @@ LABELS = {
     "acceptance_rate": "Acceptance rate",
     "prefix_hit_rate": "Prefix hit rate",
     "engine": "Engine",
+    "gpu_memory_utilization": "Memory share (engine's flag; empty: its default)",
     "offload_group_size": "Host offload: 1 layer in (empty: off)",
 }
 
