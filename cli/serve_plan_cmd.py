@@ -52,7 +52,7 @@ memory_share_option = click.option(
     default=None,
     help="The engine's memory share, read as its own flag: vLLM --gpu-memory-utilization (of the device), SGLang "
     "--mem-fraction-static (weights and KV), TensorRT-LLM --kv_cache_free_gpu_memory_fraction (of the memory left). "
-    "Default: the engine's own (0.9; SGLang 0.88 at 1 GPU per engine down to 0.79 at 16 or more).",
+    "Default: the engine profile's own for the engine's GPUs (memory_share_by_gpus).",
 )
 """``--gpu-memory-utilization`` of ``serve estimate`` and ``serve plan`` (``EngineProfile.kv_memory_share`` reads it;
 ``memory_share_by_gpus`` gives the default)."""

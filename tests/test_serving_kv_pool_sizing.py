@@ -16,7 +16,12 @@ from workbench.presets.calibration import load_calibration
 from workbench.presets.catalog import load_cluster, load_model
 from workbench.presets.engines import load_engine
 from workbench.serving.cost import ReplicaCost
-from workbench.serving.memory import NON_TORCH_BYTES_ONE_DEVICE, kv_capacity_tokens, weight_bytes_per_device
+from workbench.serving.memory import (
+    NON_TORCH_BYTES_MULTI_DEVICE,
+    NON_TORCH_BYTES_ONE_DEVICE,
+    kv_capacity_tokens,
+    weight_bytes_per_device,
+)
 from workbench.specs.serving import ServingPlan
 from workbench.validate.serving import row_case
 from workbench.validate.serving_csv import read_serving_rows
@@ -25,13 +30,21 @@ from workbench.validate.serving_specs import quoted_flag, quoted_fraction
 LLAMA_8B = load_model("llama-3.1-8b")
 
 
+def _sglang_pool_by_hand(share: float, tp: int) -> int:
+    """Llama-3.1-8B's SGLang pool on one DGX H100 engine of ``tp`` GPUs: (HBM - reserve) x share - weights, over
+    32 layers x 2 x (8 / tp) KV heads x 128 x 2 B a token, in whole 16-token blocks."""
+    device = load_cluster("dgx-h100").device
+    reserve = NON_TORCH_BYTES_ONE_DEVICE if tp == 1 else NON_TORCH_BYTES_MULTI_DEVICE
+    free = (device.hbm_bytes - reserve) * share - weight_bytes_per_device(LLAMA_8B, ServingPlan(tp=tp))
+    return 16 * math.floor(free / (32 * 2 * (8 // tp) * 128 * 2) / 16)
+
+
 def test_sglang_pool_is_the_static_share_less_the_weights_by_hand() -> None:
     """One H100 at share 0.88: (HBM - 0.25 GiB) x 0.88 - weights over 32 layers x 2 x 8 x 128 x 2 B a token, in
     whole blocks; no activation term (vLLM's sizing, the default, subtracts one and so holds fewer tokens)."""
     plan = ServingPlan(tp=1, gpu_memory_utilization_frac=0.88)
     device = load_cluster("dgx-h100").device
-    free = (device.hbm_bytes - NON_TORCH_BYTES_ONE_DEVICE) * 0.88 - weight_bytes_per_device(LLAMA_8B, plan)
-    tokens = math.floor(free / (32 * 2 * 8 * 128 * 2) / plan.kv_block_tokens) * plan.kv_block_tokens
+    tokens = _sglang_pool_by_hand(0.88, 1)
     assert kv_capacity_tokens(LLAMA_8B, device, plan, share_rule="weights_and_kv") == tokens
     assert kv_capacity_tokens(LLAMA_8B, device, plan) < tokens
     rc = ReplicaCost.of(LLAMA_8B, load_cluster("dgx-h100"), plan, load_calibration(), engine="sglang")
@@ -99,10 +112,8 @@ def test_serve_estimate_takes_the_engines_own_share_unless_given() -> None:
     cap = {
         name: json.loads(r.output)["kv_cache_capacity_tokens"] for name, r in (("d", default), ("g", given))
     }
-    plan = ServingPlan(tp=2, gpu_memory_utilization_frac=0.87, max_num_seqs=256, engine="sglang")
-    device = load_cluster("dgx-h100").device
-    assert cap["d"] == kv_capacity_tokens(LLAMA_8B, device, plan, share_rule="weights_and_kv")
-    assert cap["g"] < cap["d"]
+    assert cap["d"] == _sglang_pool_by_hand(0.87, 2)
+    assert cap["g"] == _sglang_pool_by_hand(0.7, 2)
 
 
 def _public() -> dict[str, dict[str, str]]:
@@ -164,13 +175,5 @@ def test_serve_plan_searches_at_the_engines_own_share_unless_given() -> None:
     for share, run in runs.items():
         assert run.exit_code == 0, run.output
         best[share] = json.loads(run.output)["plans"][0]
-    plan = ServingPlan(tp=1, gpu_memory_utilization_frac=0.88, engine="sglang",
-                       max_num_seqs=best[None]["max_num_seqs"])  # fmt: skip
-    device = load_cluster("dgx-h100").device
-    assert best[None]["kv_cache_capacity_tokens"] == kv_capacity_tokens(
-        LLAMA_8B, device, plan, share_rule="weights_and_kv"
-    )
-    half = replace(plan, gpu_memory_utilization_frac=0.5, max_num_seqs=best["0.5"]["max_num_seqs"])
-    assert best["0.5"]["kv_cache_capacity_tokens"] == kv_capacity_tokens(
-        LLAMA_8B, device, half, share_rule="weights_and_kv"
-    )
+    assert best[None]["kv_cache_capacity_tokens"] == _sglang_pool_by_hand(0.88, 1)
+    assert best["0.5"]["kv_cache_capacity_tokens"] == _sglang_pool_by_hand(0.5, 1)

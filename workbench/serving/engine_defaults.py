@@ -246,14 +246,20 @@ def trtllm_bench_settings(
     return batch, max(tokens, input_tokens + batch)
 
 
-def with_engine_memory_share(plan: ServingPlan) -> ServingPlan:
-    """``plan`` with its engine profile's own default memory flag (``EngineProfile.default_memory_share`` at the
-    GPUs of one engine, the decode pool's for a disaggregated plan): what the engine runs with when its launch line
-    sets none (SGLang's ``--mem-fraction-static`` falls with ``--tp-size``; vLLM's and TensorRT-LLM's are 0.9)."""
-    from dataclasses import replace
-
+def engine_memory_share(plan: ServingPlan) -> tuple[float, int]:
+    """(share, GPUs of one engine): ``plan``'s engine profile's own default memory flag
+    (``EngineProfile.default_memory_share``) at the GPUs of one engine, the decode pool's for a disaggregated
+    plan; what the engine runs with when its launch line sets none (SGLang's ``--mem-fraction-static`` falls with
+    ``--tp-size``; vLLM's and TensorRT-LLM's are 0.9). ValueError for an unknown engine profile."""
     from workbench.presets.engines import load_engine
 
     role = plan if plan.disaggregation is None else plan.role_plan("decode")
-    share = load_engine(plan.engine).default_memory_share(role.devices_per_engine)
-    return replace(plan, gpu_memory_utilization_frac=share)
+    gpus = role.devices_per_engine
+    return load_engine(plan.engine).default_memory_share(gpus), gpus
+
+
+def with_engine_memory_share(plan: ServingPlan) -> ServingPlan:
+    """``plan`` with its engine's own default memory flag (:func:`engine_memory_share`)."""
+    from dataclasses import replace
+
+    return replace(plan, gpu_memory_utilization_frac=engine_memory_share(plan)[0])

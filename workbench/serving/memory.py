@@ -175,21 +175,21 @@ def kv_capacity_tokens(
         activation_peak_bytes(model, rp, sampler_bytes_per_logit),
         reserve_bytes(rp),
     )
-    share = rp.gpu_memory_utilization_frac
+    hbm, share = device.hbm_bytes, rp.gpu_memory_utilization_frac
     if share_rule == "of_total":
-        budget = device.hbm_bytes * share
-    elif share_rule == "weights_and_kv":  # activations and the reserve live outside the share
-        budget = (device.hbm_bytes - reserve) * share
-        acts = reserve = 0.0
+        free = hbm * share - weights - acts - reserve
+    elif share_rule == "weights_and_kv":
+        free = (hbm - reserve) * share - weights
+        acts = reserve = 0.0  # outside the share
     elif share_rule == "of_free":
-        budget = weights + (device.hbm_bytes - weights - acts - reserve) * share + acts + reserve
+        free = (hbm - weights - acts - reserve) * share
     else:
         raise ValueError(
             f"kv_capacity_tokens: share_rule must be one of {', '.join(KV_MEMORY_SHARES)}, got {share_rule!r}"
         )
+    budget = free + weights + acts + reserve  # what the share gives the engine (the refusal names it)
     layer_bytes = kv_bytes_per_token_layer(model, rp.kv_cache_dtype, rp.tp)
     per_stage = math.ceil(model.num_layers / rp.pp)
-    free = budget - weights - acts - reserve
     if model.num_sliding_window_layers or model.num_chunked_attention_layers:
         seqs = math.ceil(rp.max_num_seqs / rp.attention_dp)
         tokens = bounded_kv_capacity_tokens(model, free, layer_bytes * per_stage / model.num_layers, seqs)

@@ -15,12 +15,12 @@ file and the row).
 
 from __future__ import annotations
 
-from workbench.specs import limits
 from workbench.validate.rows import Unexpressible
 from workbench.validate.training_codes import (
     FP8_WORDS,
     code_words,
     compact_code,
+    put_code,
     read_boolean,
     read_codes,
     read_dtype,
@@ -153,11 +153,7 @@ def read_serving_codes(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     out = {**row, **{k: v for k, v in common.items() if row.get(k, "") != v}}
 
     def put(column: str, code: str) -> None:
-        written = row.get(column, "").strip()
-        if code != written:
-            out[column] = code
-            if written.lower() != code:
-                notes.append(f"{column}:{limits.shown(written)} read as {code or 'blank'}")
+        put_code(row, out, notes, column, code)
 
     for column in DTYPE_COLUMNS:
         if row.get(column, "").strip():

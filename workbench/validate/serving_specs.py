@@ -31,6 +31,7 @@ from workbench.serving.engine_defaults import (
     VLLM_V0_LONG_CONTEXT_TOKENS,
     VLLM_V0_MIN_BATCHED_TOKENS,
     custom_all_reduce_off,
+    engine_memory_share,
     frontend_in_process,
     harness_engine,
     trtllm_bench_settings,
@@ -306,9 +307,7 @@ def _default_memory_share(row: dict[str, str], plan: ServingPlan, assumed: list[
         if quoted is not None:
             assumed.append(f"gpu_memory_utilization_frac={quoted:g}: the launch flag {flag} the notes quote")
             return quoted
-    role = plan if plan.disaggregation is None else plan.role_plan("decode")
-    gpus = role.devices_per_engine
-    share = load_engine(plan.engine).default_memory_share(gpus)
+    share, gpus = engine_memory_share(plan)
     assumed.append(f"gpu_memory_utilization_frac={share:g}: engine profile {plan.engine}'s default at {gpus} GPU(s) "
                    "per engine (memory_share_by_gpus)")  # fmt: skip
     return share

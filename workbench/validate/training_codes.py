@@ -314,6 +314,16 @@ def read_device(text: str) -> tuple[str, str | None]:
     return device, f"device {limits.shown(text.strip())} read as {device}"
 
 
+def put_code(row: dict[str, str], out: dict[str, str], notes: list[str], column: str, code: str) -> None:
+    """Write ``code`` into ``out[column]`` where ``row`` wrote the cell otherwise, and note the reading
+    (``<column>:'written' read as <code>``, ``blank`` for an empty code) unless only the case differed."""
+    written = row.get(column, "").strip()
+    if code != written:
+        out[column] = code
+        if written.lower() != code:
+            notes.append(f"{column}:{limits.shown(written)} read as {code or 'blank'}")
+
+
 def read_codes(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     """``row`` with its code columns (``CODES`` and ``schedule``) in the schema's form and the notes of the cells
     read otherwise than by case (``<column>:'written' read as <code>``). The FP8 recipe a dtype spelling names
@@ -324,11 +334,7 @@ def read_codes(row: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     notes: list[str] = []
 
     def put(column: str, code: str) -> None:
-        written = row.get(column, "").strip()
-        if code != written:
-            out[column] = code
-            if written.lower() != code:
-                notes.append(f"{column}:{limits.shown(written)} read as {code}")
+        put_code(row, out, notes, column, code)
 
     text = {c: row.get(c, "").strip() for c in (*CODES, "schedule")}
     if text["dtype"]:
